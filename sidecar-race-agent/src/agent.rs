@@ -1,0 +1,96 @@
+//! Start-up shared by every command that watches the kernel: requirements, layout,
+//! probes, cgroup index, event stream.
+
+use std::{path::PathBuf, time::Duration};
+
+use thiserror::Error;
+
+use crate::{
+    cgroups::CgroupIndex,
+    kernel::{
+        probes::{ProbeError, ProbeOptions, Probes},
+        requirements::{self, Environment, Locations, MissingRequirements},
+    },
+    stream::EventStream,
+};
+
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    pub tracefs: Option<PathBuf>,
+    pub cgroup_root: Option<PathBuf>,
+    pub probes: ProbeOptions,
+    pub channel_capacity: usize,
+    /// How long removed cgroups stay resolvable.
+    pub cgroup_grace: Duration,
+}
+
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Requirements(#[from] MissingRequirements),
+    #[error("{0}")]
+    Probes(#[from] ProbeError),
+    #[error("cannot read the cgroup2 hierarchy at {path}: {source}")]
+    CgroupScan {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot watch the ring buffer: {0}")]
+    Stream(std::io::Error),
+}
+
+pub struct Agent {
+    pub env: Environment,
+    pub probes: Probes,
+    pub stream: EventStream,
+    pub cgroups: CgroupIndex,
+}
+
+/// Checks the node, loads and attaches the programs, indexes cgroups and starts the
+/// reader. Degraded capabilities are logged, not fatal.
+pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
+    let env = requirements::check(&Locations {
+        tracefs: opts.tracefs.clone(),
+        cgroup2: opts.cgroup_root.clone(),
+    })?;
+    for u in env
+        .layout
+        .unusable
+        .iter()
+        .filter(|u| !u.tracepoint.required)
+    {
+        tracing::warn!("degraded: {u}");
+    }
+    let mut probes = Probes::load(&env.layout, opts.probes)?;
+    for d in &probes.degraded {
+        tracing::warn!(
+            "degraded: tracepoint {}:{} could not be attached ({}): {} disabled",
+            d.tracepoint.category,
+            d.tracepoint.name,
+            d.reason,
+            d.tracepoint.capability
+        );
+    }
+    // Index first, then read: a cgroup made in between is both scanned and reported.
+    let mut cgroups = CgroupIndex::new(&env.cgroup2, opts.cgroup_grace.as_nanos() as u64);
+    cgroups.scan().map_err(|source| StartError::CgroupScan {
+        path: env.cgroup2.clone(),
+        source,
+    })?;
+    let ring = probes.ring.take().expect("ring buffer taken once");
+    let stream = EventStream::spawn(ring, opts.channel_capacity).map_err(StartError::Stream)?;
+    tracing::info!(
+        kernel = %env.kernel_release,
+        tracefs = %env.tracefs.root().display(),
+        cgroup2 = %env.cgroup2.display(),
+        cgroups = cgroups.len(),
+        attached = ?probes.attached.iter().map(|t| t.name).collect::<Vec<_>>(),
+        "watching the kernel"
+    );
+    Ok(Agent {
+        env,
+        probes,
+        stream,
+        cgroups,
+    })
+}

@@ -1,0 +1,215 @@
+//! The cgroup v2 hierarchy: where it is mounted, and an index cgroup id → path built
+//! by walking it and kept current from the kernel's mkdir/rmdir events.
+
+use std::{
+    collections::HashMap,
+    io,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use thiserror::Error;
+
+use crate::mountinfo::{self, Mount};
+
+#[derive(Debug, Error)]
+pub enum CgroupError {
+    #[error(
+        "no cgroup2 filesystem is mounted (checked /proc/self/mountinfo); the agent needs cgroup v2 \
+         or a hybrid host (cgroup2 at /sys/fs/cgroup/unified)"
+    )]
+    NoCgroup2,
+    #[error("cannot read /proc/self/mountinfo: {0}")]
+    Mountinfo(io::Error),
+}
+
+/// Finds the cgroup2 mount that shows the whole hierarchy (root `/`), preferring it
+/// over bind mounts of subtrees.
+pub fn find_cgroup2() -> Result<PathBuf, CgroupError> {
+    let mounts = mountinfo::read_self().map_err(CgroupError::Mountinfo)?;
+    cgroup2_in(&mounts).ok_or(CgroupError::NoCgroup2)
+}
+
+pub fn cgroup2_in(mounts: &[Mount]) -> Option<PathBuf> {
+    let mut cg2 = mounts.iter().filter(|m| m.fs_type == "cgroup2");
+    let all: Vec<&Mount> = cg2.by_ref().collect();
+    all.iter()
+        .find(|m| m.root == "/")
+        .or(all.first())
+        .map(|m| m.mount_point.clone())
+}
+
+/// Identity of a cgroup: its path relative to the cgroup2 mount (`/` for the root).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    path: String,
+    /// Boot ns when the kernel removed it; it stays resolvable for the grace period.
+    removed_at: Option<u64>,
+}
+
+/// cgroup id → path. The id of a cgroup v2 directory is its inode number.
+#[derive(Debug)]
+pub struct CgroupIndex {
+    mount: PathBuf,
+    entries: HashMap<u64, Entry>,
+    grace_ns: u64,
+    last_rescan: Option<Instant>,
+}
+
+/// Unknown ids trigger at most one rescan per this interval.
+const RESCAN_INTERVAL: Duration = Duration::from_secs(1);
+
+impl CgroupIndex {
+    pub fn new(mount: impl Into<PathBuf>, grace_ns: u64) -> Self {
+        Self {
+            mount: mount.into(),
+            entries: HashMap::new(),
+            grace_ns,
+            last_rescan: None,
+        }
+    }
+
+    pub fn mount(&self) -> &Path {
+        &self.mount
+    }
+
+    /// Walks the hierarchy and records every directory. Returns how many there are.
+    pub fn scan(&mut self) -> io::Result<usize> {
+        let mut stack = vec![self.mount.clone()];
+        let mut found = 0;
+        while let Some(dir) = stack.pop() {
+            let meta = match std::fs::symlink_metadata(&dir) {
+                Ok(m) => m,
+                Err(e) if dir == self.mount => return Err(e),
+                Err(_) => continue, // removed while walking
+            };
+            let rel = relative(&self.mount, &dir);
+            self.entries.insert(
+                meta.ino(),
+                Entry {
+                    path: rel,
+                    removed_at: None,
+                },
+            );
+            found += 1;
+            let Ok(children) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for child in children.flatten() {
+                if child.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(child.path());
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    pub fn created(&mut self, id: u64, path: &str) {
+        self.entries.insert(
+            id,
+            Entry {
+                path: path.to_string(),
+                removed_at: None,
+            },
+        );
+    }
+
+    /// Marks a cgroup removed at `at_boot_ns`; it resolves until the grace period ends.
+    pub fn removed(&mut self, id: u64, path: &str, at_boot_ns: u64) {
+        self.entries
+            .entry(id)
+            .or_insert_with(|| Entry {
+                path: path.to_string(),
+                removed_at: None,
+            })
+            .removed_at = Some(at_boot_ns);
+    }
+
+    /// Forgets cgroups removed longer than the grace period before `now_boot_ns`.
+    pub fn expire(&mut self, now_boot_ns: u64) {
+        let grace = self.grace_ns;
+        self.entries.retain(|_, e| {
+            e.removed_at
+                .is_none_or(|at| now_boot_ns.saturating_sub(at) <= grace)
+        });
+    }
+
+    pub fn path(&self, id: u64) -> Option<&str> {
+        self.entries.get(&id).map(|e| e.path.as_str())
+    }
+
+    /// Resolves `id`, walking the hierarchy once more when it is unknown (a cgroup
+    /// whose creation event was lost or came before the agent).
+    pub fn resolve(&mut self, id: u64) -> Option<&str> {
+        let due = self
+            .last_rescan
+            .is_none_or(|t| t.elapsed() >= RESCAN_INTERVAL);
+        if !self.entries.contains_key(&id) && due {
+            self.last_rescan = Some(Instant::now());
+            let _ = self.scan();
+        }
+        self.path(id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+fn relative(mount: &Path, dir: &Path) -> String {
+    match dir.strip_prefix(mount) {
+        Ok(rel) if rel.as_os_str().is_empty() => "/".into(),
+        Ok(rel) => format!("/{}", rel.display()),
+        Err(_) => dir.display().to_string(),
+    }
+}
+
+/// The cgroup id of a directory in the hierarchy.
+pub fn id_of(dir: &Path) -> io::Result<u64> {
+    Ok(std::fs::metadata(dir)?.ino())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mountinfo::parse;
+
+    #[test]
+    fn prefers_the_whole_hierarchy() {
+        let m = parse(
+            "1 0 0:1 /kubepods /mnt/sub rw - cgroup2 cgroup2 rw\n\
+             2 0 0:1 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n",
+        );
+        assert_eq!(
+            cgroup2_in(&m),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        assert_eq!(cgroup2_in(&parse("1 0 0:1 / /x rw - tmpfs t rw\n")), None);
+    }
+
+    #[test]
+    fn index_walks_directories_and_expires_removed_ones() {
+        // A plain directory tree stands in for cgroupfs: ids are inode numbers either way.
+        let root = std::env::temp_dir().join(format!("sr-cgidx-{}", std::process::id()));
+        let pod = root.join("kubepods.slice/kubepods-pod1.slice");
+        std::fs::create_dir_all(&pod).unwrap();
+        let mut idx = CgroupIndex::new(&root, 1_000);
+        assert_eq!(idx.scan().unwrap(), 3);
+        let id = id_of(&pod).unwrap();
+        assert_eq!(idx.path(id), Some("/kubepods.slice/kubepods-pod1.slice"));
+        assert_eq!(idx.path(id_of(&root).unwrap()), Some("/"));
+        idx.removed(id, "/kubepods.slice/kubepods-pod1.slice", 5_000);
+        idx.expire(5_900);
+        assert!(idx.path(id).is_some(), "still within grace");
+        idx.expire(6_001);
+        assert!(idx.path(id).is_none());
+        idx.created(7, "/a");
+        assert_eq!(idx.path(7), Some("/a"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

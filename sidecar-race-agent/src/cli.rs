@@ -1,0 +1,153 @@
+//! Command-line interface (a public interface: documented in the README). Every flag
+//! can also be set through the environment variable named in its help.
+
+use std::{collections::BTreeSet, net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::{agent::AgentOptions, events::Kind, kernel::probes::ProbeOptions};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sidecar-race-agent",
+    version,
+    about = "Sees sidecar startup and drain races in the kernel"
+)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, env = "SIDECAR_RACE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter (tracing's env-filter syntax), e.g. `info` or `sidecar_race_agent=debug`.
+    #[arg(long, global = true, env = "SIDECAR_RACE_LOG", default_value = "info")]
+    pub log_level: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Stream every kernel event as one JSON object per line on stdout.
+    Trace(TraceArgs),
+    /// Run the node daemon: watch the kernel, serve /healthz and /readyz.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct KernelArgs {
+    /// tracefs mount point (default: found in /proc/self/mountinfo, mounted at
+    /// /sys/kernel/tracing when missing).
+    #[arg(long, env = "SIDECAR_RACE_TRACEFS")]
+    pub tracefs: Option<PathBuf>,
+    /// cgroup v2 mount point (default: found in /proc/self/mountinfo).
+    #[arg(long, env = "SIDECAR_RACE_CGROUP_ROOT")]
+    pub cgroup_root: Option<PathBuf>,
+    /// Size of the kernel→agent ring buffer in bytes: a power of two, a multiple of
+    /// the page size.
+    #[arg(long, env = "SIDECAR_RACE_RING_BUFFER_BYTES", default_value_t = 1 << 20)]
+    pub ring_buffer_bytes: u32,
+    /// Decoded events buffered between the reader and the pipeline; beyond this they
+    /// are dropped and counted.
+    #[arg(long, env = "SIDECAR_RACE_CHANNEL_CAPACITY", default_value_t = 65_536)]
+    pub channel_capacity: usize,
+    /// Seconds a removed cgroup stays resolvable (late and drain-time events).
+    #[arg(long, env = "SIDECAR_RACE_CGROUP_GRACE_SECONDS", default_value_t = 600)]
+    pub cgroup_grace_seconds: u64,
+}
+
+impl KernelArgs {
+    pub fn options(&self) -> AgentOptions {
+        AgentOptions {
+            tracefs: self.tracefs.clone(),
+            cgroup_root: self.cgroup_root.clone(),
+            probes: ProbeOptions {
+                ring_buffer_bytes: self.ring_buffer_bytes,
+                ..ProbeOptions::default()
+            },
+            channel_capacity: self.channel_capacity.max(1),
+            cgroup_grace: Duration::from_secs(self.cgroup_grace_seconds),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Comma-separated kinds to print: refused, listen, listen_closed,
+    /// cgroup_created, cgroup_removed (default: all).
+    #[arg(long, env = "SIDECAR_RACE_KINDS", value_delimiter = ',', value_parser = parse_kind)]
+    pub kinds: Vec<Kind>,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
+}
+
+impl TraceArgs {
+    pub fn kind_set(&self) -> BTreeSet<Kind> {
+        if self.kinds.is_empty() {
+            Kind::ALL.into_iter().collect()
+        } else {
+            self.kinds.iter().copied().collect()
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Address for /healthz and /readyz.
+    #[arg(long, env = "SIDECAR_RACE_LISTEN", default_value = "0.0.0.0:9965")]
+    pub listen: SocketAddr,
+    /// Seconds between log lines with kernel event counts.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_STATS_INTERVAL_SECONDS",
+        default_value_t = 60
+    )]
+    pub stats_interval_seconds: u64,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
+}
+
+fn parse_kind(s: &str) -> Result<Kind, String> {
+    Kind::from_name(s.trim()).ok_or_else(|| {
+        let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown kind `{s}`; expected one of {}", names.join(", "))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_parse_and_default_to_all() {
+        let cli = Cli::try_parse_from(["a", "trace", "--kinds", "refused,listen"]).unwrap();
+        let Command::Trace(t) = cli.command else {
+            panic!()
+        };
+        assert_eq!(
+            t.kind_set(),
+            [Kind::Refused, Kind::Listen].into_iter().collect()
+        );
+        let Command::Trace(t) = Cli::try_parse_from(["a", "trace"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(t.kind_set().len(), 5);
+        let err = Cli::try_parse_from(["a", "trace", "--kinds", "bogus"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown kind `bogus`"), "{err}");
+    }
+
+    #[test]
+    fn run_defaults() {
+        let Command::Run(r) = Cli::try_parse_from(["a", "run"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(r.listen.to_string(), "0.0.0.0:9965");
+        assert_eq!(r.kernel.ring_buffer_bytes, 1 << 20);
+    }
+}

@@ -1,0 +1,62 @@
+//! Kernel timestamps (`CLOCK_BOOTTIME` ns) to wall-clock time, and RFC 3339 output.
+
+use time::OffsetDateTime;
+
+fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec; these clocks always exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+}
+
+/// Now, in the kernel's event clock (`bpf_ktime_get_boot_ns`).
+pub fn boot_now_ns() -> u64 {
+    clock_ns(libc::CLOCK_BOOTTIME) as u64
+}
+
+/// Wall-clock nanoseconds since the Unix epoch of a boot-clock timestamp. The offset
+/// is taken at each call, so wall-clock steps (NTP) are followed.
+pub fn boot_to_unix_ns(boot_ns: u64) -> i128 {
+    let offset = clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_BOOTTIME);
+    offset + boot_ns as i128
+}
+
+/// `2026-11-29T16:40:01.123456789Z`: RFC 3339, UTC, always nine fractional digits.
+pub fn rfc3339_nanos(unix_ns: i128) -> String {
+    let t =
+        OffsetDateTime::from_unix_timestamp_nanos(unix_ns).unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.nanosecond()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_nanoseconds() {
+        assert_eq!(
+            rfc3339_nanos(1_795_970_401_000_000_007),
+            "2026-11-28T15:20:01.000000007Z"
+        );
+        assert_eq!(rfc3339_nanos(0), "1970-01-01T00:00:00.000000000Z");
+    }
+
+    #[test]
+    fn boot_clock_maps_to_now() {
+        let now = clock_ns(libc::CLOCK_REALTIME);
+        let mapped = boot_to_unix_ns(boot_now_ns());
+        assert!((mapped - now).abs() < 1_000_000_000, "{mapped} vs {now}");
+    }
+}

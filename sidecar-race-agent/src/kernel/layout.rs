@@ -1,0 +1,307 @@
+//! Builds the programs' [`Config`] from this kernel's tracefs formats, and says
+//! which capability is degraded when a tracepoint or field is missing.
+
+use std::fmt;
+
+use sidecar_race_ebpf::layout::{
+    CgroupDir, Config, InetSockSetState, MISSING, TcpReceiveReset, TcpSendReset,
+};
+
+use super::tracefs::{EventFormat, Tracefs, TracefsError};
+
+/// A tracepoint the agent attaches to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tracepoint {
+    pub category: &'static str,
+    pub name: &'static str,
+    /// The eBPF program's name in the object.
+    pub program: &'static str,
+    /// Without it the agent cannot do its job at all.
+    pub required: bool,
+    /// What is lost without it, in words for the operator.
+    pub capability: &'static str,
+}
+
+pub const TRACEPOINTS: [Tracepoint; 5] = [
+    Tracepoint {
+        category: "sock",
+        name: "inet_sock_set_state",
+        program: "inet_sock_set_state",
+        required: true,
+        capability: "connect tracking and listener events",
+    },
+    Tracepoint {
+        category: "tcp",
+        name: "tcp_receive_reset",
+        program: "tcp_receive_reset",
+        required: true,
+        capability: "refused-connection events",
+    },
+    Tracepoint {
+        category: "tcp",
+        name: "tcp_send_reset",
+        program: "tcp_send_reset",
+        required: false,
+        capability: "local-redirect awareness (local_dst of refusals after a NAT REDIRECT)",
+    },
+    Tracepoint {
+        category: "cgroup",
+        name: "cgroup_mkdir",
+        program: "cgroup_mkdir",
+        required: false,
+        capability: "container-created events (cgroup paths are then found by rescanning)",
+    },
+    Tracepoint {
+        category: "cgroup",
+        name: "cgroup_rmdir",
+        program: "cgroup_rmdir",
+        required: false,
+        capability: "container-removed events",
+    },
+];
+
+/// Why one tracepoint cannot be used on this kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unusable {
+    pub tracepoint: Tracepoint,
+    pub reason: String,
+}
+
+impl fmt::Display for Unusable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tp = &self.tracepoint;
+        if tp.required {
+            write!(
+                f,
+                "tracepoint {}:{} is unusable ({}): {} cannot work",
+                tp.category, tp.name, self.reason, tp.capability
+            )
+        } else {
+            write!(
+                f,
+                "tracepoint {}:{} is unusable ({}): {} disabled",
+                tp.category, tp.name, self.reason, tp.capability
+            )
+        }
+    }
+}
+
+/// The config to load plus what could not be configured.
+#[derive(Debug, Clone)]
+pub struct KernelLayout {
+    pub config: Config,
+    pub unusable: Vec<Unusable>,
+}
+
+impl KernelLayout {
+    pub fn is_usable(&self, program: &str) -> bool {
+        !self
+            .unusable
+            .iter()
+            .any(|u| u.tracepoint.program == program)
+    }
+}
+
+/// Reads every tracepoint's format and fills in the offsets.
+pub fn from_tracefs(tracefs: &Tracefs) -> KernelLayout {
+    build(|tp| tracefs.format(tp.category, tp.name))
+}
+
+/// `formats` gives the format of a tracepoint (a tracefs, or fixtures in tests).
+pub fn build(formats: impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError>) -> KernelLayout {
+    let mut config = Config::UNSET;
+    let mut unusable = Vec::new();
+    for tp in TRACEPOINTS {
+        let result = formats(&tp)
+            .map_err(|e| match e {
+                TracefsError::MissingTracepoint(..) => "this kernel does not have it".to_string(),
+                other => other.to_string(),
+            })
+            .and_then(|fmt| fill(&mut config, &tp, &fmt));
+        if let Err(reason) = result {
+            unusable.push(Unusable {
+                tracepoint: tp,
+                reason,
+            });
+        }
+    }
+    KernelLayout { config, unusable }
+}
+
+fn fill(config: &mut Config, tp: &Tracepoint, fmt: &EventFormat) -> Result<(), String> {
+    let f = |name: &str, sizes: &[u16]| offset(fmt, name, sizes);
+    match tp.name {
+        "inet_sock_set_state" => {
+            config.set_state = InetSockSetState {
+                skaddr: f("skaddr", &[8])?,
+                oldstate: f("oldstate", &[4])?,
+                newstate: f("newstate", &[4])?,
+                sport: f("sport", &[2])?,
+                dport: f("dport", &[2])?,
+                family: f("family", &[2])?,
+                protocol: f("protocol", &[2])?,
+                saddr_v6: f("saddr_v6", &[16])?,
+                daddr_v6: f("daddr_v6", &[16])?,
+                _pad: [0; 3],
+            }
+        }
+        "tcp_receive_reset" => {
+            config.receive_reset = TcpReceiveReset {
+                skaddr: f("skaddr", &[8])?,
+                sport: f("sport", &[2])?,
+                family: f("family", &[2]).unwrap_or(MISSING),
+                saddr_v6: f("saddr_v6", &[16])?,
+            }
+        }
+        "tcp_send_reset" => {
+            // Before 6.10 this tracepoint only fired for a socket's own resets and had
+            // 4-byte addresses; the socket-less shape stores sockaddrs of 28 bytes.
+            config.send_reset = TcpSendReset {
+                skaddr: f("skaddr", &[8])?,
+                saddr: f("saddr", &[28]).map_err(|e| {
+                    format!("{e}; this kernel's tcp_send_reset does not report resets sent without a socket (needs 6.10+)")
+                })?,
+                daddr: f("daddr", &[28])?,
+                _pad: 0,
+            }
+        }
+        "cgroup_mkdir" | "cgroup_rmdir" => {
+            let dir = CgroupDir {
+                root: f("root", &[4])?,
+                level: f("level", &[4])?,
+                id: f("id", &[8])?,
+                path_loc: f("path", &[4])?,
+            };
+            if tp.name == "cgroup_mkdir" {
+                config.cgroup_mkdir = dir;
+            } else {
+                config.cgroup_rmdir = dir;
+            }
+        }
+        other => return Err(format!("no layout known for {other}")),
+    }
+    Ok(())
+}
+
+fn offset(fmt: &EventFormat, name: &str, sizes: &[u16]) -> Result<u16, String> {
+    let field = fmt
+        .field(name)
+        .ok_or_else(|| format!("no field `{name}`"))?;
+    if !sizes.contains(&field.size) {
+        return Err(format!(
+            "field `{name}` has {} bytes, expected {}",
+            field.size,
+            sizes
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ));
+    }
+    Ok(field.offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::tracefs::parse_format;
+
+    /// Fixtures: tracefs formats as kernels of several versions print them.
+    fn fixtures(kernel: &str) -> impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError> {
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/tracefs")
+            .join(kernel);
+        move |tp: &Tracepoint| {
+            let path = dir.join(format!("{}.{}.format", tp.category, tp.name));
+            match std::fs::read_to_string(&path) {
+                Ok(text) => parse_format(tp.name, &text),
+                Err(_) => Err(TracefsError::MissingTracepoint(tp.name.into(), path)),
+            }
+        }
+    }
+
+    #[test]
+    fn kernel_6_18_has_everything() {
+        let l = build(fixtures("6.18"));
+        assert!(l.unusable.is_empty(), "{:?}", l.unusable);
+        assert_eq!(l.config.set_state.skaddr, 8);
+        assert_eq!(l.config.set_state.daddr_v6, 56);
+        assert_eq!(l.config.receive_reset.saddr_v6, 30);
+        assert_eq!(l.config.send_reset.saddr, 32);
+        assert_eq!(l.config.send_reset.daddr, 60);
+        assert_eq!(l.config.cgroup_mkdir.path_loc, 24);
+    }
+
+    #[test]
+    fn kernel_6_1_degrades_only_redirect_awareness() {
+        let l = build(fixtures("6.1"));
+        assert_eq!(l.unusable.len(), 1, "{:?}", l.unusable);
+        let u = &l.unusable[0];
+        assert_eq!(u.tracepoint.name, "tcp_send_reset");
+        assert!(u.to_string().contains("local-redirect awareness"), "{u}");
+        assert!(u.to_string().contains("6.10"), "{u}");
+        assert_eq!(l.config.receive_reset.skaddr, 8);
+        assert_eq!(l.config.receive_reset.saddr_v6, 30);
+        assert_eq!(l.config.send_reset.saddr, MISSING);
+    }
+
+    #[test]
+    fn kernel_5_4_lacks_family_and_64_bit_cgroup_ids_but_detects_refusals() {
+        let l = build(fixtures("5.4"));
+        assert!(l.is_usable("inet_sock_set_state"));
+        assert!(l.is_usable("tcp_receive_reset"));
+        assert_eq!(l.config.receive_reset.family, MISSING);
+        assert_eq!(l.config.receive_reset.saddr_v6, 28);
+        assert!(!l.is_usable("tcp_send_reset"));
+        let cg = l
+            .unusable
+            .iter()
+            .find(|u| u.tracepoint.name == "cgroup_mkdir")
+            .unwrap();
+        assert!(
+            cg.reason.contains("`id` has 4 bytes, expected 8"),
+            "{}",
+            cg.reason
+        );
+        assert!(!l.unusable.iter().any(|u| u.tracepoint.required));
+    }
+
+    #[test]
+    fn missing_required_tracepoint_is_reported_as_such() {
+        let l = build(|tp: &Tracepoint| {
+            if tp.name == "tcp_receive_reset" {
+                Err(TracefsError::MissingTracepoint(tp.name.into(), "x".into()))
+            } else {
+                fixtures("6.18")(tp)
+            }
+        });
+        let u = l.unusable.iter().find(|u| u.tracepoint.required).unwrap();
+        assert_eq!(
+            u.to_string(),
+            "tracepoint tcp:tcp_receive_reset is unusable (this kernel does not have it): refused-connection events cannot work"
+        );
+    }
+
+    #[test]
+    fn wrong_field_size_is_not_trusted() {
+        let l = build(|tp: &Tracepoint| {
+            let text = std::fs::read_to_string(
+                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/fixtures/tracefs/6.18")
+                    .join(format!("{}.{}.format", tp.category, tp.name)),
+            )
+            .unwrap()
+            .replace(
+                "__u8 daddr_v6[16];\toffset:56;\tsize:16;",
+                "__u8 daddr_v6[8];\toffset:56;\tsize:8;",
+            );
+            parse_format(tp.name, &text)
+        });
+        let u = l
+            .unusable
+            .iter()
+            .find(|u| u.tracepoint.name == "inet_sock_set_state")
+            .unwrap();
+        assert!(u.reason.contains("daddr_v6"), "{}", u.reason);
+    }
+}

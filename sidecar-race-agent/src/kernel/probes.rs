@@ -1,0 +1,222 @@
+//! Loads the embedded eBPF object with this kernel's layout, attaches what can be
+//! attached, and gives access to the ring buffer and the exact per-CPU counters.
+
+use std::collections::BTreeMap;
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{MapData, PerCpuArray, RingBuf},
+    programs::TracePoint,
+};
+use sidecar_race_ebpf::{abi::counter, layout::Config};
+use thiserror::Error;
+
+use super::layout::{KernelLayout, TRACEPOINTS, Tracepoint};
+use crate::events::Kind;
+
+/// The object built by `build.rs` from `sidecar-race-ebpf`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sidecar-race.bpf.o"));
+
+#[derive(Debug, Error)]
+pub enum ProbeError {
+    #[error(
+        "loading the eBPF programs was refused ({0}); the agent needs root, or CAP_BPF, \
+         CAP_PERFMON and CAP_SYS_RESOURCE on kernels older than 5.11"
+    )]
+    Load(#[source] aya::EbpfError),
+    #[error("the eBPF object has no {0} (the agent was built from mismatched sources)")]
+    Missing(String),
+    #[error("cannot {what}: {source}")]
+    Program {
+        what: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("eBPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error(
+        "--ring-buffer-bytes must be a power of two and a multiple of the page size ({page}), got {got}"
+    )]
+    RingSize { got: u32, page: usize },
+}
+
+/// Load-time options.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeOptions {
+    pub ring_buffer_bytes: u32,
+    /// Hierarchy id of cgroup v2 in the cgroup tracepoints (0 on every kernel today).
+    pub cgroup2_hierarchy: i32,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        Self {
+            ring_buffer_bytes: 1 << 20,
+            cgroup2_hierarchy: 0,
+        }
+    }
+}
+
+/// A tracepoint that is loaded but could not be attached, and why.
+#[derive(Debug, Clone)]
+pub struct Degraded {
+    pub tracepoint: Tracepoint,
+    pub reason: String,
+}
+
+/// Kernel-side counts for one kind of event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KindCounts {
+    /// Every event the kernel saw (for `refused`: every refusal).
+    pub seen: u64,
+    /// Those the full ring buffer could not take.
+    pub lost: u64,
+}
+
+pub struct Probes {
+    // Keeps programs and links alive.
+    _ebpf: Ebpf,
+    pub ring: Option<RingBuf<MapData>>,
+    counters: PerCpuArray<MapData, u64>,
+    pub attached: Vec<Tracepoint>,
+    pub degraded: Vec<Degraded>,
+}
+
+impl Probes {
+    /// Loads and attaches every usable tracepoint. Fails only when a required one
+    /// cannot be attached; optional ones end up in `degraded`.
+    pub fn load(layout: &KernelLayout, opts: ProbeOptions) -> Result<Self, ProbeError> {
+        let page = page_size();
+        let size = opts.ring_buffer_bytes;
+        if !size.is_power_of_two() || (size as usize) % page != 0 {
+            return Err(ProbeError::RingSize { got: size, page });
+        }
+        raise_memlock();
+        let mut config = layout.config;
+        config.cgroup2_hierarchy = opts.cgroup2_hierarchy;
+        let config_bytes = config_bytes(&config);
+        let mut ebpf = EbpfLoader::new()
+            .override_global("CONFIG", &config_bytes, true)
+            .map_max_entries("EVENTS", size)
+            .load(OBJECT)
+            .map_err(ProbeError::Load)?;
+
+        let mut attached = Vec::new();
+        let mut degraded = Vec::new();
+        for tp in TRACEPOINTS {
+            if !layout.is_usable(tp.program) {
+                continue; // reported by the layout already
+            }
+            match attach(&mut ebpf, &tp) {
+                Ok(()) => attached.push(tp),
+                Err(e) if tp.required => return Err(e),
+                Err(e) => degraded.push(Degraded {
+                    tracepoint: tp,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        let ring = RingBuf::try_from(
+            ebpf.take_map("EVENTS")
+                .ok_or_else(|| ProbeError::Missing("EVENTS map".into()))?,
+        )
+        .map_err(|source| ProbeError::Map {
+            name: "EVENTS",
+            source,
+        })?;
+        let counters = PerCpuArray::try_from(
+            ebpf.take_map("COUNTERS")
+                .ok_or_else(|| ProbeError::Missing("COUNTERS map".into()))?,
+        )
+        .map_err(|source| ProbeError::Map {
+            name: "COUNTERS",
+            source,
+        })?;
+        Ok(Self {
+            _ebpf: ebpf,
+            ring: Some(ring),
+            counters,
+            attached,
+            degraded,
+        })
+    }
+
+    /// Exact kernel counts per kind, summed over CPUs.
+    pub fn counts(&self) -> Result<BTreeMap<Kind, KindCounts>, ProbeError> {
+        let sum = |slot: u32| -> Result<u64, ProbeError> {
+            let values = self
+                .counters
+                .get(&slot, 0)
+                .map_err(|source| ProbeError::Map {
+                    name: "COUNTERS",
+                    source,
+                })?;
+            Ok(values.iter().sum())
+        };
+        Kind::ALL
+            .into_iter()
+            .map(|k| {
+                Ok((
+                    k,
+                    KindCounts {
+                        seen: sum(counter::seen(k.code()))?,
+                        lost: sum(counter::lost(k.code()))?,
+                    },
+                ))
+            })
+            .collect()
+    }
+}
+
+fn attach(ebpf: &mut Ebpf, tp: &Tracepoint) -> Result<(), ProbeError> {
+    let what = |verb: &str| format!("{verb} {} on {}:{}", tp.program, tp.category, tp.name);
+    let program: &mut TracePoint = ebpf
+        .program_mut(tp.program)
+        .ok_or_else(|| ProbeError::Missing(format!("program {}", tp.program)))?
+        .try_into()
+        .map_err(|source| ProbeError::Program {
+            what: what("use"),
+            source,
+        })?;
+    program.load().map_err(|source| ProbeError::Program {
+        what: what("load"),
+        source,
+    })?;
+    program
+        .attach(tp.category, tp.name)
+        .map_err(|source| ProbeError::Program {
+            what: what("attach"),
+            source,
+        })?;
+    Ok(())
+}
+
+/// The config as the bytes of the `CONFIG` global (a byte array is `aya::Pod`).
+fn config_bytes(config: &Config) -> [u8; size_of::<Config>()] {
+    // SAFETY: Config is repr(C) plain data with explicit padding fields.
+    unsafe { std::mem::transmute_copy(config) }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; newer ones to the cgroup.
+fn raise_memlock() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: valid pointer to an rlimit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
+        tracing::debug!(
+            "could not raise RLIMIT_MEMLOCK: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}

@@ -1,0 +1,151 @@
+//! Start-up checks, each failing with one sentence an operator can act on.
+
+use std::{fmt, path::PathBuf};
+
+use super::{
+    layout::{self, KernelLayout},
+    tracefs::Tracefs,
+};
+use crate::cgroups;
+
+/// Oldest kernel with everything the programs use (ring buffer, boot-clock helper).
+pub const MIN_KERNEL: (u32, u32) = (5, 8);
+
+/// What the checks found.
+#[derive(Debug)]
+pub struct Environment {
+    pub kernel_release: String,
+    pub tracefs: Tracefs,
+    pub cgroup2: PathBuf,
+    pub layout: KernelLayout,
+}
+
+/// Every missing requirement, one sentence each.
+#[derive(Debug)]
+pub struct MissingRequirements(pub Vec<String>);
+
+impl fmt::Display for MissingRequirements {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "this node cannot run the agent:")?;
+        for s in &self.0 {
+            write!(f, "\n  - {s}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for MissingRequirements {}
+
+/// Overrides for where things are (flags); `None` means find them.
+#[derive(Debug, Clone, Default)]
+pub struct Locations {
+    pub tracefs: Option<PathBuf>,
+    pub cgroup2: Option<PathBuf>,
+}
+
+pub fn check(locations: &Locations) -> Result<Environment, MissingRequirements> {
+    let mut missing = Vec::new();
+    let kernel_release = kernel_release();
+    match parse_kernel_version(&kernel_release) {
+        Some(v) if v < MIN_KERNEL => missing.push(format!(
+            "kernel {kernel_release} is older than {}.{}, the oldest with the BPF ring buffer and boot-clock timestamps",
+            MIN_KERNEL.0, MIN_KERNEL.1
+        )),
+        None => tracing::warn!(kernel_release, "cannot parse the kernel version; trying anyway"),
+        _ => {}
+    }
+    let tracefs = match &locations.tracefs {
+        Some(p) => Some(Tracefs::at(p)),
+        None => match Tracefs::find_or_mount() {
+            Ok(t) => Some(t),
+            Err(e) => {
+                missing.push(e.to_string());
+                None
+            }
+        },
+    };
+    let cgroup2 = match &locations.cgroup2 {
+        Some(p) => Some(p.clone()),
+        None => match cgroups::find_cgroup2() {
+            Ok(p) => Some(p),
+            Err(e) => {
+                missing.push(e.to_string());
+                None
+            }
+        },
+    };
+    let layout = tracefs.as_ref().map(layout::from_tracefs);
+    if let Some(l) = &layout {
+        for u in l.unusable.iter().filter(|u| u.tracepoint.required) {
+            missing.push(u.to_string());
+        }
+    }
+    match (tracefs, cgroup2, layout) {
+        (Some(tracefs), Some(cgroup2), Some(layout)) if missing.is_empty() => Ok(Environment {
+            kernel_release,
+            tracefs,
+            cgroup2,
+            layout,
+        }),
+        _ => Err(MissingRequirements(missing)),
+    }
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// `6.18.44-fc-v595` → (6, 18).
+pub fn parse_kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_versions() {
+        assert_eq!(parse_kernel_version("6.18.44-fc-v595"), Some((6, 18)));
+        assert_eq!(parse_kernel_version("5.4.0-150-generic"), Some((5, 4)));
+        assert_eq!(parse_kernel_version("weird"), None);
+        assert!(parse_kernel_version("5.4.0").unwrap() < MIN_KERNEL);
+        assert!(parse_kernel_version("5.10.0").unwrap() >= MIN_KERNEL);
+    }
+
+    #[test]
+    fn missing_requirements_read_as_a_list() {
+        let m = MissingRequirements(vec!["a is missing".into(), "b is missing".into()]);
+        assert_eq!(
+            m.to_string(),
+            "this node cannot run the agent:\n  - a is missing\n  - b is missing"
+        );
+    }
+
+    #[test]
+    fn a_tracefs_without_tracepoints_names_each_required_one() {
+        let dir = std::env::temp_dir().join(format!("sr-empty-tracefs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = check(&Locations {
+            tracefs: Some(dir.clone()),
+            cgroup2: Some(dir.clone()),
+        })
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("sock:inet_sock_set_state is unusable"),
+            "{text}"
+        );
+        assert!(text.contains("tcp:tcp_receive_reset is unusable"), "{text}");
+        assert!(
+            !text.contains("tcp_send_reset"),
+            "optional ones only degrade: {text}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,16 @@
+//! sidecar-race agent: kernel facts about refused connections and listeners, turned
+//! into evidence of sidecar startup and drain races.
+
+pub mod agent;
+pub mod cgroups;
+pub mod cli;
+pub mod clock;
+pub mod commands;
+pub mod events;
+pub mod http;
+pub mod kernel;
+pub mod logging;
+pub mod mountinfo;
+pub mod shutdown;
+pub mod stream;
+pub mod trace_record;

@@ -1,0 +1,29 @@
+use std::time::Duration;
+
+use clap::Parser;
+use sidecar_race_agent::{
+    cli::{Cli, Command},
+    commands, logging,
+};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    logging::init(cli.log_format, &cli.log_level);
+    let result = match cli.command {
+        Command::Trace(args) => commands::trace::run(args.kernel.options(), args.kind_set()).await,
+        Command::Run(args) => {
+            commands::run::run(commands::run::RunOptions {
+                agent: args.kernel.options(),
+                listen: args.listen,
+                stats_interval: Duration::from_secs(args.stats_interval_seconds.max(1)),
+            })
+            .await
+        }
+    };
+    if let Err(e) = &result {
+        tracing::error!("{e:#}");
+        std::process::exit(1);
+    }
+    Ok(())
+}

@@ -1,0 +1,155 @@
+//! The `trace` output: one JSON object per kernel event (a public interface: field
+//! names are documented in the README and kept stable).
+
+use serde::Serialize;
+
+use crate::{
+    clock,
+    events::{KernelEvent, SocketFact},
+};
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct TraceRecord {
+    pub kind: &'static str,
+    pub ts: String,
+    pub cgroup_id: u64,
+    pub cgroup_path: Option<String>,
+    pub pid: Option<u32>,
+    pub tgid: Option<u32>,
+    pub comm: Option<String>,
+    /// `ipv4` | `ipv6`.
+    pub family: Option<&'static str>,
+    /// Client end for `refused`, listening address for `listen` / `listen_closed`.
+    pub src: Option<String>,
+    /// Destination as dialed (`refused`).
+    pub dst: Option<String>,
+    /// `refused` only: where the local stack refused the SYN after a NAT redirect;
+    /// null when not redirected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_dst: Option<Option<String>>,
+}
+
+impl TraceRecord {
+    /// `cgroup_path` comes from the cgroup index (or the event itself).
+    pub fn new(ev: &KernelEvent, cgroup_path: Option<String>) -> Self {
+        let ts = clock::rfc3339_nanos(clock::boot_to_unix_ns(ev.ts_boot_ns()));
+        let kind = ev.kind().name();
+        match ev {
+            KernelEvent::Refused(s) | KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
+                Self::socket(
+                    kind,
+                    ts,
+                    s,
+                    cgroup_path,
+                    matches!(ev, KernelEvent::Refused(_)),
+                )
+            }
+            KernelEvent::CgroupCreated(c) | KernelEvent::CgroupRemoved(c) => TraceRecord {
+                kind,
+                ts,
+                cgroup_id: c.cgroup_id,
+                cgroup_path: Some(c.path.clone()),
+                pid: None,
+                tgid: None,
+                comm: None,
+                family: None,
+                src: None,
+                dst: None,
+                local_dst: None,
+            },
+        }
+    }
+
+    fn socket(
+        kind: &'static str,
+        ts: String,
+        s: &SocketFact,
+        cgroup_path: Option<String>,
+        refused: bool,
+    ) -> Self {
+        TraceRecord {
+            kind,
+            ts,
+            cgroup_id: s.owner.cgroup_id,
+            cgroup_path,
+            pid: Some(s.owner.pid),
+            tgid: Some(s.owner.tgid),
+            comm: Some(s.owner.comm.clone()),
+            family: Some(if s.ipv6 { "ipv6" } else { "ipv4" }),
+            src: Some(s.src.to_string()),
+            dst: s.dst.map(|d| d.to_string()),
+            local_dst: refused.then(|| s.local_dst.map(|d| d.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{CgroupFact, Owner};
+
+    fn refused(local: Option<&str>) -> KernelEvent {
+        KernelEvent::Refused(SocketFact {
+            ts_boot_ns: 1,
+            owner: Owner {
+                cgroup_id: 7,
+                pid: 10,
+                tgid: 9,
+                comm: "app".into(),
+            },
+            ipv6: false,
+            src: "10.200.0.2:40000".parse().unwrap(),
+            dst: Some("10.96.0.10:80".parse().unwrap()),
+            local_dst: local.map(|l| l.parse().unwrap()),
+            start_boot_ns: 0,
+        })
+    }
+
+    #[test]
+    fn refused_has_every_documented_field() {
+        let v = serde_json::to_value(TraceRecord::new(
+            &refused(Some("127.0.0.1:15001")),
+            Some("/pod".into()),
+        ))
+        .unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "kind",
+                "ts",
+                "cgroup_id",
+                "cgroup_path",
+                "pid",
+                "tgid",
+                "comm",
+                "family",
+                "src",
+                "dst",
+                "local_dst"
+            ]
+        );
+        assert_eq!(v["kind"], "refused");
+        assert_eq!(v["local_dst"], "127.0.0.1:15001");
+        assert_eq!(v["dst"], "10.96.0.10:80");
+        assert_eq!(v["family"], "ipv4");
+        assert!(v["ts"].as_str().unwrap().ends_with('Z'));
+    }
+
+    #[test]
+    fn refused_without_redirect_has_null_local_dst_and_others_have_none() {
+        let v = serde_json::to_value(TraceRecord::new(&refused(None), None)).unwrap();
+        assert!(v["local_dst"].is_null() && v.as_object().unwrap().contains_key("local_dst"));
+        let cg = KernelEvent::CgroupCreated(CgroupFact {
+            ts_boot_ns: 1,
+            cgroup_id: 5,
+            level: 1,
+            path: "/a".into(),
+            truncated: false,
+        });
+        let v = serde_json::to_value(TraceRecord::new(&cg, None)).unwrap();
+        assert!(!v.as_object().unwrap().contains_key("local_dst"));
+        assert_eq!(v["cgroup_path"], "/a");
+        assert!(v["pid"].is_null());
+    }
+}

@@ -1,0 +1,132 @@
+//! Records written to the ring buffer and the per-CPU counter slots.
+
+use core::mem::size_of;
+
+/// Length of a task's `comm` in the kernel (`TASK_COMM_LEN`).
+pub const COMM_LEN: usize = 16;
+/// Bytes reserved for a cgroup path; longer paths are truncated and flagged.
+pub const CGROUP_PATH_LEN: usize = 512;
+
+/// Event kinds: the first byte of every record.
+pub mod kind {
+    pub const REFUSED: u8 = 1;
+    pub const LISTEN: u8 = 2;
+    pub const LISTEN_CLOSED: u8 = 3;
+    pub const CGROUP_CREATED: u8 = 4;
+    pub const CGROUP_REMOVED: u8 = 5;
+    /// One past the largest kind: sizes counter arrays.
+    pub const COUNT: u8 = 6;
+}
+
+/// Bits of [`Header::flags`].
+pub mod flags {
+    /// `SocketEvent::local_dst_*` holds where the local stack refused the SYN.
+    pub const HAS_LOCAL_DST: u8 = 1 << 0;
+    /// The owner was recorded when the socket started (connect/listen), not taken
+    /// from the task that happened to run when the event fired.
+    pub const OWNER_FROM_START: u8 = 1 << 1;
+    /// `CgroupEvent::path` was cut at [`super::CGROUP_PATH_LEN`] bytes.
+    pub const PATH_TRUNCATED: u8 = 1 << 2;
+}
+
+/// Address families as the kernel numbers them.
+pub const AF_INET: u16 = 2;
+pub const AF_INET6: u16 = 10;
+
+/// Per-CPU counter slots. `seen` counts every event the kernel wanted to send (for
+/// `REFUSED` that is every refusal), `lost` those the full ring buffer could not take.
+pub mod counter {
+    use super::kind;
+    pub const SLOTS: u32 = 2 * kind::COUNT as u32;
+    pub const fn seen(kind: u8) -> u32 {
+        kind as u32
+    }
+    pub const fn lost(kind: u8) -> u32 {
+        kind::COUNT as u32 + kind as u32
+    }
+}
+
+/// Common prefix of every record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    pub kind: u8,
+    pub flags: u8,
+    pub _pad: [u8; 6],
+    /// `bpf_ktime_get_boot_ns()` when the event happened.
+    pub ts_boot_ns: u64,
+}
+
+/// The task responsible for a socket, recorded in process context.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// cgroup v2 id (the inode number of the cgroup's directory).
+    pub cgroup_id: u64,
+    /// Kernel pid (thread id).
+    pub pid: u32,
+    /// Thread-group id: the process id users see.
+    pub tgid: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// `refused`, `listen` and `listen_closed`. Addresses are 16 bytes: IPv6, or IPv4
+/// mapped into IPv6 (`::ffff:a.b.c.d`) as the kernel's tracepoints store them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SocketEvent {
+    pub header: Header,
+    pub owner: Owner,
+    /// Family of the socket (`AF_INET` / `AF_INET6`).
+    pub family: u16,
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub local_dst_port: u16,
+    pub src_addr: [u8; 16],
+    pub dst_addr: [u8; 16],
+    /// Where the local stack refused the SYN (after NAT, e.g. a REDIRECT to 127.0.0.1:15001).
+    pub local_dst_addr: [u8; 16],
+    /// For `refused`: when the socket entered SYN_SENT (boot ns). For listeners: when it
+    /// entered LISTEN, if known. 0 when unknown.
+    pub start_boot_ns: u64,
+}
+
+/// `cgroup_created` and `cgroup_removed` on the cgroup v2 hierarchy.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupEvent {
+    pub header: Header,
+    pub cgroup_id: u64,
+    pub level: u32,
+    /// Bytes of `path` used, without the terminating NUL.
+    pub path_len: u32,
+    /// Relative to the cgroup2 mount, starting with `/`.
+    pub path: [u8; CGROUP_PATH_LEN],
+}
+
+pub const HEADER_SIZE: usize = 16;
+pub const OWNER_SIZE: usize = 32;
+pub const SOCKET_EVENT_SIZE: usize = 112;
+pub const CGROUP_EVENT_SIZE: usize = 32 + CGROUP_PATH_LEN;
+
+const _: () = assert!(size_of::<Header>() == HEADER_SIZE);
+const _: () = assert!(size_of::<Owner>() == OWNER_SIZE);
+const _: () = assert!(size_of::<SocketEvent>() == SOCKET_EVENT_SIZE);
+const _: () = assert!(size_of::<CgroupEvent>() == CGROUP_EVENT_SIZE);
+
+/// Maps an IPv4 address into the IPv6 form the kernel's tracepoints use.
+pub const fn v4_mapped(v4: [u8; 4]) -> [u8; 16] {
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, v4[0], v4[1], v4[2], v4[3],
+    ]
+}
+
+/// Key of the map that remembers where the local stack refused a SYN, by the client end.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientEnd {
+    pub addr: [u8; 16],
+    pub port: u16,
+    pub _pad: [u8; 6],
+}
+const _: () = assert!(size_of::<ClientEnd>() == 24);

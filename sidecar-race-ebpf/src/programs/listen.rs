@@ -1,0 +1,69 @@
+//! Listeners coming up (`listen`) and going away (`listen_closed`).
+
+use aya_ebpf::programs::TracePointContext;
+use sidecar_race_ebpf::{
+    abi::{SocketEvent, counter, flags, kind},
+    layout::InetSockSetState,
+};
+
+use super::{EVENTS, LISTENING, ListenOwner, count, current_owner, field, now_boot_ns};
+
+#[inline(always)]
+pub fn started(ctx: &TracePointContext, l: &InetSockSetState, sk: u64) -> Result<u32, u32> {
+    let owner = ListenOwner {
+        owner: current_owner(),
+        start_boot_ns: now_boot_ns(),
+    };
+    let _ = LISTENING.insert(&sk, &owner, 0);
+    emit(ctx, l, kind::LISTEN, &owner, 0)
+}
+
+#[inline(always)]
+pub fn stopped(ctx: &TracePointContext, l: &InetSockSetState, sk: u64) -> Result<u32, u32> {
+    // The closing task may not be the one that listened (fd passed on, exit of
+    // another thread): prefer the owner recorded at listen().
+    // SAFETY: the value is copied out before any other map operation.
+    let recorded = unsafe { LISTENING.get(&sk) }.copied();
+    let _ = LISTENING.remove(&sk);
+    match recorded {
+        Some(owner) => emit(ctx, l, kind::LISTEN_CLOSED, &owner, flags::OWNER_FROM_START),
+        None => {
+            let owner = ListenOwner {
+                owner: current_owner(),
+                start_boot_ns: 0,
+            };
+            emit(ctx, l, kind::LISTEN_CLOSED, &owner, 0)
+        }
+    }
+}
+
+#[inline(always)]
+fn emit(
+    ctx: &TracePointContext,
+    l: &InetSockSetState,
+    k: u8,
+    owner: &ListenOwner,
+    event_flags: u8,
+) -> Result<u32, u32> {
+    count(counter::seen(k));
+    let Some(mut entry) = EVENTS.reserve::<SocketEvent>(0) else {
+        count(counter::lost(k));
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` is a reserved record we own until submit; written in place to
+    // stay within the 512-byte stack.
+    unsafe {
+        core::ptr::write_bytes(ev, 0, 1);
+        (*ev).header.kind = k;
+        (*ev).header.flags = event_flags;
+        (*ev).header.ts_boot_ns = now_boot_ns();
+        (*ev).owner = owner.owner;
+        (*ev).start_boot_ns = owner.start_boot_ns;
+        (*ev).family = field(ctx, l.family).unwrap_or(0);
+        (*ev).src_addr = field(ctx, l.saddr_v6).unwrap_or([0; 16]);
+        (*ev).src_port = field(ctx, l.sport).unwrap_or(0);
+    }
+    entry.submit(0);
+    Ok(0)
+}

@@ -1,0 +1,128 @@
+//! One file per kernel concern; the shared maps, config and helpers live here.
+
+mod cgroups;
+mod connect;
+mod listen;
+mod reset;
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, generated},
+    macros::map,
+    maps::{LruHashMap, PerCpuArray, RingBuf},
+    programs::TracePointContext,
+};
+use sidecar_race_ebpf::{
+    abi::{ClientEnd, Owner, counter},
+    layout::{Config, MISSING},
+};
+
+/// Filled by the agent from tracefs at load time.
+#[unsafe(no_mangle)]
+static CONFIG: Config = Config::UNSET;
+
+/// Ring buffer to the agent. Its size is set by the agent at load time.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// Exact per-CPU counts (seen / lost per kind), independent of the ring buffer.
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::SLOTS, 0);
+
+/// A socket in SYN_SENT, by `struct sock *`: who connects where, recorded at connect.
+#[map]
+static CONNECTING: LruHashMap<u64, PendingConnect> = LruHashMap::with_max_entries(65_536, 0);
+
+/// A socket in LISTEN, by `struct sock *`: who listens, recorded at listen().
+#[map]
+static LISTENING: LruHashMap<u64, ListenOwner> = LruHashMap::with_max_entries(65_536, 0);
+
+/// Where the local stack refused a SYN for lack of a listener, by the client end the
+/// reset went to; read when that client's socket receives the reset.
+#[map]
+static LOCAL_REFUSALS: LruHashMap<ClientEnd, LocalRefusal> = LruHashMap::with_max_entries(4_096, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PendingConnect {
+    pub owner: Owner,
+    pub dst_addr: [u8; 16],
+    pub dst_port: u16,
+    pub family: u16,
+    pub _pad: u32,
+    pub start_boot_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ListenOwner {
+    pub owner: Owner,
+    pub start_boot_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LocalRefusal {
+    pub addr: [u8; 16],
+    pub port: u16,
+    pub _pad: [u8; 6],
+    pub ts_boot_ns: u64,
+}
+
+pub const IPPROTO_TCP: u16 = 6;
+pub const TCP_SYN_SENT: i32 = 2;
+pub const TCP_LISTEN: i32 = 10;
+
+/// Reads one section of the config. Volatile so the compiler does not fold in the
+/// `UNSET` initialiser (the loader rewrites it), and per section to keep the
+/// 512-byte eBPF stack free.
+macro_rules! config {
+    ($($field:ident).+) => {
+        // SAFETY: a plain read of a global that nothing writes after load.
+        unsafe { core::ptr::read_volatile(&raw const $crate::programs::CONFIG.$($field).+) }
+    };
+}
+pub(crate) use config;
+
+#[inline(always)]
+pub fn now_boot_ns() -> u64 {
+    // SAFETY: helper without preconditions (kernel 5.8+).
+    unsafe { generated::bpf_ktime_get_boot_ns() }
+}
+
+/// The current task as owner; only meaningful in process context.
+#[inline(always)]
+pub fn current_owner() -> Owner {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    Owner {
+        // SAFETY: helper without preconditions.
+        cgroup_id: unsafe { generated::bpf_get_current_cgroup_id() },
+        pid: pid_tgid as u32,
+        tgid: (pid_tgid >> 32) as u32,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+    }
+}
+
+/// Reads a field at an offset from the config; `Err` when the kernel lacks it.
+#[inline(always)]
+pub fn field<T>(ctx: &TracePointContext, offset: u16) -> Result<T, u32> {
+    if offset == MISSING {
+        return Err(0);
+    }
+    // SAFETY: the offset comes from this kernel's tracefs format for this tracepoint;
+    // bpf_probe_read_kernel checks the access.
+    unsafe { ctx.read_at::<T>(offset as usize) }.map_err(|_| 0)
+}
+
+#[inline(always)]
+pub fn count(slot: u32) {
+    if let Some(p) = COUNTERS.get_ptr_mut(slot) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU.
+        unsafe { *p += 1 };
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}

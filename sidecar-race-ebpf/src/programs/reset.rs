@@ -1,0 +1,122 @@
+//! Refusals. `tcp:tcp_receive_reset` on a socket still in SYN_SENT is a refused
+//! connect; `tcp:tcp_send_reset` without a socket is the local stack refusing a SYN
+//! that found no listener, which after a NAT REDIRECT tells where the SYN really went.
+
+use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use sidecar_race_ebpf::abi::{
+    AF_INET, AF_INET6, ClientEnd, SocketEvent, counter, flags, kind, v4_mapped,
+};
+
+use super::{CONNECTING, EVENTS, LOCAL_REFUSALS, LocalRefusal, config, count, field, now_boot_ns};
+
+/// A local refusal older than this is not the one a reset just delivered.
+const LOCAL_REFUSAL_MAX_AGE_NS: u64 = 1_000_000_000;
+
+#[tracepoint]
+pub fn tcp_receive_reset(ctx: TracePointContext) -> u32 {
+    match try_receive_reset(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+#[inline(always)]
+fn try_receive_reset(ctx: &TracePointContext) -> Result<u32, u32> {
+    let l = config!(receive_reset);
+    let sk: u64 = field(ctx, l.skaddr)?;
+    let Some(pending) = CONNECTING.get_ptr(&sk) else {
+        return Ok(0); // not a connect in progress: a reset of an established flow
+    };
+    count(counter::seen(kind::REFUSED));
+    let now = now_boot_ns();
+    let client = ClientEnd {
+        addr: field(ctx, l.saddr_v6)?,
+        port: field(ctx, l.sport)?,
+        _pad: [0; 6],
+    };
+    let Some(mut entry) = EVENTS.reserve::<SocketEvent>(0) else {
+        count(counter::lost(kind::REFUSED));
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` is a reserved record we own until submit; `pending` points into a
+    // map value that stays valid for this program run (RCU). Fields are written in
+    // place to stay within the 512-byte stack.
+    unsafe {
+        (*ev).header.kind = kind::REFUSED;
+        (*ev).header.flags = flags::OWNER_FROM_START;
+        (*ev).header._pad = [0; 6];
+        (*ev).header.ts_boot_ns = now;
+        (*ev).owner = (*pending).owner;
+        (*ev).family = (*pending).family;
+        (*ev).src_addr = client.addr;
+        (*ev).src_port = client.port;
+        (*ev).dst_addr = (*pending).dst_addr;
+        (*ev).dst_port = (*pending).dst_port;
+        (*ev).start_boot_ns = (*pending).start_boot_ns;
+        (*ev).local_dst_addr = [0; 16];
+        (*ev).local_dst_port = 0;
+        if let Some(local) = LOCAL_REFUSALS.get_ptr(&client) {
+            if now.wrapping_sub((*local).ts_boot_ns) < LOCAL_REFUSAL_MAX_AGE_NS {
+                (*ev).header.flags |= flags::HAS_LOCAL_DST;
+                (*ev).local_dst_addr = (*local).addr;
+                (*ev).local_dst_port = (*local).port;
+            }
+        }
+    }
+    let _ = LOCAL_REFUSALS.remove(&client);
+    entry.submit(0);
+    Ok(0)
+}
+
+#[tracepoint]
+pub fn tcp_send_reset(ctx: TracePointContext) -> u32 {
+    match try_send_reset(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+#[inline(always)]
+fn try_send_reset(ctx: &TracePointContext) -> Result<u32, u32> {
+    let l = config!(send_reset);
+    let sk: u64 = field(ctx, l.skaddr)?;
+    if sk != 0 {
+        return Ok(0); // a socket's own reset, not "no listener here"
+    }
+    // The reset goes from the refusing end (saddr) to the client (daddr).
+    let refusing: [u8; 28] = field(ctx, l.saddr)?;
+    let client: [u8; 28] = field(ctx, l.daddr)?;
+    let (Some((addr, port)), Some((client_addr, client_port))) =
+        (sockaddr(&refusing), sockaddr(&client))
+    else {
+        return Ok(0);
+    };
+    let key = ClientEnd {
+        addr: client_addr,
+        port: client_port,
+        _pad: [0; 6],
+    };
+    let value = LocalRefusal {
+        addr,
+        port,
+        _pad: [0; 6],
+        ts_boot_ns: now_boot_ns(),
+    };
+    let _ = LOCAL_REFUSALS.insert(&key, &value, 0);
+    Ok(0)
+}
+
+/// Decodes a `sockaddr_in` / `sockaddr_in6` into (v6-form address, host-order port).
+#[inline(always)]
+fn sockaddr(raw: &[u8; 28]) -> Option<([u8; 16], u16)> {
+    let family = u16::from_ne_bytes([raw[0], raw[1]]);
+    let port = u16::from_be_bytes([raw[2], raw[3]]);
+    match family {
+        AF_INET => Some((v4_mapped([raw[4], raw[5], raw[6], raw[7]]), port)),
+        AF_INET6 => {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&raw[8..24]);
+            Some((a, port))
+        }
+        _ => None,
+    }
+}
