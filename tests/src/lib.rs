@@ -1,1 +1,7 @@
+//! Test kit for sidecar-race on a real kernel: simulated pods (a network namespace,
+//! cgroups laid out as the kubelet lays them out, real processes), the agent binary
+//! run as a user runs it, and helpers to read what it printed.
 
+pub mod agent;
+pub mod pod;
+pub mod root;

@@ -5,8 +5,8 @@
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 
 use super::{
-    CONNECTING, IPPROTO_TCP, PendingConnect, TCP_LISTEN, TCP_SYN_SENT, config, current_owner,
-    field, listen, now_boot_ns,
+    CONNECTING, IPPROTO_TCP, PendingConnect, TCP_CLOSE, TCP_LISTEN, TCP_SYN_SENT, config,
+    current_owner, field, listen, now_boot_ns,
 };
 
 #[tracepoint]
@@ -40,7 +40,9 @@ fn try_set_state(ctx: &TracePointContext) -> Result<u32, u32> {
     }
     if new == TCP_LISTEN {
         listen::started(ctx, &l, sk)?;
-    } else if old == TCP_LISTEN {
+    } else if old == TCP_LISTEN && new == TCP_CLOSE {
+        // Only a real close: a child socket cloned from a listener also leaves LISTEN
+        // (to SYN_RECV), in the connecting task's context.
         listen::stopped(ctx, &l, sk)?;
     }
     Ok(0)

@@ -70,6 +70,7 @@ pub struct LocalRefusal {
 
 pub const IPPROTO_TCP: u16 = 6;
 pub const TCP_SYN_SENT: i32 = 2;
+pub const TCP_CLOSE: i32 = 7;
 pub const TCP_LISTEN: i32 = 10;
 
 /// Reads one section of the config. Volatile so the compiler does not fold in the

@@ -1,0 +1,59 @@
+//! A stand-in application: dials its sidecar at once and retries, as apps do.
+//! Prints how many attempts were refused and when it got through.
+
+use std::{
+    net::{SocketAddr, TcpStream},
+    time::{Duration, Instant},
+};
+
+fn main() {
+    let mut target: SocketAddr = "127.0.0.1:15001".parse().unwrap();
+    let mut interval_ms = 100u64;
+    let mut attempts = 0u64; // 0: until connected
+    let mut keep_dialing = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut v = || args.next().unwrap_or_else(|| usage(&a));
+        match a.as_str() {
+            "--connect" => target = v().parse().unwrap_or_else(|_| usage("--connect")),
+            "--interval-ms" => interval_ms = v().parse().unwrap_or_else(|_| usage("--interval-ms")),
+            "--attempts" => attempts = v().parse().unwrap_or_else(|_| usage("--attempts")),
+            // Dial every attempt even after success (a drain: the app keeps working).
+            "--keep-dialing" => keep_dialing = true,
+            _ => usage(&a),
+        }
+    }
+    let start = Instant::now();
+    let (mut refused, mut connected, mut n) = (0u64, 0u64, 0u64);
+    loop {
+        n += 1;
+        match TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
+            Ok(_) => {
+                connected += 1;
+                if !keep_dialing {
+                    println!(
+                        "sr-app: connected to {target} after {refused} refused attempts, {} ms",
+                        start.elapsed().as_millis()
+                    );
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => refused += 1,
+            Err(e) => eprintln!("sr-app: {target}: {e}"),
+        }
+        if attempts != 0 && n >= attempts {
+            break;
+        }
+        if interval_ms > 0 {
+            std::thread::sleep(Duration::from_millis(interval_ms));
+        }
+    }
+    println!("sr-app: {n} attempts to {target}: {refused} refused, {connected} connected");
+}
+
+fn usage(at: &str) -> ! {
+    eprintln!(
+        "sr-app: bad argument {at}\nusage: sr-app [--connect ADDR:PORT] [--interval-ms N] [--attempts N] [--keep-dialing]"
+    );
+    std::process::exit(2)
+}

@@ -1,0 +1,248 @@
+//! A simulated pod: its own network namespace, a pod cgroup and one cgroup per
+//! container laid out as the kubelet's systemd driver with containerd lays them out,
+//! and real processes started inside both.
+
+use std::{
+    ffi::CString,
+    fs,
+    os::{fd::AsRawFd, unix::process::CommandExt},
+    path::{Path, PathBuf},
+    process::{Child, Command},
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use anyhow::{Context, bail};
+use sidecar_race_agent::cgroups;
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// QoS slice the simulated pods live in, as on a real node.
+const QOS: &str = "kubepods.slice/kubepods-burstable.slice";
+
+pub struct SimPod {
+    pub name: String,
+    pub uid: String,
+    pub netns: String,
+    /// Absolute path of the pod's cgroup directory.
+    pub cgroup_dir: PathBuf,
+    containers: Vec<PathBuf>,
+    children: Vec<Child>,
+    extra_links: Vec<String>,
+}
+
+/// One container's cgroup.
+#[derive(Debug, Clone)]
+pub struct SimContainer {
+    pub name: String,
+    pub id: String,
+    pub cgroup_dir: PathBuf,
+    pub cgroup_id: u64,
+    /// Relative to the cgroup2 mount, as the agent reports it.
+    pub cgroup_path: String,
+}
+
+impl SimPod {
+    /// Creates the network namespace (loopback up) and the pod cgroup.
+    pub fn new(name: &str) -> anyhow::Result<Self> {
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let uid = pseudo_uuid(pid, seq);
+        let netns = format!("sr-{name}-{pid}-{seq}");
+        run(Command::new("ip").args(["netns", "add", &netns]))?;
+        run(Command::new("ip").args(["-n", &netns, "link", "set", "lo", "up"]))?;
+        let root = cgroups::find_cgroup2()?;
+        let cgroup_dir = root.join(QOS).join(format!(
+            "kubepods-burstable-pod{}.slice",
+            uid.replace('-', "_")
+        ));
+        fs::create_dir_all(&cgroup_dir)
+            .with_context(|| format!("creating {}", cgroup_dir.display()))?;
+        Ok(Self {
+            name: name.to_string(),
+            uid,
+            netns,
+            cgroup_dir,
+            containers: Vec::new(),
+            children: Vec::new(),
+            extra_links: Vec::new(),
+        })
+    }
+
+    /// Creates a container cgroup (`cri-containerd-<64 hex>.scope`).
+    pub fn container(&mut self, name: &str) -> anyhow::Result<SimContainer> {
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let id = hex64(&format!("{}/{name}/{seq}", self.uid));
+        let dir = self.cgroup_dir.join(format!("cri-containerd-{id}.scope"));
+        fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        self.containers.push(dir.clone());
+        let root = cgroups::find_cgroup2()?;
+        Ok(SimContainer {
+            name: name.to_string(),
+            cgroup_id: cgroups::id_of(&dir)?,
+            cgroup_path: format!("/{}", dir.strip_prefix(&root)?.display()),
+            id,
+            cgroup_dir: dir,
+        })
+    }
+
+    /// Starts `cmd` inside the pod's network namespace and the container's cgroup.
+    pub fn spawn(&mut self, container: &SimContainer, mut cmd: Command) -> anyhow::Result<u32> {
+        let netns = fs::File::open(format!("/run/netns/{}", self.netns))?;
+        let procs = CString::new(
+            container
+                .cgroup_dir
+                .join("cgroup.procs")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )?;
+        let fd = netns.as_raw_fd();
+        // SAFETY: only async-signal-safe syscalls (open, write, close, setns) between
+        // fork and exec; the netns file stays open in the parent until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                let f = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                if f < 0 || libc::write(f, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(f);
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .context("spawning a process in the simulated pod")?;
+        let pid = child.id();
+        self.children.push(child);
+        Ok(pid)
+    }
+
+    /// Gives the namespace a veth (peer left in the host namespace, no traffic leaves
+    /// the pod), `addr` (CIDR) on it and a default route: what a pod network has.
+    pub fn add_pod_network(&mut self, addr_cidr: &str) -> anyhow::Result<()> {
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let host = format!("srh{}{}", std::process::id() % 100_000, seq);
+        let peer = format!("srp{}{}", std::process::id() % 100_000, seq);
+        run(Command::new("ip").args(["link", "add", &host, "type", "veth", "peer", "name", &peer]))?;
+        self.extra_links.push(host.clone());
+        run(Command::new("ip").args(["link", "set", &peer, "netns", &self.netns]))?;
+        run(Command::new("ip").args(["link", "set", &host, "up"]))?;
+        self.ip(&["addr", "add", addr_cidr, "dev", &peer])?;
+        self.ip(&["link", "set", &peer, "up"])?;
+        self.ip(&["route", "add", "default", "dev", &peer])?;
+        Ok(())
+    }
+
+    /// Runs `ip <args>` inside the pod's namespace.
+    pub fn ip(&self, args: &[&str]) -> anyhow::Result<()> {
+        run(Command::new("ip").args(["-n", &self.netns]).args(args))
+    }
+
+    /// Runs a command inside the pod's namespace (e.g. iptables), waiting for it.
+    pub fn exec(&self, program: &str, args: &[&str]) -> anyhow::Result<()> {
+        run(Command::new("ip")
+            .args(["netns", "exec", &self.netns, program])
+            .args(args))
+    }
+
+    /// Waits for the process `pid` started with [`SimPod::spawn`] to exit.
+    pub fn wait(&mut self, pid: u32) -> anyhow::Result<std::process::ExitStatus> {
+        let child = self
+            .children
+            .iter_mut()
+            .find(|c| c.id() == pid)
+            .context("no such process in this pod")?;
+        Ok(child.wait()?)
+    }
+
+    /// Sends SIGTERM to a process of the pod.
+    pub fn terminate(&self, pid: u32) {
+        // SAFETY: plain kill(2) of our own child.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    }
+}
+
+impl Drop for SimPod {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for dir in self.containers.iter().rev() {
+            let _ = fs::remove_dir(dir);
+        }
+        let _ = fs::remove_dir(&self.cgroup_dir);
+        for link in &self.extra_links {
+            let _ = Command::new("ip").args(["link", "del", link]).output();
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.netns])
+            .output();
+    }
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// A stable-looking but unique 64-hex container id.
+fn hex64(seed: &str) -> String {
+    let mut out = String::with_capacity(64);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ now_nanos();
+    for round in 0..4u64 {
+        for b in seed.bytes().chain(round.to_le_bytes()) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100_0000_01b3);
+        }
+        out.push_str(&format!("{h:016x}"));
+    }
+    out
+}
+
+fn pseudo_uuid(pid: u32, seq: u32) -> String {
+    let h = hex64(&format!("pod/{pid}/{seq}"));
+    format!(
+        "{}-{}-4{}-8{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
+}
+
+fn now_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Path of a binary built next to the running test or tool (same profile).
+pub fn sibling_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir.join(name)
+}
+
+/// `Path::exists`, failing with how to build it.
+pub fn require_binary(path: &Path) -> PathBuf {
+    assert!(
+        path.exists(),
+        "{} is not built; run `cargo xtask test` (or `cargo build --workspace` first)",
+        path.display()
+    );
+    path.to_path_buf()
+}
