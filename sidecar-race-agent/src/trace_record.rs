@@ -112,23 +112,23 @@ mod tests {
             Some("/pod".into()),
         ))
         .unwrap();
-        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(
-            keys,
-            [
-                "kind",
-                "ts",
-                "cgroup_id",
-                "cgroup_path",
-                "pid",
-                "tgid",
-                "comm",
-                "family",
-                "src",
-                "dst",
-                "local_dst"
-            ]
-        );
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort();
+        let mut documented = [
+            "kind",
+            "ts",
+            "cgroup_id",
+            "cgroup_path",
+            "pid",
+            "tgid",
+            "comm",
+            "family",
+            "src",
+            "dst",
+            "local_dst",
+        ];
+        documented.sort();
+        assert_eq!(keys, documented);
         assert_eq!(v["kind"], "refused");
         assert_eq!(v["local_dst"], "127.0.0.1:15001");
         assert_eq!(v["dst"], "10.96.0.10:80");
