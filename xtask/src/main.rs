@@ -1,1 +1,59 @@
-fn main() {}
+//! `cargo xtask <setup|build|test|demo>`: the project's own automation. Depends on
+//! nothing that needs the eBPF toolchain, so it can install that toolchain.
+
+mod run;
+mod setup;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "Set up, build, test and demo sidecar-race")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what the build and the tests need, when missing (apt-get, cargo install).
+    Setup,
+    /// Set up, then build the agent (with its embedded eBPF object) and the test kit.
+    Build,
+    /// Set up, build, and run every test tier (root tiers run when root, as in CI).
+    Test {
+        /// Extra arguments for `cargo test` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up, build, then make a real startup race in a simulated pod and show what
+    /// the agent saw.
+    Demo,
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Task::Setup => setup::ensure(),
+        Task::Build => {
+            setup::ensure()?;
+            build()
+        }
+        Task::Test { args } => {
+            setup::ensure()?;
+            build()?;
+            let mut cmd = run::cargo();
+            cmd.args(["test", "--workspace"]).args(args);
+            run::checked(&mut cmd)
+        }
+        Task::Demo => {
+            setup::ensure()?;
+            build()?;
+            run::checked(&mut std::process::Command::new(
+                run::workspace_root().join("target/debug/sr-demo"),
+            ))
+        }
+    }
+}
+
+fn build() -> anyhow::Result<()> {
+    run::checked(run::cargo().args(["build", "--workspace", "--bins"]))
+}
