@@ -5,8 +5,8 @@
 //! 2. a rustup nightly with `rust-src` (the usual aya route, `-Z build-std=core`);
 //! 3. otherwise install route 1 with apt-get.
 //!
-//! Plus `bpf-linker` (cargo install, built against the newest system LLVM it
-//! supports) and the tools the root tests drive: iproute2, iptables.
+//! Plus `bpf-linker` (cargo install, built against Debian's LLVM 22 or 23) and the
+//! tools the root tests drive: iproute2, iptables.
 
 use std::{path::Path, process::Command};
 
@@ -17,8 +17,9 @@ use crate::run::{checked, output, succeeds};
 const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
 const DEBIAN_BPF_CORE: &str = "/usr/lib/rustlib/bpfel-unknown-none/lib";
 const BPF_LINKER_VERSION: &str = "0.13.0";
-/// LLVM majors bpf-linker 0.13 can link against, newest first.
-const LLVM_MAJORS: [u32; 3] = [23, 22, 21];
+/// LLVM majors for bpf-linker 0.13: 22 (what rustc 1.96 emits; verified here) first;
+/// it must be at least as new as the rustc that made the bitcode.
+const LLVM_MAJORS: [u32; 2] = [22, 23];
 
 pub fn ensure() -> anyhow::Result<()> {
     let mut apt = Apt::default();
@@ -41,7 +42,7 @@ pub fn ensure() -> anyhow::Result<()> {
                     .map(|i| LLVM_MAJORS[i])
             });
         let Some(major) = llvm else {
-            bail!("no LLVM 21, 22 or 23 development package is available to build bpf-linker");
+            bail!("no LLVM 22 or 23 development package is available to build bpf-linker");
         };
         apt.want(&[
             &format!("llvm-{major}-dev"),
