@@ -31,7 +31,7 @@ fn run_serves_health_and_readiness_and_stops_on_sigterm() {
         return;
     }
     let addr = format!("127.0.0.1:{}", 20_000 + std::process::id() % 20_000);
-    let mut child = Command::new(agent_binary())
+    let child = Command::new(agent_binary())
         .args(["run", "--listen", &addr])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -39,10 +39,10 @@ fn run_serves_health_and_readiness_and_stops_on_sigterm() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let ready = loop {
-        if let Some(r) = get(&addr, "/readyz") {
-            if r.0 == 200 {
-                break r;
-            }
+        if let Some(r) = get(&addr, "/readyz")
+            && r.0 == 200
+        {
+            break r;
         }
         assert!(
             Instant::now() < deadline,

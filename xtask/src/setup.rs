@@ -23,8 +23,7 @@ const LLVM_MAJORS: [u32; 2] = [22, 23];
 
 pub fn ensure() -> anyhow::Result<()> {
     let mut apt = Apt::default();
-    let debian_route = Path::new(DEBIAN_RUSTC).exists() && Path::new(DEBIAN_BPF_CORE).is_dir();
-    if !debian_route && !nightly_has_rust_src() {
+    if !ebpf_toolchain_present() {
         apt.want(&["rustc-web", "libstd-rust-web-dev-bpf"]);
     }
     for (tool, package) in [("ip", "iproute2"), ("iptables", "iptables")] {
@@ -53,9 +52,7 @@ pub fn ensure() -> anyhow::Result<()> {
     } else {
         apt.install()?;
     }
-    if !(Path::new(DEBIAN_RUSTC).exists() && Path::new(DEBIAN_BPF_CORE).is_dir())
-        && !nightly_has_rust_src()
-    {
+    if !ebpf_toolchain_present() {
         bail!(
             "no eBPF toolchain after setup: install Debian's rustc-web and libstd-rust-web-dev-bpf, \
              or `rustup toolchain install nightly --component rust-src`"
@@ -140,6 +137,12 @@ fn which_bpf_linker() -> Option<String> {
         let p = format!("{home}/.cargo/bin/bpf-linker");
         Path::new(&p).exists().then_some(p)
     })
+}
+
+/// Debian's route (precompiled BPF core) or a nightly with rust-src.
+fn ebpf_toolchain_present() -> bool {
+    (Path::new(DEBIAN_RUSTC).exists() && Path::new(DEBIAN_BPF_CORE).is_dir())
+        || nightly_has_rust_src()
 }
 
 fn nightly_has_rust_src() -> bool {

@@ -92,7 +92,7 @@ impl Probes {
     pub fn load(layout: &KernelLayout, opts: ProbeOptions) -> Result<Self, ProbeError> {
         let page = page_size();
         let size = opts.ring_buffer_bytes;
-        if !size.is_power_of_two() || (size as usize) % page != 0 {
+        if !size.is_power_of_two() || !(size as usize).is_multiple_of(page) {
             return Err(ProbeError::RingSize { got: size, page });
         }
         raise_memlock();
