@@ -1,12 +1,24 @@
 //! Start-up shared by every command that watches the kernel: requirements, layout,
 //! probes, cgroup index, event stream.
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use thiserror::Error;
 
+use tokio::sync::mpsc;
+
 use crate::{
     cgroups::CgroupIndex,
+    events::KernelEvent,
+    inventory::{
+        Inventory,
+        sources::{self, PodSourceSpec, PodUpdate, SourceOptions, SourceStats},
+        store::PodStore,
+    },
     kernel::{
         probes::{ProbeError, ProbeOptions, Probes},
         requirements::{self, Environment, Locations, MissingRequirements},
@@ -20,8 +32,10 @@ pub struct AgentOptions {
     pub cgroup_root: Option<PathBuf>,
     pub probes: ProbeOptions,
     pub channel_capacity: usize,
-    /// How long removed cgroups stay resolvable.
-    pub cgroup_grace: Duration,
+    /// How long removed cgroups and deleted pods stay resolvable.
+    pub grace: Duration,
+    pub pods_from: PodSourceSpec,
+    pub source: SourceOptions,
 }
 
 #[derive(Debug, Error)]
@@ -43,7 +57,36 @@ pub struct Agent {
     pub env: Environment,
     pub probes: Probes,
     pub stream: EventStream,
-    pub cgroups: CgroupIndex,
+    pub inventory: Inventory,
+    pub pod_updates: mpsc::Receiver<PodUpdate>,
+    pub source_stats: Arc<SourceStats>,
+}
+
+impl Agent {
+    /// Applies a pod source's update to the inventory.
+    pub fn apply(&mut self, update: PodUpdate) {
+        let now = Instant::now();
+        let pods = &mut self.inventory.pods;
+        match update {
+            PodUpdate::Apply(p) => pods.apply(p),
+            PodUpdate::Delete { uid } => pods.delete(&uid, now),
+            PodUpdate::Replace(all) => pods.replace(all, now),
+        }
+        pods.expire(now);
+    }
+
+    /// Keeps the cgroup index current from the kernel's cgroup events.
+    pub fn observe(&mut self, ev: &KernelEvent) {
+        let cgroups = &mut self.inventory.cgroups;
+        match ev {
+            KernelEvent::CgroupCreated(c) => cgroups.created(c.cgroup_id, &c.path),
+            KernelEvent::CgroupRemoved(c) => {
+                cgroups.removed(c.cgroup_id, &c.path, c.ts_boot_ns);
+                cgroups.expire(c.ts_boot_ns);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Checks the node, loads and attaches the programs, indexes cgroups and starts the
@@ -72,7 +115,7 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         );
     }
     // Index first, then read: a cgroup made in between is both scanned and reported.
-    let mut cgroups = CgroupIndex::new(&env.cgroup2, opts.cgroup_grace.as_nanos() as u64);
+    let mut cgroups = CgroupIndex::new(&env.cgroup2, opts.grace.as_nanos() as u64);
     cgroups.scan().map_err(|source| StartError::CgroupScan {
         path: env.cgroup2.clone(),
         source,
@@ -87,10 +130,22 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         attached = ?probes.attached.iter().map(|t| t.name).collect::<Vec<_>>(),
         "watching the kernel"
     );
+    let (tx, pod_updates) = mpsc::channel(64);
+    let source_stats = Arc::new(SourceStats::default());
+    let has_pod_source = sources::spawn(
+        &opts.pods_from,
+        opts.source.clone(),
+        tx,
+        source_stats.clone(),
+    )
+    .is_some();
+    tracing::info!(pods_from = %opts.pods_from, "pod metadata source");
     Ok(Agent {
         env,
         probes,
         stream,
-        cgroups,
+        inventory: Inventory::new(cgroups, PodStore::new(opts.grace), has_pod_source),
+        pod_updates,
+        source_stats,
     })
 }

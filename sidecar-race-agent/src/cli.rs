@@ -5,7 +5,12 @@ use std::{collections::BTreeSet, net::SocketAddr, path::PathBuf, time::Duration}
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::{agent::AgentOptions, events::Kind, kernel::probes::ProbeOptions};
+use crate::{
+    agent::AgentOptions,
+    events::Kind,
+    inventory::sources::{PodSourceSpec, SourceOptions},
+    kernel::probes::ProbeOptions,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -55,9 +60,60 @@ pub struct KernelArgs {
     /// are dropped and counted.
     #[arg(long, env = "SIDECAR_RACE_CHANNEL_CAPACITY", default_value_t = 65_536)]
     pub channel_capacity: usize,
-    /// Seconds a removed cgroup stays resolvable (late and drain-time events).
-    #[arg(long, env = "SIDECAR_RACE_CGROUP_GRACE_SECONDS", default_value_t = 600)]
-    pub cgroup_grace_seconds: u64,
+    /// Seconds a removed cgroup or deleted pod stays resolvable (late and drain-time
+    /// events still attribute).
+    #[arg(long, env = "SIDECAR_RACE_GRACE_SECONDS", default_value_t = 600)]
+    pub grace_seconds: u64,
+    #[command(flatten)]
+    pub pods: PodSourceArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PodSourceArgs {
+    /// Pod metadata source: api, kubelet, file:PATH or none (default: api in a
+    /// cluster, none elsewhere).
+    #[arg(long, env = "SIDECAR_RACE_PODS_FROM")]
+    pub pods_from: Option<PodSourceSpec>,
+    /// This node's name (downward API `spec.nodeName`); the api source watches its pods.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// This node's IP (downward API `status.hostIP`); the kubelet source polls it.
+    #[arg(long, env = "NODE_IP")]
+    pub node_ip: Option<String>,
+    #[arg(long, env = "SIDECAR_RACE_KUBELET_PORT", default_value_t = 10250)]
+    pub kubelet_port: u16,
+    /// CA bundle for the kubelet's serving certificate (default: the service account's CA).
+    #[arg(long, env = "SIDECAR_RACE_KUBELET_CA")]
+    pub kubelet_ca: Option<PathBuf>,
+    /// Skip verifying the kubelet's certificate (only when asked: self-signed kubelets).
+    #[arg(long, env = "SIDECAR_RACE_KUBELET_INSECURE")]
+    pub kubelet_insecure: bool,
+    /// Bearer token for the kubelet (default: the service-account token), re-read as it rotates.
+    #[arg(long, env = "SIDECAR_RACE_KUBELET_TOKEN_FILE")]
+    pub kubelet_token_file: Option<PathBuf>,
+    /// Seconds between polls of the kubelet, and between checks of a pods file.
+    #[arg(long, env = "SIDECAR_RACE_PODS_POLL_SECONDS", default_value_t = 5.0)]
+    pub pods_poll_seconds: f64,
+}
+
+impl PodSourceArgs {
+    pub fn spec(&self) -> PodSourceSpec {
+        self.pods_from
+            .clone()
+            .unwrap_or_else(PodSourceSpec::default_for_environment)
+    }
+
+    pub fn options(&self) -> SourceOptions {
+        SourceOptions {
+            node_name: self.node_name.clone(),
+            node_ip: self.node_ip.clone(),
+            kubelet_port: self.kubelet_port,
+            kubelet_ca: self.kubelet_ca.clone(),
+            kubelet_insecure: self.kubelet_insecure,
+            token_file: self.kubelet_token_file.clone(),
+            poll_interval: Duration::from_secs_f64(self.pods_poll_seconds.max(0.1)),
+        }
+    }
 }
 
 impl KernelArgs {
@@ -70,7 +126,9 @@ impl KernelArgs {
                 ..ProbeOptions::default()
             },
             channel_capacity: self.channel_capacity.max(1),
-            cgroup_grace: Duration::from_secs(self.cgroup_grace_seconds),
+            grace: Duration::from_secs(self.grace_seconds),
+            pods_from: self.pods.spec(),
+            source: self.pods.options(),
         }
     }
 }
@@ -81,6 +139,10 @@ pub struct TraceArgs {
     /// cgroup_created, cgroup_removed (default: all).
     #[arg(long, env = "SIDECAR_RACE_KINDS", value_delimiter = ',', value_parser = parse_kind)]
     pub kinds: Vec<Kind>,
+    /// Milliseconds an event of a container the pod source has not named yet waits
+    /// for its name before it is printed without.
+    #[arg(long, env = "SIDECAR_RACE_ATTRIBUTION_WAIT_MS", default_value_t = 2000)]
+    pub attribution_wait_ms: u64,
     #[command(flatten)]
     pub kernel: KernelArgs,
 }
@@ -149,5 +211,21 @@ mod tests {
         };
         assert_eq!(r.listen.to_string(), "0.0.0.0:9965");
         assert_eq!(r.kernel.ring_buffer_bytes, 1 << 20);
+        let Command::Run(r) = Cli::try_parse_from([
+            "a",
+            "run",
+            "--pods-from",
+            "file:/p.json",
+            "--node-name",
+            "n1",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(r.kernel.pods.spec(), PodSourceSpec::File("/p.json".into()));
+        assert_eq!(r.kernel.pods.options().node_name.as_deref(), Some("n1"));
+        assert!(Cli::try_parse_from(["a", "run", "--pods-from", "etcd"]).is_err());
     }
 }

@@ -8,6 +8,7 @@ pub mod clock;
 pub mod commands;
 pub mod events;
 pub mod http;
+pub mod inventory;
 pub mod kernel;
 pub mod logging;
 pub mod mountinfo;

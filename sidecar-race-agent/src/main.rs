@@ -11,7 +11,14 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.log_format, &cli.log_level);
     let result = match cli.command {
-        Command::Trace(args) => commands::trace::run(args.kernel.options(), args.kind_set()).await,
+        Command::Trace(args) => {
+            commands::trace::run(
+                args.kernel.options(),
+                args.kind_set(),
+                Duration::from_millis(args.attribution_wait_ms),
+            )
+            .await
+        }
         Command::Run(args) => {
             commands::run::run(commands::run::RunOptions {
                 agent: args.kernel.options(),

@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::{
     clock,
     events::{KernelEvent, SocketFact},
+    inventory::Attribution,
 };
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -14,6 +15,9 @@ pub struct TraceRecord {
     pub ts: String,
     pub cgroup_id: u64,
     pub cgroup_path: Option<String>,
+    /// `pod_uid`, `container_id`, `namespace`, `pod`, `container`.
+    #[serde(flatten)]
+    pub attribution: Attribution,
     pub pid: Option<u32>,
     pub tgid: Option<u32>,
     pub comm: Option<String>,
@@ -31,7 +35,7 @@ pub struct TraceRecord {
 
 impl TraceRecord {
     /// `cgroup_path` comes from the cgroup index (or the event itself).
-    pub fn new(ev: &KernelEvent, cgroup_path: Option<String>) -> Self {
+    pub fn new(ev: &KernelEvent, cgroup_path: Option<String>, attribution: Attribution) -> Self {
         let ts = clock::rfc3339_nanos(clock::boot_to_unix_ns(ev.ts_boot_ns()));
         let kind = ev.kind().name();
         match ev {
@@ -41,6 +45,7 @@ impl TraceRecord {
                     ts,
                     s,
                     cgroup_path,
+                    attribution,
                     matches!(ev, KernelEvent::Refused(_)),
                 )
             }
@@ -49,6 +54,7 @@ impl TraceRecord {
                 ts,
                 cgroup_id: c.cgroup_id,
                 cgroup_path: Some(c.path.clone()),
+                attribution,
                 pid: None,
                 tgid: None,
                 comm: None,
@@ -65,6 +71,7 @@ impl TraceRecord {
         ts: String,
         s: &SocketFact,
         cgroup_path: Option<String>,
+        attribution: Attribution,
         refused: bool,
     ) -> Self {
         TraceRecord {
@@ -72,6 +79,7 @@ impl TraceRecord {
             ts,
             cgroup_id: s.owner.cgroup_id,
             cgroup_path,
+            attribution,
             pid: Some(s.owner.pid),
             tgid: Some(s.owner.tgid),
             comm: Some(s.owner.comm.clone()),
@@ -110,6 +118,11 @@ mod tests {
         let v = serde_json::to_value(TraceRecord::new(
             &refused(Some("127.0.0.1:15001")),
             Some("/pod".into()),
+            Attribution {
+                pod_uid: Some("u".into()),
+                container: Some("app".into()),
+                ..Attribution::default()
+            },
         ))
         .unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
@@ -119,6 +132,11 @@ mod tests {
             "ts",
             "cgroup_id",
             "cgroup_path",
+            "pod_uid",
+            "container_id",
+            "namespace",
+            "pod",
+            "container",
             "pid",
             "tgid",
             "comm",
@@ -133,12 +151,20 @@ mod tests {
         assert_eq!(v["local_dst"], "127.0.0.1:15001");
         assert_eq!(v["dst"], "10.96.0.10:80");
         assert_eq!(v["family"], "ipv4");
+        assert_eq!(v["pod_uid"], "u");
+        assert_eq!(v["container"], "app");
+        assert!(v["namespace"].is_null() && v["pod"].is_null() && v["container_id"].is_null());
         assert!(v["ts"].as_str().unwrap().ends_with('Z'));
     }
 
     #[test]
     fn refused_without_redirect_has_null_local_dst_and_others_have_none() {
-        let v = serde_json::to_value(TraceRecord::new(&refused(None), None)).unwrap();
+        let v = serde_json::to_value(TraceRecord::new(
+            &refused(None),
+            None,
+            Attribution::default(),
+        ))
+        .unwrap();
         assert!(v["local_dst"].is_null() && v.as_object().unwrap().contains_key("local_dst"));
         let cg = KernelEvent::CgroupCreated(CgroupFact {
             ts_boot_ns: 1,
@@ -147,7 +173,7 @@ mod tests {
             path: "/a".into(),
             truncated: false,
         });
-        let v = serde_json::to_value(TraceRecord::new(&cg, None)).unwrap();
+        let v = serde_json::to_value(TraceRecord::new(&cg, None, Attribution::default())).unwrap();
         assert!(!v.as_object().unwrap().contains_key("local_dst"));
         assert_eq!(v["cgroup_path"], "/a");
         assert!(v["pid"].is_null());

@@ -15,7 +15,6 @@ use tokio::sync::Notify;
 
 use crate::{
     agent::{self, AgentOptions},
-    commands::trace::update_index,
     events::Kind,
     http::{self, HttpState},
     shutdown,
@@ -53,8 +52,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         tokio::select! {
             ev = agent.stream.events.recv() => {
                 let Some(ev) = ev else { break };
-                update_index(&mut agent.cgroups, &ev);
+                agent.observe(&ev);
             }
+            Some(update) = agent.pod_updates.recv() => agent.apply(update),
             _ = stats.tick() => log_counts(&agent),
             _ = &mut signal, if !stopping => {
                 tracing::info!("stopping");
@@ -83,7 +83,10 @@ fn log_counts(agent: &agent::Agent) {
                 lost_in_kernel = lost,
                 delivered,
                 dropped_in_agent = stats.dropped_in_agent.load(Relaxed),
-                cgroups = agent.cgroups.len(),
+                cgroups = agent.inventory.cgroups.len(),
+                pods = agent.inventory.pods.len(),
+                unattributed = agent.inventory.unattributed_events(),
+                pod_source_errors = agent.source_stats.errors(),
                 "kernel event counts"
             );
         }

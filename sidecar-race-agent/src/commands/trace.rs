@@ -1,9 +1,11 @@
-//! `sidecar-race-agent trace`: every kernel event as a JSON line on stdout.
+//! `sidecar-race-agent trace`: every kernel event as a JSON line on stdout, with the
+//! pod and container it belongs to.
 
 use std::{
     collections::BTreeSet,
     io::{self, Write},
     sync::atomic::Ordering::Relaxed,
+    time::{Duration, Instant},
 };
 
 use serde_json::json;
@@ -11,54 +13,81 @@ use serde_json::json;
 use crate::{
     agent::{self, AgentOptions},
     events::{KernelEvent, Kind},
+    inventory::{Attribution, pending::Pending},
     shutdown,
     trace_record::TraceRecord,
 };
 
-pub async fn run(opts: AgentOptions, kinds: BTreeSet<Kind>) -> anyhow::Result<()> {
+/// How often waiting events are re-checked for names.
+const PENDING_TICK: Duration = Duration::from_millis(100);
+
+pub async fn run(
+    opts: AgentOptions,
+    kinds: BTreeSet<Kind>,
+    attribution_wait: Duration,
+) -> anyhow::Result<()> {
     let mut agent = agent::start(&opts)?;
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::new(stdout.lock());
+    let mut out = Output {
+        writer: io::BufWriter::new(io::stdout().lock()),
+        broken: false,
+    };
+    let mut pending: Pending<(KernelEvent, Option<String>)> = Pending::new(attribution_wait);
     let signal = shutdown::signal();
     tokio::pin!(signal);
+    let mut tick = tokio::time::interval(PENDING_TICK);
     let mut stopping = false;
-    loop {
-        let ev = tokio::select! {
-            ev = agent.stream.events.recv() => ev,
+    while !out.broken {
+        tokio::select! {
+            ev = agent.stream.events.recv() => {
+                let Some(ev) = ev else { break };
+                agent.observe(&ev);
+                if !kinds.contains(&ev.kind()) {
+                    continue;
+                }
+                let path = agent.inventory.cgroups.resolve(ev.cgroup_id()).map(str::to_string);
+                let attribution = agent.inventory.attribute(ev.cgroup_id());
+                if let Some((item, a)) = pending.push((ev, path), attribution, &agent.inventory, Instant::now()) {
+                    out.write(&item, a);
+                }
+            }
+            Some(update) = agent.pod_updates.recv() => agent.apply(update),
+            _ = tick.tick(), if !pending.is_empty() => {}
             _ = &mut signal, if !stopping => {
                 stopping = true;
                 agent.stream.stop();
-                continue;
             }
-        };
-        let Some(ev) = ev else { break };
-        update_index(&mut agent.cgroups, &ev);
-        if kinds.contains(&ev.kind()) {
-            let path = agent.cgroups.resolve(ev.cgroup_id()).map(str::to_string);
-            let line = serde_json::to_string(&TraceRecord::new(&ev, path))?;
-            if writeln!(out, "{line}").is_err() {
-                break; // reader of stdout went away
-            }
+        }
+        for (item, a) in pending.ready(&agent.inventory, Instant::now()) {
+            out.write(&item, a);
         }
         // Flush when the burst is over, so scripts see events promptly.
-        if agent.stream.events.is_empty() && out.flush().is_err() {
-            break;
+        if agent.stream.events.is_empty() {
+            out.flush();
         }
     }
-    let _ = out.flush();
+    for (item, a) in pending.drain(&agent.inventory) {
+        out.write(&item, a);
+    }
+    out.flush();
     summary(&agent)?;
     Ok(())
 }
 
-/// Keeps the cgroup index current from the kernel's cgroup events.
-pub fn update_index(index: &mut crate::cgroups::CgroupIndex, ev: &KernelEvent) {
-    match ev {
-        KernelEvent::CgroupCreated(c) => index.created(c.cgroup_id, &c.path),
-        KernelEvent::CgroupRemoved(c) => {
-            index.removed(c.cgroup_id, &c.path, c.ts_boot_ns);
-            index.expire(c.ts_boot_ns);
-        }
-        _ => {}
+struct Output<W: Write> {
+    writer: W,
+    /// The reader of stdout went away: stop.
+    broken: bool,
+}
+
+impl<W: Write> Output<W> {
+    fn write(&mut self, (ev, path): &(KernelEvent, Option<String>), a: Attribution) {
+        let record = TraceRecord::new(ev, path.clone(), a);
+        let line = serde_json::to_string(&record).expect("trace records serialise");
+        self.broken |= writeln!(self.writer, "{line}").is_err();
+    }
+
+    fn flush(&mut self) {
+        self.broken |= self.writer.flush().is_err();
     }
 }
 
@@ -81,6 +110,8 @@ fn summary(agent: &agent::Agent) -> anyhow::Result<()> {
             "kernel_events": kinds,
             "dropped_in_agent": stats.dropped_in_agent.load(Relaxed),
             "decode_errors": stats.decode_errors.load(Relaxed),
+            "unattributed_events": agent.inventory.unattributed_events(),
+            "pod_source_errors": agent.source_stats.errors(),
         }})
     );
     Ok(())

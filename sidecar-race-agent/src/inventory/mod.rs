@@ -1,0 +1,125 @@
+//! Attribution: from a kernel event's cgroup id to pod and container — by cgroup path
+//! alone (works with no API server at all), then names from the pod source.
+
+pub mod cgroup_path;
+pub mod pending;
+pub mod pod_info;
+pub mod sources;
+pub mod store;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use serde::Serialize;
+
+use self::{
+    cgroup_path::{PathInfo, Runtime},
+    store::PodStore,
+};
+use crate::cgroups::CgroupIndex;
+
+/// Who a kernel event belongs to. Unknown values are `None` (`null` in JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Attribution {
+    pub pod_uid: Option<String>,
+    pub container_id: Option<String>,
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub container: Option<String>,
+    #[serde(skip)]
+    pub runtime: Option<Runtime>,
+}
+
+impl Attribution {
+    /// A pod container whose name the pod source has not reported (yet).
+    pub fn lacks_container_name(&self) -> bool {
+        self.container_id.is_some() && self.pod_uid.is_some() && self.container.is_none()
+    }
+}
+
+/// The node's inventory: cgroups from the kernel, pods from the pod source.
+pub struct Inventory {
+    pub cgroups: CgroupIndex,
+    pub pods: PodStore,
+    /// Whether a pod source feeds `pods` (names can still arrive).
+    pub has_pod_source: bool,
+    /// Events whose cgroup is unknown or has a layout the parser does not know.
+    unattributed: AtomicU64,
+}
+
+impl Inventory {
+    pub fn new(cgroups: CgroupIndex, pods: PodStore, has_pod_source: bool) -> Self {
+        Self {
+            cgroups,
+            pods,
+            has_pod_source,
+            unattributed: AtomicU64::new(0),
+        }
+    }
+
+    /// Attributes a cgroup, counting the ones that cannot be (never guessed).
+    pub fn attribute(&mut self, cgroup_id: u64) -> Attribution {
+        let info = match self.cgroups.resolve(cgroup_id) {
+            Some(path) => cgroup_path::parse(path),
+            None => PathInfo::Unknown,
+        };
+        if info == PathInfo::Unknown {
+            self.unattributed.fetch_add(1, Relaxed);
+        }
+        self.names(info)
+    }
+
+    /// Attribution of a parsed path, with names from the pod store.
+    pub fn names(&self, info: PathInfo) -> Attribution {
+        let mut a = Attribution::default();
+        match info {
+            PathInfo::PodContainer {
+                pod_uid,
+                container_id,
+                runtime,
+            } => {
+                if let Some((_, name)) = self.pods.container(&container_id) {
+                    a.container = Some(name.to_string());
+                }
+                a.pod_uid = Some(pod_uid);
+                a.container_id = Some(container_id);
+                a.runtime = Some(runtime);
+            }
+            PathInfo::Pod { pod_uid } => a.pod_uid = Some(pod_uid),
+            PathInfo::Container {
+                container_id,
+                runtime,
+            } => {
+                a.container_id = Some(container_id);
+                a.runtime = Some(runtime);
+            }
+            PathInfo::Host | PathInfo::Unknown => {}
+        }
+        if let Some(pod) = a.pod_uid.as_deref().and_then(|uid| self.pods.pod(uid)) {
+            a.namespace = Some(pod.namespace.clone());
+            a.pod = Some(pod.name.clone());
+        }
+        a
+    }
+
+    /// Fills in names that arrived since `a` was made.
+    pub fn refresh(&self, a: &mut Attribution) {
+        if let Some(id) = &a.container_id {
+            if a.container.is_none() {
+                a.container = self.pods.container(id).map(|(_, n)| n.to_string());
+            }
+        }
+        if let Some(pod) = a.pod_uid.as_deref().and_then(|uid| self.pods.pod(uid)) {
+            a.namespace.get_or_insert_with(|| pod.namespace.clone());
+            a.pod.get_or_insert_with(|| pod.name.clone());
+        }
+    }
+
+    /// Whether waiting could still bring names for `a`.
+    pub fn may_learn_names(&self, a: &Attribution) -> bool {
+        self.has_pod_source && a.lacks_container_name()
+    }
+
+    pub fn unattributed_events(&self) -> u64 {
+        self.unattributed.load(Relaxed)
+    }
+}

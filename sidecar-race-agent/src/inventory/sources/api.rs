@@ -1,0 +1,104 @@
+//! `--pods-from api`: this node's pods through kube's watcher (list + watch with
+//! bookmarks; resumes after dropped connections, relists after 410 Gone, backs off
+//! from errors). Objects are watched untyped and analysed one by one, so one malformed
+//! pod is skipped and counted instead of failing the whole list.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject},
+    runtime::{WatchStreamExt, watcher},
+};
+use tokio::sync::mpsc;
+
+use super::{PodUpdate, SourceStats, pods_from_values};
+
+/// Connects with in-cluster config or `KUBECONFIG`, then watches until `tx` closes.
+pub async fn run(node_name: Option<String>, tx: mpsc::Sender<PodUpdate>, stats: Arc<SourceStats>) {
+    let client = loop {
+        match Client::try_default().await {
+            Ok(c) => break c,
+            Err(e) => {
+                stats.error();
+                tracing::warn!(
+                    "pod source api: no Kubernetes client configuration ({e}); attribution by cgroup only, retrying in 30 s"
+                );
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            }
+        }
+    };
+    watch(client, node_name, tx, stats).await
+}
+
+/// Watches pods through `client` (tests point it at a fake API server).
+pub async fn watch(
+    client: Client,
+    node_name: Option<String>,
+    tx: mpsc::Sender<PodUpdate>,
+    stats: Arc<SourceStats>,
+) {
+    let api: Api<DynamicObject> = Api::all_with(client, &ApiResource::erase::<Pod>(&()));
+    let mut config = watcher::Config::default();
+    match &node_name {
+        Some(node) => config = config.fields(&format!("spec.nodeName={node}")),
+        None => {
+            tracing::warn!("pod source api: NODE_NAME is not set; watching the pods of every node")
+        }
+    }
+    let stream = watcher(api, config).default_backoff();
+    futures::pin_mut!(stream);
+    let mut initial: Option<Vec<serde_json::Value>> = None;
+    let mut failing = false;
+    while let Some(event) = stream.next().await {
+        let update = match event {
+            Ok(watcher::Event::Init) => {
+                initial = Some(Vec::new());
+                None
+            }
+            Ok(watcher::Event::InitApply(obj)) => {
+                initial.get_or_insert_with(Vec::new).push(value(obj));
+                None
+            }
+            Ok(watcher::Event::InitDone) => {
+                stats.synced();
+                let pods = pods_from_values(initial.take().unwrap_or_default(), &stats, "api");
+                tracing::info!(pods = pods.len(), "pod source api: listed this node's pods");
+                Some(PodUpdate::Replace(pods))
+            }
+            Ok(watcher::Event::Apply(obj)) => pods_from_values([value(obj)], &stats, "api")
+                .pop()
+                .map(PodUpdate::Apply),
+            Ok(watcher::Event::Delete(obj)) => {
+                obj.metadata.uid.map(|uid| PodUpdate::Delete { uid })
+            }
+            Err(e) => {
+                stats.error();
+                if !failing {
+                    tracing::warn!(
+                        "pod source api: {e}; retrying with backoff, attribution by cgroup continues"
+                    );
+                }
+                failing = true;
+                continue;
+            }
+        };
+        if failing {
+            tracing::info!("pod source api: recovered");
+            failing = false;
+        }
+        if let Some(u) = update {
+            if tx.send(u).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The object as JSON, without managed fields (never needed, often large).
+fn value(mut obj: DynamicObject) -> serde_json::Value {
+    obj.metadata.managed_fields = None;
+    serde_json::to_value(obj).unwrap_or_default()
+}

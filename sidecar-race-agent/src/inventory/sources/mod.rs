@@ -1,0 +1,198 @@
+//! Where pod metadata comes from (`--pods-from`): the API server, the kubelet, a
+//! file, or nowhere. Each source sends [`PodUpdate`]s on a channel; errors are logged
+//! and counted, never fatal: attribution by cgroup goes on without names.
+
+pub mod api;
+pub mod file;
+pub mod kubelet;
+
+use std::{
+    fmt,
+    path::PathBuf,
+    str::FromStr,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+};
+
+use tokio::sync::mpsc;
+
+use super::pod_info::PodInfo;
+
+/// `--pods-from`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodSourceSpec {
+    Api,
+    Kubelet,
+    File(PathBuf),
+    None,
+}
+
+impl PodSourceSpec {
+    /// `api` inside a cluster (the service-account environment is there), else `none`.
+    pub fn default_for_environment() -> Self {
+        if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+            PodSourceSpec::Api
+        } else {
+            PodSourceSpec::None
+        }
+    }
+
+    /// The `source` label of `pod_source_errors`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PodSourceSpec::Api => "api",
+            PodSourceSpec::Kubelet => "kubelet",
+            PodSourceSpec::File(_) => "file",
+            PodSourceSpec::None => "none",
+        }
+    }
+}
+
+impl FromStr for PodSourceSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "api" => Ok(PodSourceSpec::Api),
+            "kubelet" => Ok(PodSourceSpec::Kubelet),
+            "none" => Ok(PodSourceSpec::None),
+            _ => match s.strip_prefix("file:") {
+                Some(path) if !path.is_empty() => Ok(PodSourceSpec::File(path.into())),
+                _ => Err(format!(
+                    "`{s}` is not a pod source: use api, kubelet, file:PATH or none"
+                )),
+            },
+        }
+    }
+}
+
+impl fmt::Display for PodSourceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PodSourceSpec::File(p) => write!(f, "file:{}", p.display()),
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+/// A change to this node's pods.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodUpdate {
+    Apply(PodInfo),
+    Delete {
+        uid: String,
+    },
+    /// A complete list: pods not in it are gone.
+    Replace(Vec<PodInfo>),
+}
+
+/// Health of a pod source, shared with logs and metrics.
+#[derive(Debug, Default)]
+pub struct SourceStats {
+    /// Failures to reach or read the source, and objects that could not be used.
+    errors: AtomicU64,
+    /// Objects skipped because they were not valid pods (part of `errors`).
+    malformed: AtomicU64,
+    /// Successful lists / polls / reads.
+    syncs: AtomicU64,
+}
+
+impl SourceStats {
+    pub fn error(&self) {
+        self.errors.fetch_add(1, Relaxed);
+    }
+
+    pub fn malformed(&self) {
+        self.malformed.fetch_add(1, Relaxed);
+        self.error();
+    }
+
+    pub fn synced(&self) {
+        self.syncs.fetch_add(1, Relaxed);
+    }
+
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Relaxed)
+    }
+
+    pub fn malformed_objects(&self) -> u64 {
+        self.malformed.load(Relaxed)
+    }
+
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Relaxed)
+    }
+}
+
+/// Options of the network sources.
+#[derive(Debug, Clone, Default)]
+pub struct SourceOptions {
+    /// `spec.nodeName` to watch (`NODE_NAME` from the downward API).
+    pub node_name: Option<String>,
+    /// The kubelet's address (`NODE_IP`).
+    pub node_ip: Option<String>,
+    pub kubelet_port: u16,
+    /// CA bundle for the kubelet's serving certificate.
+    pub kubelet_ca: Option<PathBuf>,
+    pub kubelet_insecure: bool,
+    /// Bearer token file for the kubelet (the pod's service-account token).
+    pub token_file: Option<PathBuf>,
+    pub poll_interval: std::time::Duration,
+}
+
+/// Turns JSON objects into pods, skipping (and counting) the ones that are not.
+pub(crate) fn pods_from_values(
+    values: impl IntoIterator<Item = serde_json::Value>,
+    stats: &SourceStats,
+    source: &str,
+) -> Vec<PodInfo> {
+    values
+        .into_iter()
+        .filter_map(|v| match PodInfo::from_json(v) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                stats.malformed();
+                tracing::warn!(source, "skipping a pod object: {e}");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Starts the source; its updates arrive on `tx`.
+pub fn spawn(
+    spec: &PodSourceSpec,
+    opts: SourceOptions,
+    tx: mpsc::Sender<PodUpdate>,
+    stats: Arc<SourceStats>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let handle = match spec.clone() {
+        PodSourceSpec::None => return None,
+        PodSourceSpec::Api => tokio::spawn(api::run(opts.node_name, tx, stats)),
+        PodSourceSpec::Kubelet => tokio::spawn(kubelet::run(opts, tx, stats)),
+        PodSourceSpec::File(path) => tokio::spawn(file::run(path, opts.poll_interval, tx, stats)),
+    };
+    Some(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse() {
+        assert_eq!("api".parse(), Ok(PodSourceSpec::Api));
+        assert_eq!("kubelet".parse(), Ok(PodSourceSpec::Kubelet));
+        assert_eq!("none".parse(), Ok(PodSourceSpec::None));
+        assert_eq!(
+            "file:/tmp/pods.json".parse(),
+            Ok(PodSourceSpec::File("/tmp/pods.json".into()))
+        );
+        assert!("file:".parse::<PodSourceSpec>().is_err());
+        let err = "apiserver".parse::<PodSourceSpec>().unwrap_err();
+        assert!(err.contains("api, kubelet, file:PATH or none"), "{err}");
+        assert_eq!(PodSourceSpec::File("/x".into()).to_string(), "file:/x");
+    }
+}

@@ -1,0 +1,197 @@
+//! This node's pods as the pod source last described them, with deleted pods kept
+//! resolvable for a grace period (late and drain-time kernel events still attribute).
+//! It plays the role of kube's reflector store, plus that grace period.
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use super::pod_info::PodInfo;
+
+struct Entry {
+    info: Arc<PodInfo>,
+    /// When the source stopped reporting it.
+    gone_at: Option<Instant>,
+}
+
+pub struct PodStore {
+    pods: HashMap<String, Entry>,
+    /// Runtime container id → (pod uid, container name).
+    containers: HashMap<String, (String, String)>,
+    grace: Duration,
+    /// Bumped on every change; lets waiters know something new arrived.
+    generation: u64,
+}
+
+impl PodStore {
+    pub fn new(grace: Duration) -> Self {
+        Self {
+            pods: HashMap::new(),
+            containers: HashMap::new(),
+            grace,
+            generation: 0,
+        }
+    }
+
+    pub fn apply(&mut self, info: PodInfo) {
+        for (id, name) in info.container_ids() {
+            self.containers
+                .insert(id.to_string(), (info.uid.clone(), name.to_string()));
+        }
+        self.pods.insert(
+            info.uid.clone(),
+            Entry {
+                info: Arc::new(info),
+                gone_at: None,
+            },
+        );
+        self.generation += 1;
+    }
+
+    pub fn delete(&mut self, uid: &str, now: Instant) {
+        if let Some(e) = self.pods.get_mut(uid) {
+            e.gone_at.get_or_insert(now);
+            self.generation += 1;
+        }
+    }
+
+    /// A full relist: everything not in `pods` is gone as of `now`.
+    pub fn replace(&mut self, pods: Vec<PodInfo>, now: Instant) {
+        let listed: std::collections::HashSet<String> =
+            pods.iter().map(|p| p.uid.clone()).collect();
+        for (uid, e) in self.pods.iter_mut() {
+            if !listed.contains(uid) {
+                e.gone_at.get_or_insert(now);
+            }
+        }
+        for p in pods {
+            self.apply(p);
+        }
+        self.generation += 1;
+    }
+
+    /// Forgets pods gone longer than the grace period.
+    pub fn expire(&mut self, now: Instant) {
+        let grace = self.grace;
+        let before = self.pods.len();
+        self.pods
+            .retain(|_, e| e.gone_at.is_none_or(|t| now.duration_since(t) <= grace));
+        if self.pods.len() != before {
+            let pods = &self.pods;
+            self.containers.retain(|_, (uid, _)| pods.contains_key(uid));
+        }
+    }
+
+    pub fn pod(&self, uid: &str) -> Option<&Arc<PodInfo>> {
+        self.pods.get(uid).map(|e| &e.info)
+    }
+
+    /// Whether the source still reports the pod (false: deleted, within grace).
+    pub fn is_live(&self, uid: &str) -> bool {
+        self.pods.get(uid).is_some_and(|e| e.gone_at.is_none())
+    }
+
+    /// Pod uid and container name of a runtime container id.
+    pub fn container(&self, container_id: &str) -> Option<(&str, &str)> {
+        self.containers
+            .get(container_id)
+            .map(|(uid, name)| (uid.as_str(), name.as_str()))
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
+        self.pods.values().map(|e| &e.info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::cgroup_path::Runtime;
+    use crate::inventory::pod_info::{StatusInfo, Workload};
+
+    pub fn pod(uid: &str, containers: &[(&str, &str)]) -> PodInfo {
+        PodInfo {
+            uid: uid.into(),
+            namespace: "ns".into(),
+            name: format!("pod-{uid}"),
+            workload: Workload {
+                kind: "Pod".into(),
+                name: format!("pod-{uid}"),
+            },
+            containers: vec![],
+            statuses: containers
+                .iter()
+                .map(|(name, id)| StatusInfo {
+                    name: name.to_string(),
+                    container_id: id.to_string(),
+                    runtime: Runtime::Containerd,
+                    started_at: None,
+                    ready: true,
+                    restart_count: 0,
+                })
+                .collect(),
+            deletion_timestamp: None,
+            deletion_grace_period_seconds: None,
+            termination_grace_period_seconds: None,
+            host_network: false,
+            pod_ips: vec![],
+            node_name: None,
+            start_time: None,
+        }
+    }
+
+    #[test]
+    fn deleted_pods_resolve_until_the_grace_period_ends() {
+        let t0 = Instant::now();
+        let mut s = PodStore::new(Duration::from_secs(600));
+        s.apply(pod("u1", &[("app", "c1")]));
+        assert_eq!(s.container("c1"), Some(("u1", "app")));
+        s.delete("u1", t0);
+        assert!(!s.is_live("u1"));
+        s.expire(t0 + Duration::from_secs(599));
+        assert_eq!(s.container("c1"), Some(("u1", "app")));
+        s.expire(t0 + Duration::from_secs(601));
+        assert!(s.pod("u1").is_none());
+        assert_eq!(s.container("c1"), None);
+    }
+
+    #[test]
+    fn relist_marks_missing_pods_gone_and_keeps_listed_ones() {
+        let t0 = Instant::now();
+        let mut s = PodStore::new(Duration::from_secs(1));
+        s.apply(pod("u1", &[("app", "c1")]));
+        s.apply(pod("u2", &[("app", "c2")]));
+        let g = s.generation();
+        s.replace(
+            vec![pod("u2", &[("app", "c2")]), pod("u3", &[("app", "c3")])],
+            t0,
+        );
+        assert!(s.generation() > g);
+        assert!(!s.is_live("u1") && s.is_live("u2") && s.is_live("u3"));
+        s.expire(t0 + Duration::from_secs(2));
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn a_status_that_arrives_later_adds_the_container() {
+        let mut s = PodStore::new(Duration::from_secs(1));
+        s.apply(pod("u1", &[]));
+        assert_eq!(s.container("c9"), None);
+        s.apply(pod("u1", &[("proxy", "c9")]));
+        assert_eq!(s.container("c9"), Some(("u1", "proxy")));
+    }
+}
