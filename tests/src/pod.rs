@@ -246,3 +246,104 @@ pub fn require_binary(path: &Path) -> PathBuf {
     );
     path.to_path_buf()
 }
+
+/// How a simulated container is declared in the pod spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Declared {
+    /// In `containers`.
+    App,
+    /// In `initContainers` with `restartPolicy: Always`.
+    NativeSidecar,
+    /// A native sidecar with a startupProbe on `probe_port`.
+    NativeSidecarProbed { probe_port: u16 },
+}
+
+/// One container of a simulated pod's manifest.
+pub struct Decl<'a> {
+    pub container: &'a SimContainer,
+    pub declared: Declared,
+    /// `ports[].containerPort`.
+    pub ports: &'a [u16],
+    /// Whether the status (with the container id) is in the manifest yet.
+    pub with_status: bool,
+}
+
+impl SimPod {
+    /// The pod as `kubectl get pod -o json` would show it, for `--pods-from file:`.
+    /// `deployment` makes it a Deployment's pod (through a ReplicaSet).
+    pub fn manifest(
+        &self,
+        namespace: &str,
+        deployment: Option<&str>,
+        decls: &[Decl],
+    ) -> serde_json::Value {
+        use serde_json::json;
+        let container = |d: &Decl| {
+            let mut c = json!({
+                "name": d.container.name,
+                "image": format!("example.com/{}:1", d.container.name),
+                "ports": d.ports.iter().map(|p| json!({"containerPort": p, "protocol": "TCP"})).collect::<Vec<_>>(),
+            });
+            match d.declared {
+                Declared::App => {}
+                Declared::NativeSidecar => c["restartPolicy"] = json!("Always"),
+                Declared::NativeSidecarProbed { probe_port } => {
+                    c["restartPolicy"] = json!("Always");
+                    c["startupProbe"] =
+                        json!({"tcpSocket": {"port": probe_port}, "periodSeconds": 1});
+                }
+            }
+            c
+        };
+        let status = |d: &Decl| {
+            json!({
+                "name": d.container.name,
+                "containerID": format!("containerd://{}", d.container.id),
+                "image": "x", "imageID": "x", "ready": true, "restartCount": 0,
+                "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}},
+            })
+        };
+        let init: Vec<&Decl> = decls
+            .iter()
+            .filter(|d| d.declared != Declared::App)
+            .collect();
+        let apps: Vec<&Decl> = decls
+            .iter()
+            .filter(|d| d.declared == Declared::App)
+            .collect();
+        let mut meta =
+            json!({"name": self.name, "namespace": namespace, "uid": self.uid, "labels": {}});
+        if let Some(dep) = deployment {
+            let hash = "5f7b8c9d6";
+            meta["name"] = json!(format!("{dep}-{hash}-{}", &self.uid[..5]));
+            meta["labels"]["pod-template-hash"] = json!(hash);
+            meta["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": format!("{dep}-{hash}"), "uid": "00000000-0000-4000-8000-000000000001", "controller": true}]);
+        }
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": meta,
+            "spec": {
+                "nodeName": "sim-node",
+                "initContainers": init.iter().map(|d| container(d)).collect::<Vec<_>>(),
+                "containers": apps.iter().map(|d| container(d)).collect::<Vec<_>>(),
+            },
+            "status": {
+                "phase": "Running",
+                "podIP": "10.200.0.2",
+                "initContainerStatuses": init.iter().filter(|d| d.with_status).map(|d| status(d)).collect::<Vec<_>>(),
+                "containerStatuses": apps.iter().filter(|d| d.with_status).map(|d| status(d)).collect::<Vec<_>>(),
+            }
+        })
+    }
+}
+
+/// Writes pods as a `kubectl get pods -o json` PodList, atomically (rename).
+pub fn write_pod_list(path: &Path, pods: &[serde_json::Value]) {
+    let list =
+        serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods});
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, list.to_string()).expect("write pods file");
+    fs::rename(&tmp, path).expect("rename pods file");
+}
