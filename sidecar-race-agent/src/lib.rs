@@ -6,6 +6,7 @@ pub mod cgroups;
 pub mod cli;
 pub mod clock;
 pub mod commands;
+pub mod detect;
 pub mod events;
 pub mod http;
 pub mod inventory;

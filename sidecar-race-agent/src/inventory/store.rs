@@ -117,6 +117,20 @@ impl PodStore {
     }
 }
 
+impl crate::detect::PodMeta for PodStore {
+    fn pod(&self, uid: &str) -> Option<&PodInfo> {
+        PodStore::pod(self, uid).map(|p| p.as_ref())
+    }
+
+    fn is_deleted(&self, uid: &str) -> bool {
+        self.pods.get(uid).is_some_and(|e| e.gone_at.is_some())
+    }
+
+    fn container_name(&self, container_id: &str) -> Option<&str> {
+        self.container(container_id).map(|(_, name)| name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,62 @@
+//! The detector's input: timestamped kernel facts, already attributed to a pod.
+//! Timestamps are the kernel's boot clock in nanoseconds.
+
+use std::net::SocketAddr;
+
+/// Which client made a refused connect: its container, or its cgroup when the cgroup
+/// is not a container (a process in the pod cgroup itself).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Client {
+    Container(String),
+    Cgroup(u64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fact {
+    /// A connect refused for a task of `pod_uid`.
+    Refused {
+        ts: u64,
+        pod_uid: String,
+        client: Client,
+        /// As dialed.
+        dst: SocketAddr,
+        /// Where the local stack refused it after a NAT redirect.
+        local_dst: Option<SocketAddr>,
+    },
+    /// A socket of the pod started listening.
+    ListenerUp {
+        ts: u64,
+        pod_uid: String,
+        container_id: Option<String>,
+        addr: SocketAddr,
+    },
+    ListenerDown {
+        ts: u64,
+        pod_uid: String,
+        container_id: Option<String>,
+        addr: SocketAddr,
+    },
+    /// The pod's cgroup was created: the agent watches this pod from its start.
+    PodStarted { ts: u64, pod_uid: String },
+    /// The pod's cgroup was removed: the pod is gone from the node.
+    PodRemoved { ts: u64, pod_uid: String },
+    /// A container's cgroup was removed (torn down).
+    ContainerRemoved {
+        ts: u64,
+        pod_uid: String,
+        container_id: String,
+    },
+}
+
+impl Fact {
+    pub fn ts(&self) -> u64 {
+        match self {
+            Fact::Refused { ts, .. }
+            | Fact::ListenerUp { ts, .. }
+            | Fact::ListenerDown { ts, .. }
+            | Fact::PodStarted { ts, .. }
+            | Fact::PodRemoved { ts, .. }
+            | Fact::ContainerRemoved { ts, .. } => *ts,
+        }
+    }
+}

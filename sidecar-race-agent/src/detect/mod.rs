@@ -1,0 +1,17 @@
+//! Detection: kernel facts plus pod metadata → startup / drain / steady / unresolved
+//! incidents with the sidecar, its pattern and the race window.
+
+pub mod advice;
+pub mod detector;
+pub mod fact;
+pub mod incident;
+pub mod listeners;
+pub mod render;
+pub mod reorder;
+
+#[cfg(test)]
+mod tests;
+
+pub use detector::{Change, Detector, DetectorConfig, NoMeta, PodMeta};
+pub use fact::{Client, Fact};
+pub use incident::{Incident, Phase, State};
