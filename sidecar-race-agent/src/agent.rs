@@ -1,11 +1,7 @@
 //! Start-up shared by every command that watches the kernel: requirements, layout,
 //! probes, cgroup index, event stream.
 
-use std::{
-    path::PathBuf,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use thiserror::Error;
 
@@ -13,7 +9,6 @@ use tokio::sync::mpsc;
 
 use crate::{
     cgroups::CgroupIndex,
-    events::KernelEvent,
     inventory::{
         Inventory,
         sources::{self, PodSourceSpec, PodUpdate, SourceOptions, SourceStats},
@@ -60,33 +55,6 @@ pub struct Agent {
     pub inventory: Inventory,
     pub pod_updates: mpsc::Receiver<PodUpdate>,
     pub source_stats: Arc<SourceStats>,
-}
-
-impl Agent {
-    /// Applies a pod source's update to the inventory.
-    pub fn apply(&mut self, update: PodUpdate) {
-        let now = Instant::now();
-        let pods = &mut self.inventory.pods;
-        match update {
-            PodUpdate::Apply(p) => pods.apply(p),
-            PodUpdate::Delete { uid } => pods.delete(&uid, now),
-            PodUpdate::Replace(all) => pods.replace(all, now),
-        }
-        pods.expire(now);
-    }
-
-    /// Keeps the cgroup index current from the kernel's cgroup events.
-    pub fn observe(&mut self, ev: &KernelEvent) {
-        let cgroups = &mut self.inventory.cgroups;
-        match ev {
-            KernelEvent::CgroupCreated(c) => cgroups.created(c.cgroup_id, &c.path),
-            KernelEvent::CgroupRemoved(c) => {
-                cgroups.removed(c.cgroup_id, &c.path, c.ts_boot_ns);
-                cgroups.expire(c.ts_boot_ns);
-            }
-            _ => {}
-        }
-    }
 }
 
 /// Checks the node, loads and attaches the programs, indexes cgroups and starts the

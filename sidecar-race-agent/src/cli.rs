@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{
     agent::AgentOptions,
+    detect::DetectorConfig,
     events::Kind,
     inventory::sources::{PodSourceSpec, SourceOptions},
     kernel::probes::ProbeOptions,
@@ -157,6 +158,21 @@ impl TraceArgs {
     }
 }
 
+impl RunArgs {
+    pub fn detector(&self) -> DetectorConfig {
+        DetectorConfig {
+            unresolved_after_ns: secs_ns(self.unresolved_after_seconds),
+            drain_grace_ns: secs_ns(self.drain_grace_seconds),
+            history: self.incident_history.max(1),
+            ..DetectorConfig::default()
+        }
+    }
+}
+
+fn secs_ns(s: f64) -> u64 {
+    (s.max(0.0) * 1e9) as u64
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Address for /healthz and /readyz.
@@ -169,6 +185,23 @@ pub struct RunArgs {
         default_value_t = 60
     )]
     pub stats_interval_seconds: u64,
+    /// Incidents kept for /api/v1/incidents (oldest dropped first).
+    #[arg(long, env = "SIDECAR_RACE_INCIDENT_HISTORY", default_value_t = 10_000)]
+    pub incident_history: usize,
+    /// Seconds without a listener after which refusals are `unresolved`.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_UNRESOLVED_AFTER_SECONDS",
+        default_value_t = 120.0
+    )]
+    pub unresolved_after_seconds: f64,
+    /// Without pod metadata, containers torn down within this many seconds after the
+    /// listener went away make refusals a drain (Kubernetes' default grace period).
+    #[arg(long, env = "SIDECAR_RACE_DRAIN_GRACE_SECONDS", default_value_t = 30.0)]
+    pub drain_grace_seconds: f64,
+    /// Milliseconds kernel facts are held to be put back in time order.
+    #[arg(long, env = "SIDECAR_RACE_REORDER_WINDOW_MS", default_value_t = 200)]
+    pub reorder_window_ms: u64,
     #[command(flatten)]
     pub kernel: KernelArgs,
 }

@@ -1,18 +1,24 @@
-//! The agent's HTTP endpoints: `/healthz` (the reader is alive) and `/readyz`
-//! (programs attached and the cgroup index built).
+//! The agent's HTTP endpoints: `/healthz` (the reader is alive), `/readyz` (programs
+//! attached and the cgroup index built), `/api/v1/incidents`.
 
 use std::{
     net::SocketAddr,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering::Relaxed},
     },
     time::Duration,
 };
 
-use axum::{Router, extract::State, http::StatusCode, routing::get};
+use axum::{
+    Json, Router,
+    extract::{Query, State},
+    http::StatusCode,
+    routing::get,
+};
+use serde_json::json;
 
-use crate::stream::StreamStats;
+use crate::{detect::render::Filter, pipeline::Pipeline, stream::StreamStats};
 
 /// The reader wakes every second; three missed wake-ups means it is stuck.
 const READER_STALE_AFTER: Duration = Duration::from_secs(3);
@@ -21,12 +27,14 @@ const READER_STALE_AFTER: Duration = Duration::from_secs(3);
 pub struct HttpState {
     pub ready: Arc<AtomicBool>,
     pub stream: Arc<StreamStats>,
+    pub pipeline: Arc<Mutex<Pipeline>>,
 }
 
 pub fn router(state: HttpState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/api/v1/incidents", get(incidents))
         .with_state(state)
 }
 
@@ -49,6 +57,27 @@ async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
     }
 }
 
+async fn incidents(
+    State(s): State<HttpState>,
+    Query(filter): Query<Filter>,
+) -> Result<Json<serde_json::Value>, (StatusCode, Json<serde_json::Value>)> {
+    let bad = |msg: String| (StatusCode::BAD_REQUEST, Json(json!({"error": msg})));
+    if let Some(p) = filter.phase.as_deref() {
+        if crate::detect::Phase::parse(p).is_none() {
+            return Err(bad(format!(
+                "unknown phase `{p}`: startup, drain, steady or unresolved"
+            )));
+        }
+    }
+    if let Some(st) = filter.state.as_deref() {
+        if st != "open" && st != "resolved" {
+            return Err(bad(format!("unknown state `{st}`: open or resolved")));
+        }
+    }
+    let list = s.pipeline.lock().expect("pipeline lock").incidents(&filter);
+    Ok(Json(json!({ "incidents": list })))
+}
+
 /// Binds `addr` and serves until `shutdown` completes.
 pub async fn serve(
     addr: SocketAddr,
@@ -56,7 +85,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /healthz and /readyz");
+    tracing::info!(%addr, "serving /healthz, /readyz, /api/v1/incidents");
     Ok(tokio::spawn(async move {
         axum::serve(listener, router(state))
             .with_graceful_shutdown(shutdown)

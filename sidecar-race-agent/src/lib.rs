@@ -13,6 +13,7 @@ pub mod inventory;
 pub mod kernel;
 pub mod logging;
 pub mod mountinfo;
+pub mod pipeline;
 pub mod shutdown;
 pub mod stream;
 pub mod trace_record;

@@ -24,6 +24,8 @@ async fn main() -> anyhow::Result<()> {
                 agent: args.kernel.options(),
                 listen: args.listen,
                 stats_interval: Duration::from_secs(args.stats_interval_seconds.max(1)),
+                detector: args.detector(),
+                reorder_window: Duration::from_millis(args.reorder_window_ms),
             })
             .await
         }

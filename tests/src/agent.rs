@@ -158,3 +158,120 @@ impl Drop for TraceAgent {
 pub fn of(kind: &'static str, cgroup_id: u64) -> impl Fn(&Value) -> bool {
     move |v| v["kind"] == kind && v["cgroup_id"] == cgroup_id
 }
+
+/// `sidecar-race-agent run …` in the background, talked to over HTTP.
+pub struct RunAgent {
+    child: Child,
+    pub addr: String,
+    stderr: Arc<Mutex<Vec<String>>>,
+    reader: Option<thread::JoinHandle<()>>,
+}
+
+impl RunAgent {
+    /// Starts `run` on a free loopback port with `args`, and waits until it is ready.
+    pub fn start(args: &[&str]) -> Self {
+        let addr = format!("127.0.0.1:{}", crate::http::free_port());
+        let mut child = Command::new(agent_binary())
+            .args(["run", "--listen", &addr, "--stats-interval-seconds", "5"])
+            .args(args)
+            .env("SIDECAR_RACE_LOG_FORMAT", "json")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the agent");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let e = stderr.clone();
+        let err = child.stderr.take().unwrap();
+        let reader = thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                e.lock().unwrap().push(line);
+            }
+        });
+        let agent = Self {
+            child,
+            addr,
+            stderr,
+            reader: Some(reader),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while crate::http::get(&agent.addr, "/readyz").map(|r| r.0) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "agent not ready on {}; stderr:\n{}",
+                agent.addr,
+                agent.stderr().join("\n")
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+        agent
+    }
+
+    pub fn stderr(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// `GET /api/v1/incidents?query`.
+    pub fn incidents(&self, query: &str) -> Vec<Value> {
+        let path = if query.is_empty() {
+            "/api/v1/incidents".to_string()
+        } else {
+            format!("/api/v1/incidents?{query}")
+        };
+        let (status, body) = crate::http::get(&self.addr, &path).expect("the agent answers");
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).expect("JSON");
+        v["incidents"]
+            .as_array()
+            .expect("an incidents list")
+            .clone()
+    }
+
+    /// Incidents of one pod.
+    pub fn incidents_of(&self, pod_uid: &str) -> Vec<Value> {
+        self.incidents("")
+            .into_iter()
+            .filter(|i| i["pod_uid"] == pod_uid)
+            .collect()
+    }
+
+    /// Waits until `pred` holds for the pod's incidents, returning them either way.
+    pub fn wait_incidents(
+        &self,
+        pod_uid: &str,
+        timeout: Duration,
+        pred: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let found = self.incidents_of(pod_uid);
+            if pred(&found) || Instant::now() >= deadline {
+                return found;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGTERM and wait; returns stderr.
+    pub fn stop(mut self) -> Vec<String> {
+        // SAFETY: kill(2) of our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().expect("agent exit");
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        let stderr = self.stderr();
+        assert!(
+            status.success(),
+            "agent exited with {status}:\n{}",
+            stderr.join("\n")
+        );
+        stderr
+    }
+}
+
+impl Drop for RunAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -3,5 +3,7 @@
 //! run as a user runs it, and helpers to read what it printed.
 
 pub mod agent;
+pub mod http;
 pub mod pod;
 pub mod root;
+pub mod scenario;

@@ -2,28 +2,11 @@
 //! and clear errors for a broken node.
 
 use std::{
-    io::{Read, Write},
-    net::TcpStream,
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use sidecar_race_tests::{agent::agent_binary, root::is_root_or_skip};
-
-fn get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    let status = resp.split_whitespace().nth(1)?.parse().ok()?;
-    let body = resp.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    Some((status, body))
-}
+use sidecar_race_tests::{agent::agent_binary, http::get, root::is_root_or_skip};
 
 #[test]
 fn run_serves_health_and_readiness_and_stops_on_sigterm() {

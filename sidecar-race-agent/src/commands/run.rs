@@ -4,7 +4,7 @@ use std::{
     collections::BTreeMap,
     net::SocketAddr,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering::Relaxed},
     },
     time::Duration,
@@ -15,19 +15,39 @@ use tokio::sync::Notify;
 
 use crate::{
     agent::{self, AgentOptions},
+    clock,
+    detect::{Change, DetectorConfig},
     events::Kind,
     http::{self, HttpState},
+    pipeline::Pipeline,
     shutdown,
 };
+
+/// How often held facts are released and time advances in the detector.
+const TICK: Duration = Duration::from_millis(100);
 
 pub struct RunOptions {
     pub agent: AgentOptions,
     pub listen: SocketAddr,
     pub stats_interval: Duration,
+    pub detector: DetectorConfig,
+    pub reorder_window: Duration,
 }
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
-    let mut agent = agent::start(&opts.agent)?;
+    let agent::Agent {
+        probes,
+        mut stream,
+        inventory,
+        mut pod_updates,
+        source_stats,
+        ..
+    } = agent::start(&opts.agent)?;
+    let pipeline = Arc::new(Mutex::new(Pipeline::new(
+        inventory,
+        opts.detector,
+        opts.reorder_window.as_nanos() as u64,
+    )));
     let ready = Arc::new(AtomicBool::new(false));
     let stop_http = Arc::new(Notify::new());
     let stop = stop_http.clone();
@@ -35,7 +55,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         opts.listen,
         HttpState {
             ready: ready.clone(),
-            stream: agent.stream.stats.clone(),
+            stream: stream.stats.clone(),
+            pipeline: pipeline.clone(),
         },
         async move { stop.notified().await },
     )
@@ -45,35 +66,84 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
 
     let mut stats = tokio::time::interval(opts.stats_interval);
     stats.tick().await;
+    let mut tick = tokio::time::interval(TICK);
     let signal = shutdown::signal();
     tokio::pin!(signal);
     let mut stopping = false;
+    let lock = || pipeline.lock().expect("pipeline lock");
     loop {
         tokio::select! {
-            ev = agent.stream.events.recv() => {
+            ev = stream.events.recv() => {
                 let Some(ev) = ev else { break };
-                agent.observe(&ev);
+                lock().kernel_event(&ev);
             }
-            Some(update) = agent.pod_updates.recv() => agent.apply(update),
-            _ = stats.tick() => log_counts(&agent),
+            Some(update) = pod_updates.recv() => lock().pod_update(update),
+            _ = tick.tick() => {
+                let p = &mut *lock();
+                let changes = p.tick(clock::boot_now_ns());
+                log_changes(p, &changes);
+            }
+            _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),
             _ = &mut signal, if !stopping => {
                 tracing::info!("stopping");
                 stopping = true;
                 ready.store(false, Relaxed);
-                agent.stream.stop();
+                stream.stop();
             }
         }
     }
-    log_counts(&agent);
+    {
+        let p = &mut *lock();
+        let changes = p.flush(clock::boot_now_ns());
+        log_changes(p, &changes);
+    }
+    log_counts(&probes, &stream, &lock(), &source_stats);
     stop_http.notify_one();
     server.await??;
     Ok(())
 }
 
-fn log_counts(agent: &agent::Agent) {
-    match agent.probes.counts() {
+/// One structured log line per incident opened, rephased and resolved.
+fn log_changes(p: &Pipeline, changes: &[Change]) {
+    for c in changes {
+        let (id, what) = match c {
+            Change::Opened(id) => (*id, "incident opened"),
+            Change::Resolved(id) => (*id, "incident resolved"),
+            Change::Rephased { id, .. } => (*id, "incident phase changed"),
+            Change::Refused(_) | Change::Other | Change::Discarded { .. } => continue,
+        };
+        let Some(inc) = p.incident(id) else { continue };
+        let v = p.view(inc);
+        tracing::info!(
+            incident = v.id,
+            phase = v.phase.as_str(),
+            state = v.state.as_str(),
+            pod_uid = %v.pod_uid,
+            namespace = v.namespace.as_deref().unwrap_or(""),
+            pod = v.pod.as_deref().unwrap_or(""),
+            container = v.container.as_deref().unwrap_or(""),
+            container_id = v.container_id.as_deref().unwrap_or(""),
+            sidecar = v.sidecar.as_deref().unwrap_or(""),
+            pattern = v.pattern.as_str(),
+            port = v.port,
+            destination = %v.destination,
+            refused_count = v.refused_count,
+            race_window_seconds = v.race_window_seconds,
+            advice = %v.advice,
+            "{what}"
+        );
+    }
+}
+
+fn log_counts(
+    probes: &crate::kernel::probes::Probes,
+    stream: &crate::stream::EventStream,
+    p: &Pipeline,
+    sources: &crate::inventory::sources::SourceStats,
+) {
+    match probes.counts() {
         Ok(counts) => {
-            let stats = &agent.stream.stats;
+            let stats = &stream.stats;
             let seen: BTreeMap<&str, u64> =
                 counts.iter().map(|(k, c)| (k.name(), c.seen)).collect();
             let lost: u64 = counts.values().map(|c| c.lost).sum();
@@ -83,10 +153,12 @@ fn log_counts(agent: &agent::Agent) {
                 lost_in_kernel = lost,
                 delivered,
                 dropped_in_agent = stats.dropped_in_agent.load(Relaxed),
-                cgroups = agent.inventory.cgroups.len(),
-                pods = agent.inventory.pods.len(),
-                unattributed = agent.inventory.unattributed_events(),
-                pod_source_errors = agent.source_stats.errors(),
+                cgroups = p.inventory.cgroups.len(),
+                pods = p.inventory.pods.len(),
+                incidents = p.detector.incidents().len(),
+                refusals_other = p.counts.refusals_other,
+                unattributed = p.inventory.unattributed_events(),
+                pod_source_errors = sources.errors(),
                 "kernel event counts"
             );
         }

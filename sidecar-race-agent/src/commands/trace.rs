@@ -40,7 +40,7 @@ pub async fn run(
         tokio::select! {
             ev = agent.stream.events.recv() => {
                 let Some(ev) = ev else { break };
-                agent.observe(&ev);
+                agent.inventory.observe(&ev);
                 if !kinds.contains(&ev.kind()) {
                     continue;
                 }
@@ -50,7 +50,7 @@ pub async fn run(
                     out.write(&item, a);
                 }
             }
-            Some(update) = agent.pod_updates.recv() => agent.apply(update),
+            Some(update) = agent.pod_updates.recv() => agent.inventory.apply(update),
             _ = tick.tick(), if !pending.is_empty() => {}
             _ = &mut signal, if !stopping => {
                 stopping = true;

@@ -7,15 +7,19 @@ pub mod pod_info;
 pub mod sources;
 pub mod store;
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::{
+    sync::atomic::{AtomicU64, Ordering::Relaxed},
+    time::Instant,
+};
 
 use serde::Serialize;
 
+use self::sources::PodUpdate;
 use self::{
     cgroup_path::{PathInfo, Runtime},
     store::PodStore,
 };
-use crate::cgroups::CgroupIndex;
+use crate::{cgroups::CgroupIndex, events::KernelEvent};
 
 /// Who a kernel event belongs to. Unknown values are `None` (`null` in JSON).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -117,6 +121,29 @@ impl Inventory {
     /// Whether waiting could still bring names for `a`.
     pub fn may_learn_names(&self, a: &Attribution) -> bool {
         self.has_pod_source && a.lacks_container_name()
+    }
+
+    /// Applies a pod source's update.
+    pub fn apply(&mut self, update: PodUpdate) {
+        let now = Instant::now();
+        match update {
+            PodUpdate::Apply(p) => self.pods.apply(p),
+            PodUpdate::Delete { uid } => self.pods.delete(&uid, now),
+            PodUpdate::Replace(all) => self.pods.replace(all, now),
+        }
+        self.pods.expire(now);
+    }
+
+    /// Keeps the cgroup index current from the kernel's cgroup events.
+    pub fn observe(&mut self, ev: &KernelEvent) {
+        match ev {
+            KernelEvent::CgroupCreated(c) => self.cgroups.created(c.cgroup_id, &c.path),
+            KernelEvent::CgroupRemoved(c) => {
+                self.cgroups.removed(c.cgroup_id, &c.path, c.ts_boot_ns);
+                self.cgroups.expire(c.ts_boot_ns);
+            }
+            _ => {}
+        }
     }
 
     pub fn unattributed_events(&self) -> u64 {

@@ -1,0 +1,50 @@
+//! Zero false incidents: 50 well-ordered pod starts over about 60 s (the proxy listens
+//! before the app starts; pods come and go) must leave `/api/v1/incidents` empty.
+//! Its own test binary, so no other test's races run at the same time.
+
+use std::time::{Duration, Instant};
+
+use sidecar_race_tests::{
+    agent::RunAgent,
+    pod::SimPod,
+    root::is_root_or_skip,
+    scenario::{app_done, proxy},
+};
+
+const PODS: usize = 50;
+const RUN: Duration = Duration::from_secs(60);
+
+#[test]
+fn fifty_well_ordered_pod_starts_give_no_incident() {
+    if !is_root_or_skip("fifty_well_ordered_pod_starts_give_no_incident") {
+        return;
+    }
+    let agent = RunAgent::start(&["--pods-from", "none"]);
+    let start = Instant::now();
+    let mut alive: Vec<SimPod> = Vec::new();
+    for n in 0..PODS {
+        let mut pod = SimPod::new(&format!("ok{n}")).unwrap();
+        let p = pod.container("proxy").unwrap();
+        let a = pod.container("app").unwrap();
+        proxy(&mut pod, &p, &["--listen", "127.0.0.1:15001"]);
+        std::thread::sleep(Duration::from_millis(300)); // native sidecar + startupProbe: serving first
+        app_done(
+            &mut pod,
+            &a,
+            &["--connect", "127.0.0.1:15001", "--attempts", "1"],
+        );
+        alive.push(pod);
+        if alive.len() > 5 {
+            drop(alive.remove(0)); // pods go away too (a rollout)
+        }
+        // Spread the starts over the run.
+        let due = RUN.mul_f64((n + 1) as f64 / PODS as f64);
+        if let Some(wait) = due.checked_sub(start.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+    drop(alive);
+    std::thread::sleep(Duration::from_secs(1));
+    let incidents = agent.incidents("");
+    assert!(incidents.is_empty(), "false incidents: {incidents:#?}");
+}

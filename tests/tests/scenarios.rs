@@ -1,0 +1,361 @@
+//! Detection end to end on the real kernel: simulated pods race, the agent binary runs
+//! as users run it (`run`), and `/api/v1/incidents` must tell the story.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sidecar_race_tests::{
+    agent::RunAgent,
+    pod::{Decl, Declared, SimPod, write_pod_list},
+    root::{have, is_root_or_skip},
+    scenario::{app, app_done, proxy},
+};
+
+const SETTLE: Duration = Duration::from_secs(10);
+
+fn one(incidents: Vec<Value>) -> Value {
+    assert_eq!(
+        incidents.len(),
+        1,
+        "expected exactly one incident: {incidents:#?}"
+    );
+    incidents.into_iter().next().unwrap()
+}
+
+fn window(i: &Value) -> f64 {
+    i["race_window_seconds"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no window: {i:#}"))
+}
+
+#[test]
+fn classic_startup_race_is_one_startup_incident_with_the_right_window() {
+    if !is_root_or_skip("classic_startup_race_is_one_startup_incident_with_the_right_window") {
+        return;
+    }
+    let pods_file =
+        std::env::temp_dir().join(format!("sr-scn-startup-{}.json", std::process::id()));
+    write_pod_list(&pods_file, &[]);
+    let source = format!("file:{}", pods_file.display());
+    // The agent watches before the pod starts (it would not call a race in a pod it
+    // found running a startup race).
+    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
+    let mut pod = SimPod::new("startup").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let manifest = pod.manifest(
+        "shop",
+        Some("checkout"),
+        &[
+            Decl {
+                container: &a,
+                declared: Declared::App,
+                ports: &[8080],
+                with_status: true,
+            },
+            Decl {
+                container: &p,
+                declared: Declared::App,
+                ports: &[15001],
+                with_status: true,
+            },
+        ],
+    );
+    write_pod_list(&pods_file, &[manifest]);
+    // Both containers start together; the proxy is slow to listen.
+    proxy(
+        &mut pod,
+        &p,
+        &["--listen", "127.0.0.1:15001", "--delay-ms", "1500"],
+    );
+    app_done(
+        &mut pod,
+        &a,
+        &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
+    );
+    let i = one(agent.wait_incidents(&pod.uid, SETTLE, |i| {
+        i.iter().any(|i| i["state"] == "resolved")
+    }));
+    assert_eq!(i["phase"], "startup");
+    assert_eq!(i["state"], "resolved");
+    assert_eq!(i["namespace"], "shop");
+    assert_eq!(
+        i["workload"],
+        serde_json::json!({"kind": "Deployment", "name": "checkout"})
+    );
+    assert_eq!(i["container"], "app");
+    assert_eq!(i["container_id"], a.id.as_str());
+    assert_eq!(i["sidecar"], "proxy");
+    assert_eq!(i["sidecar_container_id"], p.id.as_str());
+    assert_eq!(i["pattern"], "classic");
+    assert_eq!(i["port"], 15001);
+    assert_eq!(i["destination"], "127.0.0.1:15001");
+    assert!(i["refused_count"].as_u64().unwrap() >= 20, "{i:#}");
+    assert!(
+        (window(&i) - 1.5).abs() < 0.2,
+        "window {} vs the proxy's 1.5 s delay",
+        window(&i)
+    );
+    assert!(
+        i["advice"]
+            .as_str()
+            .unwrap()
+            .starts_with("Move proxy from containers to initContainers"),
+        "{i:#}"
+    );
+    let log = agent.stop();
+    assert!(
+        log.iter().any(|l| l.contains("incident opened")),
+        "one log line per incident opened"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("incident resolved") && l.contains("startup"))
+    );
+    std::fs::remove_file(pods_file).unwrap();
+}
+
+#[test]
+fn ordered_start_gives_no_incident() {
+    if !is_root_or_skip("ordered_start_gives_no_incident") {
+        return;
+    }
+    let agent = RunAgent::start(&["--pods-from", "none"]);
+    let mut pod = SimPod::new("ordered").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    proxy(&mut pod, &p, &["--listen", "127.0.0.1:15001"]);
+    std::thread::sleep(Duration::from_millis(500));
+    app_done(
+        &mut pod,
+        &a,
+        &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(agent.incidents_of(&pod.uid).is_empty());
+}
+
+#[test]
+fn drain_race_is_one_drain_incident() {
+    if !is_root_or_skip("drain_race_is_one_drain_incident") {
+        return;
+    }
+    let agent = RunAgent::start(&["--pods-from", "none"]);
+    let mut pod = SimPod::new("drain").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    // The proxy stops listening after 1 s (it got SIGTERM with the app); the app keeps
+    // working (dialing every 100 ms) for 2 s more, then everything exits.
+    proxy(
+        &mut pod,
+        &p,
+        &["--listen", "127.0.0.1:15001", "--close-after-ms", "1000"],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    app_done(
+        &mut pod,
+        &a,
+        &[
+            "--connect",
+            "127.0.0.1:15001",
+            "--interval-ms",
+            "100",
+            "--attempts",
+            "27",
+            "--keep-dialing",
+        ],
+    );
+    let uid = pod.uid.clone();
+    drop(pod); // containers and pod torn down
+    let i = one(agent.wait_incidents(&uid, SETTLE, |i| i.iter().any(|i| i["state"] == "resolved")));
+    assert_eq!(
+        (i["phase"].as_str(), i["state"].as_str()),
+        (Some("drain"), Some("resolved")),
+        "{i:#}"
+    );
+    assert_eq!(i["container_id"], a.id.as_str());
+    assert!(i["listener_closed_at"].is_string());
+    assert!(
+        (window(&i) - 1.9).abs() < 0.4,
+        "listener gone → last refusal: {}",
+        window(&i)
+    );
+}
+
+#[test]
+fn sidecar_restart_mid_life_is_one_steady_incident() {
+    if !is_root_or_skip("sidecar_restart_mid_life_is_one_steady_incident") {
+        return;
+    }
+    let agent = RunAgent::start(&["--pods-from", "none"]);
+    let mut pod = SimPod::new("steady").unwrap();
+    let p1 = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let first = proxy(
+        &mut pod,
+        &p1,
+        &["--listen", "127.0.0.1:15001", "--close-after-ms", "1000"],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let dialer = app(
+        &mut pod,
+        &a,
+        &[
+            "--connect",
+            "127.0.0.1:15001",
+            "--interval-ms",
+            "100",
+            "--attempts",
+            "35",
+            "--keep-dialing",
+        ],
+    );
+    assert!(pod.wait(first).unwrap().success());
+    // The kubelet restarts it: a new container of the same pod, listening 1 s later.
+    let p2 = pod.container("proxy-restarted").unwrap();
+    proxy(
+        &mut pod,
+        &p2,
+        &["--listen", "127.0.0.1:15001", "--delay-ms", "1000"],
+    );
+    assert!(pod.wait(dialer).unwrap().success());
+    let i = one(agent.wait_incidents(&pod.uid, SETTLE, |i| {
+        i.iter().any(|i| i["state"] == "resolved")
+    }));
+    assert_eq!(
+        (i["phase"].as_str(), i["state"].as_str()),
+        (Some("steady"), Some("resolved")),
+        "{i:#}"
+    );
+    assert_eq!(
+        i["sidecar_container_id"],
+        p2.id.as_str(),
+        "the listener that came back"
+    );
+    assert!(
+        (window(&i) - 1.0).abs() < 0.3,
+        "gone → back: {}",
+        window(&i)
+    );
+}
+
+#[test]
+fn a_port_nobody_opens_is_unresolved() {
+    if !is_root_or_skip("a_port_nobody_opens_is_unresolved") {
+        return;
+    }
+    let agent = RunAgent::start(&["--pods-from", "none", "--unresolved-after-seconds", "2"]);
+    let mut pod = SimPod::new("unres").unwrap();
+    let a = pod.container("app").unwrap();
+    app_done(
+        &mut pod,
+        &a,
+        &[
+            "--connect",
+            "127.0.0.1:9999",
+            "--interval-ms",
+            "100",
+            "--attempts",
+            "5",
+        ],
+    );
+    let i = one(agent.wait_incidents(&pod.uid, SETTLE, |i| {
+        i.iter().any(|i| i["phase"] == "unresolved")
+    }));
+    assert_eq!(
+        (i["phase"].as_str(), i["state"].as_str()),
+        (Some("unresolved"), Some("open")),
+        "{i:#}"
+    );
+    assert_eq!(i["refused_count"], 5);
+    assert!(i["race_window_seconds"].is_null() && i["sidecar"].is_null());
+    assert_eq!(
+        agent
+            .incidents("phase=unresolved&state=open")
+            .iter()
+            .filter(|x| x["pod_uid"] == pod.uid.as_str())
+            .count(),
+        1
+    );
+    let uid = pod.uid.clone();
+    drop(pod);
+    let i = one(agent.wait_incidents(&uid, SETTLE, |i| i.iter().any(|i| i["state"] == "resolved")));
+    assert_eq!(
+        (i["phase"].as_str(), i["state"].as_str()),
+        (Some("unresolved"), Some("resolved"))
+    );
+}
+
+#[test]
+fn a_redirected_connect_races_on_the_local_port() {
+    if !is_root_or_skip("a_redirected_connect_races_on_the_local_port") {
+        return;
+    }
+    assert!(
+        have("iptables"),
+        "iptables is needed: `cargo xtask setup` installs it"
+    );
+    let agent = RunAgent::start(&["--pods-from", "none"]);
+    let mut pod = SimPod::new("mesh").unwrap();
+    pod.add_pod_network("10.200.0.2/24").unwrap();
+    pod.exec(
+        "iptables",
+        &[
+            "-t",
+            "nat",
+            "-A",
+            "OUTPUT",
+            "-p",
+            "tcp",
+            "-d",
+            "10.96.0.10",
+            "--dport",
+            "80",
+            "-j",
+            "REDIRECT",
+            "--to-ports",
+            "15001",
+        ],
+    )
+    .unwrap();
+    let p = pod.container("istio-proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    proxy(
+        &mut pod,
+        &p,
+        &["--listen", "0.0.0.0:15001", "--delay-ms", "1000"],
+    );
+    app_done(
+        &mut pod,
+        &a,
+        &["--connect", "10.96.0.10:80", "--interval-ms", "50"],
+    );
+    let i = one(agent.wait_incidents(&pod.uid, SETTLE, |i| {
+        i.iter().any(|i| i["state"] == "resolved")
+    }));
+    assert_eq!(i["phase"], "startup");
+    assert_eq!(i["port"], 15001);
+    assert_eq!(i["destination"], "10.96.0.10:80");
+    assert_eq!(i["local_destination"], "127.0.0.1:15001");
+    assert_eq!(i["sidecar_container_id"], p.id.as_str());
+}
+
+#[test]
+fn filters_and_bad_queries() {
+    if !is_root_or_skip("filters_and_bad_queries") {
+        return;
+    }
+    let agent = RunAgent::start(&["--pods-from", "none"]);
+    let (status, body) =
+        sidecar_race_tests::http::get(&agent.addr, "/api/v1/incidents?phase=sometimes").unwrap();
+    assert_eq!(status, 400);
+    assert!(body.contains("unknown phase `sometimes`"), "{body}");
+    assert_eq!(
+        sidecar_race_tests::http::get(&agent.addr, "/api/v1/incidents?state=closed")
+            .unwrap()
+            .0,
+        400
+    );
+    // With no pod source nothing has a namespace, so a namespace filter finds nothing.
+    assert!(agent.incidents("namespace=shop").is_empty());
+}
