@@ -1,17 +1,20 @@
 //! `cargo xtask demo`: a real startup race in a simulated pod, seen by the agent.
 //!
-//! The pod has a classic sidecar: `proxy` and `app` both in `containers`, started
-//! together. The proxy listens on 127.0.0.1:15001 only after 1.5 s; the app dials it
-//! at once and retries every 100 ms. The agent (`sidecar-race-agent trace`) watches
-//! the kernel; this program prints what it reported for the pod.
+//! The pod `checkout` has a classic sidecar: `proxy` and `app` both in `containers`,
+//! started together. The proxy listens on 127.0.0.1:15001 only after 1.5 s; the app
+//! dials it at once and retries every 100 ms. The agent (`sidecar-race-agent run`,
+//! with the pod's manifest as its pod source) watches the kernel; this program prints
+//! the incident it reports on `/api/v1/incidents`, then the same pod fixed (the proxy
+//! listening first, as a native sidecar with a startupProbe makes it) with no incident.
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use serde_json::Value;
 use sidecar_race_tests::{
-    agent::TraceAgent,
-    pod::{SimPod, require_binary, sibling_binary},
+    agent::RunAgent,
+    pod::{Decl, Declared, SimPod, write_pod_list},
     root::is_root_or_skip,
+    scenario::{app_done, proxy},
 };
 
 const PROXY_DELAY_MS: u64 = 1500;
@@ -20,91 +23,135 @@ fn main() -> anyhow::Result<()> {
     if !is_root_or_skip("the demo") {
         std::process::exit(1);
     }
-    println!("== starting the agent (sidecar-race-agent trace)");
-    let agent = TraceAgent::start(&[]);
+    let pods_file = std::env::temp_dir().join(format!(
+        "sidecar-race-demo-pods-{}.json",
+        std::process::id()
+    ));
+    write_pod_list(&pods_file, &[]);
+    let source = format!("file:{}", pods_file.display());
+    println!("== starting the agent: sidecar-race-agent run --pods-from {source}");
+    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.2"]);
+    println!("   serving http://{}/api/v1/incidents", agent.addr);
 
-    let mut pod = SimPod::new("checkout")?;
-    let proxy = pod.container("proxy")?;
-    let app = pod.container("app")?;
-    println!("== simulated pod `checkout` (uid {})", pod.uid);
-    println!("   network namespace {}", pod.netns);
-    println!("   container proxy: {}", proxy.cgroup_path);
-    println!("   container app:   {}", app.cgroup_path);
-    println!(
-        "== both containers start together; proxy listens on 127.0.0.1:15001 after {PROXY_DELAY_MS} ms, \
-         app dials it at once and retries every 100 ms"
-    );
-    let mut proxy_cmd = Command::new(require_binary(&sibling_binary("sr-proxy")));
-    proxy_cmd.args([
-        "--listen",
-        "127.0.0.1:15001",
-        "--delay-ms",
-        &PROXY_DELAY_MS.to_string(),
-    ]);
-    let mut app_cmd = Command::new(require_binary(&sibling_binary("sr-app")));
-    app_cmd.args(["--connect", "127.0.0.1:15001", "--interval-ms", "100"]);
-    pod.spawn(&proxy, proxy_cmd)?;
-    let app_pid = pod.spawn(&app, app_cmd)?;
-    pod.wait(app_pid)?;
-    std::thread::sleep(Duration::from_millis(500));
+    let racing = race(&agent, &pods_file, false)?;
+    let fixed = race(&agent, &pods_file, true)?;
 
-    let ours = |v: &Value| v["cgroup_id"] == proxy.cgroup_id || v["cgroup_id"] == app.cgroup_id;
-    let events =
-        agent.events(|v| ours(v) && !v["kind"].as_str().unwrap_or("").starts_with("cgroup_"));
-    let names = |v: &Value| {
-        if v["cgroup_id"] == app.cgroup_id {
-            "app"
-        } else {
-            "proxy"
+    println!("\n== what the agent reported (GET /api/v1/incidents)");
+    let all = agent.incidents("");
+    match all.iter().find(|i| i["pod_uid"] == racing.as_str()) {
+        Some(i) => {
+            println!("{}", serde_json::to_string_pretty(i)?);
+            println!(
+                "\n== {} of {} ({} {}) was refused {} times by its sidecar `{}` on port {} during startup:",
+                i["container"].as_str().unwrap_or("?"),
+                i["pod"].as_str().unwrap_or("?"),
+                i["workload"]["kind"].as_str().unwrap_or("?"),
+                i["workload"]["name"].as_str().unwrap_or("?"),
+                i["refused_count"],
+                i["sidecar"].as_str().unwrap_or("?"),
+                i["port"],
+            );
+            println!(
+                "   a {:.2} s race window ({} sidecar). Fix: {}",
+                i["race_window_seconds"].as_f64().unwrap_or(0.0),
+                i["pattern"].as_str().unwrap_or("?"),
+                i["advice"].as_str().unwrap_or("?")
+            );
         }
-    };
-    println!(
-        "== what the agent saw in the kernel ({} events for this pod)",
-        events.len()
-    );
-    let t0 = events.first().map(ts).unwrap_or(0.0);
-    for ev in &events {
-        let addr = ev["dst"].as_str().or(ev["src"].as_str()).unwrap_or("?");
-        println!(
-            "   +{:.3}s  {:<13} container {:<5} {} pid {}  {}",
-            ts(ev) - t0,
-            ev["kind"].as_str().unwrap_or("?"),
-            names(ev),
-            ev["comm"].as_str().unwrap_or("?"),
-            ev["pid"],
-            addr
-        );
-    }
-    let refused: Vec<&Value> = events.iter().filter(|e| e["kind"] == "refused").collect();
-    let listen = events.iter().find(|e| e["kind"] == "listen");
-    match (refused.first(), listen) {
-        (Some(first), Some(listen)) => println!(
-            "== app was refused {} times by 127.0.0.1:15001 before proxy listened: the kernel shows a \
-             {:.2} s startup race window (first refusal → listener up)",
-            refused.len(),
-            ts(listen) - ts(first)
+        None => println!(
+            "   no incident for the racing pod (the proxy won this time); run the demo again"
         ),
-        _ => println!("== no race this time (the proxy won); run the demo again"),
     }
-    if let Some(first) = refused.first() {
-        println!("== one event as `trace` prints it:\n{first}");
+    let for_fixed: Vec<&Value> = all
+        .iter()
+        .filter(|i| i["pod_uid"] == fixed.as_str())
+        .collect();
+    println!(
+        "== the fixed pod (proxy serving before the app starts): {} incidents",
+        for_fixed.len()
+    );
+    let log = agent.stop();
+    println!("== the agent's log line for it:");
+    for l in log.iter().filter(|l| l.contains("incident resolved")) {
+        println!("   {l}");
     }
-    drop(pod);
-    agent.stop();
+    let _ = std::fs::remove_file(pods_file);
     Ok(())
 }
 
-/// Seconds since the epoch of an event's RFC 3339 `ts` (same day is enough here).
-fn ts(ev: &Value) -> f64 {
-    let s = ev["ts"].as_str().unwrap_or("");
-    let time = s
-        .split('T')
-        .nth(1)
-        .unwrap_or("0:0:0Z")
-        .trim_end_matches('Z');
-    let mut parts = time.split(':');
-    let h: f64 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0.0);
-    let m: f64 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0.0);
-    let sec: f64 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0.0);
-    h * 3600.0 + m * 60.0 + sec
+/// One pod start: racing (both containers together) or fixed (proxy first). Returns the pod uid.
+fn race(agent: &RunAgent, pods_file: &std::path::Path, fixed: bool) -> anyhow::Result<String> {
+    let name = if fixed { "checkout-fixed" } else { "checkout" };
+    let mut pod = SimPod::new(name)?;
+    let p = pod.container("proxy")?;
+    let a = pod.container("app")?;
+    let proxy_decl = if fixed {
+        Declared::NativeSidecarProbed { probe_port: 15001 }
+    } else {
+        Declared::App
+    };
+    let manifest = pod.manifest(
+        "shop",
+        Some(name),
+        &[
+            Decl {
+                container: &a,
+                declared: Declared::App,
+                ports: &[8080],
+                with_status: true,
+            },
+            Decl {
+                container: &p,
+                declared: proxy_decl,
+                ports: &[15001],
+                with_status: true,
+            },
+        ],
+    );
+    let mut pods: Vec<Value> = std::fs::read_to_string(pods_file)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|v| v["items"].as_array().cloned())
+        .unwrap_or_default();
+    pods.push(manifest);
+    write_pod_list(pods_file, &pods);
+    println!(
+        "\n== pod `{name}` (uid {}), network namespace {}",
+        pod.uid, pod.netns
+    );
+    println!("   container proxy: {}", p.cgroup_path);
+    println!("   container app:   {}", a.cgroup_path);
+    if fixed {
+        println!("== proxy as a native sidecar with a startupProbe: it serves before app starts");
+        proxy(&mut pod, &p, &["--listen", "127.0.0.1:15001"]);
+        std::thread::sleep(Duration::from_millis(300));
+    } else {
+        println!(
+            "== classic sidecar: both start together; proxy listens after {PROXY_DELAY_MS} ms, app dials at once and retries every 100 ms"
+        );
+        proxy(
+            &mut pod,
+            &p,
+            &[
+                "--listen",
+                "127.0.0.1:15001",
+                "--delay-ms",
+                &PROXY_DELAY_MS.to_string(),
+            ],
+        );
+    }
+    app_done(
+        &mut pod,
+        &a,
+        &["--connect", "127.0.0.1:15001", "--interval-ms", "100"],
+    );
+    let uid = pod.uid.clone();
+    if !fixed {
+        agent.wait_incidents(&uid, Duration::from_secs(5), |i| {
+            i.iter().any(|i| i["state"] == "resolved")
+        });
+    } else {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Ok(uid)
 }
