@@ -199,6 +199,9 @@ pub struct RunArgs {
     /// listener went away make refusals a drain (Kubernetes' default grace period).
     #[arg(long, env = "SIDECAR_RACE_DRAIN_GRACE_SECONDS", default_value_t = 30.0)]
     pub drain_grace_seconds: f64,
+    /// Add a `pod` label to the workload metrics (more series: one per pod).
+    #[arg(long, env = "SIDECAR_RACE_METRICS_POD_LABEL")]
+    pub metrics_pod_label: bool,
     /// Milliseconds kernel facts are held to be put back in time order.
     #[arg(long, env = "SIDECAR_RACE_REORDER_WINDOW_MS", default_value_t = 200)]
     pub reorder_window_ms: u64,

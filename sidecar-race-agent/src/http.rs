@@ -1,5 +1,5 @@
 //! The agent's HTTP endpoints: `/healthz` (the reader is alive), `/readyz` (programs
-//! attached and the cgroup index built), `/api/v1/incidents`.
+//! attached and the cgroup index built), `/metrics`, `/api/v1/incidents`.
 
 use std::{
     net::SocketAddr,
@@ -18,7 +18,7 @@ use axum::{
 };
 use serde_json::json;
 
-use crate::{detect::render::Filter, pipeline::Pipeline, stream::StreamStats};
+use crate::{detect::render::Filter, metrics::Metrics, pipeline::Pipeline, stream::StreamStats};
 
 /// The reader wakes every second; three missed wake-ups means it is stuck.
 const READER_STALE_AFTER: Duration = Duration::from_secs(3);
@@ -28,13 +28,19 @@ pub struct HttpState {
     pub ready: Arc<AtomicBool>,
     pub stream: Arc<StreamStats>,
     pub pipeline: Arc<Mutex<Pipeline>>,
+    pub metrics: Arc<Mutex<Metrics>>,
 }
+
+/// What Prometheus asks for; prometheus-client writes OpenMetrics text.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const CLASSIC_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub fn router(state: HttpState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/api/v1/incidents", get(incidents))
+        .route("/metrics", get(metrics))
         .with_state(state)
 }
 
@@ -78,6 +84,31 @@ async fn incidents(
     Ok(Json(json!({ "incidents": list })))
 }
 
+/// OpenMetrics for those who ask for it (Prometheus does), the classic text format
+/// otherwise (curl, promtool).
+async fn metrics(
+    State(s): State<HttpState>,
+    headers: axum::http::HeaderMap,
+) -> impl axum::response::IntoResponse {
+    let wants_openmetrics = headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    let m = s.metrics.lock().expect("metrics lock");
+    if wants_openmetrics {
+        (
+            [(axum::http::header::CONTENT_TYPE, OPENMETRICS)],
+            m.encode(),
+        )
+    } else {
+        (
+            [(axum::http::header::CONTENT_TYPE, CLASSIC_TEXT)],
+            m.encode_classic(),
+        )
+    }
+}
+
 /// Binds `addr` and serves until `shutdown` completes.
 pub async fn serve(
     addr: SocketAddr,
@@ -85,7 +116,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /healthz, /readyz, /api/v1/incidents");
+    tracing::info!(%addr, "serving /healthz, /readyz, /metrics, /api/v1/incidents");
     Ok(tokio::spawn(async move {
         axum::serve(listener, router(state))
             .with_graceful_shutdown(shutdown)

@@ -12,6 +12,7 @@ pub mod http;
 pub mod inventory;
 pub mod kernel;
 pub mod logging;
+pub mod metrics;
 pub mod mountinfo;
 pub mod pipeline;
 pub mod shutdown;

@@ -22,6 +22,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Run(args) => {
             commands::run::run(commands::run::RunOptions {
                 agent: args.kernel.options(),
+                metrics_pod_label: args.metrics_pod_label,
                 listen: args.listen,
                 stats_interval: Duration::from_secs(args.stats_interval_seconds.max(1)),
                 detector: args.detector(),

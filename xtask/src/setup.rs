@@ -7,12 +7,22 @@
 //!
 //! Plus `bpf-linker` (cargo install, built against Debian's LLVM 22 or 23) and the
 //! tools the root tests drive: iproute2, iptables.
+//!
+//! And the checkers of `deploy/` (tests/tests/deploy_manifests.rs): `kubectl` for
+//! kustomize (Debian's `kubernetes-client` when there is no kubectl), `promtool`
+//! (Debian's `prometheus`; the server it ships is not left running), and
+//! `kubernetes-validate` from PyPI, pinned, in a venv under `target/deploy-tools/`
+//! (so neither the system's nor pyenv's Python is modified). `XTASK_SKIP_DEPLOY_TOOLS=1`
+//! skips these (the container image build only needs the eBPF toolchain).
 
-use std::{path::Path, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context, bail};
 
-use crate::run::{checked, output, succeeds};
+use crate::run::{checked, output, succeeds, workspace_root};
 
 const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
 const DEBIAN_BPF_CORE: &str = "/usr/lib/rustlib/bpfel-unknown-none/lib";
@@ -20,6 +30,10 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// LLVM majors for bpf-linker 0.13: 22 (what rustc 1.96 emits; verified here) first;
 /// it must be at least as new as the rustc that made the bitcode.
 const LLVM_MAJORS: [u32; 2] = [22, 23];
+/// Verified here: it ships the schemas of Kubernetes 1.25 to 1.37.
+const KUBERNETES_VALIDATE_VERSION: &str = "1.37.0";
+/// Under the workspace root; tests/tests/deploy_manifests.rs looks for it there.
+const DEPLOY_TOOLS_VENV: &str = "target/deploy-tools/venv";
 
 pub fn ensure() -> anyhow::Result<()> {
     let mut apt = Apt::default();
@@ -29,6 +43,22 @@ pub fn ensure() -> anyhow::Result<()> {
     for (tool, package) in [("ip", "iproute2"), ("iptables", "iptables")] {
         if !have(tool) {
             apt.want(&[package]);
+        }
+    }
+    let deploy_tools = std::env::var_os("XTASK_SKIP_DEPLOY_TOOLS").is_none();
+    let mut installing_prometheus = false;
+    if deploy_tools {
+        if !have("kubectl") {
+            apt.want(&["kubernetes-client"]);
+        }
+        if !have("promtool") {
+            apt.want(&["prometheus"]);
+            installing_prometheus = true;
+        }
+        if !have("python3") {
+            apt.want(&["python3", "python3-venv"]);
+        } else if !python_can_make_venvs() {
+            apt.want(&["python3-venv"]);
         }
     }
     let need_linker = which_bpf_linker().is_none();
@@ -57,6 +87,12 @@ pub fn ensure() -> anyhow::Result<()> {
             "no eBPF toolchain after setup: install Debian's rustc-web and libstd-rust-web-dev-bpf, \
              or `rustup toolchain install nightly --component rust-src`"
         );
+    }
+    if deploy_tools {
+        if installing_prometheus {
+            stop_prometheus_server();
+        }
+        ensure_kubernetes_validate()?;
     }
     eprintln!("xtask: setup complete");
     Ok(())
@@ -152,6 +188,61 @@ fn nightly_has_rust_src() -> bool {
                 .join("lib/rustlib/src/rust/library/core")
                 .is_dir()
         })
+}
+
+/// Debian's python3 needs python3-venv for `python3 -m venv` to bring pip.
+fn python_can_make_venvs() -> bool {
+    succeeds(Command::new("python3").args(["-m", "ensurepip", "--version"]))
+}
+
+/// We installed `prometheus` for its promtool only: on a systemd machine apt has
+/// started the server; stop it and keep it from starting at boot.
+fn stop_prometheus_server() {
+    if Path::new("/run/systemd/system").is_dir() {
+        eprintln!(
+            "xtask: stopping the prometheus server the package started (only promtool is used)"
+        );
+        let _ = checked(Command::new("systemctl").args(["disable", "--now", "prometheus.service"]));
+    }
+}
+
+/// `kubernetes-validate` at the pinned version in its own venv; nothing to do when
+/// it is already there.
+fn ensure_kubernetes_validate() -> anyhow::Result<()> {
+    let venv = workspace_root().join(DEPLOY_TOOLS_VENV);
+    let bin = venv.join("bin");
+    let installed = output(Command::new(bin.join("kubernetes-validate")).arg("--version"));
+    if installed.as_deref() == Some(KUBERNETES_VALIDATE_VERSION) {
+        return Ok(());
+    }
+    let python: PathBuf = bin.join("python");
+    if !python.exists() || !succeeds(Command::new(&python).args(["-m", "pip", "--version"])) {
+        eprintln!(
+            "xtask: creating a Python venv for kubernetes-validate in {}",
+            venv.display()
+        );
+        checked(
+            Command::new("python3")
+                .args(["-m", "venv", "--clear"])
+                .arg(&venv),
+        )
+        .context("cannot create the venv (Debian: apt-get install python3-venv)")?;
+    }
+    eprintln!("xtask: installing kubernetes-validate {KUBERNETES_VALIDATE_VERSION} (PyPI) into it");
+    checked(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg(format!(
+                "kubernetes-validate=={KUBERNETES_VALIDATE_VERSION}"
+            )),
+    )
+    .context("pip install kubernetes-validate failed (is PyPI reachable?)")
 }
 
 fn have(tool: &str) -> bool {

@@ -7,7 +7,7 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering::Relaxed},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::Context;
@@ -19,15 +19,20 @@ use crate::{
     detect::{Change, DetectorConfig},
     events::Kind,
     http::{self, HttpState},
+    metrics::Metrics,
     pipeline::Pipeline,
     shutdown,
 };
 
 /// How often held facts are released and time advances in the detector.
 const TICK: Duration = Duration::from_millis(100);
+/// How often kernel and source counters are copied into the metrics.
+const TOTALS: Duration = Duration::from_secs(1);
 
 pub struct RunOptions {
     pub agent: AgentOptions,
+    /// Add a `pod` label to workload metrics.
+    pub metrics_pod_label: bool,
     pub listen: SocketAddr,
     pub stats_interval: Duration,
     pub detector: DetectorConfig,
@@ -36,18 +41,24 @@ pub struct RunOptions {
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let agent::Agent {
+        env,
         probes,
         mut stream,
         inventory,
         mut pod_updates,
         source_stats,
-        ..
     } = agent::start(&opts.agent)?;
     let pipeline = Arc::new(Mutex::new(Pipeline::new(
         inventory,
         opts.detector,
         opts.reorder_window.as_nanos() as u64,
     )));
+    let metrics = Arc::new(Mutex::new(Metrics::new(
+        opts.metrics_pod_label,
+        env!("CARGO_PKG_VERSION"),
+        &env.kernel_release,
+    )));
+    let source_name = opts.agent.pods_from.name();
     let ready = Arc::new(AtomicBool::new(false));
     let stop_http = Arc::new(Notify::new());
     let stop = stop_http.clone();
@@ -57,6 +68,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             ready: ready.clone(),
             stream: stream.stats.clone(),
             pipeline: pipeline.clone(),
+            metrics: metrics.clone(),
         },
         async move { stop.notified().await },
     )
@@ -67,6 +79,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let mut stats = tokio::time::interval(opts.stats_interval);
     stats.tick().await;
     let mut tick = tokio::time::interval(TICK);
+    let mut totals = tokio::time::interval(TOTALS);
     let signal = shutdown::signal();
     tokio::pin!(signal);
     let mut stopping = false;
@@ -82,6 +95,19 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 let p = &mut *lock();
                 let changes = p.tick(clock::boot_now_ns());
                 log_changes(p, &changes);
+                metrics.lock().expect("metrics lock").record(&changes, p, Instant::now());
+            }
+            _ = totals.tick() => {
+                if let Ok(kernel) = probes.counts() {
+                    let p = lock();
+                    metrics.lock().expect("metrics lock").update_totals(
+                        &kernel,
+                        p.counts.refusals_other,
+                        p.inventory.unattributed_events(),
+                        source_name,
+                        source_stats.errors(),
+                    );
+                }
             }
             _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),
             _ = &mut signal, if !stopping => {
@@ -96,6 +122,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         let p = &mut *lock();
         let changes = p.flush(clock::boot_now_ns());
         log_changes(p, &changes);
+        metrics
+            .lock()
+            .expect("metrics lock")
+            .record(&changes, p, Instant::now());
     }
     log_counts(&probes, &stream, &lock(), &source_stats);
     stop_http.notify_one();
@@ -110,7 +140,10 @@ fn log_changes(p: &Pipeline, changes: &[Change]) {
             Change::Opened(id) => (*id, "incident opened"),
             Change::Resolved(id) => (*id, "incident resolved"),
             Change::Rephased { id, .. } => (*id, "incident phase changed"),
-            Change::Refused(_) | Change::Other | Change::Discarded { .. } => continue,
+            Change::Refused(_)
+            | Change::Other
+            | Change::Discarded { .. }
+            | Change::PodStarted { .. } => continue,
         };
         let Some(inc) = p.incident(id) else { continue };
         let v = p.view(inc);

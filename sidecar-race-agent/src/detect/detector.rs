@@ -78,6 +78,10 @@ pub enum Change {
     Discarded {
         refused: u64,
     },
+    /// The agent saw a pod start (its cgroup created).
+    PodStarted {
+        pod_uid: String,
+    },
 }
 
 type Key = (Client, u16);
@@ -136,9 +140,12 @@ impl Detector {
                 Vec::new()
             }
             Fact::PodStarted { ts, pod_uid } => {
-                let ps = self.pods.entry(pod_uid).or_default();
-                ps.started_at.get_or_insert(ts);
-                Vec::new()
+                let ps = self.pods.entry(pod_uid.clone()).or_default();
+                if ps.started_at.is_some() {
+                    return Vec::new();
+                }
+                ps.started_at = Some(ts);
+                vec![Change::PodStarted { pod_uid }]
             }
             Fact::PodRemoved { ts, pod_uid } => self.pod_gone(ts, &pod_uid, None, meta),
             Fact::ContainerRemoved {
@@ -392,6 +399,8 @@ impl Detector {
             changes.push(Change::Opened(id));
         }
         inc.phase = match inc.episode {
+            // A listener after the window does not make it a race.
+            _ if inc.phase == Phase::Unresolved => Phase::Unresolved,
             Episode::BeforeListener if started => Phase::Startup,
             Episode::BeforeListener => Phase::Steady,
             Episode::AfterClose { .. } if terminating => Phase::Drain,

@@ -1,0 +1,1140 @@
+//! The deployment as shipped in `deploy/`: the manifests render (kustomize) and
+//! validate against the Kubernetes schemas, the DaemonSet and RBAC keep to least
+//! privilege, the Prometheus rules pass `promtool` and their unit tests, the
+//! PrometheusRule holds the same groups as the plain rules file, every alert has a
+//! runbook section, and the dashboard queries only metrics that exist.
+//!
+//! Needs kubectl, promtool and kubernetes-validate (in a venv under
+//! target/deploy-tools/): `cargo xtask setup` installs them. A missing tool fails the
+//! test rather than skipping it (CI runs the set-up first). Nothing here needs root.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use serde_json::Value;
+use sidecar_race_tests::root::have;
+
+/// The capabilities the agent's container adds, and nothing else. deploy/README.md
+/// ("Privileges") says why each is needed; change both together.
+const AGENT_CAPABILITIES: &[&str] = &["BPF", "PERFMON"];
+
+/// The only host paths the agent mounts, both read-only (deploy/README.md, "Privileges").
+const HOST_PATHS: &[&str] = &["/sys/fs/cgroup", "/sys/kernel/tracing"];
+
+/// What the default install's ClusterRole may grant: (API group, resource, verb).
+const DEFAULT_GRANTS: &[(&str, &str, &str)] = &[
+    ("", "pods", "get"),
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "events", "create"),
+    ("", "events", "patch"),
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
+];
+
+/// Only for `--pods-from kubelet`, only in deploy/kubelet-source/.
+const KUBELET_SOURCE_GRANT: (&str, &str, &str) = ("", "nodes/proxy", "get");
+const KUBELET_SOURCE_ROLE: &str = "sidecar-race-agent-kubelet-source";
+
+/// Kubernetes versions the manifests are validated against: this one, and the newest
+/// the pinned kubernetes-validate ships (asked at run time).
+const KUBERNETES_VERSION: &str = "1.33.0";
+
+/// Where `cargo xtask setup` puts kubernetes-validate (xtask/src/setup.rs).
+const DEPLOY_TOOLS_VENV: &str = "target/deploy-tools/venv";
+
+/// The metrics the agent exposes (names fixed); histograms with their series.
+const AGENT_METRICS: &[&str] = &[
+    "sidecar_race_refused_connections_total",
+    "sidecar_race_incidents_total",
+    "sidecar_race_window_seconds_bucket",
+    "sidecar_race_window_seconds_sum",
+    "sidecar_race_window_seconds_count",
+    "sidecar_race_pod_starts_total",
+    "sidecar_race_affected_pod_starts_total",
+    "sidecar_race_kernel_events_total",
+    "sidecar_race_kernel_events_lost_total",
+    "sidecar_race_refusals_other_total",
+    "sidecar_race_unattributed_events_total",
+    "sidecar_race_pod_source_errors_total",
+    "sidecar_race_build_info",
+];
+/// Series Prometheus itself adds for every target.
+const SCRAPE_METRICS: &[&str] = &["up"];
+
+const ALERTS: &[&str] = &[
+    "SidecarStartupRace",
+    "SidecarDrainRace",
+    "SidecarRaceAgentDown",
+    "SidecarRaceEventsLost",
+];
+
+const NAMESPACE: &str = "sidecar-race";
+const AGENT_NAME: &str = "sidecar-race-agent";
+
+// ---------------------------------------------------------------------------------
+// Tools
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the workspace")
+        .to_path_buf()
+}
+
+fn deploy(rel: &str) -> PathBuf {
+    workspace().join("deploy").join(rel)
+}
+
+fn missing(tool: &str) -> ! {
+    panic!(
+        "{tool} is not installed: run `cargo xtask setup`, which installs what the deploy/ \
+         checks need (kubectl, promtool, kubernetes-validate in {DEPLOY_TOOLS_VENV})"
+    )
+}
+
+fn on_path(tool: &str) -> PathBuf {
+    if !have(tool) {
+        missing(tool);
+    }
+    PathBuf::from(tool)
+}
+
+fn venv_bin(name: &str) -> PathBuf {
+    let bin = workspace().join(DEPLOY_TOOLS_VENV).join("bin").join(name);
+    if !bin.exists() {
+        missing(&format!("kubernetes-validate ({})", bin.display()));
+    }
+    bin
+}
+
+/// Runs `cmd` (with `stdin` when given); its stdout, or a panic with all it printed.
+fn run(cmd: &mut Command, stdin: Option<&str>) -> String {
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
+    if let Some(input) = stdin {
+        // The child reads all of stdin before it writes anything.
+        child
+            .stdin
+            .take()
+            .expect("piped")
+            .write_all(input.as_bytes())
+            .unwrap_or_else(|e| panic!("cannot write to {shown}: {e}"));
+    }
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("{shown}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{shown} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `kubectl kustomize DIR`.
+fn kustomize(dir: &str) -> String {
+    run(
+        Command::new(on_path("kubectl"))
+            .arg("kustomize")
+            .arg(deploy(dir)),
+        None,
+    )
+}
+
+/// YAML (one or more documents) as JSON values, with kubernetes-validate's PyYAML.
+fn yaml_docs(text: &str) -> Vec<Value> {
+    const TO_JSON: &str = "import json, sys, yaml\n\
+        docs = [d for d in yaml.safe_load_all(sys.stdin.read()) if d is not None]\n\
+        json.dump(docs, sys.stdout, default=str)\n";
+    let json = run(
+        Command::new(venv_bin("python")).args(["-c", TO_JSON]),
+        Some(text),
+    );
+    match serde_json::from_str(&json).expect("python printed JSON") {
+        Value::Array(docs) => docs,
+        other => panic!("expected a list of documents, got {other}"),
+    }
+}
+
+fn yaml_file(rel: &str) -> Vec<Value> {
+    let path = deploy(rel);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    yaml_docs(&text)
+}
+
+fn one_yaml_file(rel: &str) -> Value {
+    let mut docs = yaml_file(rel);
+    assert_eq!(docs.len(), 1, "{rel} should hold one document");
+    docs.remove(0)
+}
+
+fn rendered(dir: &str) -> Vec<Value> {
+    yaml_docs(&kustomize(dir))
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no string at {pointer} in {v:#}"))
+}
+
+fn kind(doc: &Value) -> &str {
+    str_at(doc, "/kind")
+}
+
+fn name(doc: &Value) -> &str {
+    str_at(doc, "/metadata/name")
+}
+
+fn of_kind<'a>(docs: &'a [Value], k: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| kind(d) == k).collect()
+}
+
+fn the<'a>(docs: &'a [Value], k: &str) -> &'a Value {
+    let found = of_kind(docs, k);
+    assert_eq!(
+        found.len(),
+        1,
+        "expected exactly one {k}, found {}",
+        found.len()
+    );
+    found[0]
+}
+
+/// Objects of CRDs (Prometheus Operator): no schema in kubernetes-validate.
+fn is_crd_object(doc: &Value) -> bool {
+    str_at(doc, "/apiVersion").starts_with("monitoring.coreos.com/")
+}
+
+// ---------------------------------------------------------------------------------
+// Rendering and schemas
+
+#[test]
+fn every_kustomization_renders_and_the_default_install_is_the_base() {
+    let default = rendered(".");
+    let base = rendered("base");
+    let key = |d: &Value| format!("{}/{}", kind(d), name(d));
+    let by_key = |docs: &[Value]| -> BTreeMap<String, Value> {
+        docs.iter().map(|d| (key(d), d.clone())).collect()
+    };
+    assert_eq!(
+        by_key(&default),
+        by_key(&base),
+        "deploy/kustomization.yaml and deploy/base/kustomization.yaml must list the same files"
+    );
+    for k in [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+        "DaemonSet",
+        "Service",
+    ] {
+        assert!(!of_kind(&default, k).is_empty(), "deploy/ installs no {k}");
+    }
+    let kubelet = rendered("kubelet-source");
+    assert_eq!(
+        kubelet.len(),
+        default.len() + 2,
+        "kubelet-source adds one role and its binding"
+    );
+    let monitoring = rendered("monitoring");
+    for k in ["PodMonitor", "PrometheusRule", "ConfigMap"] {
+        the(&monitoring, k);
+    }
+}
+
+/// The newest Kubernetes version the installed kubernetes-validate ships schemas for.
+fn newest_schema_version() -> String {
+    run(
+        Command::new(venv_bin("python")).args([
+            "-c",
+            "import kubernetes_validate.utils as u; print(u.latest_version())",
+        ]),
+        None,
+    )
+    .trim()
+    .to_string()
+}
+
+/// `kubernetes-validate --strict` of built-in kinds, for each version; every document
+/// must be reported as passed (none skipped for want of a schema).
+fn validate(label: &str, docs: &[&Value], versions: &[String]) {
+    let path = std::env::temp_dir().join(format!(
+        "sidecar-race-deploy-{}-{label}.yaml",
+        std::process::id()
+    ));
+    let text = docs
+        .iter()
+        .map(|d| serde_json::to_string_pretty(d).expect("serializes"))
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    std::fs::write(&path, text).expect("temp file");
+    for version in versions {
+        let out = run(
+            Command::new(venv_bin("kubernetes-validate"))
+                .args(["--strict", "--kubernetes-version", version])
+                .arg(&path),
+            None,
+        );
+        let passed = out
+            .lines()
+            .filter(|l| l.contains(" passed for resource "))
+            .count();
+        assert_eq!(
+            passed,
+            docs.len(),
+            "{label}: {} documents, {passed} passed against {version}:\n{out}",
+            docs.len()
+        );
+        assert!(
+            !out.contains("Couldn't find schema"),
+            "{label}: a built-in kind was not validated against {version}:\n{out}"
+        );
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn manifests_validate_strictly_against_kubernetes_schemas() {
+    let versions = [KUBERNETES_VERSION.to_string(), newest_schema_version()];
+    let mut sets: Vec<(String, Vec<Value>)> = ["base", "kubelet-source", "monitoring"]
+        .into_iter()
+        .map(|dir| (dir.replace('-', "_"), rendered(dir)))
+        .collect();
+    sets.push(("default".into(), rendered(".")));
+    for file in ["checkout-classic.yaml", "checkout-native.yaml"] {
+        sets.push((
+            file.trim_end_matches(".yaml").replace('-', "_"),
+            yaml_file(&format!("examples/{file}")),
+        ));
+    }
+    for (label, docs) in &sets {
+        // PodMonitor and PrometheusRule are CRD objects: kubernetes-validate has no
+        // schema for them; crd_objects_have_the_expected_shape checks them instead.
+        let builtin: Vec<&Value> = docs.iter().filter(|d| !is_crd_object(d)).collect();
+        assert!(!builtin.is_empty(), "{label}: nothing to validate");
+        validate(label, &builtin, &versions);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Least privilege
+
+fn walk<'a>(v: &'a Value, path: String, out: &mut Vec<(String, &'a Value)>) {
+    match v {
+        Value::Object(map) => {
+            for (k, child) in map {
+                walk(child, format!("{path}/{k}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                walk(child, format!("{path}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+    out.push((path, v));
+}
+
+fn containers(pod_spec: &Value) -> Vec<&Value> {
+    ["containers", "initContainers", "ephemeralContainers"]
+        .iter()
+        .filter_map(|k| pod_spec.get(*k).and_then(Value::as_array))
+        .flatten()
+        .collect()
+}
+
+fn assert_least_privilege(docs: &[Value], what: &str) {
+    for doc in docs {
+        let mut nodes = Vec::new();
+        walk(doc, String::new(), &mut nodes);
+        for (path, v) in nodes {
+            assert!(
+                !(path.ends_with("/privileged") && v == &Value::Bool(true)),
+                "{what}: privileged: true at {}{path}",
+                name(doc)
+            );
+        }
+    }
+    let ds = the(docs, "DaemonSet");
+    let pod = ds.pointer("/spec/template/spec").expect("pod spec");
+    for host_ns in ["hostNetwork", "hostPID", "hostIPC"] {
+        assert_ne!(
+            pod.get(host_ns),
+            Some(&Value::Bool(true)),
+            "{what}: the agent must not use {host_ns}"
+        );
+    }
+    let pod_seccomp = pod.pointer("/securityContext/seccompProfile/type");
+
+    let host_volumes: BTreeMap<&str, &str> = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .filter_map(|v| Some((str_at(v, "/name"), v.pointer("/hostPath/path")?.as_str()?)))
+        .collect();
+    assert_eq!(
+        host_volumes.values().copied().collect::<BTreeSet<_>>(),
+        HOST_PATHS.iter().copied().collect(),
+        "{what}: host paths mounted (see deploy/README.md, Privileges)"
+    );
+
+    let expected_caps: BTreeSet<&str> = AGENT_CAPABILITIES.iter().copied().collect();
+    let all = containers(pod);
+    assert_eq!(all.len(), 1, "{what}: the agent pod has one container");
+    for c in all {
+        let cname = str_at(c, "/name");
+        let sc = c.get("securityContext").expect("container securityContext");
+        let drop: Vec<&str> = sc
+            .pointer("/capabilities/drop")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            drop,
+            ["ALL"],
+            "{what}/{cname}: capabilities.drop must be [ALL]"
+        );
+        let add: BTreeSet<&str> = sc
+            .pointer("/capabilities/add")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            add, expected_caps,
+            "{what}/{cname}: capabilities.add must be exactly AGENT_CAPABILITIES (deploy/README.md)"
+        );
+        assert_eq!(
+            sc.get("readOnlyRootFilesystem"),
+            Some(&Value::Bool(true)),
+            "{what}/{cname}"
+        );
+        assert_eq!(
+            sc.get("allowPrivilegeEscalation"),
+            Some(&Value::Bool(false)),
+            "{what}/{cname}"
+        );
+        let seccomp = sc.pointer("/seccompProfile/type").or(pod_seccomp);
+        assert_eq!(
+            seccomp.and_then(Value::as_str),
+            Some("RuntimeDefault"),
+            "{what}/{cname}: seccomp profile"
+        );
+
+        for mount in c["volumeMounts"].as_array().into_iter().flatten() {
+            let volume = str_at(mount, "/name");
+            if host_volumes.contains_key(volume) {
+                assert_eq!(
+                    mount.get("readOnly"),
+                    Some(&Value::Bool(true)),
+                    "{what}/{cname}: host volume {volume} must be mounted read-only"
+                );
+                assert_eq!(
+                    str_at(mount, "/mountPath"),
+                    host_volumes[volume],
+                    "{what}/{cname}: {volume} is mounted where the agent looks for it"
+                );
+            }
+        }
+
+        let port = c["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == "http-metrics")
+            .unwrap_or_else(|| panic!("{what}/{cname}: no http-metrics port"));
+        assert_eq!(port["containerPort"], 9965, "{what}/{cname}");
+        for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+            let get = c
+                .pointer(&format!("/{probe}/httpGet"))
+                .unwrap_or_else(|| panic!("{what}/{cname}: no {probe} httpGet"));
+            assert_eq!(get["path"], path, "{what}/{cname}: {probe}");
+            assert_eq!(get["port"], "http-metrics", "{what}/{cname}: {probe}");
+        }
+        for bound in ["requests", "limits"] {
+            for resource in ["cpu", "memory"] {
+                assert!(
+                    c.pointer(&format!("/resources/{bound}/{resource}"))
+                        .is_some(),
+                    "{what}/{cname}: resources.{bound}.{resource} must be set"
+                );
+            }
+        }
+        let env: BTreeMap<&str, &str> = c["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| {
+                Some((
+                    e["name"].as_str()?,
+                    e.pointer("/valueFrom/fieldRef/fieldPath")?.as_str()?,
+                ))
+            })
+            .collect();
+        assert_eq!(
+            env.get("NODE_NAME"),
+            Some(&"spec.nodeName"),
+            "{what}/{cname}"
+        );
+        assert_eq!(env.get("NODE_IP"), Some(&"status.hostIP"), "{what}/{cname}");
+    }
+    assert!(
+        pod["tolerations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["operator"] == "Exists" && t.get("key").is_none()),
+        "{what}: the agent tolerates every taint (runs on every node)"
+    );
+    assert!(
+        pod.get("priorityClassName").is_some(),
+        "{what}: priorityClassName"
+    );
+    assert_eq!(
+        ds.pointer("/spec/updateStrategy/type")
+            .and_then(Value::as_str),
+        Some("RollingUpdate"),
+        "{what}"
+    );
+}
+
+#[test]
+fn daemonset_keeps_to_least_privilege() {
+    let default = rendered(".");
+    assert_least_privilege(&default, "deploy/");
+    let ds = the(&default, "DaemonSet");
+    let c = &ds["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        c["args"],
+        serde_json::json!(["run", "--listen", "0.0.0.0:9965", "--pods-from", "api"])
+    );
+    assert_eq!(c["image"], "ghcr.io/sidecar-race/sidecar-race-agent:0.1.0");
+
+    let kubelet = rendered("kubelet-source");
+    assert_least_privilege(&kubelet, "deploy/kubelet-source/");
+    let ds = the(&kubelet, "DaemonSet");
+    assert_eq!(
+        ds["spec"]["template"]["spec"]["containers"][0]["args"][4],
+        "kubelet"
+    );
+}
+
+type Grant = (String, String, String);
+
+/// (API group, resource, verb) granted by each ClusterRole/Role, by name.
+fn grants(docs: &[Value]) -> BTreeMap<String, BTreeSet<Grant>> {
+    let mut out = BTreeMap::new();
+    for doc in docs
+        .iter()
+        .filter(|d| kind(d) == "ClusterRole" || kind(d) == "Role")
+    {
+        let mut set = BTreeSet::new();
+        for rule in doc["rules"].as_array().into_iter().flatten() {
+            for forbidden in ["nonResourceURLs", "resourceNames"] {
+                assert!(
+                    rule.get(forbidden).is_none(),
+                    "{}: unexpected {forbidden}",
+                    name(doc)
+                );
+            }
+            let list = |k: &str| -> Vec<String> {
+                rule[k]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{}: rule without {k}", name(doc)))
+                    .iter()
+                    .map(|v| v.as_str().expect("string").to_string())
+                    .collect()
+            };
+            for g in list("apiGroups") {
+                for r in list("resources") {
+                    for v in list("verbs") {
+                        assert!(
+                            g != "*" && r != "*" && v != "*",
+                            "{}: wildcard in a rule",
+                            name(doc)
+                        );
+                        set.insert((g.clone(), r.clone(), v));
+                    }
+                }
+            }
+        }
+        out.insert(name(doc).to_string(), set);
+    }
+    out
+}
+
+fn grant((g, r, v): (&str, &str, &str)) -> Grant {
+    (g.to_string(), r.to_string(), v.to_string())
+}
+
+fn assert_bindings(docs: &[Value], roles: &BTreeMap<String, BTreeSet<Grant>>) {
+    assert!(
+        of_kind(docs, "RoleBinding").is_empty(),
+        "no namespaced bindings expected"
+    );
+    for b in of_kind(docs, "ClusterRoleBinding") {
+        assert_eq!(b["roleRef"]["kind"], "ClusterRole");
+        assert!(
+            roles.contains_key(str_at(b, "/roleRef/name")),
+            "{} binds a role this install does not define",
+            name(b)
+        );
+        assert_eq!(
+            b["subjects"],
+            serde_json::json!([{"kind": "ServiceAccount", "name": AGENT_NAME, "namespace": NAMESPACE}]),
+            "{}: binds only the agent's service account",
+            name(b)
+        );
+    }
+}
+
+#[test]
+fn rbac_grants_only_what_the_agent_uses() {
+    let default = rendered(".");
+    let roles = grants(&default);
+    let expected: BTreeSet<Grant> = DEFAULT_GRANTS.iter().copied().map(grant).collect();
+    assert_eq!(
+        roles.keys().collect::<Vec<_>>(),
+        [AGENT_NAME],
+        "the default install defines one ClusterRole"
+    );
+    assert_eq!(
+        roles[AGENT_NAME], expected,
+        "the default ClusterRole's grants"
+    );
+    assert_bindings(&default, &roles);
+
+    let kubelet = rendered("kubelet-source");
+    let roles = grants(&kubelet);
+    assert_eq!(
+        roles[AGENT_NAME], expected,
+        "kubelet-source leaves the default role alone"
+    );
+    assert_eq!(
+        roles[KUBELET_SOURCE_ROLE],
+        BTreeSet::from([grant(KUBELET_SOURCE_GRANT)]),
+        "the kubelet-source role grants nodes/proxy get and nothing else"
+    );
+    assert_eq!(roles.len(), 2);
+    assert_bindings(&kubelet, &roles);
+}
+
+// ---------------------------------------------------------------------------------
+// Prometheus rules, runbook, CRD objects
+
+#[test]
+fn promtool_checks_and_unit_tests_pass() {
+    let promtool = on_path("promtool");
+    let dir = deploy("monitoring");
+    run(
+        Command::new(&promtool)
+            .current_dir(&dir)
+            .args(["check", "rules", "rules.yaml"]),
+        None,
+    );
+    run(
+        Command::new(&promtool)
+            .current_dir(&dir)
+            .args(["test", "rules", "rules_test.yaml"]),
+        None,
+    );
+}
+
+fn rules() -> Vec<Value> {
+    one_yaml_file("monitoring/rules.yaml")["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_array().expect("rules").clone())
+        .collect()
+}
+
+/// GitHub's anchor for a Markdown heading.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn prometheusrule_is_the_rules_file_and_every_alert_has_a_runbook_section() {
+    let plain = one_yaml_file("monitoring/rules.yaml");
+    let operator = one_yaml_file("monitoring/prometheusrule.yaml");
+    assert_eq!(operator["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(operator["kind"], "PrometheusRule");
+    assert_eq!(
+        operator["spec"]["groups"], plain["groups"],
+        "prometheusrule.yaml is out of date: run `sh deploy/monitoring/generate-prometheusrule.sh`"
+    );
+
+    let runbook = std::fs::read_to_string(deploy("monitoring/RUNBOOK.md")).expect("RUNBOOK.md");
+    let sections: BTreeSet<String> = runbook
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .map(anchor)
+        .collect();
+
+    let rules = rules();
+    let alerts: Vec<&Value> = rules.iter().filter(|r| r.get("alert").is_some()).collect();
+    let names: BTreeSet<&str> = alerts.iter().map(|a| str_at(a, "/alert")).collect();
+    assert_eq!(names, ALERTS.iter().copied().collect(), "the alerts");
+    for alert in alerts {
+        let alert_name = str_at(alert, "/alert");
+        assert!(
+            alert
+                .pointer("/labels/severity")
+                .and_then(Value::as_str)
+                .is_some(),
+            "{alert_name}: severity label"
+        );
+        for annotation in ["summary", "description", "runbook_url"] {
+            let text = alert
+                .pointer(&format!("/annotations/{annotation}"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            assert!(
+                !text.trim().is_empty(),
+                "{alert_name}: annotation {annotation}"
+            );
+        }
+        let url = str_at(alert, "/annotations/runbook_url");
+        let (page, fragment) = url
+            .split_once('#')
+            .unwrap_or_else(|| panic!("{alert_name}: runbook_url without #section: {url}"));
+        assert!(
+            page.ends_with("deploy/monitoring/RUNBOOK.md"),
+            "{alert_name}: runbook_url points at {page}"
+        );
+        assert_eq!(
+            fragment,
+            anchor(alert_name),
+            "{alert_name}: runbook_url section"
+        );
+        assert!(
+            sections.contains(fragment),
+            "RUNBOOK.md has no `## {alert_name}` section"
+        );
+    }
+}
+
+#[test]
+fn crd_objects_have_the_expected_shape() {
+    let monitoring = rendered("monitoring");
+    let default = rendered(".");
+    let ds = the(&default, "DaemonSet");
+    let pod_labels = &ds["spec"]["template"]["metadata"]["labels"];
+
+    let pm = the(&monitoring, "PodMonitor");
+    assert_eq!(pm["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(pm["metadata"]["namespace"], NAMESPACE);
+    let selector = pm["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("PodMonitor selector.matchLabels");
+    for (k, v) in selector {
+        assert_eq!(
+            &pod_labels[k], v,
+            "PodMonitor selects the agent's pods ({k})"
+        );
+    }
+    assert_eq!(
+        pm["spec"]["namespaceSelector"]["matchNames"],
+        serde_json::json!([NAMESPACE])
+    );
+    // job="sidecar-race-agent", which the rules and the dashboard assume.
+    let job_label = str_at(pm, "/spec/jobLabel");
+    assert_eq!(
+        pod_labels[job_label], "sidecar-race-agent",
+        "the job name the rules assume"
+    );
+    let endpoints = pm["spec"]["podMetricsEndpoints"]
+        .as_array()
+        .expect("endpoints");
+    assert_eq!(endpoints.len(), 1);
+    let ep = &endpoints[0];
+    assert_eq!(ep["port"], "http-metrics");
+    assert!(
+        ep["relabelings"].as_array().into_iter().flatten().any(|r| {
+            r["sourceLabels"] == serde_json::json!(["__meta_kubernetes_pod_node_name"])
+                && r["targetLabel"] == "node"
+        }),
+        "PodMonitor relabels the node name into `node`"
+    );
+
+    let pr = the(&monitoring, "PrometheusRule");
+    assert_eq!(pr["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(
+        pr["spec"]
+            .as_object()
+            .map(|o| o.keys().cloned().collect::<Vec<_>>()),
+        Some(vec!["groups".to_string()])
+    );
+
+    let cm = the(&monitoring, "ConfigMap");
+    assert_eq!(cm["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    let data = cm["data"].as_object().expect("ConfigMap data");
+    assert_eq!(data.len(), 1);
+    let (key, json) = data.iter().next().expect("one entry");
+    assert!(
+        key.ends_with(".json"),
+        "Grafana's sidecar loads *.json keys: {key}"
+    );
+    let in_cm: Value = serde_json::from_str(json.as_str().expect("text")).expect("JSON");
+    assert_eq!(in_cm, dashboard(), "the ConfigMap carries dashboard.json");
+}
+
+// ---------------------------------------------------------------------------------
+// Dashboard and the metric names in queries
+
+fn dashboard() -> Value {
+    let text =
+        std::fs::read_to_string(deploy("monitoring/dashboard.json")).expect("dashboard.json");
+    serde_json::from_str(&text).expect("dashboard.json is valid JSON")
+}
+
+/// Index of the bracket closing the one at `open`, skipping quoted strings.
+fn closing(chars: &[char], open: usize) -> usize {
+    let (o, c) = (
+        chars[open],
+        match chars[open] {
+            '(' => ')',
+            '{' => '}',
+            '[' => ']',
+            other => panic!("not a bracket: {other}"),
+        },
+    );
+    let mut depth = 0;
+    let mut i = open;
+    while i < chars.len() {
+        match chars[i] {
+            q @ ('"' | '\'' | '`') => i = end_of_string(chars, i, q),
+            x if x == o => depth += 1,
+            x if x == c => {
+                depth -= 1;
+                if depth == 0 {
+                    return i;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    panic!("unbalanced {o} in {}", chars.iter().collect::<String>())
+}
+
+fn end_of_string(chars: &[char], start: usize, quote: char) -> usize {
+    let mut i = start + 1;
+    while i < chars.len() && chars[i] != quote {
+        if chars[i] == '\\' && quote != '`' {
+            i += 1;
+        }
+        i += 1;
+    }
+    i
+}
+
+const PROMQL_KEYWORDS: &[&str] = &[
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "inf",
+    "nan",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "atan2",
+];
+/// Aggregation operators: `sum by (x) (...)` puts a keyword, not `(`, after the name.
+const AGGREGATIONS: &[&str] = &[
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+    "limitk",
+    "limit_ratio",
+];
+const GROUPING: &[&str] = &[
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+];
+
+/// Metric names a PromQL expression (Grafana variables allowed) selects: identifiers
+/// that are not functions, keywords, label names or durations.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let chars: Vec<char> = expr.chars().collect();
+    let mut names = BTreeSet::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '"' | '\'' | '`' => i = end_of_string(&chars, i, c) + 1,
+            // Label matchers and range/subquery durations.
+            '{' | '[' => i = closing(&chars, i) + 1,
+            '#' => {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+            }
+            // A Grafana variable: $name or ${name}.
+            '$' => {
+                i += 1;
+                if chars.get(i) == Some(&'{') {
+                    i = closing(&chars, i) + 1;
+                } else {
+                    while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                        i += 1;
+                    }
+                }
+            }
+            c if c.is_ascii_digit() || c == '.' => {
+                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '.') {
+                    i += 1;
+                }
+            }
+            c if c.is_ascii_alphabetic() || c == '_' || c == ':' => {
+                let start = i;
+                while i < chars.len()
+                    && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == ':')
+                {
+                    i += 1;
+                }
+                let ident: String = chars[start..i].iter().collect();
+                let mut j = i;
+                while j < chars.len() && chars[j].is_whitespace() {
+                    j += 1;
+                }
+                let call = chars.get(j) == Some(&'(');
+                if GROUPING.contains(&ident.as_str()) {
+                    if call {
+                        i = closing(&chars, j) + 1;
+                    }
+                } else if !call
+                    && !PROMQL_KEYWORDS.contains(&ident.as_str())
+                    && !AGGREGATIONS.contains(&ident.as_str())
+                {
+                    names.insert(ident);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    names
+}
+
+fn known_metric_names() -> BTreeSet<String> {
+    let records = rules()
+        .iter()
+        .filter_map(|r| r.get("record").and_then(Value::as_str).map(str::to_string))
+        .collect::<Vec<_>>();
+    assert!(!records.is_empty(), "rules.yaml defines recording rules");
+    AGENT_METRICS
+        .iter()
+        .chain(SCRAPE_METRICS)
+        .map(|s| s.to_string())
+        .chain(records)
+        .collect()
+}
+
+#[test]
+fn metric_name_extraction_sees_what_a_query_selects() {
+    let e = r#"topk(10, sum by (namespace, le) (rate(a_total{x=~"$ns", y="}"}[$__rate_interval])) / on (n) group_left(m) b:rec:ratio1h > 0 or absent(up{job="j"}) unless c offset 1h)"#;
+    assert_eq!(
+        metric_names(e),
+        ["a_total", "b:rec:ratio1h", "c", "up"]
+            .map(String::from)
+            .into()
+    );
+    assert_eq!(
+        metric_names("histogram_quantile(0.95, x_bucket) >= 1e3"),
+        ["x_bucket".to_string()].into()
+    );
+}
+
+fn panels(list: &Value) -> Vec<&Value> {
+    let mut out = Vec::new();
+    for p in list.as_array().into_iter().flatten() {
+        out.push(p);
+        out.extend(panels(&p["panels"]));
+    }
+    out
+}
+
+#[test]
+fn dashboard_queries_only_known_metrics() {
+    let d = dashboard();
+    let known = known_metric_names();
+    assert!(
+        d["schemaVersion"].as_u64().is_some_and(|v| v >= 36),
+        "schemaVersion"
+    );
+    let vars = d["templating"]["list"].as_array().expect("templating.list");
+    let ds_var = vars
+        .iter()
+        .find(|v| v["name"] == "datasource")
+        .expect("a datasource variable");
+    assert_eq!(ds_var["type"], "datasource");
+    assert_eq!(ds_var["query"], "prometheus");
+    for v in ["namespace", "workload"] {
+        assert!(vars.iter().any(|x| x["name"] == v), "variable {v}");
+    }
+    // Variable queries: label_values(METRIC{...}, label).
+    for v in vars.iter().filter(|v| v["type"] == "query") {
+        let q = v["definition"].as_str().expect("definition");
+        let arg = q
+            .strip_prefix("label_values(")
+            .unwrap_or_else(|| panic!("variable {}: expected label_values(...): {q}", v["name"]));
+        let metric: String = arg
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+            .collect();
+        assert!(
+            known.contains(&metric),
+            "variable {}: unknown metric {metric}",
+            v["name"]
+        );
+    }
+
+    let mut queried = 0;
+    for p in panels(&d["panels"]) {
+        if p["type"] == "row" {
+            continue;
+        }
+        let title = p["title"].as_str().unwrap_or("?");
+        assert_eq!(
+            p["datasource"]["uid"], "${datasource}",
+            "panel {title}: datasource"
+        );
+        let targets = p["targets"]
+            .as_array()
+            .unwrap_or_else(|| panic!("panel {title}: targets"));
+        assert!(!targets.is_empty(), "panel {title}: no query");
+        for t in targets {
+            let expr = t["expr"]
+                .as_str()
+                .unwrap_or_else(|| panic!("panel {title}: expr"));
+            let names = metric_names(expr);
+            assert!(!names.is_empty(), "panel {title}: no metric in {expr}");
+            let unknown: Vec<_> = names.difference(&known).collect();
+            assert!(
+                unknown.is_empty(),
+                "panel {title}: unknown metrics {unknown:?} in {expr}"
+            );
+            queried += 1;
+        }
+    }
+    assert!(queried >= 8, "the dashboard has its panels");
+}
+
+#[test]
+fn rules_query_only_known_metrics() {
+    let known = known_metric_names();
+    for r in rules() {
+        let expr = str_at(&r, "/expr");
+        let unknown: Vec<_> = metric_names(expr).difference(&known).cloned().collect();
+        assert!(unknown.is_empty(), "{r}: unknown metrics {unknown:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Examples
+
+fn container<'a>(list: &'a Value, cname: &str) -> &'a Value {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == cname)
+        .unwrap_or_else(|| panic!("no container {cname}"))
+}
+
+fn declares_port(c: &Value, port: u64) -> bool {
+    c["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["containerPort"] == port)
+}
+
+#[test]
+fn examples_race_and_fix_the_race() {
+    let classic = one_yaml_file("examples/checkout-classic.yaml");
+    let pod = &classic["spec"]["template"]["spec"];
+    assert!(
+        pod.get("initContainers").is_none(),
+        "classic: no init containers"
+    );
+    let proxy = container(&pod["containers"], "proxy");
+    assert!(
+        declares_port(proxy, 15001),
+        "classic: the proxy declares 15001"
+    );
+    container(&pod["containers"], "app");
+
+    let native = one_yaml_file("examples/checkout-native.yaml");
+    let pod = &native["spec"]["template"]["spec"];
+    let proxy = container(&pod["initContainers"], "proxy");
+    assert_eq!(proxy["restartPolicy"], "Always", "native: a native sidecar");
+    assert!(
+        declares_port(proxy, 15001),
+        "native: the proxy declares 15001"
+    );
+    assert_eq!(
+        proxy.pointer("/startupProbe/tcpSocket/port"),
+        Some(&serde_json::json!(15001)),
+        "native: the startupProbe tests the port the app dials"
+    );
+    container(&pod["containers"], "app");
+    assert_eq!(classic["metadata"]["name"], "checkout-classic");
+
+    // Not part of any kustomization.
+    for dir in [".", "base", "monitoring"] {
+        let docs = rendered(dir);
+        assert!(
+            !docs.iter().any(|d| kind(d) == "Deployment"),
+            "deploy/{dir} must not install the examples"
+        );
+    }
+}
