@@ -199,6 +199,13 @@ pub struct RunArgs {
     /// listener went away make refusals a drain (Kubernetes' default grace period).
     #[arg(long, env = "SIDECAR_RACE_DRAIN_GRACE_SECONDS", default_value_t = 30.0)]
     pub drain_grace_seconds: f64,
+    /// Post Kubernetes Events (events.k8s.io/v1) on pods with races; `--events=false`
+    /// turns them off.
+    #[arg(long, env = "SIDECAR_RACE_EVENTS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub events: bool,
+    /// Events the node's agent may post per minute (a burst of as many is allowed).
+    #[arg(long, env = "SIDECAR_RACE_EVENTS_PER_MINUTE", default_value_t = 30)]
+    pub events_per_minute: u32,
     /// Add a `pod` label to the workload metrics (more series: one per pod).
     #[arg(long, env = "SIDECAR_RACE_METRICS_POD_LABEL")]
     pub metrics_pod_label: bool,
@@ -263,5 +270,11 @@ mod tests {
         assert_eq!(r.kernel.pods.spec(), PodSourceSpec::File("/p.json".into()));
         assert_eq!(r.kernel.pods.options().node_name.as_deref(), Some("n1"));
         assert!(Cli::try_parse_from(["a", "run", "--pods-from", "etcd"]).is_err());
+        let Command::Run(r) = Cli::try_parse_from(["a", "run", "--events=false"]).unwrap().command else {
+            panic!()
+        };
+        assert!(!r.events);
+        let Command::Run(r) = Cli::try_parse_from(["a", "run"]).unwrap().command else { panic!() };
+        assert!(r.events);
     }
 }
