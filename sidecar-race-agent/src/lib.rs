@@ -10,6 +10,7 @@ pub mod detect;
 pub mod events;
 pub mod http;
 pub mod inventory;
+pub mod k8s_events;
 pub mod kernel;
 pub mod logging;
 pub mod metrics;

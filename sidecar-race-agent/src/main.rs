@@ -23,6 +23,7 @@ async fn main() -> anyhow::Result<()> {
             commands::run::run(commands::run::RunOptions {
                 agent: args.kernel.options(),
                 metrics_pod_label: args.metrics_pod_label,
+                events: args.events.then_some(args.events_per_minute),
                 listen: args.listen,
                 stats_interval: Duration::from_secs(args.stats_interval_seconds.max(1)),
                 detector: args.detector(),

@@ -19,6 +19,7 @@ use crate::{
     detect::{Change, DetectorConfig},
     events::Kind,
     http::{self, HttpState},
+    k8s_events::{EventPublisher, notice_for},
     metrics::Metrics,
     pipeline::Pipeline,
     shutdown,
@@ -31,6 +32,8 @@ const TOTALS: Duration = Duration::from_secs(1);
 
 pub struct RunOptions {
     pub agent: AgentOptions,
+    /// Post Kubernetes Events, at most this many per minute.
+    pub events: Option<u32>,
     /// Add a `pod` label to workload metrics.
     pub metrics_pod_label: bool,
     pub listen: SocketAddr,
@@ -59,6 +62,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         &env.kernel_release,
     )));
     let source_name = opts.agent.pods_from.name();
+    let events = match opts.events {
+        Some(per_minute) => start_events(&opts.agent, per_minute).await,
+        None => None,
+    };
     let ready = Arc::new(AtomicBool::new(false));
     let stop_http = Arc::new(Notify::new());
     let stop = stop_http.clone();
@@ -96,6 +103,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 let changes = p.tick(clock::boot_now_ns());
                 log_changes(p, &changes);
                 metrics.lock().expect("metrics lock").record(&changes, p, Instant::now());
+                if let Some(events) = &events {
+                    publish(events, p, &changes);
+                }
             }
             _ = totals.tick() => {
                 if let Ok(kernel) = probes.counts() {
@@ -131,6 +141,42 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     stop_http.notify_one();
     server.await??;
     Ok(())
+}
+
+/// An Event publisher, when a Kubernetes client can be configured (in-cluster or
+/// KUBECONFIG); without one, Events are off and detection goes on.
+async fn start_events(opts: &AgentOptions, per_minute: u32) -> Option<EventPublisher> {
+    match kube::Client::try_default().await {
+        Ok(client) => {
+            let node = opts
+                .source
+                .node_name
+                .clone()
+                .unwrap_or_else(|| "unknown-node".into());
+            tracing::info!(per_minute, "posting Kubernetes Events on pods with races");
+            Some(EventPublisher::spawn(client, node, per_minute))
+        }
+        Err(e) => {
+            tracing::warn!("Kubernetes Events are off: no client configuration ({e})");
+            None
+        }
+    }
+}
+
+/// Races that ended (and late refusals of ended ones) become Events on their pods.
+fn publish(events: &EventPublisher, p: &Pipeline, changes: &[Change]) {
+    for c in changes {
+        let (Change::Resolved(id) | Change::Refused(id)) = c else {
+            continue;
+        };
+        let Some(inc) = p.incident(*id) else { continue };
+        if inc.state != crate::detect::State::Resolved || inc.awaiting_attribution {
+            continue;
+        }
+        if let Some(notice) = notice_for(&p.view(inc)) {
+            events.notify(notice);
+        }
+    }
 }
 
 /// One structured log line per incident opened, rephased and resolved.

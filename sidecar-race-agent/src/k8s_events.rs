@@ -1,0 +1,276 @@
+//! Kubernetes Events (events.k8s.io/v1) on pods with races, so `kubectl describe pod`
+//! shows the evidence and the fix. One Event per (pod, reason, container, sidecar,
+//! port): a recurrence updates its `series` instead of posting another. Posting is
+//! rate-limited per node and never blocks detection: notices queue on a bounded channel
+//! and overflow is dropped and counted.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+    time::Instant,
+};
+
+use k8s_openapi::{
+    api::{core::v1::ObjectReference, events::v1::Event},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::detect::{Phase, render::IncidentView};
+
+pub const REPORTING_CONTROLLER: &str = "sidecar-race.io/agent";
+
+/// What to tell about one incident.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventNotice {
+    /// Deduplication key: the same race recurring.
+    pub key: String,
+    pub namespace: String,
+    pub pod: String,
+    pub pod_uid: String,
+    pub container: Option<String>,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+/// The notice for an incident, when it is a race (not `unresolved`) and the pod's
+/// names are known (an Event needs them).
+pub fn notice_for(v: &IncidentView) -> Option<EventNotice> {
+    let reason = match v.phase {
+        Phase::Startup => "SidecarStartupRace",
+        Phase::Drain => "SidecarDrainRace",
+        Phase::Steady => "SidecarRestartRace",
+        Phase::Unresolved => return None,
+    };
+    let container = v.container.clone();
+    let who = container.as_deref().unwrap_or("a container");
+    let sidecar = v.sidecar.as_deref().unwrap_or("an unknown sidecar");
+    let window = v
+        .race_window_seconds
+        .map(|w| format!("; race window {w:.2} s"))
+        .unwrap_or_default();
+    let when = match v.phase {
+        Phase::Startup => "before it listened (startup)",
+        Phase::Drain => "after it stopped listening (drain)",
+        _ => "while it restarted",
+    };
+    let mut note = format!(
+        "{who} was refused {} times on {} by {sidecar} ({} sidecar) {when}{window}. Fix: {}",
+        v.refused_count,
+        v.local_destination.as_deref().unwrap_or(&v.destination),
+        v.pattern.as_str(),
+        v.advice
+    );
+    truncate(&mut note, 1024);
+    Some(EventNotice {
+        key: format!(
+            "{}/{reason}/{}/{}/{}",
+            v.pod_uid,
+            container
+                .as_deref()
+                .or(v.container_id.as_deref())
+                .unwrap_or(""),
+            v.sidecar.as_deref().unwrap_or(""),
+            v.port
+        ),
+        namespace: v.namespace.clone()?,
+        pod: v.pod.clone()?,
+        pod_uid: v.pod_uid.clone(),
+        container,
+        reason,
+        note,
+    })
+}
+
+/// The API's limit on `note` is 1 kB.
+fn truncate(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut cut = max - 3;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+}
+
+/// Counts of the publisher, for logs and tests.
+#[derive(Debug, Default)]
+pub struct PublisherStats {
+    pub created: AtomicU64,
+    pub updated: AtomicU64,
+    /// Dropped by the rate limit or a full queue.
+    pub dropped: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+#[derive(Clone)]
+pub struct EventPublisher {
+    tx: mpsc::Sender<EventNotice>,
+    pub stats: Arc<PublisherStats>,
+}
+
+impl EventPublisher {
+    /// Starts posting with `client` as `sidecar-race-agent` on `node`, at most
+    /// `per_minute` Events per minute (bursts of as many).
+    pub fn spawn(client: Client, node: String, per_minute: u32) -> Self {
+        let (tx, rx) = mpsc::channel(256);
+        let stats = Arc::new(PublisherStats::default());
+        tokio::spawn(post(client, node, per_minute.max(1), rx, stats.clone()));
+        Self { tx, stats }
+    }
+
+    /// Queues a notice; never waits.
+    pub fn notify(&self, notice: EventNotice) {
+        if self.tx.try_send(notice).is_err() {
+            self.stats.dropped.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// A token bucket: `per_minute` tokens, refilled continuously.
+struct RateLimit {
+    tokens: f64,
+    capacity: f64,
+    per_second: f64,
+    at: Instant,
+}
+
+impl RateLimit {
+    fn new(per_minute: u32) -> Self {
+        let capacity = per_minute as f64;
+        Self {
+            tokens: capacity,
+            capacity,
+            per_second: capacity / 60.0,
+            at: Instant::now(),
+        }
+    }
+
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.per_second)
+            .min(self.capacity);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+struct Posted {
+    namespace: String,
+    name: String,
+    count: i32,
+}
+
+async fn post(
+    client: Client,
+    node: String,
+    per_minute: u32,
+    mut rx: mpsc::Receiver<EventNotice>,
+    stats: Arc<PublisherStats>,
+) {
+    let mut limit = RateLimit::new(per_minute);
+    let mut posted: HashMap<String, Posted> = HashMap::new();
+    let mut warned = false;
+    while let Some(n) = rx.recv().await {
+        if !limit.take() {
+            stats.dropped.fetch_add(1, Relaxed);
+            continue;
+        }
+        let now = MicroTime(Timestamp::now());
+        let api: Api<Event> = Api::namespaced(client.clone(), &n.namespace);
+        let result = match posted.get_mut(&n.key) {
+            Some(p) => {
+                p.count += 1;
+                let patch = json!({
+                    "series": {"count": p.count, "lastObservedTime": now},
+                    "note": n.note,
+                });
+                api.patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| stats.updated.fetch_add(1, Relaxed))
+            }
+            None => {
+                let name = format!("{}.{:016x}", n.pod, fnv1a(&n.key));
+                let event = event(&n, &name, &node, now);
+                let r = api.create(&PostParams::default(), &event).await;
+                if r.is_ok() {
+                    posted.insert(
+                        n.key.clone(),
+                        Posted {
+                            namespace: n.namespace.clone(),
+                            name,
+                            count: 1,
+                        },
+                    );
+                }
+                r.map(|_| stats.created.fetch_add(1, Relaxed))
+            }
+        };
+        if let Err(e) = result {
+            stats.failed.fetch_add(1, Relaxed);
+            if !warned {
+                tracing::warn!(
+                    "cannot post a Kubernetes Event ({e}); detection goes on, further failures are only counted"
+                );
+                warned = true;
+            }
+        }
+        // Keep the dedup table bounded: forget the oldest namespace's entries first.
+        if posted.len() > 10_000 {
+            let ns = posted.values().next().map(|p| p.namespace.clone());
+            posted.retain(|_, p| Some(&p.namespace) != ns.as_ref());
+        }
+    }
+}
+
+fn event(n: &EventNotice, name: &str, node: &str, now: MicroTime) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(n.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(now),
+        reporting_controller: Some(REPORTING_CONTROLLER.into()),
+        reporting_instance: Some(format!("sidecar-race-agent-{node}")),
+        action: Some("Detected".into()),
+        reason: Some(n.reason.into()),
+        type_: Some("Warning".into()),
+        note: Some(n.note.clone()),
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(n.namespace.clone()),
+            name: Some(n.pod.clone()),
+            uid: Some(n.pod_uid.clone()),
+            field_path: n
+                .container
+                .as_ref()
+                .map(|c| format!("spec.containers{{{c}}}")),
+            ..ObjectReference::default()
+        }),
+        ..Event::default()
+    }
+}
+
+/// A stable short hash for Event names (deterministic across agent restarts).
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}

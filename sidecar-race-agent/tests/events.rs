@@ -1,0 +1,221 @@
+//! Kubernetes Events through kube's real client against a fake API server at the HTTP
+//! level (no real API server can run here): request bodies asserted, one Event per
+//! recurring race (series updated), rate-limited per node.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex, atomic::Ordering::Relaxed},
+    time::Duration,
+};
+
+use axum::{
+    Json, Router,
+    body::Bytes,
+    extract::{Path, State},
+    http::{Method, StatusCode},
+    routing::{patch, post},
+};
+use serde_json::{Value, json};
+use sidecar_race_agent::{
+    detect::{Phase, State as IncidentState, render::IncidentView},
+    inventory::pod_info::{Pattern, Workload},
+    k8s_events::{EventPublisher, notice_for},
+};
+
+#[derive(Default)]
+struct Seen {
+    requests: Vec<(Method, String, Value)>,
+}
+
+type Shared = Arc<Mutex<Seen>>;
+
+async fn create(
+    State(s): State<Shared>,
+    Path(ns): Path<String>,
+    body: Bytes,
+) -> (StatusCode, Json<Value>) {
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    s.lock()
+        .unwrap()
+        .requests
+        .push((Method::POST, ns, v.clone()));
+    (StatusCode::CREATED, Json(v))
+}
+
+async fn update(
+    State(s): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Json<Value> {
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    s.lock()
+        .unwrap()
+        .requests
+        .push((Method::PATCH, format!("{ns}/{name}"), v));
+    Json(
+        json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": name, "namespace": ns}}),
+    )
+}
+
+async fn fake_api() -> (SocketAddr, Shared) {
+    let seen: Shared = Arc::default();
+    let app = Router::new()
+        .route(
+            "/apis/events.k8s.io/v1/namespaces/{ns}/events",
+            post(create),
+        )
+        .route(
+            "/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}",
+            patch(update),
+        )
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, seen)
+}
+
+fn client(addr: SocketAddr) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap()
+}
+
+fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
+    IncidentView {
+        id: 1,
+        phase,
+        state: IncidentState::Resolved,
+        pod_uid: "6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b".into(),
+        namespace: Some("shop".into()),
+        pod: Some("checkout-7d4b9c8f5-x2k8q".into()),
+        workload: Some(Workload { kind: "Deployment".into(), name: "checkout".into() }),
+        container: Some(container.into()),
+        container_id: Some("a".repeat(64)),
+        sidecar: Some("istio-proxy".into()),
+        sidecar_container_id: Some("b".repeat(64)),
+        pattern: Pattern::Classic,
+        port,
+        destination: format!("127.0.0.1:{port}"),
+        local_destination: None,
+        refused_count: 15,
+        first_refused_at: "2026-11-29T10:00:00.100000000Z".into(),
+        last_refused_at: "2026-11-29T10:00:01.500000000Z".into(),
+        listener_ready_at: Some("2026-11-29T10:00:01.600000000Z".into()),
+        listener_closed_at: None,
+        race_window_seconds: Some(1.5),
+        advice: "Move istio-proxy from containers to initContainers with restartPolicy: Always and give it a startupProbe that tests port 15001, so app starts only once istio-proxy serves.".into(),
+    }
+}
+
+async fn wait_requests(seen: &Shared, n: usize) -> Vec<(Method, String, Value)> {
+    for _ in 0..100 {
+        if seen.lock().unwrap().requests.len() >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    seen.lock().unwrap().requests.clone()
+}
+
+#[tokio::test]
+async fn one_event_per_race_then_its_series_is_updated() {
+    let (addr, seen) = fake_api().await;
+    let publisher = EventPublisher::spawn(client(addr), "node-a".into(), 30);
+    let notice = notice_for(&incident(Phase::Startup, "app", 15001)).unwrap();
+    publisher.notify(notice.clone());
+    publisher.notify(notice);
+    let requests = wait_requests(&seen, 2).await;
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+
+    let (method, ns, body) = &requests[0];
+    assert_eq!((method, ns.as_str()), (&Method::POST, "shop"));
+    assert_eq!(body["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(body["kind"], "Event");
+    assert_eq!(body["type"], "Warning");
+    assert_eq!(body["reason"], "SidecarStartupRace");
+    assert_eq!(body["action"], "Detected");
+    assert_eq!(body["reportingController"], "sidecar-race.io/agent");
+    assert_eq!(body["reportingInstance"], "sidecar-race-agent-node-a");
+    assert_eq!(
+        body["regarding"],
+        json!({"apiVersion": "v1", "kind": "Pod", "namespace": "shop", "name": "checkout-7d4b9c8f5-x2k8q",
+               "uid": "6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b", "fieldPath": "spec.containers{app}"})
+    );
+    let note = body["note"].as_str().unwrap();
+    assert!(note.starts_with("app was refused 15 times on 127.0.0.1:15001 by istio-proxy (classic sidecar) before it listened (startup); race window 1.50 s."), "{note}");
+    assert!(
+        note.contains("Fix: Move istio-proxy from containers to initContainers"),
+        "{note}"
+    );
+    assert!(body["eventTime"].as_str().unwrap().ends_with('Z'));
+    let name = body["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("checkout-7d4b9c8f5-x2k8q."), "{name}");
+
+    let (method, path, patch) = &requests[1];
+    assert_eq!(method, &Method::PATCH);
+    assert_eq!(
+        path,
+        &format!("shop/{name}"),
+        "the same Event, not a new one"
+    );
+    assert_eq!(patch["series"]["count"], 2);
+    assert!(patch["series"]["lastObservedTime"].is_string());
+    assert_eq!(publisher.stats.created.load(Relaxed), 1);
+    assert_eq!(publisher.stats.updated.load(Relaxed), 1);
+}
+
+#[tokio::test]
+async fn reasons_follow_the_phase_and_unresolved_is_not_an_event() {
+    assert_eq!(
+        notice_for(&incident(Phase::Drain, "app", 15001))
+            .unwrap()
+            .reason,
+        "SidecarDrainRace"
+    );
+    assert_eq!(
+        notice_for(&incident(Phase::Steady, "app", 15001))
+            .unwrap()
+            .reason,
+        "SidecarRestartRace"
+    );
+    assert!(notice_for(&incident(Phase::Unresolved, "app", 15001)).is_none());
+    let mut nameless = incident(Phase::Startup, "app", 15001);
+    nameless.namespace = None;
+    assert!(
+        notice_for(&nameless).is_none(),
+        "an Event needs the pod's namespace and name"
+    );
+    let mut long = incident(Phase::Startup, "app", 15001);
+    long.advice = "x".repeat(5000);
+    assert!(notice_for(&long).unwrap().note.len() <= 1024);
+}
+
+#[tokio::test]
+async fn posting_is_rate_limited_per_node() {
+    let (addr, seen) = fake_api().await;
+    let publisher = EventPublisher::spawn(client(addr), "node-a".into(), 3);
+    for port in 1..=8u16 {
+        publisher.notify(notice_for(&incident(Phase::Startup, "app", port)).unwrap());
+    }
+    let requests = wait_requests(&seen, 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(requests.len(), 3, "a burst of 3 per minute: {requests:#?}");
+    assert!(requests.iter().all(|(m, _, _)| m == Method::POST));
+    assert_eq!(publisher.stats.dropped.load(Relaxed), 5);
+}
+
+#[tokio::test]
+async fn an_api_server_that_fails_is_counted_not_fatal() {
+    let unused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let publisher = EventPublisher::spawn(client(unused), "node-a".into(), 30);
+    publisher.notify(notice_for(&incident(Phase::Startup, "app", 15001)).unwrap());
+    for _ in 0..100 {
+        if publisher.stats.failed.load(Relaxed) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(publisher.stats.failed.load(Relaxed), 1);
+}
