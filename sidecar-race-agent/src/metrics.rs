@@ -26,6 +26,19 @@ use crate::{
 
 type Labels = Vec<(&'static str, String)>;
 
+/// A pod start, counted under the labels its workload had when it was counted, so a
+/// pod counted as affected always falls under the same labels as its start.
+struct Start {
+    seen: Instant,
+    /// None while waiting for the workload's name.
+    labels: Option<Labels>,
+    /// It had a startup incident (counted once).
+    affected: bool,
+}
+
+/// Counted starts are forgotten after this (startup incidents settle within minutes).
+const START_MEMORY: Duration = Duration::from_secs(3600);
+
 /// Race windows from 10 ms to 2 min.
 const WINDOW_BUCKETS: [f64; 14] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
@@ -51,10 +64,8 @@ pub struct Metrics {
     counted: HashMap<u64, u64>,
     /// Incidents already counted in `incidents`/`window`.
     settled: HashSet<u64>,
-    /// Pods whose start is not counted yet (waiting for their workload's name).
-    pending_starts: Vec<(String, Instant)>,
-    /// Pods already counted as affected.
-    affected: HashSet<String>,
+    /// Pod starts by pod uid: waiting for the workload's name, or counted.
+    starts: HashMap<String, Start>,
     /// Last totals seen of absolute counters (kernel, pipeline), to add deltas.
     last: HashMap<String, u64>,
 }
@@ -150,8 +161,7 @@ impl Metrics {
             pod_label,
             counted: HashMap::new(),
             settled: HashSet::new(),
-            pending_starts: Vec::new(),
-            affected: HashSet::new(),
+            starts: HashMap::new(),
             last: HashMap::new(),
         }
     }
@@ -178,7 +188,13 @@ impl Metrics {
                         self.settle(inc, p);
                     }
                 }
-                Change::PodStarted { pod_uid } => self.pending_starts.push((pod_uid.clone(), now)),
+                Change::PodStarted { pod_uid } => {
+                    self.starts.entry(pod_uid.clone()).or_insert(Start {
+                        seen: now,
+                        labels: None,
+                        affected: false,
+                    });
+                }
                 Change::Opened(_) | Change::Other | Change::Discarded { .. } => {}
             }
         }
@@ -212,23 +228,30 @@ impl Metrics {
                     .get_or_create(&self.incident_labels(&v, false))
                     .observe(w);
             }
-            if inc.phase == Phase::Startup && self.affected.insert(inc.pod_uid.clone()) {
-                self.affected_starts
-                    .get_or_create(&self.workload_labels(&v))
-                    .inc();
+            if inc.phase == Phase::Startup {
+                if let Some(start) = self.starts.get_mut(&inc.pod_uid) {
+                    if !start.affected {
+                        start.affected = true;
+                        if let Some(labels) = &start.labels {
+                            self.affected_starts.get_or_create(labels).inc();
+                        }
+                    }
+                }
             }
         }
     }
 
-    /// Counts pod starts once their workload is known, or unlabelled after a while.
+    /// Counts pod starts once their workload is known, or unlabelled after a while
+    /// (or at once without a pod source); affected ones under the same labels.
     fn count_pod_starts(&mut self, p: &Pipeline, now: Instant) {
-        let pending = std::mem::take(&mut self.pending_starts);
-        for (uid, seen) in pending {
-            let pod = p.inventory.pods.pod(&uid);
+        for (uid, start) in self.starts.iter_mut() {
+            if start.labels.is_some() {
+                continue;
+            }
+            let pod = p.inventory.pods.pod(uid);
             let may_learn =
-                p.inventory.has_pod_source && now.duration_since(seen) < POD_START_NAME_WAIT;
+                p.inventory.has_pod_source && now.duration_since(start.seen) < POD_START_NAME_WAIT;
             if pod.is_none() && may_learn {
-                self.pending_starts.push((uid, seen));
                 continue;
             }
             let mut labels = vec![
@@ -249,7 +272,13 @@ impl Metrics {
                 labels.push(("pod", pod.map(|p| p.name.clone()).unwrap_or_default()));
             }
             self.pod_starts.get_or_create(&labels).inc();
+            if start.affected {
+                self.affected_starts.get_or_create(&labels).inc();
+            }
+            start.labels = Some(labels);
         }
+        self.starts
+            .retain(|_, s| s.labels.is_none() || now.duration_since(s.seen) < START_MEMORY);
     }
 
     /// Adds what absolute counters gained since the last call (they only grow).
@@ -359,4 +388,175 @@ pub fn openmetrics_to_classic(om: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{net::SocketAddr, path::PathBuf};
+
+    use super::*;
+    use crate::{
+        cgroups::CgroupIndex,
+        detect::DetectorConfig,
+        events::{CgroupFact, KernelEvent, Owner, SocketFact},
+        inventory::{Inventory, pod_info::PodInfo, store::PodStore},
+    };
+
+    const MS: u64 = 1_000_000;
+    const UID: &str = "6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b";
+    /// A second pod, with no metadata.
+    const UID2: &str = "0b7e4c1d-2f3a-4b5c-8d9e-1a2b3c4d5e6f";
+
+    fn pod_path(uid: &str) -> String {
+        format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+            uid.replace('-', "_")
+        )
+    }
+
+    fn container_path(uid: &str, id: &str) -> String {
+        format!("{}/cri-containerd-{id}.scope", pod_path(uid))
+    }
+
+    fn created(ts: u64, id: u64, path: String) -> KernelEvent {
+        KernelEvent::CgroupCreated(CgroupFact {
+            ts_boot_ns: ts,
+            cgroup_id: id,
+            level: 4,
+            path,
+            truncated: false,
+        })
+    }
+
+    fn socket(ts: u64, cgroup: u64, src: &str, dst: Option<&str>) -> SocketFact {
+        SocketFact {
+            ts_boot_ns: ts,
+            owner: Owner {
+                cgroup_id: cgroup,
+                pid: 7,
+                tgid: 7,
+                comm: "x".into(),
+            },
+            ipv6: false,
+            src: src.parse::<SocketAddr>().unwrap(),
+            dst: dst.map(|d| d.parse().unwrap()),
+            local_dst: None,
+            start_boot_ns: 0,
+        }
+    }
+
+    /// Two pods race at start; one has metadata (a Deployment), one has none.
+    fn scenario() -> (Pipeline, Vec<Change>) {
+        let dir = std::env::temp_dir().join(format!("sr-metrics-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut pods = PodStore::new(Duration::from_secs(600));
+        let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pods/classic-deployment.json");
+        let pod = PodInfo::from_json(
+            serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap(),
+        )
+        .unwrap();
+        pods.apply(pod);
+        let inventory = Inventory::new(CgroupIndex::new(&dir, u64::MAX), pods, true);
+        let mut p = Pipeline::new(inventory, DetectorConfig::default(), 0);
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        let events = vec![
+            created(0, 100, pod_path(UID)),
+            created(MS, 101, container_path(UID, &a)),
+            created(MS, 102, container_path(UID, &b)),
+            created(0, 200, pod_path(UID2)),
+            created(MS, 201, container_path(UID2, &"c".repeat(64))),
+            KernelEvent::Refused(socket(
+                100 * MS,
+                101,
+                "127.0.0.1:40000",
+                Some("127.0.0.1:15001"),
+            )),
+            KernelEvent::Refused(socket(
+                200 * MS,
+                101,
+                "127.0.0.1:40001",
+                Some("127.0.0.1:15001"),
+            )),
+            KernelEvent::Refused(socket(
+                300 * MS,
+                201,
+                "127.0.0.1:40002",
+                Some("127.0.0.1:9000"),
+            )),
+            KernelEvent::Refused(socket(
+                310 * MS,
+                201,
+                "10.0.0.1:40003",
+                Some("10.96.0.1:443"),
+            )),
+            KernelEvent::Listen(socket(1500 * MS, 102, "0.0.0.0:15001", None)),
+            KernelEvent::Listen(socket(2000 * MS, 201, "127.0.0.1:9000", None)),
+        ];
+        let mut changes = Vec::new();
+        for ev in &events {
+            p.kernel_event(ev);
+        }
+        changes.extend(p.tick(3000 * MS));
+        (p, changes)
+    }
+
+    #[test]
+    fn golden_exposition() {
+        let (p, changes) = scenario();
+        let mut m = Metrics::new(false, "0.1.0", "6.18.0-test");
+        let now = Instant::now();
+        m.record(&changes, &p, now);
+        // The pod without metadata is counted, unlabelled, once names had their chance.
+        m.record(&[], &p, now + POD_START_NAME_WAIT + Duration::from_secs(1));
+        let kernel = [
+            (Kind::Refused, KindCounts { seen: 4, lost: 1 }),
+            (Kind::Listen, KindCounts { seen: 2, lost: 0 }),
+        ]
+        .into_iter()
+        .collect();
+        m.update_totals(&kernel, p.counts.refusals_other, 3, "api", 2);
+        // Totals only ever grow: a smaller total later adds nothing.
+        m.update_totals(&kernel, 0, 1, "api", 1);
+        let got = m.encode();
+        let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/metrics/golden.openmetrics");
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&golden, &got).unwrap();
+        }
+        assert_eq!(
+            normalized(&got),
+            normalized(&std::fs::read_to_string(&golden).unwrap()),
+            "run with UPDATE_GOLDEN=1 after a deliberate change"
+        );
+    }
+
+    /// Series of a family come out in hash order: compare each family's lines sorted.
+    fn normalized(exposition: &str) -> Vec<Vec<String>> {
+        let mut families: Vec<Vec<String>> = Vec::new();
+        for line in exposition.lines() {
+            if line.starts_with("# HELP ") || families.is_empty() {
+                families.push(Vec::new());
+            }
+            families.last_mut().unwrap().push(line.to_string());
+        }
+        for f in &mut families {
+            f.sort();
+        }
+        families
+    }
+
+    #[test]
+    fn pod_label_and_classic_format() {
+        let (p, changes) = scenario();
+        let mut m = Metrics::new(true, "0.1.0", "k");
+        m.record(&changes, &p, Instant::now());
+        let om = m.encode();
+        assert!(om.contains(r#"sidecar_race_affected_pod_starts_total{namespace="shop",workload_kind="Deployment",workload="checkout",pod="checkout-7d4b9c8f5-x2k8q"} 1"#), "{om}");
+        let classic = m.encode_classic();
+        assert!(classic.contains("# TYPE sidecar_race_incidents_total counter\n"));
+        assert!(classic.contains("# HELP sidecar_race_refused_connections_total "));
+        assert!(!classic.contains("# EOF"));
+        assert!(classic.contains("# TYPE sidecar_race_window_seconds histogram\n"));
+    }
 }
