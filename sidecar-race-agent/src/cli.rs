@@ -42,6 +42,9 @@ pub enum Command {
     Trace(TraceArgs),
     /// Run the node daemon: watch the kernel, serve /healthz and /readyz.
     Run(RunArgs),
+    /// Rank workloads by evidence of sidecar races (from Prometheus or the agents),
+    /// with the fix for each. Needs no root.
+    Report(ReportArgs),
 }
 
 #[derive(Debug, Args)]
@@ -216,6 +219,33 @@ pub struct RunArgs {
     pub kernel: KernelArgs,
 }
 
+/// Where `report` reads evidence: Prometheus over a range, or agents' incidents.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("evidence").required(true).args(["prometheus", "agent"])))]
+pub struct ReportArgs {
+    /// Prometheus base URL (its HTTP API below it), e.g. http://prometheus:9090.
+    #[arg(long, env = "SIDECAR_RACE_PROMETHEUS", value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// Range to count over, in Prometheus duration syntax (with --prometheus).
+    #[arg(long, env = "SIDECAR_RACE_RANGE", default_value = "7d")]
+    pub range: String,
+    /// An agent's base URL, e.g. http://10.0.0.5:9965; repeat the flag (env:
+    /// comma-separated) for several agents.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_AGENT",
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub agent: Vec<String>,
+    /// Output format.
+    #[arg(long, env = "SIDECAR_RACE_FORMAT", value_enum, default_value_t = crate::report::render::Format::Table)]
+    pub format: crate::report::render::Format,
+    /// Show only the N highest-ranked workloads (default: all).
+    #[arg(long, env = "SIDECAR_RACE_TOP", value_name = "N")]
+    pub top: Option<usize>,
+}
+
 fn parse_kind(s: &str) -> Result<Kind, String> {
     Kind::from_name(s.trim()).ok_or_else(|| {
         let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
@@ -270,11 +300,16 @@ mod tests {
         assert_eq!(r.kernel.pods.spec(), PodSourceSpec::File("/p.json".into()));
         assert_eq!(r.kernel.pods.options().node_name.as_deref(), Some("n1"));
         assert!(Cli::try_parse_from(["a", "run", "--pods-from", "etcd"]).is_err());
-        let Command::Run(r) = Cli::try_parse_from(["a", "run", "--events=false"]).unwrap().command else {
+        let Command::Run(r) = Cli::try_parse_from(["a", "run", "--events=false"])
+            .unwrap()
+            .command
+        else {
             panic!()
         };
         assert!(!r.events);
-        let Command::Run(r) = Cli::try_parse_from(["a", "run"]).unwrap().command else { panic!() };
+        let Command::Run(r) = Cli::try_parse_from(["a", "run"]).unwrap().command else {
+            panic!()
+        };
         assert!(r.events);
     }
 }

@@ -16,6 +16,7 @@ pub mod logging;
 pub mod metrics;
 pub mod mountinfo;
 pub mod pipeline;
+pub mod report;
 pub mod shutdown;
 pub mod stream;
 pub mod trace_record;

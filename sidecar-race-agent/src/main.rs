@@ -9,7 +9,15 @@ use sidecar_race_agent::{
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    logging::init(cli.log_format, &cli.log_level);
+    // `report` says why a request failed in its one-sentence error; kube's client
+    // would log each failed request too.
+    let log_level = match cli.command {
+        Command::Report(_) if !cli.log_level.contains("kube") => {
+            format!("{},kube_client=off", cli.log_level)
+        }
+        _ => cli.log_level.clone(),
+    };
+    logging::init(cli.log_format, &log_level);
     let result = match cli.command {
         Command::Trace(args) => {
             commands::trace::run(
@@ -31,6 +39,7 @@ async fn main() -> anyhow::Result<()> {
             })
             .await
         }
+        Command::Report(args) => commands::report::run(args).await,
     };
     if let Err(e) = &result {
         tracing::error!("{e:#}");

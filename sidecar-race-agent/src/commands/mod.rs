@@ -1,2 +1,3 @@
+pub mod report;
 pub mod run;
 pub mod trace;

@@ -1,0 +1,225 @@
+//! Evidence straight from agents: their `/api/v1/incidents` (each agent's history,
+//! bounded by `--incident-history`). Agents keep no pod-start counts, so the share of
+//! starts affected is unknown here; the rest comes from the incidents themselves.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
+
+use super::{
+    Evidence, Fleet, IncidentCount, RefusalCount, ReportError, Source, WorkloadKey,
+    client::Endpoint, parse_pattern,
+};
+use crate::detect::Phase;
+
+const PATH: &str = "/api/v1/incidents";
+
+/// The fields of an incident (README, "HTTP endpoints") the report uses.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct AgentIncident {
+    pub phase: String,
+    pub pod_uid: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub workload: Option<WorkloadRef>,
+    #[serde(default)]
+    pub container: Option<String>,
+    #[serde(default)]
+    pub sidecar: Option<String>,
+    #[serde(default)]
+    pub pattern: String,
+    pub port: u16,
+    pub refused_count: u64,
+    #[serde(default)]
+    pub race_window_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct WorkloadRef {
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Deserialize)]
+struct IncidentList {
+    incidents: Vec<AgentIncident>,
+}
+
+/// Reads every agent's incidents (all of them, or the first failure).
+pub async fn collect(urls: &[String]) -> Result<Fleet, ReportError> {
+    let mut unique: Vec<String> = Vec::new();
+    for u in urls {
+        if !unique.contains(u) {
+            unique.push(u.clone());
+        }
+    }
+    let lists = futures::future::try_join_all(unique.iter().map(|u| incidents(u))).await?;
+    Ok(fleet(unique, lists.into_iter().flatten()))
+}
+
+async fn incidents(url: &str) -> Result<Vec<AgentIncident>, ReportError> {
+    let ep = Endpoint::new("agent", url)?;
+    let answer = ep.get(PATH).await?;
+    if !(200..300).contains(&answer.status) {
+        return Err(ep.http_error(PATH, &answer));
+    }
+    let list: IncidentList =
+        serde_json::from_str(&answer.body).map_err(|e| ReportError::Malformed {
+            what: "agent",
+            url: url.to_string(),
+            path: PATH.into(),
+            reason: format!("not an incident list ({e})"),
+        })?;
+    Ok(list.incidents)
+}
+
+/// Groups incidents by workload: counts per (sidecar, phase, pattern) and per
+/// (container, sidecar, port, phase), affected pod starts = distinct pods with a
+/// startup incident, window quantiles by nearest rank.
+pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentIncident>) -> Fleet {
+    #[derive(Default)]
+    struct Acc {
+        incidents: BTreeMap<(String, Phase, String), f64>,
+        refusals: BTreeMap<(String, String, u16, Phase), f64>,
+        affected: BTreeSet<String>,
+        windows: Vec<f64>,
+    }
+    let mut by: BTreeMap<WorkloadKey, Acc> = BTreeMap::new();
+    for i in incidents {
+        let Some(phase) = Phase::parse(&i.phase) else {
+            continue; // a phase of a newer agent: no advice for it here
+        };
+        let key = WorkloadKey {
+            namespace: i.namespace.unwrap_or_default(),
+            kind: i
+                .workload
+                .as_ref()
+                .map(|w| w.kind.clone())
+                .unwrap_or_default(),
+            name: i.workload.map(|w| w.name).unwrap_or_default(),
+        };
+        let acc = by.entry(key).or_default();
+        let sidecar = i.sidecar.unwrap_or_default();
+        *acc.incidents
+            .entry((sidecar.clone(), phase, i.pattern))
+            .or_default() += 1.0;
+        *acc.refusals
+            .entry((i.container.unwrap_or_default(), sidecar, i.port, phase))
+            .or_default() += i.refused_count as f64;
+        if phase == Phase::Startup {
+            acc.affected.insert(i.pod_uid);
+        }
+        acc.windows
+            .extend(i.race_window_seconds.filter(|w| w.is_finite()));
+    }
+    let workloads = by
+        .into_iter()
+        .map(|(key, mut acc)| {
+            acc.windows.sort_by(f64::total_cmp);
+            let ev = Evidence {
+                pod_starts: None,
+                affected_pod_starts: acc.affected.len() as f64,
+                incidents: acc
+                    .incidents
+                    .into_iter()
+                    .map(|((sidecar, phase, pattern), count)| IncidentCount {
+                        sidecar,
+                        phase,
+                        pattern: parse_pattern(&pattern),
+                        count,
+                    })
+                    .collect(),
+                refusals: acc
+                    .refusals
+                    .into_iter()
+                    .map(|((container, sidecar, port, phase), count)| RefusalCount {
+                        container,
+                        sidecar,
+                        port,
+                        phase,
+                        count,
+                    })
+                    .collect(),
+                window_p50: nearest_rank(&acc.windows, 0.5),
+                window_p95: nearest_rank(&acc.windows, 0.95),
+            };
+            (key, ev)
+        })
+        .collect();
+    Fleet {
+        source: Source::Agents { urls },
+        workloads,
+    }
+}
+
+/// The nearest-rank quantile of sorted values: the smallest value with at least
+/// `q` of them at or below it (an observed window, never an interpolation).
+pub fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted.get(rank.min(sorted.len()) - 1).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn incident(pod: &str, phase: &str, window: Option<f64>) -> AgentIncident {
+        AgentIncident {
+            phase: phase.into(),
+            pod_uid: pod.into(),
+            namespace: Some("shop".into()),
+            workload: Some(WorkloadRef {
+                kind: "Deployment".into(),
+                name: "checkout".into(),
+            }),
+            container: Some("app".into()),
+            sidecar: Some("istio-proxy".into()),
+            pattern: "classic".into(),
+            port: 15001,
+            refused_count: 4,
+            race_window_seconds: window,
+        }
+    }
+
+    #[test]
+    fn nearest_rank_quantiles() {
+        assert_eq!(nearest_rank(&[], 0.5), None);
+        assert_eq!(nearest_rank(&[2.0], 0.95), Some(2.0));
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(nearest_rank(&v, 0.5), Some(10.0));
+        assert_eq!(nearest_rank(&v, 0.95), Some(19.0));
+        assert_eq!(nearest_rank(&[1.0, 2.0, 3.0], 0.5), Some(2.0));
+    }
+
+    #[test]
+    fn incidents_group_by_workload() {
+        let f = fleet(
+            vec!["http://a".into()],
+            [
+                incident("p1", "startup", Some(1.0)),
+                incident("p1", "startup", Some(3.0)),
+                incident("p2", "startup", Some(2.0)),
+                incident("p2", "drain", None),
+                incident("p3", "future-phase", None),
+            ],
+        );
+        let (key, ev) = f.workloads.iter().next().unwrap();
+        assert_eq!(key.name, "checkout");
+        assert_eq!(ev.pod_starts, None);
+        assert_eq!(ev.affected_pod_starts, 2.0);
+        assert_eq!(ev.window_p50, Some(2.0));
+        assert_eq!(ev.window_p95, Some(3.0));
+        let startup = ev
+            .incidents
+            .iter()
+            .find(|i| i.phase == Phase::Startup)
+            .unwrap();
+        assert_eq!(startup.count, 3.0);
+        let refused: f64 = ev.refusals.iter().map(|r| r.count).sum();
+        assert_eq!(refused, 16.0);
+    }
+}

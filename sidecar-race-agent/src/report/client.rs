@@ -1,0 +1,139 @@
+//! A plain HTTP(S) GET for the report, over kube's client stack (already a dependency:
+//! hyper + rustls, connect/read timeouts); no Kubernetes involved.
+
+use std::time::Duration;
+
+use kube::client::Body;
+
+use super::ReportError;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Range queries over a week of a large fleet can take a while.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A base URL to GET paths from; `what` names it in errors ("Prometheus", "agent").
+pub(crate) struct Endpoint {
+    pub what: &'static str,
+    pub url: String,
+    client: kube::Client,
+}
+
+/// A response of any status, with its body.
+pub(crate) struct Answer {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Endpoint {
+    pub fn new(what: &'static str, url: &str) -> Result<Self, ReportError> {
+        let bad = |reason: String| ReportError::BadUrl {
+            what,
+            url: url.to_string(),
+            reason,
+        };
+        let uri: http::Uri = url.parse().map_err(|e| bad(format!("{e}")))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
+            return Err(bad("expected http://host:port or https://host:port".into()));
+        }
+        if uri.query().is_some() {
+            return Err(bad("a base URL has no query string".into()));
+        }
+        let mut config = kube::Config::new(uri);
+        config.connect_timeout = Some(CONNECT_TIMEOUT);
+        config.read_timeout = Some(READ_TIMEOUT);
+        let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
+        Ok(Self {
+            what,
+            url: url.to_string(),
+            client,
+        })
+    }
+
+    /// GETs `path_and_query` (below the base URL's path). Only failing to get an answer
+    /// is an error here: callers read error statuses' bodies (Prometheus explains them).
+    pub async fn get(&self, path_and_query: &str) -> Result<Answer, ReportError> {
+        let unreachable = |reason: String| ReportError::Unreachable {
+            what: self.what,
+            url: self.url.clone(),
+            reason,
+        };
+        let req = http::Request::get(path_and_query)
+            .body(Body::empty())
+            .map_err(|e| unreachable(e.to_string()))?;
+        let res = self
+            .client
+            .send(req)
+            .await
+            .map_err(|e| unreachable(root_cause(&e)))?;
+        let status = res.status().as_u16();
+        let bytes = res
+            .into_body()
+            .collect_bytes()
+            .await
+            .map_err(|e| unreachable(root_cause(&e)))?;
+        Ok(Answer {
+            status,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        })
+    }
+
+    /// The error for a non-2xx answer without a better explanation.
+    pub fn http_error(&self, path: &str, answer: &Answer) -> ReportError {
+        ReportError::Http {
+            what: self.what,
+            url: self.url.clone(),
+            path: path.to_string(),
+            status: answer.status,
+            body: snippet(&answer.body),
+        }
+    }
+}
+
+/// The innermost cause says what went wrong ("Connection refused (os error 111)");
+/// the outer layers only say that a request failed ("ServiceError: client error").
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
+}
+
+/// The first line of a body, short enough for a one-sentence error.
+pub(crate) fn snippet(body: &str) -> String {
+    let line = body.trim().lines().next().unwrap_or("").trim();
+    match line.char_indices().nth(200) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None if line.is_empty() => "(empty body)".into(),
+        None => line.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn urls_are_checked() {
+        for bad in ["prometheus:9090", "ftp://p", "http://p:9090/?x=1", "::"] {
+            assert!(
+                matches!(
+                    Endpoint::new("Prometheus", bad),
+                    Err(ReportError::BadUrl { .. })
+                ),
+                "{bad}"
+            );
+        }
+        assert!(Endpoint::new("Prometheus", "https://p.example/prometheus/").is_ok());
+    }
+
+    #[test]
+    fn snippets_are_one_short_line() {
+        assert_eq!(
+            snippet("\n  404 page not found\nmore"),
+            "404 page not found"
+        );
+        assert_eq!(snippet(""), "(empty body)");
+        assert_eq!(snippet(&"x".repeat(300)).chars().count(), 201);
+    }
+}
