@@ -68,17 +68,18 @@ async fn incidents(
     Query(filter): Query<Filter>,
 ) -> Result<Json<serde_json::Value>, (StatusCode, Json<serde_json::Value>)> {
     let bad = |msg: String| (StatusCode::BAD_REQUEST, Json(json!({"error": msg})));
-    if let Some(p) = filter.phase.as_deref() {
-        if crate::detect::Phase::parse(p).is_none() {
-            return Err(bad(format!(
-                "unknown phase `{p}`: startup, drain, steady or unresolved"
-            )));
-        }
+    if let Some(p) = filter.phase.as_deref()
+        && crate::detect::Phase::parse(p).is_none()
+    {
+        return Err(bad(format!(
+            "unknown phase `{p}`: startup, drain, steady or unresolved"
+        )));
     }
-    if let Some(st) = filter.state.as_deref() {
-        if st != "open" && st != "resolved" {
-            return Err(bad(format!("unknown state `{st}`: open or resolved")));
-        }
+    if let Some(st) = filter.state.as_deref()
+        && st != "open"
+        && st != "resolved"
+    {
+        return Err(bad(format!("unknown state `{st}`: open or resolved")));
     }
     let list = s.pipeline.lock().expect("pipeline lock").incidents(&filter);
     Ok(Json(json!({ "incidents": list })))

@@ -228,14 +228,13 @@ impl Metrics {
                     .get_or_create(&self.incident_labels(&v, false))
                     .observe(w);
             }
-            if inc.phase == Phase::Startup {
-                if let Some(start) = self.starts.get_mut(&inc.pod_uid) {
-                    if !start.affected {
-                        start.affected = true;
-                        if let Some(labels) = &start.labels {
-                            self.affected_starts.get_or_create(labels).inc();
-                        }
-                    }
+            if inc.phase == Phase::Startup
+                && let Some(start) = self.starts.get_mut(&inc.pod_uid)
+                && !start.affected
+            {
+                start.affected = true;
+                if let Some(labels) = &start.labels {
+                    self.affected_starts.get_or_create(labels).inc();
                 }
             }
         }

@@ -230,26 +230,24 @@ impl Detector {
         let key = (client.clone(), port);
         let ps = self.pods.entry(pod_uid.clone()).or_default();
 
-        if let Some(&id) = ps.open.get(&key) {
-            if let Some(inc) = self.log.get_mut(id) {
-                count(inc, ts);
-                return if inc.awaiting_attribution {
-                    vec![]
-                } else {
-                    vec![Change::Refused(id)]
-                };
-            }
+        if let Some(&id) = ps.open.get(&key)
+            && let Some(inc) = self.log.get_mut(id)
+        {
+            count(inc, ts);
+            return if inc.awaiting_attribution {
+                vec![]
+            } else {
+                vec![Change::Refused(id)]
+            };
         }
         // The reset of a SYN refused just before the listener came up.
-        if let Some(&id) = ps.resolved_by_listener.get(&key) {
-            if let Some(inc) = self.log.get_mut(id) {
-                let ready = inc.listener_ready_at.unwrap_or(0);
-                if ts <= ready.saturating_add(self.cfg.late_refusal_ns)
-                    && ts >= inc.first_refused_at
-                {
-                    count(inc, ts);
-                    return vec![Change::Refused(id)];
-                }
+        if let Some(&id) = ps.resolved_by_listener.get(&key)
+            && let Some(inc) = self.log.get_mut(id)
+        {
+            let ready = inc.listener_ready_at.unwrap_or(0);
+            if ts <= ready.saturating_add(self.cfg.late_refusal_ns) && ts >= inc.first_refused_at {
+                count(inc, ts);
+                return vec![Change::Refused(id)];
             }
         }
         let covering: Vec<&Listener> = ps
@@ -313,11 +311,11 @@ impl Detector {
             awaiting_attribution,
         };
         let (id, evicted) = self.log.insert(incident);
-        if let Some(old) = evicted {
-            if let Some(ps) = self.pods.get_mut(&old.pod_uid) {
-                ps.open.retain(|_, v| *v != old.id);
-                ps.resolved_by_listener.retain(|_, v| *v != old.id);
-            }
+        if let Some(old) = evicted
+            && let Some(ps) = self.pods.get_mut(&old.pod_uid)
+        {
+            ps.open.retain(|_, v| *v != old.id);
+            ps.resolved_by_listener.retain(|_, v| *v != old.id);
         }
         let ps = self.pods.get_mut(&pod_uid).expect("inserted above");
         ps.open.insert(key, id);

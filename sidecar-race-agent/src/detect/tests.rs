@@ -234,7 +234,7 @@ fn drain_with_metadata_and_without() {
     for meta in [&terminating as &dyn PodMeta, &NoMeta] {
         let mut facts = vec![
             started(0),
-            up(1 * S, PROXY, "127.0.0.1:15001"),
+            up(S, PROXY, "127.0.0.1:15001"),
             down(10 * S, PROXY, "127.0.0.1:15001"),
         ];
         facts.extend(refusals(

@@ -107,10 +107,10 @@ impl Inventory {
 
     /// Fills in names that arrived since `a` was made.
     pub fn refresh(&self, a: &mut Attribution) {
-        if let Some(id) = &a.container_id {
-            if a.container.is_none() {
-                a.container = self.pods.container(id).map(|(_, n)| n.to_string());
-            }
+        if let Some(id) = &a.container_id
+            && a.container.is_none()
+        {
+            a.container = self.pods.container(id).map(|(_, n)| n.to_string());
         }
         if let Some(pod) = a.pod_uid.as_deref().and_then(|uid| self.pods.pod(uid)) {
             a.namespace.get_or_insert_with(|| pod.namespace.clone());
@@ -127,7 +127,7 @@ impl Inventory {
     pub fn apply(&mut self, update: PodUpdate) {
         let now = Instant::now();
         match update {
-            PodUpdate::Apply(p) => self.pods.apply(p),
+            PodUpdate::Apply(p) => self.pods.apply(*p),
             PodUpdate::Delete { uid } => self.pods.delete(&uid, now),
             PodUpdate::Replace(all) => self.pods.replace(all, now),
         }

@@ -187,10 +187,10 @@ impl PodInfo {
                     .flatten()
                     .filter_map(|p| p.ip.parse().ok())
                     .collect();
-                if let Some(ip) = s.pod_ip.as_ref().and_then(|p| p.parse().ok()) {
-                    if !ips.contains(&ip) {
-                        ips.push(ip);
-                    }
+                if let Some(ip) = s.pod_ip.as_ref().and_then(|p| p.parse().ok())
+                    && !ips.contains(&ip)
+                {
+                    ips.push(ip);
                 }
                 ips
             })

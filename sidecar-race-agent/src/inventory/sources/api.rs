@@ -70,7 +70,7 @@ pub async fn watch(
             }
             Ok(watcher::Event::Apply(obj)) => pods_from_values([value(obj)], &stats, "api")
                 .pop()
-                .map(PodUpdate::Apply),
+                .map(|p| PodUpdate::Apply(Box::new(p))),
             Ok(watcher::Event::Delete(obj)) => {
                 obj.metadata.uid.map(|uid| PodUpdate::Delete { uid })
             }
@@ -89,10 +89,10 @@ pub async fn watch(
             tracing::info!("pod source api: recovered");
             failing = false;
         }
-        if let Some(u) = update {
-            if tx.send(u).await.is_err() {
-                return;
-            }
+        if let Some(u) = update
+            && tx.send(u).await.is_err()
+        {
+            return;
         }
     }
 }

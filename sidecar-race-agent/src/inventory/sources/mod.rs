@@ -80,7 +80,7 @@ impl fmt::Display for PodSourceSpec {
 /// A change to this node's pods.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PodUpdate {
-    Apply(PodInfo),
+    Apply(Box<PodInfo>),
     Delete {
         uid: String,
     },
