@@ -347,3 +347,66 @@ pub fn write_pod_list(path: &Path, pods: &[serde_json::Value]) {
     fs::write(&tmp, list.to_string()).expect("write pods file");
     fs::rename(&tmp, path).expect("rename pods file");
 }
+
+impl SimPod {
+    /// A mesh's outbound capture, as istio-init installs it but narrowed to one
+    /// service: a pod network, and TCP to `service:port` REDIRECTed to local `to_port`.
+    pub fn redirect_service(
+        &mut self,
+        service: &str,
+        port: u16,
+        to_port: u16,
+    ) -> anyhow::Result<()> {
+        self.add_pod_network("10.200.0.2/24")?;
+        let (port, to_port) = (port.to_string(), to_port.to_string());
+        self.exec(
+            "iptables",
+            &[
+                "-t",
+                "nat",
+                "-A",
+                "OUTPUT",
+                "-p",
+                "tcp",
+                "-d",
+                service,
+                "--dport",
+                &port,
+                "-j",
+                "REDIRECT",
+                "--to-ports",
+                &to_port,
+            ],
+        )
+    }
+
+    /// The manifest of a Deployment's pod with an `app` (port 8080) and a proxy
+    /// declaring 15001, declared as `proxy_declared`, both with their statuses.
+    pub fn app_and_proxy_manifest(
+        &self,
+        namespace: &str,
+        deployment: &str,
+        app: &SimContainer,
+        proxy: &SimContainer,
+        proxy_declared: Declared,
+    ) -> serde_json::Value {
+        self.manifest(
+            namespace,
+            Some(deployment),
+            &[
+                Decl {
+                    container: app,
+                    declared: Declared::App,
+                    ports: &[8080],
+                    with_status: true,
+                },
+                Decl {
+                    container: proxy,
+                    declared: proxy_declared,
+                    ports: &[15001],
+                    with_status: true,
+                },
+            ],
+        )
+    }
+}

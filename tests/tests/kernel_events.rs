@@ -158,28 +158,7 @@ fn redirected_connect_reports_the_local_destination() {
     }
     let agent = TraceAgent::start(&["--kinds", "refused"]);
     let mut pod = SimPod::new("redir").unwrap();
-    pod.add_pod_network("10.200.0.2/24").unwrap();
-    // What istio-init installs, narrowed to one service IP.
-    pod.exec(
-        "iptables",
-        &[
-            "-t",
-            "nat",
-            "-A",
-            "OUTPUT",
-            "-p",
-            "tcp",
-            "-d",
-            "10.96.0.10",
-            "--dport",
-            "80",
-            "-j",
-            "REDIRECT",
-            "--to-ports",
-            "15001",
-        ],
-    )
-    .unwrap();
+    pod.redirect_service("10.96.0.10", 80, 15001).unwrap();
     let c = pod.container("app").unwrap();
     let pid = run_app(
         &mut pod,

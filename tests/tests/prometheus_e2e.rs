@@ -15,7 +15,7 @@ use serde_json::Value;
 use sidecar_race_tests::{
     agent::{RunAgent, agent_binary},
     http::{free_port, get},
-    pod::{Decl, Declared, SimPod, write_pod_list},
+    pod::{Declared, SimPod, write_pod_list},
     root::{have, is_root_or_skip},
     scenario::{app_done, proxy},
 };
@@ -124,24 +124,7 @@ fn start_pod(
     let mut pod = SimPod::new(name).unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
-    manifests.push(pod.manifest(
-        "shop",
-        Some(name),
-        &[
-            Decl {
-                container: &a,
-                declared: Declared::App,
-                ports: &[8080],
-                with_status: true,
-            },
-            Decl {
-                container: &p,
-                declared: Declared::App,
-                ports: &[15001],
-                with_status: true,
-            },
-        ],
-    ));
+    manifests.push(pod.app_and_proxy_manifest("shop", name, &a, &p, Declared::App));
     write_pod_list(pods_file, manifests);
     if racing {
         proxy(

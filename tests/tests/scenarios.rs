@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sidecar_race_tests::{
     agent::RunAgent,
-    pod::{Decl, Declared, SimPod, write_pod_list},
+    pod::{Declared, SimPod, write_pod_list},
     root::{have, is_root_or_skip},
     scenario::{app, app_done, proxy},
 };
@@ -43,24 +43,7 @@ fn classic_startup_race_is_one_startup_incident_with_the_right_window() {
     let mut pod = SimPod::new("startup").unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
-    let manifest = pod.manifest(
-        "shop",
-        Some("checkout"),
-        &[
-            Decl {
-                container: &a,
-                declared: Declared::App,
-                ports: &[8080],
-                with_status: true,
-            },
-            Decl {
-                container: &p,
-                declared: Declared::App,
-                ports: &[15001],
-                with_status: true,
-            },
-        ],
-    );
+    let manifest = pod.app_and_proxy_manifest("shop", "checkout", &a, &p, Declared::App);
     write_pod_list(&pods_file, &[manifest]);
     // Both containers start together; the proxy is slow to listen.
     proxy(
@@ -297,27 +280,7 @@ fn a_redirected_connect_races_on_the_local_port() {
     );
     let agent = RunAgent::start(&["--pods-from", "none"]);
     let mut pod = SimPod::new("mesh").unwrap();
-    pod.add_pod_network("10.200.0.2/24").unwrap();
-    pod.exec(
-        "iptables",
-        &[
-            "-t",
-            "nat",
-            "-A",
-            "OUTPUT",
-            "-p",
-            "tcp",
-            "-d",
-            "10.96.0.10",
-            "--dport",
-            "80",
-            "-j",
-            "REDIRECT",
-            "--to-ports",
-            "15001",
-        ],
-    )
-    .unwrap();
+    pod.redirect_service("10.96.0.10", 80, 15001).unwrap();
     let p = pod.container("istio-proxy").unwrap();
     let a = pod.container("app").unwrap();
     proxy(

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sidecar_race_tests::{
     agent::RunAgent,
-    pod::{Decl, Declared, SimPod, write_pod_list},
+    pod::{Declared, SimPod, write_pod_list},
     root::is_root_or_skip,
     scenario::{app_done, proxy},
 };
@@ -90,24 +90,7 @@ fn race(agent: &RunAgent, pods_file: &std::path::Path, fixed: bool) -> anyhow::R
     } else {
         Declared::App
     };
-    let manifest = pod.manifest(
-        "shop",
-        Some(name),
-        &[
-            Decl {
-                container: &a,
-                declared: Declared::App,
-                ports: &[8080],
-                with_status: true,
-            },
-            Decl {
-                container: &p,
-                declared: proxy_decl,
-                ports: &[15001],
-                with_status: true,
-            },
-        ],
-    );
+    let manifest = pod.app_and_proxy_manifest("shop", name, &a, &p, proxy_decl);
     let mut pods: Vec<Value> = std::fs::read_to_string(pods_file)
         .ok()
         .and_then(|t| serde_json::from_str::<Value>(&t).ok())
