@@ -1,6 +1,7 @@
 //! `cargo xtask <setup|build|test|demo>`: the project's own automation. Depends on
 //! nothing that needs the eBPF toolchain, so it can install that toolchain.
 
+mod bench;
 mod run;
 mod setup;
 
@@ -28,6 +29,8 @@ enum Task {
     /// Set up, build, then make a real startup race in a simulated pod and show what
     /// the agent saw.
     Demo,
+    /// Set up, build, then measure what the agent costs the connects it watches.
+    Bench,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,6 +46,11 @@ fn main() -> anyhow::Result<()> {
             let mut cmd = run::cargo();
             cmd.args(["test", "--workspace"]).args(args);
             run::checked(&mut cmd)
+        }
+        Task::Bench => {
+            setup::ensure()?;
+            run::checked(run::cargo().args(["build", "--release", "--workspace", "--bins"]))?;
+            bench::bench()
         }
         Task::Demo => {
             setup::ensure()?;

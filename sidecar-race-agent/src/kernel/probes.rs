@@ -95,7 +95,6 @@ impl Probes {
         if !size.is_power_of_two() || !(size as usize).is_multiple_of(page) {
             return Err(ProbeError::RingSize { got: size, page });
         }
-        raise_memlock();
         let mut config = layout.config;
         config.cgroup2_hierarchy = opts.cgroup2_hierarchy;
         let config_bytes = config_bytes(&config);
@@ -204,19 +203,4 @@ fn config_bytes(config: &Config) -> [u8; size_of::<Config>()] {
 fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
-}
-
-/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; newer ones to the cgroup.
-fn raise_memlock() {
-    let unlimited = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: valid pointer to an rlimit.
-    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
-        tracing::debug!(
-            "could not raise RLIMIT_MEMLOCK: {}",
-            std::io::Error::last_os_error()
-        );
-    }
 }

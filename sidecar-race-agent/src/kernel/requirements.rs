@@ -10,6 +10,8 @@ use crate::cgroups;
 
 /// Oldest kernel with everything the programs use (ring buffer, boot-clock helper).
 pub const MIN_KERNEL: (u32, u32) = (5, 8);
+/// From this kernel on, BPF memory is charged to the cgroup, not to RLIMIT_MEMLOCK.
+pub const MEMCG_ACCOUNTING: (u32, u32) = (5, 11);
 
 /// What the checks found.
 #[derive(Debug)]
@@ -53,6 +55,14 @@ pub fn check(locations: &Locations) -> Result<Environment, MissingRequirements> 
         )),
         None => tracing::warn!(kernel_release, "cannot parse the kernel version; trying anyway"),
         _ => {}
+    }
+    if let Err(e) = raise_memlock() {
+        match parse_kernel_version(&kernel_release) {
+            Some(v) if v < MEMCG_ACCOUNTING => missing.push(format!(
+                "cannot raise RLIMIT_MEMLOCK ({e}); kernels before 5.11 count BPF maps against it: give the agent CAP_SYS_RESOURCE or an unlimited memlock limit"
+            )),
+            _ => tracing::debug!("RLIMIT_MEMLOCK stays as it is ({e}); this kernel charges BPF memory to the cgroup"),
+        }
     }
     let tracefs = match &locations.tracefs {
         Some(p) => Some(Tracefs::at(p)),
@@ -103,6 +113,20 @@ pub fn parse_kernel_version(release: &str) -> Option<(u32, u32)> {
     let major = it.next()?.parse().ok()?;
     let minor = it.next()?.parse().ok()?;
     Some((major, minor))
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; newer ones to the cgroup.
+fn raise_memlock() -> std::io::Result<()> {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: valid pointer to an rlimit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]
