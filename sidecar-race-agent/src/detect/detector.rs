@@ -96,6 +96,37 @@ struct PodState {
     resolved_by_listener: HashMap<Key, u64>,
 }
 
+/// Listener records kept per pod at most (a pod opening many ephemeral listeners).
+const LISTENERS_PER_POD: usize = 256;
+
+impl PodState {
+    /// Only the last closed listener of an address matters (for refusals after it went
+    /// away); older ones are dropped, and the oldest closed ones beyond the cap.
+    fn forget_old_listeners(&mut self, addr: SocketAddr) {
+        let last_closed = self
+            .listeners
+            .iter()
+            .filter(|l| l.addr == addr)
+            .filter_map(|l| l.down_at)
+            .max();
+        self.listeners
+            .retain(|l| l.addr != addr || l.down_at.is_none() || l.down_at == last_closed);
+        while self.listeners.len() >= LISTENERS_PER_POD {
+            let Some(oldest) = self
+                .listeners
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.down_at.is_some())
+                .min_by_key(|(_, l)| l.down_at)
+                .map(|(i, _)| i)
+            else {
+                break;
+            };
+            self.listeners.remove(oldest);
+        }
+    }
+}
+
 pub struct Detector {
     cfg: DetectorConfig,
     pods: HashMap<String, PodState>,
@@ -339,6 +370,7 @@ impl Detector {
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
         let ps = self.pods.entry(pod_uid.to_string()).or_default();
+        ps.forget_old_listeners(addr);
         ps.listeners.push(Listener {
             addr,
             container_id: container_id.clone(),
@@ -505,6 +537,11 @@ impl Detector {
     /// Pods with state (for tests and stats).
     pub fn tracked_pods(&self) -> usize {
         self.pods.len()
+    }
+
+    /// Listener records kept for a pod (for tests).
+    pub fn listeners_of(&self, pod_uid: &str) -> usize {
+        self.pods.get(pod_uid).map_or(0, |p| p.listeners.len())
     }
 }
 

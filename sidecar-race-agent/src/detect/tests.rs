@@ -745,3 +745,27 @@ fn filters_match_phase_state_and_namespace() {
     assert_eq!(json["phase"], "startup");
     assert_eq!(json["pattern"], "classic");
 }
+
+#[test]
+fn listener_records_stay_bounded_for_a_long_lived_pod() {
+    let meta = meta_with(checkout(Role::App, None));
+    let mut d = Detector::new(DetectorConfig::default());
+    d.observe(started(0), &meta);
+    // A sidecar restarting 1000 times, and 1000 ephemeral listeners.
+    for n in 0..1000u64 {
+        d.observe(up(n * S, PROXY, "0.0.0.0:15001"), &meta);
+        d.observe(down(n * S + S / 2, PROXY, "0.0.0.0:15001"), &meta);
+        let ephemeral = format!("127.0.0.1:{}", 30_000 + n);
+        d.observe(up(n * S, APP, &ephemeral), &meta);
+        d.observe(down(n * S + 1, APP, &ephemeral), &meta);
+    }
+    assert!(d.listeners_of(POD) <= 256, "{}", d.listeners_of(POD));
+    // The last close still makes the next refusal a steady (restart) one.
+    d.observe(refused(1000 * S, APP, "127.0.0.1:15001"), &meta);
+    d.observe(up(1000 * S + S / 10, PROXY, "0.0.0.0:15001"), &meta);
+    let last = d.incidents().newest_first().next().unwrap();
+    assert_eq!(
+        (last.phase, last.listener_closed_at),
+        (Phase::Steady, Some(999 * S + S / 2))
+    );
+}
