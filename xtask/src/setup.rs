@@ -12,8 +12,12 @@
 //! kustomize (Debian's `kubernetes-client` when there is no kubectl), `promtool`
 //! (Debian's `prometheus`; the server it ships is not left running), and
 //! `kubernetes-validate` from PyPI, pinned, in a venv under `target/deploy-tools/`
-//! (so neither the system's nor pyenv's Python is modified). `XTASK_SKIP_DEPLOY_TOOLS=1`
-//! skips these (the container image build only needs the eBPF toolchain).
+//! (so neither the system's nor pyenv's Python is modified). And the container runtime
+//! that tests/tests/runtime_default_seccomp.rs runs the agent in, under its
+//! RuntimeDefault seccomp profile: Debian's `containerd` (containerd and ctr; 1.6.20 in
+//! bookworm, whose default profile allows `bpf` and `perf_event_open` to holders of
+//! CAP_BPF and CAP_PERFMON) and `runc`. `XTASK_SKIP_DEPLOY_TOOLS=1` skips all these (the
+//! container image build only needs the eBPF toolchain).
 
 use std::{
     path::{Path, PathBuf},
@@ -59,6 +63,15 @@ pub fn ensure() -> anyhow::Result<()> {
             apt.want(&["python3", "python3-venv"]);
         } else if !python_can_make_venvs() {
             apt.want(&["python3-venv"]);
+        }
+        for (tool, package) in [
+            ("containerd", "containerd"),
+            ("ctr", "containerd"),
+            ("runc", "runc"),
+        ] {
+            if !have(tool) {
+                apt.want(&[package]);
+            }
         }
     }
     let need_linker = which_bpf_linker().is_none();
@@ -107,7 +120,11 @@ struct Apt {
 
 impl Apt {
     fn want(&mut self, packages: &[&str]) {
-        self.wanted.extend(packages.iter().map(|p| p.to_string()));
+        for p in packages {
+            if !self.wanted.iter().any(|w| w == p) {
+                self.wanted.push(p.to_string());
+            }
+        }
     }
 
     fn update(&mut self) -> anyhow::Result<()> {
