@@ -11,6 +11,7 @@ fn main() {
     let mut interval_ms = 100u64;
     let mut attempts = 0u64; // 0: until connected
     let mut keep_dialing = false;
+    let mut reset_on_close = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut v = || args.next().unwrap_or_else(|| usage(&a));
@@ -20,6 +21,8 @@ fn main() {
             "--attempts" => attempts = v().parse().unwrap_or_else(|_| usage("--attempts")),
             // Dial every attempt even after success (a drain: the app keeps working).
             "--keep-dialing" => keep_dialing = true,
+            // Close with a reset (SO_LINGER 0): no TIME_WAIT piles up in long loops.
+            "--reset-on-close" => reset_on_close = true,
             _ => usage(&a),
         }
     }
@@ -28,7 +31,10 @@ fn main() {
     loop {
         n += 1;
         match TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
-            Ok(_) => {
+            Ok(stream) => {
+                if reset_on_close {
+                    linger_zero(&stream);
+                }
                 connected += 1;
                 if !keep_dialing {
                     println!(
@@ -51,9 +57,27 @@ fn main() {
     println!("sr-app: {n} attempts to {target}: {refused} refused, {connected} connected");
 }
 
+fn linger_zero(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket fd and a correctly sized option value.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
 fn usage(at: &str) -> ! {
     eprintln!(
-        "sr-app: bad argument {at}\nusage: sr-app [--connect ADDR:PORT] [--interval-ms N] [--attempts N] [--keep-dialing]"
+        "sr-app: bad argument {at}\nusage: sr-app [--connect ADDR:PORT] [--interval-ms N] [--attempts N] [--keep-dialing] [--reset-on-close]"
     );
     std::process::exit(2)
 }
