@@ -172,7 +172,15 @@ impl RunAgent {
     pub fn start(args: &[&str]) -> Self {
         let addr = format!("127.0.0.1:{}", crate::http::free_port());
         let mut child = Command::new(agent_binary())
-            .args(["run", "--listen", &addr, "--stats-interval-seconds", "5"])
+            // No Events: a developer's KUBECONFIG must not receive the tests' races.
+            .args([
+                "run",
+                "--listen",
+                &addr,
+                "--stats-interval-seconds",
+                "5",
+                "--events=false",
+            ])
             .args(args)
             .env("SIDECAR_RACE_LOG_FORMAT", "json")
             .stdout(Stdio::null())
