@@ -283,3 +283,19 @@ impl Drop for RunAgent {
         let _ = self.child.wait();
     }
 }
+
+/// `GET /api/v1/incidents?query` of the agent at `addr`.
+pub fn incidents_at(addr: &str, query: &str) -> Vec<Value> {
+    let path = if query.is_empty() {
+        "/api/v1/incidents".to_string()
+    } else {
+        format!("/api/v1/incidents?{query}")
+    };
+    let (status, body) = crate::http::get(addr, &path).expect("the agent answers");
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    v["incidents"]
+        .as_array()
+        .expect("an incidents list")
+        .clone()
+}

@@ -1,9 +1,15 @@
 //! Building blocks of the scenario tests and the demo: the stand-in proxy and app
 //! started in a simulated pod.
 
-use std::process::Command;
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
 
-use crate::pod::{SimContainer, SimPod, require_binary, sibling_binary};
+use crate::{
+    agent::incidents_at,
+    pod::{SimContainer, SimPod, require_binary, sibling_binary},
+};
 
 /// Starts `sr-proxy` in `c` with `args` (e.g. `--delay-ms 1500`).
 pub fn proxy(pod: &mut SimPod, c: &SimContainer, args: &[&str]) -> u32 {
@@ -23,4 +29,42 @@ pub fn app(pod: &mut SimPod, c: &SimContainer, args: &[&str]) -> u32 {
 pub fn app_done(pod: &mut SimPod, c: &SimContainer, args: &[&str]) {
     let pid = app(pod, c, args);
     assert!(pod.wait(pid).expect("wait sr-app").success());
+}
+
+/// A classic startup race in a new pod `name` (the proxy listens 1 s late, the app
+/// dials at once and retries), and the resolved `startup` incident that the agent at
+/// `addr` must report for it, with the right client and sidecar containers.
+pub fn assert_startup_race_detected(addr: &str, name: &str) {
+    let mut pod = SimPod::new(name).expect("a simulated pod");
+    let p = pod.container("proxy").expect("proxy container");
+    let a = pod.container("app").expect("app container");
+    proxy(
+        &mut pod,
+        &p,
+        &["--listen", "127.0.0.1:15001", "--delay-ms", "1000"],
+    );
+    app_done(
+        &mut pod,
+        &a,
+        &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let incident = loop {
+        let resolved = incidents_at(addr, "state=resolved");
+        if let Some(i) = resolved
+            .into_iter()
+            .find(|i| i["pod_uid"] == pod.uid.as_str())
+        {
+            break i;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no resolved incident for pod {}",
+            pod.uid
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(incident["phase"], "startup", "{incident:#}");
+    assert_eq!(incident["container_id"], a.id.as_str());
+    assert_eq!(incident["sidecar_container_id"], p.id.as_str());
 }

@@ -29,9 +29,8 @@ use serde_json::Value;
 use sidecar_race_tests::{
     agent::agent_binary,
     http::{free_port, get},
-    pod::SimPod,
     root::{have, is_root_or_skip},
-    scenario::{app_done, proxy},
+    scenario::assert_startup_race_detected,
 };
 
 /// The DaemonSet's `capabilities.add` (deploy/base/daemonset.yaml; that list is pinned
@@ -436,38 +435,7 @@ fn the_agent_works_under_containerds_runtime_default_seccomp_profile() {
     }
     assert_eq!(spec["root"]["readonly"], true);
 
-    let mut pod = SimPod::new("seccomp").unwrap();
-    let p = pod.container("proxy").unwrap();
-    let a = pod.container("app").unwrap();
-    proxy(
-        &mut pod,
-        &p,
-        &["--listen", "127.0.0.1:15001", "--delay-ms", "1000"],
-    );
-    app_done(
-        &mut pod,
-        &a,
-        &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let incident = loop {
-        let (_, body) = get(&addr, "/api/v1/incidents").expect("the agent answers");
-        let v: Value = serde_json::from_str(&body).unwrap();
-        let found = v["incidents"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|i| i["pod_uid"] == pod.uid.as_str())
-            .cloned();
-        if let Some(i) = found.filter(|i| i["state"] == "resolved") {
-            break i;
-        }
-        assert!(Instant::now() < deadline, "no incident: {body}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert_eq!(incident["phase"], "startup");
-    assert_eq!(incident["container_id"], a.id.as_str());
-    assert_eq!(incident["sidecar_container_id"], p.id.as_str());
+    assert_startup_race_detected(&addr, "seccomp");
 
     // A clean stop, as the kubelet stops it.
     sh(rt.ctr().args(["task", "kill", "-s", "SIGTERM", &id]));
