@@ -178,7 +178,7 @@ fn secs_ns(s: f64) -> u64 {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Address for /healthz and /readyz.
+    /// Address for /healthz, /readyz, /metrics and /api/v1/incidents.
     #[arg(long, env = "SIDECAR_RACE_LISTEN", default_value = "0.0.0.0:9965")]
     pub listen: SocketAddr,
     /// Seconds between log lines with kernel event counts.
@@ -204,7 +204,14 @@ pub struct RunArgs {
     pub drain_grace_seconds: f64,
     /// Post Kubernetes Events (events.k8s.io/v1) on pods with races; `--events=false`
     /// turns them off.
-    #[arg(long, env = "SIDECAR_RACE_EVENTS", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_EVENTS",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
     pub events: bool,
     /// Events the node's agent may post per minute (a burst of as many is allowed).
     #[arg(long, env = "SIDECAR_RACE_EVENTS_PER_MINUTE", default_value_t = 30)]
@@ -307,6 +314,13 @@ mod tests {
             panic!()
         };
         assert!(!r.events);
+        let Command::Run(r) = Cli::try_parse_from(["a", "run", "--events"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert!(r.events);
         let Command::Run(r) = Cli::try_parse_from(["a", "run"]).unwrap().command else {
             panic!()
         };
