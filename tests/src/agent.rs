@@ -56,11 +56,7 @@ impl TraceAgent {
                     l.lock().unwrap().push(v);
                 }
             }),
-            thread::spawn(move || {
-                for line in BufReader::new(err).lines().map_while(Result::ok) {
-                    e.lock().unwrap().push(line);
-                }
-            }),
+            collect_lines(err, e),
         ];
         let agent = Self {
             child,
@@ -190,11 +186,7 @@ impl RunAgent {
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let e = stderr.clone();
         let err = child.stderr.take().unwrap();
-        let reader = thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                e.lock().unwrap().push(line);
-            }
-        });
+        let reader = collect_lines(err, e);
         let agent = Self {
             child,
             addr,
@@ -298,4 +290,16 @@ pub fn incidents_at(addr: &str, query: &str) -> Vec<Value> {
         .as_array()
         .expect("an incidents list")
         .clone()
+}
+
+/// Collects the lines `from` writes into `into`, until it closes.
+fn collect_lines(
+    from: impl std::io::Read + Send + 'static,
+    into: Arc<Mutex<Vec<String>>>,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        for line in BufReader::new(from).lines().map_while(Result::ok) {
+            into.lock().unwrap().push(line);
+        }
+    })
 }

@@ -44,8 +44,7 @@ pub async fn run(
                 if !kinds.contains(&ev.kind()) {
                     continue;
                 }
-                let path = agent.inventory.cgroups.resolve(ev.cgroup_id()).map(str::to_string);
-                let attribution = agent.inventory.attribute(ev.cgroup_id());
+                let (path, attribution) = agent.inventory.attribute_with_path(ev.cgroup_id());
                 if let Some((item, a)) = pending.push((ev, path), attribution, &agent.inventory, Instant::now()) {
                     out.write(&item, a);
                 }

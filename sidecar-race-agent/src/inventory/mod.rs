@@ -62,14 +62,19 @@ impl Inventory {
 
     /// Attributes a cgroup, counting the ones that cannot be (never guessed).
     pub fn attribute(&mut self, cgroup_id: u64) -> Attribution {
-        let info = match self.cgroups.resolve(cgroup_id) {
-            Some(path) => cgroup_path::parse(path),
-            None => PathInfo::Unknown,
-        };
+        self.attribute_with_path(cgroup_id).1
+    }
+
+    /// [`Inventory::attribute`], also giving the cgroup's path (one lookup for both).
+    pub fn attribute_with_path(&mut self, cgroup_id: u64) -> (Option<String>, Attribution) {
+        let path = self.cgroups.resolve(cgroup_id).map(str::to_string);
+        let info = path
+            .as_deref()
+            .map_or(PathInfo::Unknown, cgroup_path::parse);
         if info == PathInfo::Unknown {
             self.unattributed.fetch_add(1, Relaxed);
         }
-        self.names(info)
+        (path, self.names(info))
     }
 
     /// Attribution of a parsed path, with names from the pod store.
