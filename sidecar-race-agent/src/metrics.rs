@@ -199,7 +199,8 @@ impl Metrics {
             }
         }
         self.count_pod_starts(p, now);
-        if let Some(oldest) = p.detector.incidents().newest_first().last().map(|i| i.id) {
+        // Forget incidents the log has evicted.
+        if let Some(oldest) = p.detector.incidents().oldest_id() {
             self.counted.retain(|id, _| *id >= oldest);
             self.settled.retain(|id| *id >= oldest);
         }

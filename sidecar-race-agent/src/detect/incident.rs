@@ -166,6 +166,11 @@ impl IncidentLog {
         self.index(id).map(|i| &mut self.incidents[i])
     }
 
+    /// Id of the oldest incident still kept.
+    pub fn oldest_id(&self) -> Option<u64> {
+        self.incidents.front().map(|i| i.id)
+    }
+
     /// Newest first.
     pub fn newest_first(&self) -> impl Iterator<Item = &Incident> {
         self.incidents.iter().rev()
