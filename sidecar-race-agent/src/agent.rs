@@ -35,9 +35,11 @@ pub struct AgentOptions {
 
 #[derive(Debug, Error)]
 pub enum StartError {
-    #[error("{0}")]
+    // Transparent: `main` prints the error chain (`{:#}`), and a `{0}` message with the
+    // same error as its source printed every sentence twice.
+    #[error(transparent)]
     Requirements(#[from] MissingRequirements),
-    #[error("{0}")]
+    #[error(transparent)]
     Probes(#[from] ProbeError),
     #[error("cannot read the cgroup2 hierarchy at {path}: {source}")]
     CgroupScan {

@@ -16,8 +16,9 @@
 //! that tests/tests/runtime_default_seccomp.rs runs the agent in, under its
 //! RuntimeDefault seccomp profile: Debian's `containerd` (containerd and ctr; 1.6.20 in
 //! bookworm, whose default profile allows `bpf` and `perf_event_open` to holders of
-//! CAP_BPF and CAP_PERFMON) and `runc`. `XTASK_SKIP_DEPLOY_TOOLS=1` skips all these (the
-//! container image build only needs the eBPF toolchain).
+//! CAP_BPF and CAP_PERFMON) and `runc`. And the kernel tier's QEMU, busybox-static and
+//! kernels (`kernels.rs`). `XTASK_SKIP_DEPLOY_TOOLS=1` skips all these (the container
+//! image build only needs the eBPF toolchain).
 
 use std::{
     path::{Path, PathBuf},
@@ -73,6 +74,7 @@ pub fn ensure() -> anyhow::Result<()> {
                 apt.want(&[package]);
             }
         }
+        crate::kernels::want_tools(&mut apt);
     }
     let need_linker = which_bpf_linker().is_none();
     if need_linker {
@@ -106,6 +108,7 @@ pub fn ensure() -> anyhow::Result<()> {
             stop_prometheus_server();
         }
         ensure_kubernetes_validate()?;
+        crate::kernels::ensure(&mut apt)?;
     }
     eprintln!("xtask: setup complete");
     Ok(())
@@ -113,13 +116,13 @@ pub fn ensure() -> anyhow::Result<()> {
 
 /// apt-get packages to install, with one `apt-get update` at most.
 #[derive(Default)]
-struct Apt {
+pub struct Apt {
     wanted: Vec<String>,
     updated: bool,
 }
 
 impl Apt {
-    fn want(&mut self, packages: &[&str]) {
+    pub fn want(&mut self, packages: &[&str]) {
         for p in packages {
             if !self.wanted.iter().any(|w| w == p) {
                 self.wanted.push(p.to_string());
@@ -127,7 +130,7 @@ impl Apt {
         }
     }
 
-    fn update(&mut self) -> anyhow::Result<()> {
+    pub fn update(&mut self) -> anyhow::Result<()> {
         if !self.updated {
             if !have("apt-get") {
                 bail!(
@@ -262,6 +265,6 @@ fn ensure_kubernetes_validate() -> anyhow::Result<()> {
     .context("pip install kubernetes-validate failed (is PyPI reachable?)")
 }
 
-fn have(tool: &str) -> bool {
+pub fn have(tool: &str) -> bool {
     succeeds(Command::new("sh").args(["-c", &format!("command -v {tool}")]))
 }

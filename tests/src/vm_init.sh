@@ -1,0 +1,184 @@
+#!/bin/busybox sh
+# /init of the kernel tier's initramfs (tests/src/vm.rs): runs the scenario on the
+# booted kernel and prints machine-readable lines `@@SR <key> <value>` on the serial
+# console, then powers off. /scenario.env (written by the host) sets the pod UIDs and
+# container IDs. Every wait is bounded; the host also kills a VM that runs too long.
+/bin/busybox mkdir -p /proc /sys /dev /tmp /run /usr/bin /usr/sbin /sbin
+/bin/busybox --install -s
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+mount -t proc proc /proc
+mount -t devtmpfs dev /dev 2>/dev/null
+mount -t sysfs sys /sys
+mount -t tmpfs tmp /tmp
+. /scenario.env
+export SIDECAR_RACE_LOG_FORMAT=json SIDECAR_RACE_LOG=info
+AGENT=/bin/sidecar-race-agent
+CG=/sys/fs/cgroup
+
+say() { echo "@@SR $*"; }
+# Prefixes every line of file $2 with `@@SR $1 `.
+emit() { sed "s/^/@@SR $1 /" "$2"; }
+# Waits up to $3 tenths of a second for file $1 to contain $2.
+wait_for() {
+    i=0
+    while [ "$i" -lt "$3" ]; do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        usleep 100000
+        i=$((i + 1))
+    done
+    return 1
+}
+# Runs the agent with "$@" expecting it to refuse to start; prints its exit code and
+# stderr under `$1_rc` / `$1_err`.
+must_fail() {
+    key=$1
+    shift
+    timeout 60 $AGENT "$@" >/tmp/$key.out 2>/tmp/$key.err
+    say "${key}_rc" $?
+    emit "${key}_err" /tmp/$key.err
+}
+# Starts "$@" as a process of the cgroup directory $1 (prints nothing); its pid is in $!.
+in_cgroup() {
+    dir=$1
+    shift
+    sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$dir" "$@" &
+}
+
+say kernel "$(uname -r)"
+ip link set lo up
+say ipv6 "$([ -e /proc/net/if_inet6 ] && echo yes || echo no)"
+
+# 1. Only cgroup v1 mounted (no cgroup2 anywhere): one clear sentence.
+mount -t tmpfs cgroup $CG
+mkdir -p $CG/cpu,cpuacct $CG/systemd
+mount -t cgroup -o cpu,cpuacct cgroup $CG/cpu,cpuacct && say v1_mounted cpu,cpuacct
+mount -t cgroup -o none,name=systemd cgroup $CG/systemd && say v1_mounted name=systemd
+grep -c ' - cgroup2 ' /proc/self/mountinfo | sed 's/^/@@SR v1_cgroup2_mounts /'
+must_fail v1 trace
+umount $CG/cpu,cpuacct $CG/systemd
+umount $CG
+# The agent mounted tracefs while checking; the next cases start without it.
+umount /sys/kernel/tracing 2>/dev/null
+
+mount -t cgroup2 cgroup2 $CG
+
+# 2. tracefs not mountable: /sys/kernel hidden under an empty read-only tmpfs.
+mount -t tmpfs -o ro,size=4k none /sys/kernel
+must_fail tracefs trace
+umount /sys/kernel
+
+# 3. A required tracepoint absent: a tracefs copy without tcp:tcp_receive_reset.
+mount -t tracefs nodev /sys/kernel/tracing
+for tp in sock/inet_sock_set_state tcp/tcp_send_reset cgroup/cgroup_mkdir cgroup/cgroup_rmdir; do
+    mkdir -p /tmp/tracefs-copy/events/$tp
+    cat /sys/kernel/tracing/events/$tp/format >/tmp/tracefs-copy/events/$tp/format 2>/dev/null
+done
+must_fail tracepoint trace --tracefs /tmp/tracefs-copy
+
+# The REDIRECT case's network: modules, a pod address on a dummy interface with the
+# default route, and a NAT rule sending 10.96.0.10:80 to local port 15001.
+for m in $(cat /redirect/order); do
+    insmod /redirect/$m.ko || say insmod_failed $m
+done
+# (loading `dummy` makes dummy0 already)
+[ -e /sys/class/net/dummy0 ] || ip link add dummy0 type dummy
+ip addr add 10.200.0.2/24 dev dummy0 && ip link set dummy0 up &&
+    ip route add default dev dummy0 && nft -f /redirect/rules.nft && say redirect ready
+
+# 4. `trace`: a pod laid out as the kubelet lays it out, created while the agent
+#    watches; 3 refused IPv4 connects, 1 IPv6 one, 1 to a service IP REDIRECTed to
+#    local port 15001, a listener up and down.
+$AGENT trace >/tmp/trace.out 2>/tmp/trace.err &
+TRACE=$!
+if wait_for /tmp/trace.err 'watching the kernel' 600; then say trace_ready yes; else say trace_ready no; fi
+QOS=$CG/kubepods.slice/kubepods-burstable.slice
+POD1=$QOS/kubepods-burstable-pod$(echo "$POD1_UID" | tr - _).slice
+mkdir -p "$POD1/cri-containerd-$POD1_PROXY.scope" "$POD1/cri-containerd-$POD1_APP.scope"
+for c in kubepods.slice kubepods.slice/kubepods-burstable.slice; do say cgid "/$c" "$(stat -c %i $CG/$c)"; done
+say cgid "${POD1#$CG}" "$(stat -c %i "$POD1")"
+for c in "$POD1_PROXY" "$POD1_APP"; do
+    say cgid "${POD1#$CG}/cri-containerd-$c.scope" "$(stat -c %i "$POD1/cri-containerd-$c.scope")"
+done
+in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-app --connect 127.0.0.1:15001 --attempts 3 --interval-ms 0 >/tmp/app1.out
+say pid app4 $!
+wait $!
+in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-app --connect '[::1]:15002' --attempts 1 >/tmp/app2.out
+say pid app6 $!
+wait $!
+in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-app --connect 10.96.0.10:80 --attempts 1 >/tmp/app3.out
+say pid appr $!
+wait $!
+in_cgroup "$POD1/cri-containerd-$POD1_PROXY.scope" sr-proxy --listen 127.0.0.1:15003 --close-after-ms 300 >/tmp/proxy1.out
+say pid proxy $!
+wait $!
+emit app /tmp/app1.out
+emit app /tmp/app2.out
+emit app /tmp/app3.out
+# Let the agent's attribution wait and reader catch up, then stop it (summary on stderr).
+sleep 3
+kill -INT $TRACE
+wait $TRACE
+say trace_rc $?
+emit trace_out /tmp/trace.out
+emit trace_err /tmp/trace.err
+
+# 5. `run`: a classic startup race and a drain race, read back from /api/v1/incidents.
+$AGENT run --listen 127.0.0.1:9965 --pods-from none --events=false --stats-interval-seconds 5 \
+    >/tmp/run.out 2>/tmp/run.err &
+RUN=$!
+i=0
+until wget -q -O /dev/null http://127.0.0.1:9965/readyz 2>/dev/null; do
+    i=$((i + 1))
+    [ "$i" -gt 600 ] && break
+    usleep 100000
+done
+say run_ready "$i"
+incidents() { wget -q -O - "http://127.0.0.1:9965/api/v1/incidents$1" 2>/dev/null; }
+
+# Startup: the proxy listens 1 s late, the app dials at once every 50 ms until it connects.
+POD2=$QOS/kubepods-burstable-pod$(echo "$POD2_UID" | tr - _).slice
+mkdir -p "$POD2/cri-containerd-$POD2_PROXY.scope" "$POD2/cri-containerd-$POD2_APP.scope"
+in_cgroup "$POD2/cri-containerd-$POD2_PROXY.scope" sr-proxy --listen 127.0.0.1:15001 --delay-ms 1000 >/tmp/proxy2.out
+P2=$!
+in_cgroup "$POD2/cri-containerd-$POD2_APP.scope" sr-app --connect 127.0.0.1:15001 --interval-ms 50 >/tmp/app5.out
+wait $!
+emit app /tmp/app5.out
+emit proxy /tmp/proxy2.out
+i=0
+until incidents "?state=resolved" | grep -q "$POD2_UID"; do
+    i=$((i + 1))
+    [ "$i" -gt 200 ] && break
+    usleep 100000
+done
+kill $P2
+wait $P2
+
+# Drain: the proxy stops listening after 1 s; the app keeps dialing every 100 ms for
+# 2 s more; then the containers and the pod are torn down.
+POD3=$QOS/kubepods-burstable-pod$(echo "$POD3_UID" | tr - _).slice
+mkdir -p "$POD3/cri-containerd-$POD3_PROXY.scope" "$POD3/cri-containerd-$POD3_APP.scope"
+in_cgroup "$POD3/cri-containerd-$POD3_PROXY.scope" sr-proxy --listen 127.0.0.1:15001 --close-after-ms 1000 >/tmp/proxy3.out
+P3=$!
+usleep 300000
+in_cgroup "$POD3/cri-containerd-$POD3_APP.scope" sr-app --connect 127.0.0.1:15001 --interval-ms 100 --attempts 27 --keep-dialing >/tmp/app4.out
+wait $!
+wait $P3
+emit app /tmp/app4.out
+rmdir "$POD3/cri-containerd-$POD3_PROXY.scope" "$POD3/cri-containerd-$POD3_APP.scope" "$POD3"
+i=0
+until incidents "?state=resolved" | grep -q "$POD3_UID"; do
+    i=$((i + 1))
+    [ "$i" -gt 200 ] && break
+    usleep 100000
+done
+incidents "" >/tmp/incidents.json
+echo >>/tmp/incidents.json
+emit incidents /tmp/incidents.json
+kill -TERM $RUN
+wait $RUN
+say run_rc $?
+emit run_err /tmp/run.err
+
+say done
+sync
+poweroff -f

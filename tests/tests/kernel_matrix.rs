@@ -1,0 +1,416 @@
+//! The kernel tier: the agent on the LTS kernels fleets run, booted in QEMU (TCG, no
+//! root, no KVM): Debian's 6.1 cloud kernel (Debian 12, close to Amazon Linux 2023 and
+//! COS) and the 6.12 LTS. The host's own kernel is covered by the other tiers.
+//!
+//! One boot per kernel runs everything (tests/src/vm_init.sh): the three promised
+//! start-up failures (only cgroup v1 mounted, tracefs not mountable, a required
+//! tracepoint absent), `trace` on a kubelet-layout pod (exact events, owners, cgroup
+//! ids, `seen` counts), and `run` with a startup and a drain race read back from
+//! `/api/v1/incidents` inside the VM. A misread field layout (a port, an address, the
+//! cgroup id) fails an exact comparison here.
+
+use std::{
+    path::PathBuf,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use sidecar_race_tests::vm::{self, GuestRun, Kernel, ScenarioEnv};
+
+/// A VM that has not powered off by then is killed (a run takes ~20-40 s under TCG).
+const VM_TIMEOUT: Duration = Duration::from_secs(240);
+
+fn get(env: &ScenarioEnv, key: &str) -> String {
+    env.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.clone())
+        .unwrap()
+}
+
+/// The pods' UIDs and container IDs, the same for every kernel of this test binary.
+fn env() -> &'static ScenarioEnv {
+    static S: OnceLock<ScenarioEnv> = OnceLock::new();
+    S.get_or_init(|| {
+        let pid = std::process::id();
+        let hex = |tag: u32| {
+            format!(
+                "{:016x}",
+                0x5eed_0000_0000_0000u64 | ((pid as u64) << 8) | tag as u64
+            )
+            .repeat(4)
+        };
+        let uid = |tag: u32| {
+            format!(
+                "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+                pid,
+                tag,
+                tag,
+                tag,
+                0xabcdef000000u64 + tag as u64
+            )
+        };
+        let env: ScenarioEnv = vec![
+            ("POD1_UID".into(), uid(1)),
+            ("POD1_PROXY".into(), hex(11)),
+            ("POD1_APP".into(), hex(12)),
+            ("POD2_UID".into(), uid(2)),
+            ("POD2_PROXY".into(), hex(21)),
+            ("POD2_APP".into(), hex(22)),
+            ("POD3_UID".into(), uid(3)),
+            ("POD3_PROXY".into(), hex(31)),
+            ("POD3_APP".into(), hex(32)),
+        ];
+        env
+    })
+}
+
+fn boot(kernel: &Kernel) -> GuestRun {
+    let initramfs: PathBuf = std::env::temp_dir().join(format!(
+        "sr-kernel-tier-{}-{}.cpio",
+        std::process::id(),
+        kernel.label
+    ));
+    let t = Instant::now();
+    vm::build_initramfs(&initramfs, env(), kernel).expect("build the initramfs");
+    eprintln!(
+        "{}: initramfs ({} MiB) built in {:.1} s",
+        kernel.label,
+        std::fs::metadata(&initramfs).unwrap().len() >> 20,
+        t.elapsed().as_secs_f64()
+    );
+    let run = vm::boot(kernel, &initramfs, VM_TIMEOUT);
+    let _ = std::fs::remove_file(&initramfs);
+    let run = run.expect("boot the VM");
+    eprintln!(
+        "{} ({}): VM run took {:.1} s",
+        kernel.label,
+        kernel.package,
+        run.elapsed.as_secs_f64()
+    );
+    assert!(
+        !run.timed_out,
+        "the {} VM did not finish within {VM_TIMEOUT:?}; console:\n{}",
+        kernel.label,
+        run.console_text()
+    );
+    assert!(
+        !run.values("done").is_empty(),
+        "the guest scenario did not finish; console:\n{}",
+        run.console_text()
+    );
+    run
+}
+
+/// The agent's error message (its JSON log line at level ERROR) for a failure case.
+fn failure(run: &GuestRun, key: &str) -> String {
+    assert_eq!(
+        run.one(&format!("{key}_rc")),
+        "1",
+        "the agent must refuse to start ({key}); console:\n{}",
+        run.console_text()
+    );
+    let errors: Vec<String> = run
+        .json(&format!("{key}_err"))
+        .iter()
+        .filter(|l| l["level"] == "ERROR")
+        .filter_map(|l| l["message"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        errors.len(),
+        1,
+        "one error line ({key}): {:?}",
+        run.values(&format!("{key}_err"))
+    );
+    errors.into_iter().next().unwrap()
+}
+
+fn assert_failures(run: &GuestRun) {
+    // Only cgroup v1 mounted.
+    assert_eq!(run.one("v1_cgroup2_mounts"), "0");
+    assert!(
+        !run.values("v1_mounted").is_empty(),
+        "no v1 hierarchy mounted"
+    );
+    let e = failure(run, "v1");
+    assert_eq!(
+        e,
+        "this node cannot run the agent:\n  - no cgroup2 filesystem is mounted (checked /proc/self/mountinfo); \
+         the agent needs cgroup v2 or a hybrid host (cgroup2 at /sys/fs/cgroup/unified)"
+    );
+    // tracefs not mountable.
+    let e = failure(run, "tracefs");
+    assert!(
+        e.starts_with(
+            "this node cannot run the agent:\n  - tracefs is not mounted and mounting it at /sys/kernel/tracing failed ("
+        ) && e.ends_with(
+            "); mount it on the host (`mount -t tracefs nodev /sys/kernel/tracing`) or into the agent's container"
+        ) && e.lines().count() == 2,
+        "{e}"
+    );
+    // A required tracepoint absent.
+    let e = failure(run, "tracepoint");
+    assert_eq!(
+        e,
+        "this node cannot run the agent:\n  - tracepoint tcp:tcp_receive_reset is unusable (this kernel does not \
+         have it): refused-connection events cannot work"
+    );
+}
+
+/// `cgid <path> <inode>` lines: the cgroup v2 id of each directory, as the guest saw it.
+fn cgroup_id(run: &GuestRun, path: &str) -> u64 {
+    run.values("cgid")
+        .iter()
+        .find_map(|v| {
+            let (p, id) = v.rsplit_once(' ')?;
+            (p == path).then(|| id.parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no cgroup id for {path}: {:?}", run.values("cgid")))
+}
+
+fn pid(run: &GuestRun, name: &str) -> u64 {
+    run.values("pid")
+        .iter()
+        .find_map(|v| {
+            let (n, p) = v.split_once(' ')?;
+            (n == name).then(|| p.parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no pid for {name}"))
+}
+
+fn assert_trace(run: &GuestRun, label: &str, has_socketless_send_reset: bool) {
+    let env = env();
+    assert_eq!(run.one("trace_rc"), "0", "{}", run.console_text());
+    assert_eq!(run.one("ipv6"), "yes");
+    let err = run.json("trace_err");
+    let messages: Vec<&str> = err.iter().filter_map(|l| l["message"].as_str()).collect();
+    let ready = err
+        .iter()
+        .find(|l| l["message"] == "watching the kernel")
+        .unwrap_or_else(|| panic!("trace never watched the kernel: {messages:?}"));
+    let attached = ready["attached"].as_str().unwrap_or_default();
+    let degraded: Vec<&&str> = messages
+        .iter()
+        .filter(|m| m.starts_with("degraded"))
+        .collect();
+    if has_socketless_send_reset {
+        assert!(
+            degraded.is_empty(),
+            "{label}: nothing degrades: {degraded:?}"
+        );
+        assert_eq!(
+            attached,
+            r#"["inet_sock_set_state", "tcp_receive_reset", "tcp_send_reset", "cgroup_mkdir", "cgroup_rmdir"]"#
+        );
+    } else {
+        assert_eq!(
+            degraded,
+            [
+                &"degraded: tracepoint tcp:tcp_send_reset is unusable (field `saddr` has 4 bytes, expected 28; \
+               this kernel's tcp_send_reset does not report resets sent without a socket (needs 6.10+)): \
+               local-redirect awareness (local_dst of refusals after a NAT REDIRECT) disabled"
+            ],
+            "{label}"
+        );
+        assert_eq!(
+            attached,
+            r#"["inet_sock_set_state", "tcp_receive_reset", "cgroup_mkdir", "cgroup_rmdir"]"#
+        );
+    }
+
+    let pod_dir = format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        get(env, "POD1_UID").replace('-', "_")
+    );
+    let app_path = format!("{pod_dir}/cri-containerd-{}.scope", get(env, "POD1_APP"));
+    let proxy_path = format!("{pod_dir}/cri-containerd-{}.scope", get(env, "POD1_PROXY"));
+    let app_id = cgroup_id(run, &app_path);
+    let proxy_id = cgroup_id(run, &proxy_path);
+    let events = run.json("trace_out");
+    let of = |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["kind"] == kind).collect() };
+
+    // Refusals: 3 IPv4, 1 IPv6, 1 REDIRECTed, each exactly once, with the owner
+    // recorded at connect.
+    assert_eq!(run.one("redirect"), "ready", "{}", run.console_text());
+    let refused = of("refused");
+    let dsts: Vec<&str> = refused.iter().map(|e| e["dst"].as_str().unwrap()).collect();
+    assert_eq!(
+        dsts,
+        [
+            "127.0.0.1:15001",
+            "127.0.0.1:15001",
+            "127.0.0.1:15001",
+            "[::1]:15002",
+            "10.96.0.10:80"
+        ],
+        "{label}: {refused:#?}"
+    );
+    for (i, e) in refused.iter().enumerate() {
+        let (family, src_prefix, pid_name) = match i {
+            0..3 => ("ipv4", "127.0.0.1:", "app4"),
+            3 => ("ipv6", "[::1]:", "app6"),
+            _ => ("ipv4", "10.200.0.2:", "appr"),
+        };
+        assert_eq!(e["family"], family, "{e}");
+        assert!(e["src"].as_str().unwrap().starts_with(src_prefix), "{e}");
+        let sport: u16 = e["src"]
+            .as_str()
+            .unwrap()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(sport >= 1024, "an ephemeral source port: {e}");
+        if i == 4 && has_socketless_send_reset {
+            // Where the local stack refused the redirected SYN.
+            assert_eq!(e["local_dst"], "127.0.0.1:15001", "{label}: {e}");
+        } else {
+            // Before 6.10: the redirect is not visible (the degraded capability).
+            assert!(e["local_dst"].is_null(), "{label}: {e}");
+        }
+        assert_eq!(e["cgroup_id"], app_id, "{label}: {e}");
+        assert_eq!(e["cgroup_path"], app_path.as_str(), "{e}");
+        assert_eq!(e["pod_uid"], get(env, "POD1_UID").as_str(), "{e}");
+        assert_eq!(e["container_id"], get(env, "POD1_APP").as_str(), "{e}");
+        assert_eq!(e["pid"], pid(run, pid_name), "{e}");
+        assert_eq!(e["tgid"], pid(run, pid_name), "{e}");
+        assert_eq!(e["comm"], "sr-app", "{e}");
+        assert!(e["ts"].as_str().unwrap().ends_with('Z'), "{e}");
+    }
+    // The listener up and down, owned by the proxy.
+    for kind in ["listen", "listen_closed"] {
+        let l = of(kind);
+        assert_eq!(l.len(), 1, "{label}: {kind}: {l:#?}");
+        let e = l[0];
+        assert_eq!(e["src"], "127.0.0.1:15003", "{e}");
+        assert_eq!(e["cgroup_id"], proxy_id, "{e}");
+        assert_eq!(e["container_id"], get(env, "POD1_PROXY").as_str(), "{e}");
+        assert_eq!(e["comm"], "sr-proxy", "{e}");
+        assert_eq!(e["tgid"], pid(run, "proxy"), "{e}");
+    }
+    // The pod's cgroups created, each with its id and path.
+    let created = of("cgroup_created");
+    let expect = [
+        "/kubepods.slice".to_string(),
+        "/kubepods.slice/kubepods-burstable.slice".to_string(),
+        pod_dir.clone(),
+        proxy_path.clone(),
+        app_path.clone(),
+    ];
+    let mut got: Vec<(String, u64)> = created
+        .iter()
+        .map(|e| {
+            (
+                e["cgroup_path"].as_str().unwrap().to_string(),
+                e["cgroup_id"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    got.sort();
+    let mut want: Vec<(String, u64)> = expect
+        .iter()
+        .map(|p| (p.clone(), cgroup_id(run, p)))
+        .collect();
+    want.sort();
+    assert_eq!(got, want, "{label}: cgroup_created");
+    assert!(of("cgroup_removed").is_empty());
+
+    // Exact kernel counts: nothing else in the VM makes these events.
+    let summary = err
+        .iter()
+        .find_map(|l| l.get("summary"))
+        .unwrap_or_else(|| panic!("no summary: {messages:?}"));
+    let k = &summary["kernel_events"];
+    for (kind, n) in [
+        ("refused", 5),
+        ("listen", 1),
+        ("listen_closed", 1),
+        ("cgroup_created", 5),
+        ("cgroup_removed", 0),
+    ] {
+        assert_eq!(k[kind]["seen"], n, "{label}: {kind} seen: {summary}");
+        assert_eq!(k[kind]["delivered"], n, "{label}: {kind}: {summary}");
+        assert_eq!(k[kind]["lost"], 0, "{label}: {kind}: {summary}");
+    }
+    assert_eq!(summary["dropped_in_agent"], 0);
+    assert_eq!(summary["decode_errors"], 0);
+    assert_eq!(summary["unattributed_events"], 0, "{summary}");
+}
+
+fn window(i: &Value) -> f64 {
+    i["race_window_seconds"].as_f64().unwrap()
+}
+
+fn assert_incidents(run: &GuestRun, label: &str) {
+    let env = env();
+    assert_eq!(run.one("run_rc"), "0", "{}", run.console_text());
+    let all: Vec<Value> = run
+        .json("incidents")
+        .into_iter()
+        .flat_map(|v| v["incidents"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let of_pod =
+        |uid: &str| -> Vec<&Value> { all.iter().filter(|i| i["pod_uid"] == uid).collect() };
+
+    let startup = of_pod(&get(env, "POD2_UID"));
+    assert_eq!(startup.len(), 1, "{label}: one startup incident: {all:#?}");
+    let i = startup[0];
+    assert_eq!(i["phase"], "startup", "{i:#}");
+    assert_eq!(i["state"], "resolved", "{i:#}");
+    assert_eq!(i["port"], 15001, "{i:#}");
+    assert_eq!(i["destination"], "127.0.0.1:15001", "{i:#}");
+    assert!(i["local_destination"].is_null(), "{i:#}");
+    assert_eq!(i["container_id"], get(env, "POD2_APP").as_str(), "{i:#}");
+    assert_eq!(
+        i["sidecar_container_id"],
+        get(env, "POD2_PROXY").as_str(),
+        "{i:#}"
+    );
+    assert!(i["refused_count"].as_u64().unwrap() >= 3, "{i:#}");
+    // The proxy listens 1 s late; emulation stretches process start-up, not sleeps.
+    let w = window(i);
+    assert!(
+        (0.7..2.5).contains(&w),
+        "{label}: startup window {w}: {i:#}"
+    );
+
+    let drain = of_pod(&get(env, "POD3_UID"));
+    assert_eq!(drain.len(), 1, "{label}: one drain incident: {all:#?}");
+    let i = drain[0];
+    assert_eq!(i["phase"], "drain", "{i:#}");
+    assert_eq!(i["state"], "resolved", "{i:#}");
+    assert_eq!(i["port"], 15001, "{i:#}");
+    assert_eq!(i["container_id"], get(env, "POD3_APP").as_str(), "{i:#}");
+    assert!(i["listener_closed_at"].is_string(), "{i:#}");
+    assert!(i["refused_count"].as_u64().unwrap() >= 10, "{i:#}");
+    let w = window(i);
+    assert!((1.0..3.5).contains(&w), "{label}: drain window {w}: {i:#}");
+    assert_eq!(all.len(), 2, "{label}: no other incidents: {all:#?}");
+}
+
+fn kernel_tier(label: &str, has_socketless_send_reset: bool) {
+    let test = format!("kernel_{}", label.replace('.', "_"));
+    let Some(kernel) = vm::kernel_or_skip(&test, label) else {
+        return;
+    };
+    let run = boot(&kernel);
+    let release = run.one("kernel");
+    assert!(
+        release.starts_with(&format!("{label}.")),
+        "booted {release}, expected {label}"
+    );
+    assert_failures(&run);
+    assert_trace(&run, label, has_socketless_send_reset);
+    assert_incidents(&run, label);
+}
+
+#[test]
+fn kernel_6_1_lts() {
+    kernel_tier("6.1", false);
+}
+
+#[test]
+fn kernel_6_12_lts() {
+    kernel_tier("6.12", true);
+}

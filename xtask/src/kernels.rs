@@ -1,0 +1,226 @@
+//! The kernel tier's set-up (tests/tests/kernel_matrix.rs): Debian's cloud kernels for
+//! the LTS lines fleets run, as `target/kernels/<label>/vmlinuz`, fetched with
+//! `apt-get download` and unpacked with `dpkg-deb` (nothing is installed), plus the
+//! tools that boot them: QEMU (TCG, no KVM needed) and busybox-static for the initramfs.
+//!
+//! The REDIRECT case needs a NAT rule in the VM: the modules for `nft` redirects and a
+//! dummy interface (with what they depend on) are kept too, uncompressed, in load order
+//! (`target/kernels/<label>/modules/order`).
+//!
+//! The exact package is what apt resolves the meta package to at set-up time (its name
+//! and version are kept in `target/kernels/<label>/package`); a kernel already there is
+//! not fetched again.
+
+use std::{fs, path::Path, process::Command};
+
+use anyhow::{Context, bail};
+
+use crate::{
+    run::{checked, output, workspace_root},
+    setup::Apt,
+};
+
+/// (label, meta package): the meta package's `Depends` names the real image.
+pub const KERNELS: [(&str, &str); 2] = [
+    // Debian 12's default cloud kernel.
+    ("6.1", "linux-image-cloud-amd64"),
+    ("6.12", "linux-image-6.12-cloud-amd64"),
+];
+pub const KERNELS_DIR: &str = "target/kernels";
+
+/// Tools the tier needs, as (command or file, Debian package).
+pub fn want_tools(apt: &mut Apt) {
+    if !crate::setup::have("qemu-system-x86_64") {
+        apt.want(&["qemu-system-x86"]);
+    }
+    if !busybox_static_installed() {
+        apt.want(&["busybox-static"]);
+    }
+    // `nft` (with the libraries ldd lists) goes into the VM for the REDIRECT rule.
+    if !crate::setup::have("nft") {
+        apt.want(&["nftables"]);
+    }
+    if !crate::setup::have("xz") {
+        apt.want(&["xz-utils"]);
+    }
+}
+
+fn busybox_static_installed() -> bool {
+    output(Command::new("dpkg-query").args(["-W", "-f=${Status}", "busybox-static"]))
+        .is_some_and(|s| s.ends_with("installed") && !s.contains("not-installed"))
+}
+
+/// Fetches every kernel that is not in `target/kernels/` yet.
+pub fn ensure(apt: &mut Apt) -> anyhow::Result<()> {
+    let root = workspace_root().join(KERNELS_DIR);
+    for (label, meta) in KERNELS {
+        let dir = root.join(label);
+        if dir.join("vmlinuz").is_file() && dir.join("modules/order").is_file() {
+            continue;
+        }
+        let (package, version) = resolve(apt, meta, label)?;
+        eprintln!("xtask: fetching kernel {label}: {package} {version}");
+        fetch(&root, &dir, &package, &version)?;
+    }
+    Ok(())
+}
+
+/// The real image package `meta` depends on, and its candidate version.
+fn resolve(apt: &mut Apt, meta: &str, label: &str) -> anyhow::Result<(String, String)> {
+    let depends = || {
+        output(Command::new("apt-cache").args(["depends", meta])).and_then(|text| {
+            text.lines()
+                .filter_map(|l| l.trim().strip_prefix("Depends: "))
+                .map(str::trim)
+                .find(|p| p.starts_with("linux-image-"))
+                .map(str::to_string)
+        })
+    };
+    let package = match depends() {
+        Some(p) => p,
+        None => {
+            apt.update()?;
+            depends().with_context(|| {
+                format!("apt does not know {meta} (the {label} kernel of the kernel tier)")
+            })?
+        }
+    };
+    if !package.starts_with(&format!("linux-image-{label}.")) {
+        bail!(
+            "{meta} resolves to {package}, not a {label} kernel: this distribution's kernel tier \
+             needs another meta package in xtask/src/kernels.rs"
+        );
+    }
+    let policy = output(Command::new("apt-cache").args(["policy", &package])).unwrap_or_default();
+    let version = policy
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Candidate: "))
+        .filter(|v| *v != "(none)")
+        .with_context(|| format!("apt has no candidate for {package}"))?
+        .to_string();
+    Ok((package, version))
+}
+
+fn fetch(root: &Path, dir: &Path, package: &str, version: &str) -> anyhow::Result<()> {
+    let cache = root.join("download");
+    let _ = fs::remove_dir_all(&cache);
+    fs::create_dir_all(&cache)?;
+    // apt drops privileges to `_apt` for downloads; let it write here.
+    let _ = checked(Command::new("chmod").arg("777").arg(&cache));
+    checked(
+        Command::new("apt-get")
+            .args(["download", "-q", &format!("{package}={version}")])
+            .current_dir(&cache),
+    )
+    .with_context(|| format!("apt-get download {package}"))?;
+    let deb = fs::read_dir(&cache)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .context("apt-get download left no .deb")?;
+    let unpacked = cache.join("x");
+    checked(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
+    let vmlinuz = fs::read_dir(unpacked.join("boot"))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+        })
+        .with_context(|| format!("{} has no boot/vmlinuz-*", deb.display()))?;
+    fs::create_dir_all(dir)?;
+    extract_modules(&unpacked, &dir.join("modules"))?;
+    fs::write(dir.join("package"), format!("{package} {version}\n"))?;
+    fs::copy(&vmlinuz, dir.join("vmlinuz.tmp"))?;
+    fs::rename(dir.join("vmlinuz.tmp"), dir.join("vmlinuz"))?;
+    fs::remove_dir_all(&cache)?;
+    Ok(())
+}
+
+/// Modules the guest loads for the REDIRECT case (nftables NAT redirect, a dummy
+/// interface for the pod address); their dependencies are added.
+const REDIRECT_MODULES: [&str; 3] = ["nft_redir", "nft_chain_nat", "dummy"];
+
+/// Copies `REDIRECT_MODULES` and their dependencies out of an unpacked image package,
+/// decompressed (busybox's insmod takes plain `.ko`), with `order` listing them
+/// dependencies first.
+fn extract_modules(unpacked: &Path, to: &Path) -> anyhow::Result<()> {
+    let mut all = std::collections::HashMap::new();
+    let mut stack = vec![unpacked.join("lib/modules")];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d)?.filter_map(Result::ok) {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Some(name) = p.file_name().and_then(|n| n.to_str())
+                && let Some(stem) = name
+                    .strip_suffix(".ko.xz")
+                    .or_else(|| name.strip_suffix(".ko"))
+            {
+                all.insert(stem.replace('-', "_"), p.clone());
+            }
+        }
+    }
+    fs::create_dir_all(to)?;
+    let mut order: Vec<String> = Vec::new();
+    fn visit(
+        name: &str,
+        all: &std::collections::HashMap<String, std::path::PathBuf>,
+        to: &Path,
+        order: &mut Vec<String>,
+        depth: usize,
+    ) -> anyhow::Result<()> {
+        if order.iter().any(|o| o == name) {
+            return Ok(());
+        }
+        if depth > 32 {
+            bail!("module dependencies of {name} loop");
+        }
+        let Some(path) = all.get(name) else {
+            // Built in (or absent): nothing to load.
+            return Ok(());
+        };
+        let bytes = if path.extension().is_some_and(|e| e == "xz") {
+            let out = Command::new("xz")
+                .arg("-dc")
+                .arg(path)
+                .output()
+                .context("running xz (Debian: xz-utils)")?;
+            if !out.status.success() {
+                bail!("xz -dc {} failed", path.display());
+            }
+            out.stdout
+        } else {
+            fs::read(path)?
+        };
+        for dep in modinfo_depends(&bytes) {
+            visit(&dep, all, to, order, depth + 1)?;
+        }
+        fs::write(to.join(format!("{name}.ko")), &bytes)?;
+        order.push(name.to_string());
+        Ok(())
+    }
+    for m in REDIRECT_MODULES {
+        if !all.contains_key(m) {
+            bail!("the kernel package has no module {m}");
+        }
+        visit(m, &all, to, &mut order, 0)?;
+    }
+    fs::write(to.join("order"), order.join("\n") + "\n")?;
+    Ok(())
+}
+
+/// The `depends=` entry of a module's `.modinfo`.
+fn modinfo_depends(ko: &[u8]) -> Vec<String> {
+    let key = b"\0depends=";
+    let Some(at) = ko.windows(key.len()).position(|w| w == key) else {
+        return Vec::new();
+    };
+    let rest = &ko[at + key.len()..];
+    let end = rest.iter().position(|b| *b == 0).unwrap_or(rest.len());
+    String::from_utf8_lossy(&rest[..end])
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.replace('-', "_"))
+        .collect()
+}
