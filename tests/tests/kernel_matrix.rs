@@ -414,3 +414,8 @@ fn kernel_6_1_lts() {
 fn kernel_6_12_lts() {
     kernel_tier("6.12", true);
 }
+
+#[test]
+fn kernel_5_10_lts() {
+    kernel_tier("5.10", false);
+}

@@ -20,12 +20,18 @@ use crate::{
     setup::Apt,
 };
 
-/// (label, meta package): the meta package's `Depends` names the real image.
-pub const KERNELS: [(&str, &str); 2] = [
+/// (label, meta package, Debian suite): the meta package's `Depends` names the real
+/// image. `None` uses the machine's own apt sources; a suite is read through a private
+/// apt configuration under `target/kernels/apt-<suite>/` (Debian's archive key, the
+/// machine's sources and state untouched).
+pub const KERNELS: [(&str, &str, Option<&str>); 3] = [
+    // Debian 11's cloud kernel: the 5.10 LTS (Amazon Linux 2's line).
+    ("5.10", "linux-image-cloud-amd64", Some("bullseye")),
     // Debian 12's default cloud kernel.
-    ("6.1", "linux-image-cloud-amd64"),
-    ("6.12", "linux-image-6.12-cloud-amd64"),
+    ("6.1", "linux-image-cloud-amd64", None),
+    ("6.12", "linux-image-6.12-cloud-amd64", None),
 ];
+const DEBIAN_KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 pub const KERNELS_DIR: &str = "target/kernels";
 
 /// Tools the tier needs, as (command or file, Debian package).
@@ -53,22 +59,75 @@ fn busybox_static_installed() -> bool {
 /// Fetches every kernel that is not in `target/kernels/` yet.
 pub fn ensure(apt: &mut Apt) -> anyhow::Result<()> {
     let root = workspace_root().join(KERNELS_DIR);
-    for (label, meta) in KERNELS {
+    for (label, meta, suite) in KERNELS {
         let dir = root.join(label);
         if dir.join("vmlinuz").is_file() && dir.join("modules/order").is_file() {
             continue;
         }
-        let (package, version) = resolve(apt, meta, label)?;
+        let options = match suite {
+            None => Vec::new(),
+            Some(suite) => private_apt(&root, suite)?,
+        };
+        let (package, version) = resolve(apt, &options, meta, label)?;
         eprintln!("xtask: fetching kernel {label}: {package} {version}");
-        fetch(&root, &dir, &package, &version)?;
+        fetch(&root, &dir, &options, &package, &version)?;
     }
     Ok(())
 }
 
+/// apt options that read Debian `suite` (and its security updates) from a private
+/// sources list and state directory, after updating them.
+fn private_apt(root: &Path, suite: &str) -> anyhow::Result<Vec<String>> {
+    if !Path::new(DEBIAN_KEYRING).is_file() {
+        bail!("{DEBIAN_KEYRING} is missing (Debian: debian-archive-keyring); it verifies {suite}");
+    }
+    let dir = root.join(format!("apt-{suite}"));
+    for d in ["lists/partial", "cache/archives/partial"] {
+        fs::create_dir_all(dir.join(d))?;
+    }
+    let _ = checked(Command::new("chmod").args(["-R", "777"]).arg(&dir));
+    let sources = dir.join("sources.list");
+    fs::write(
+        &sources,
+        format!(
+            "deb [signed-by={DEBIAN_KEYRING}] http://deb.debian.org/debian {suite} main\n\
+             deb [signed-by={DEBIAN_KEYRING}] http://deb.debian.org/debian-security {suite}-security main\n"
+        ),
+    )?;
+    let options: Vec<String> = [
+        format!("Dir::Etc::SourceList={}", sources.display()),
+        "Dir::Etc::SourceParts=/dev/null".to_string(),
+        format!("Dir::State::Lists={}", dir.join("lists").display()),
+        format!("Dir::Cache={}", dir.join("cache").display()),
+        "Dir::State::Status=/dev/null".to_string(),
+        "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false".to_string(),
+    ]
+    .into_iter()
+    .flat_map(|o| ["-o".to_string(), o])
+    .collect();
+    checked(
+        Command::new("apt-get")
+            .args(&options)
+            .args(["update", "-q"]),
+    )
+    .with_context(|| format!("apt-get update of Debian {suite}"))?;
+    Ok(options)
+}
+
 /// The real image package `meta` depends on, and its candidate version.
-fn resolve(apt: &mut Apt, meta: &str, label: &str) -> anyhow::Result<(String, String)> {
+fn resolve(
+    apt: &mut Apt,
+    options: &[String],
+    meta: &str,
+    label: &str,
+) -> anyhow::Result<(String, String)> {
     let depends = || {
-        output(Command::new("apt-cache").args(["depends", meta])).and_then(|text| {
+        output(
+            Command::new("apt-cache")
+                .args(options)
+                .args(["depends", meta]),
+        )
+        .and_then(|text| {
             text.lines()
                 .filter_map(|l| l.trim().strip_prefix("Depends: "))
                 .map(str::trim)
@@ -78,12 +137,13 @@ fn resolve(apt: &mut Apt, meta: &str, label: &str) -> anyhow::Result<(String, St
     };
     let package = match depends() {
         Some(p) => p,
-        None => {
+        None if options.is_empty() => {
             apt.update()?;
             depends().with_context(|| {
                 format!("apt does not know {meta} (the {label} kernel of the kernel tier)")
             })?
         }
+        None => bail!("apt does not know {meta} (the {label} kernel of the kernel tier)"),
     };
     if !package.starts_with(&format!("linux-image-{label}.")) {
         bail!(
@@ -91,7 +151,12 @@ fn resolve(apt: &mut Apt, meta: &str, label: &str) -> anyhow::Result<(String, St
              needs another meta package in xtask/src/kernels.rs"
         );
     }
-    let policy = output(Command::new("apt-cache").args(["policy", &package])).unwrap_or_default();
+    let policy = output(
+        Command::new("apt-cache")
+            .args(options)
+            .args(["policy", &package]),
+    )
+    .unwrap_or_default();
     let version = policy
         .lines()
         .find_map(|l| l.trim().strip_prefix("Candidate: "))
@@ -101,7 +166,13 @@ fn resolve(apt: &mut Apt, meta: &str, label: &str) -> anyhow::Result<(String, St
     Ok((package, version))
 }
 
-fn fetch(root: &Path, dir: &Path, package: &str, version: &str) -> anyhow::Result<()> {
+fn fetch(
+    root: &Path,
+    dir: &Path,
+    options: &[String],
+    package: &str,
+    version: &str,
+) -> anyhow::Result<()> {
     let cache = root.join("download");
     let _ = fs::remove_dir_all(&cache);
     fs::create_dir_all(&cache)?;
@@ -109,6 +180,7 @@ fn fetch(root: &Path, dir: &Path, package: &str, version: &str) -> anyhow::Resul
     let _ = checked(Command::new("chmod").arg("777").arg(&cache));
     checked(
         Command::new("apt-get")
+            .args(options)
             .args(["download", "-q", &format!("{package}={version}")])
             .current_dir(&cache),
     )
