@@ -193,6 +193,7 @@ fn assert_trace(run: &GuestRun, label: &str, has_socketless_send_reset: bool) {
         .iter()
         .filter(|m| m.starts_with("degraded"))
         .collect();
+    eprintln!("{label}: attached {attached}; degraded: {degraded:?}");
     if has_socketless_send_reset {
         assert!(
             degraded.is_empty(),
