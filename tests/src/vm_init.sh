@@ -171,6 +171,24 @@ until incidents "?state=resolved" | grep -q "$POD3_UID"; do
     [ "$i" -gt 200 ] && break
     usleep 100000
 done
+# REDIRECT: the app dials the service IP; the NAT rule sends it to the proxy's local
+# port 15001, where the proxy listens 1 s late.
+POD4=$QOS/kubepods-burstable-pod$(echo "$POD4_UID" | tr - _).slice
+mkdir -p "$POD4/cri-containerd-$POD4_PROXY.scope" "$POD4/cri-containerd-$POD4_APP.scope"
+in_cgroup "$POD4/cri-containerd-$POD4_PROXY.scope" sr-proxy --listen 127.0.0.1:15001 --delay-ms 1000 >/tmp/proxy4.out
+P4=$!
+in_cgroup "$POD4/cri-containerd-$POD4_APP.scope" sr-app --connect 10.96.0.10:80 --interval-ms 50 >/tmp/app6.out
+wait $!
+emit app /tmp/app6.out
+i=0
+until incidents "?state=resolved" | grep -q "$POD4_UID"; do
+    i=$((i + 1))
+    [ "$i" -gt 50 ] && break
+    usleep 100000
+done
+kill $P4
+wait $P4
+
 incidents "" >/tmp/incidents.json
 echo >>/tmp/incidents.json
 emit incidents /tmp/incidents.json

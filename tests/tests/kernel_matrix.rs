@@ -60,6 +60,9 @@ fn env() -> &'static ScenarioEnv {
             ("POD3_UID".into(), uid(3)),
             ("POD3_PROXY".into(), hex(31)),
             ("POD3_APP".into(), hex(32)),
+            ("POD4_UID".into(), uid(4)),
+            ("POD4_PROXY".into(), hex(41)),
+            ("POD4_APP".into(), hex(42)),
         ];
         env
     })
@@ -82,6 +85,12 @@ fn boot(kernel: &Kernel) -> GuestRun {
     let run = vm::boot(kernel, &initramfs, VM_TIMEOUT);
     let _ = std::fs::remove_file(&initramfs);
     let run = run.expect("boot the VM");
+    // The whole console, for reading a failure (best effort: the directory may be
+    // read-only for this user).
+    let log = kernel.vmlinuz.with_file_name("console.log");
+    if std::fs::write(&log, run.console_text()).is_ok() {
+        eprintln!("{}: console in {}", kernel.label, log.display());
+    }
     eprintln!(
         "{} ({}): VM run took {:.1} s",
         kernel.label,
@@ -343,7 +352,7 @@ fn window(i: &Value) -> f64 {
     i["race_window_seconds"].as_f64().unwrap()
 }
 
-fn assert_incidents(run: &GuestRun, label: &str) {
+fn assert_incidents(run: &GuestRun, label: &str, has_socketless_send_reset: bool) {
     let env = env();
     assert_eq!(run.one("run_rc"), "0", "{}", run.console_text());
     let all: Vec<Value> = run
@@ -387,7 +396,66 @@ fn assert_incidents(run: &GuestRun, label: &str) {
     assert!(i["refused_count"].as_u64().unwrap() >= 10, "{i:#}");
     let w = window(i);
     assert!((1.0..3.5).contains(&w), "{label}: drain window {w}: {i:#}");
-    assert_eq!(all.len(), 2, "{label}: no other incidents: {all:#?}");
+
+    // REDIRECT: the app dials 10.96.0.10:80, NAT sends it to the proxy's 15001, which
+    // listens 1 s late.
+    let redirected: u64 = run
+        .values("app")
+        .iter()
+        .find_map(|l| {
+            l.strip_prefix("sr-app: connected to 10.96.0.10:80 after ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{label}: the redirected app never connected: {:?}",
+                run.values("app")
+            )
+        });
+    assert!(redirected >= 3, "{label}: {redirected} redirected refusals");
+    let stats = run
+        .json("run_err")
+        .into_iter()
+        .filter(|l| l["message"] == "kernel event counts")
+        .last()
+        .unwrap_or_else(|| panic!("{label}: no kernel event counts from run"));
+    let redirect = of_pod(&get(env, "POD4_UID"));
+    if has_socketless_send_reset {
+        assert_eq!(
+            redirect.len(),
+            1,
+            "{label}: one REDIRECT incident: {all:#?}"
+        );
+        let i = redirect[0];
+        assert_eq!(i["phase"], "startup", "{i:#}");
+        assert_eq!(i["state"], "resolved", "{i:#}");
+        assert_eq!(i["port"], 15001, "{i:#}");
+        assert_eq!(i["destination"], "10.96.0.10:80", "{i:#}");
+        assert_eq!(i["local_destination"], "127.0.0.1:15001", "{i:#}");
+        assert_eq!(i["container_id"], get(env, "POD4_APP").as_str(), "{i:#}");
+        assert_eq!(
+            i["sidecar_container_id"],
+            get(env, "POD4_PROXY").as_str(),
+            "{i:#}"
+        );
+        assert_eq!(i["refused_count"], redirected, "{i:#}");
+        let w = window(i);
+        assert!(
+            (0.7..2.5).contains(&w),
+            "{label}: REDIRECT window {w}: {i:#}"
+        );
+        assert_eq!(stats["refusals_other"], 0, "{label}: {stats}");
+        assert_eq!(all.len(), 3, "{label}: no other incidents: {all:#?}");
+    } else {
+        // Before 6.10 the redirected refusals carry only the service address: they are
+        // counted as not pod-local, and no incident names the sidecar.
+        assert!(redirect.is_empty(), "{label}: {redirect:#?}");
+        assert_eq!(stats["refusals_other"], redirected, "{label}: {stats}");
+        assert_eq!(all.len(), 2, "{label}: no other incidents: {all:#?}");
+    }
 }
 
 fn kernel_tier(label: &str, has_socketless_send_reset: bool) {
@@ -403,7 +471,7 @@ fn kernel_tier(label: &str, has_socketless_send_reset: bool) {
     );
     assert_failures(&run);
     assert_trace(&run, label, has_socketless_send_reset);
-    assert_incidents(&run, label);
+    assert_incidents(&run, label, has_socketless_send_reset);
 }
 
 #[test]
