@@ -419,8 +419,7 @@ fn assert_incidents(run: &GuestRun, label: &str, has_socketless_send_reset: bool
     let stats = run
         .json("run_err")
         .into_iter()
-        .filter(|l| l["message"] == "kernel event counts")
-        .last()
+        .rfind(|l| l["message"] == "kernel event counts")
         .unwrap_or_else(|| panic!("{label}: no kernel event counts from run"));
     let redirect = of_pod(&get(env, "POD4_UID"));
     if has_socketless_send_reset {
