@@ -245,7 +245,7 @@ pub const REDIRECT_RULES: &str = "table ip sr_nat {
 ";
 
 /// Writes the initramfs for `kernel`: busybox as `/bin/busybox`, `/init`, the agent,
-/// sr-app, sr-proxy and `nft` with their libraries, `/scenario.env`, and the kernel's
+/// sr-app, sr-proxy, `nft` and util-linux's `setpriv` with their libraries, `/scenario.env`, and the kernel's
 /// modules for the REDIRECT case in `/redirect/` (from `cargo xtask setup`).
 pub fn build_initramfs(path: &Path, env: &ScenarioEnv, kernel: &Kernel) -> anyhow::Result<()> {
     let scratch = path.with_extension("scratch");
@@ -271,6 +271,11 @@ pub fn build_initramfs(path: &Path, env: &ScenarioEnv, kernel: &Kernel) -> anyho
         cpio.file(to, 0o755, &stripped(from, &scratch)?);
         libs.extend(shared_libraries(from)?);
     }
+    // util-linux's setpriv (busybox's cannot cut the bounding set), for the
+    // least-privilege case.
+    let setpriv = which("setpriv").context("setpriv (util-linux) is needed")?;
+    cpio.file("/opt/setpriv", 0o755, &fs::read(&setpriv)?);
+    libs.extend(shared_libraries(&setpriv)?);
     let modules = kernel.vmlinuz.with_file_name("modules");
     let nft = which("nft");
     if let (Ok(order), Some(nft)) = (fs::read_to_string(modules.join("order")), nft) {

@@ -197,6 +197,41 @@ wait $RUN
 say run_rc $?
 emit run_err /tmp/run.err
 
+# 6. Least privilege: uid 0 with only capabilities $2 (bounding, inheritable, ambient;
+#    no_new_privs), as the DaemonSet runs it; `trace` must see one refused connect.
+lp() {
+    key=$1
+    caps=$2
+    /opt/setpriv --reuid=0 --regid=0 --clear-groups --no-new-privs --bounding-set=-all,$caps \
+        --inh-caps=-all,$caps --ambient-caps=-all,$caps -- $AGENT trace --kinds refused \
+        >/tmp/$key.out 2>/tmp/$key.err &
+    pid=$!
+    i=0
+    while kill -0 $pid 2>/dev/null && ! grep -q 'watching the kernel' /tmp/$key.err; do
+        i=$((i + 1))
+        [ "$i" -gt 600 ] && break
+        usleep 100000
+    done
+    if kill -0 $pid 2>/dev/null; then
+        say "${key}_capeff" "$(grep CapEff /proc/$pid/status | cut -f2)"
+        say "${key}_nnp" "$(grep NoNewPrivs /proc/$pid/status | cut -f2)"
+        in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-app --connect 127.0.0.1:15004 --attempts 1 >/dev/null
+        wait $!
+        sleep 2
+        kill -INT $pid
+    fi
+    wait $pid
+    say "${key}_rc" $?
+    emit "${key}_out" /tmp/$key.out
+    emit "${key}_err" /tmp/$key.err
+}
+say perf_event_paranoid "$(cat /proc/sys/kernel/perf_event_paranoid)"
+lp lp "$CAPS"
+lp lp_sa "$CAPS,+sys_resource,+sys_admin"
+echo 2 >/proc/sys/kernel/perf_event_paranoid
+lp lp2 "$CAPS"
+lp lp2_sr "$CAPS,+sys_resource"
+
 say done
 sync
 poweroff -f

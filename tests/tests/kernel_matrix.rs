@@ -63,9 +63,35 @@ fn env() -> &'static ScenarioEnv {
             ("POD4_UID".into(), uid(4)),
             ("POD4_PROXY".into(), hex(41)),
             ("POD4_APP".into(), hex(42)),
+            ("CAPS".into(), daemonset_caps().join(",")),
         ];
         env
     })
+}
+
+/// The DaemonSet's added capabilities as setpriv names them (`+bpf`, `+perfmon`).
+fn daemonset_caps() -> Vec<String> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/daemonset.yaml");
+    let ds: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap())
+        .expect("daemonset.yaml parses");
+    let c = &ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"];
+    assert_eq!(c["drop"][0], "ALL");
+    c["add"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| format!("+{}", a.as_str().unwrap().to_lowercase()))
+        .collect()
+}
+
+fn cap_bit(name: &str) -> u32 {
+    match name {
+        "+perfmon" => 38,
+        "+bpf" => 39,
+        "+sys_resource" => 24,
+        "+sys_admin" => 21,
+        other => panic!("capability {other} is not known to this test: add it"),
+    }
 }
 
 fn boot(kernel: &Kernel) -> GuestRun {
@@ -457,6 +483,94 @@ fn assert_incidents(run: &GuestRun, label: &str, has_socketless_send_reset: bool
     }
 }
 
+/// Whether an error message is the one expected.
+type Expected<'a> = dyn Fn(&str) -> bool + 'a;
+
+/// `trace` as uid 0 with only some capabilities (and no_new_privs), as the DaemonSet
+/// runs it: `lp` with the manifest's, `lp_sa` with SYS_RESOURCE and SYS_ADMIN added, at
+/// the kernel's own `perf_event_paranoid` (3 on Debian's kernels); then at 2, `lp2` with
+/// the manifest's and `lp2_sr` with SYS_RESOURCE added. Before 5.11 the memlock limit
+/// needs SYS_RESOURCE; at 3, attaching needs SYS_ADMIN (Debian's hardening patch).
+fn assert_least_privilege(run: &GuestRun, label: &str, memcg_accounting: bool) {
+    let env = env();
+    let app_path = format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope",
+        get(env, "POD1_UID").replace('-', "_"),
+        get(env, "POD1_APP")
+    );
+    let app_id = cgroup_id(run, &app_path);
+    let paranoid: i32 = run.one("perf_event_paranoid").parse().unwrap();
+    let manifest = daemonset_caps();
+    let with = |extra: &[&'static str]| -> Vec<String> {
+        manifest
+            .iter()
+            .cloned()
+            .chain(extra.iter().map(|e| e.to_string()))
+            .collect()
+    };
+    let memlock = |e: &str| {
+        e.starts_with("this node cannot run the agent:\n  - cannot raise RLIMIT_MEMLOCK (")
+            && e.ends_with(
+                "); kernels before 5.11 count BPF maps against it: give the agent \
+                 CAP_SYS_RESOURCE or an unlimited memlock limit",
+            )
+            && e.lines().count() == 2
+    };
+    let perf_restricted = |e: &str| {
+        e == format!(
+            "cannot attach inet_sock_set_state on sock:inet_sock_set_state: \
+             `perf_event_open_trace_point` failed: Permission denied (os error 13); this kernel \
+             restricts perf_event_open (kernel.perf_event_paranoid is {paranoid}, a Debian/Ubuntu \
+             hardening) to CAP_SYS_ADMIN: run `sysctl kernel.perf_event_paranoid=2` on the node, \
+             or give the agent CAP_SYS_ADMIN"
+        )
+    };
+    let cases: [(&str, Vec<String>, Option<&Expected<'_>>); 4] = [
+        (
+            "lp",
+            with(&[]),
+            if !memcg_accounting {
+                Some(&memlock)
+            } else if paranoid > 2 {
+                Some(&perf_restricted)
+            } else {
+                None
+            },
+        ),
+        ("lp_sa", with(&["+sys_resource", "+sys_admin"]), None),
+        (
+            "lp2",
+            with(&[]),
+            (!memcg_accounting).then_some(&memlock as &dyn Fn(&str) -> bool),
+        ),
+        ("lp2_sr", with(&["+sys_resource"]), None),
+    ];
+    for (key, caps, fails) in cases {
+        if let Some(expected) = fails {
+            let e = failure(run, key);
+            assert!(expected(&e), "{label}: {key} with only {caps:?}: {e}");
+            eprintln!("{label}: {key} with only {caps:?} refused: {e}");
+            continue;
+        }
+        assert_eq!(
+            run.one(&format!("{key}_rc")),
+            "0",
+            "{label}: the agent with only {caps:?}: {:?}",
+            run.values(&format!("{key}_err"))
+        );
+        let want: u64 = caps.iter().map(|c| 1u64 << cap_bit(c)).sum();
+        let eff = u64::from_str_radix(&run.one(&format!("{key}_capeff")), 16).unwrap();
+        assert_eq!(eff, want, "{label}: effective capabilities {caps:?}");
+        assert_eq!(run.one(&format!("{key}_nnp")), "1");
+        let refused = run.json(&format!("{key}_out"));
+        assert_eq!(refused.len(), 1, "{label}: {key}: {refused:#?}");
+        let e = &refused[0];
+        assert_eq!(e["dst"], "127.0.0.1:15004", "{e}");
+        assert_eq!(e["cgroup_id"], app_id, "{e}");
+        assert_eq!(e["container_id"], get(env, "POD1_APP").as_str(), "{e}");
+    }
+}
+
 fn kernel_tier(label: &str, has_socketless_send_reset: bool) {
     let test = format!("kernel_{}", label.replace('.', "_"));
     let Some(kernel) = vm::kernel_or_skip(&test, label) else {
@@ -471,6 +585,9 @@ fn kernel_tier(label: &str, has_socketless_send_reset: bool) {
     assert_failures(&run);
     assert_trace(&run, label, has_socketless_send_reset);
     assert_incidents(&run, label, has_socketless_send_reset);
+    let version = sidecar_race_agent::kernel::requirements::parse_kernel_version(&release)
+        .expect("a kernel version");
+    assert_least_privilege(&run, label, version >= (5, 11));
 }
 
 #[test]

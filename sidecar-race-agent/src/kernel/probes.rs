@@ -20,23 +20,35 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/si
 #[derive(Debug, Error)]
 pub enum ProbeError {
     #[error(
-        "loading the eBPF programs was refused ({0}); the agent needs root, or CAP_BPF, \
-         CAP_PERFMON and CAP_SYS_RESOURCE on kernels older than 5.11"
+        "loading the eBPF programs was refused ({}); the agent needs root, or CAP_BPF, \
+         CAP_PERFMON and CAP_SYS_RESOURCE on kernels older than 5.11",
+        chain(.0)
     )]
-    Load(#[source] aya::EbpfError),
+    Load(aya::EbpfError),
     #[error("the eBPF object has no {0} (the agent was built from mismatched sources)")]
     Missing(String),
-    #[error("cannot {what}: {source}")]
+    // The cause is written out with its own causes here and not exposed as a source:
+    // `main` prints error chains, which repeated it.
+    #[error("cannot {what}: {}", chain(.cause))]
     Program {
         what: String,
-        #[source]
-        source: aya::programs::ProgramError,
+        cause: aya::programs::ProgramError,
     },
-    #[error("eBPF map {name}: {source}")]
+    #[error(
+        "cannot {what}: {}; this kernel restricts perf_event_open (kernel.perf_event_paranoid \
+         is {paranoid}, a Debian/Ubuntu hardening) to CAP_SYS_ADMIN: run \
+         `sysctl kernel.perf_event_paranoid=2` on the node, or give the agent CAP_SYS_ADMIN",
+        chain(.cause)
+    )]
+    PerfRestricted {
+        what: String,
+        paranoid: i32,
+        cause: aya::programs::ProgramError,
+    },
+    #[error("eBPF map {name}: {}", chain(.cause))]
     Map {
         name: &'static str,
-        #[source]
-        source: aya::maps::MapError,
+        cause: aya::maps::MapError,
     },
     #[error(
         "--ring-buffer-bytes must be a power of two and a multiple of the page size ({page}), got {got}"
@@ -123,17 +135,17 @@ impl Probes {
             ebpf.take_map("EVENTS")
                 .ok_or_else(|| ProbeError::Missing("EVENTS map".into()))?,
         )
-        .map_err(|source| ProbeError::Map {
+        .map_err(|cause| ProbeError::Map {
             name: "EVENTS",
-            source,
+            cause,
         })?;
         let counters = PerCpuArray::try_from(
             ebpf.take_map("COUNTERS")
                 .ok_or_else(|| ProbeError::Missing("COUNTERS map".into()))?,
         )
-        .map_err(|source| ProbeError::Map {
+        .map_err(|cause| ProbeError::Map {
             name: "COUNTERS",
-            source,
+            cause,
         })?;
         Ok(Self {
             _ebpf: ebpf,
@@ -150,9 +162,9 @@ impl Probes {
             let values = self
                 .counters
                 .get(&slot, 0)
-                .map_err(|source| ProbeError::Map {
+                .map_err(|cause| ProbeError::Map {
                     name: "COUNTERS",
-                    source,
+                    cause,
                 })?;
             Ok(values.iter().sum())
         };
@@ -177,21 +189,66 @@ fn attach(ebpf: &mut Ebpf, tp: &Tracepoint) -> Result<(), ProbeError> {
         .program_mut(tp.program)
         .ok_or_else(|| ProbeError::Missing(format!("program {}", tp.program)))?
         .try_into()
-        .map_err(|source| ProbeError::Program {
+        .map_err(|cause| ProbeError::Program {
             what: what("use"),
-            source,
+            cause,
         })?;
-    program.load().map_err(|source| ProbeError::Program {
+    program.load().map_err(|cause| ProbeError::Program {
         what: what("load"),
-        source,
+        cause,
     })?;
     program
         .attach(tp.category, tp.name)
-        .map_err(|source| ProbeError::Program {
-            what: what("attach"),
-            source,
+        .map_err(|cause| match perf_event_paranoid() {
+            Some(paranoid) if paranoid > 2 && permission_denied(&cause) => {
+                ProbeError::PerfRestricted {
+                    what: what("attach"),
+                    paranoid,
+                    cause,
+                }
+            }
+            _ => ProbeError::Program {
+                what: what("attach"),
+                cause,
+            },
         })?;
     Ok(())
+}
+
+/// `e` followed by its sources, `: `-separated.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
+}
+
+/// Whether an error was caused by EACCES or EPERM.
+fn permission_denied(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && matches!(io.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+        {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
+/// Values above 2 exist only with the Debian/Ubuntu patch that then refuses
+/// perf_event_open to all but CAP_SYS_ADMIN.
+fn perf_event_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The config as the bytes of the `CONFIG` global (a byte array is `aya::Pod`).
