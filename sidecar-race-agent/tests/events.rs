@@ -17,7 +17,10 @@ use axum::{
 };
 use serde_json::{Value, json};
 use sidecar_race_agent::{
-    detect::{Phase, State as IncidentState, render::IncidentView},
+    detect::{
+        Phase, State as IncidentState,
+        render::{IncidentView, Kind},
+    },
     inventory::pod_info::{Pattern, Workload},
     k8s_events::{EventPublisher, notice_for},
 };
@@ -82,6 +85,7 @@ fn client(addr: SocketAddr) -> kube::Client {
 fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
     IncidentView {
         id: 1,
+        kind: Kind::SidecarRace,
         phase,
         state: IncidentState::Resolved,
         pod_uid: "6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b".into(),
@@ -90,15 +94,19 @@ fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
         workload: Some(Workload { kind: "Deployment".into(), name: "checkout".into() }),
         container: Some(container.into()),
         container_id: Some("a".repeat(64)),
+        container_role: "app",
         sidecar: Some("istio-proxy".into()),
         sidecar_container_id: Some("b".repeat(64)),
+        sidecar_role: "classic_sidecar",
         pattern: Pattern::Classic,
-        port,
-        destination: format!("127.0.0.1:{port}"),
+        port: Some(port),
+        destination: Some(format!("127.0.0.1:{port}")),
         local_destination: None,
         refused_count: 15,
-        first_refused_at: "2026-11-29T10:00:00.100000000Z".into(),
-        last_refused_at: "2026-11-29T10:00:01.500000000Z".into(),
+        client_instances: 1,
+        first_refused_at: Some("2026-11-29T10:00:00.100000000Z".into()),
+        last_refused_at: Some("2026-11-29T10:00:01.500000000Z".into()),
+        apps_finished_at: None,
         listener_ready_at: Some("2026-11-29T10:00:01.600000000Z".into()),
         listener_closed_at: None,
         race_window_seconds: Some(1.5),

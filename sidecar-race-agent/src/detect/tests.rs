@@ -3,13 +3,14 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{
-    render::{Filter, view},
+    detector::NotARace,
+    render::{Filter, Kind, view},
     reorder::Reorder,
     *,
 };
 use crate::inventory::cgroup_path::Runtime;
 use crate::inventory::pod_info::{
-    ContainerInfo, Pattern, PodInfo, ProbeTarget, Role, StatusInfo, Workload,
+    ContainerInfo, Pattern, PodInfo, ProbeTarget, Role, RunState, StatusInfo, Workload,
 };
 
 const MS: u64 = 1_000_000;
@@ -40,6 +41,30 @@ impl PodMeta for Meta {
             .find(|s| s.container_id == id)
             .map(|s| s.name.as_str())
     }
+    /// Boot time 0 is 2026-11-29T10:00:00Z in these recordings.
+    fn boot_ns(&self, rfc3339: &str) -> Option<u64> {
+        let t = time::OffsetDateTime::parse(
+            rfc3339,
+            &time::format_description::well_known::Rfc3339,
+        )
+        .ok()?;
+        u64::try_from(t.unix_timestamp_nanos() - EPOCH_2026_11_29_10H).ok()
+    }
+    fn each_pod(&self, f: &mut dyn FnMut(&PodInfo)) {
+        for (uid, p) in &self.pods {
+            if !self.deleted.contains(uid) {
+                f(p);
+            }
+        }
+    }
+}
+
+/// 2026-11-29T10:00:00Z in Unix ns: boot time 0 of the recordings.
+const EPOCH_2026_11_29_10H: i128 = 1_795_946_400_000_000_000;
+
+/// `2026-11-29T10:00:00Z` plus `ns`.
+fn at(ns: u64) -> String {
+    crate::clock::rfc3339_nanos(EPOCH_2026_11_29_10H + ns as i128)
 }
 
 fn container(
@@ -51,6 +76,8 @@ fn container(
     ContainerInfo {
         name: name.into(),
         role,
+        sidecar_by: None,
+        image: None,
         ports: ports.to_vec(),
         startup_probe,
         readiness_probe: None,
@@ -62,7 +89,9 @@ fn status(name: &str, id: &str) -> StatusInfo {
         name: name.into(),
         container_id: id.into(),
         runtime: Runtime::Containerd,
+        state: RunState::Running,
         started_at: None,
+        finished_at: None,
         ready: true,
         restart_count: 0,
     }
@@ -80,7 +109,7 @@ fn checkout(proxy_role: Role, probe: Option<ProbeTarget>) -> PodInfo {
         },
         containers: vec![
             container("istio-proxy", proxy_role, &[15001], probe),
-            container("db-proxy", Role::App, &[5432], None),
+            container("db-proxy", Role::ClassicSidecar, &[5432], None),
             container("app", Role::App, &[8080], None),
             container("app2", Role::App, &[], None),
         ],
@@ -144,6 +173,29 @@ fn removed(ts: u64) -> Fact {
     }
 }
 
+fn other() -> Change {
+    Change::NotARace {
+        why: NotARace::Other,
+        refused: 1,
+    }
+}
+
+fn container_started(ts: u64, id: &str) -> Fact {
+    Fact::ContainerStarted {
+        ts,
+        pod_uid: POD.into(),
+        container_id: id.into(),
+    }
+}
+
+fn container_removed(ts: u64, id: &str) -> Fact {
+    Fact::ContainerRemoved {
+        ts,
+        pod_uid: POD.into(),
+        container_id: id.into(),
+    }
+}
+
 fn run(facts: Vec<Fact>, meta: &dyn PodMeta) -> (Detector, Vec<Change>) {
     let mut d = Detector::new(DetectorConfig::default());
     let mut changes = Vec::new();
@@ -156,7 +208,7 @@ fn run(facts: Vec<Fact>, meta: &dyn PodMeta) -> (Detector, Vec<Change>) {
 fn all(d: &Detector) -> Vec<&Incident> {
     d.incidents()
         .newest_first()
-        .filter(|i| !i.awaiting_attribution)
+        .filter(|i| i.is_shown())
         .collect()
 }
 
@@ -174,7 +226,7 @@ fn refusals(from: u64, to: u64, client: &str, dst: &str) -> Vec<Fact> {
 
 #[test]
 fn classic_startup_race() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let mut facts = vec![started(0)];
     facts.extend(refusals(100 * MS, 1500 * MS, APP, "127.0.0.1:15001"));
     facts.push(up(1500 * MS, PROXY, "0.0.0.0:15001"));
@@ -228,7 +280,7 @@ fn ordered_start_gives_no_incident() {
 
 #[test]
 fn drain_with_metadata_and_without() {
-    let mut pod = checkout(Role::App, None);
+    let mut pod = checkout(Role::ClassicSidecar, None);
     pod.deletion_timestamp = Some("2026-11-29T10:00:10Z".into());
     let terminating = meta_with(pod);
     for meta in [&terminating as &dyn PodMeta, &NoMeta] {
@@ -312,7 +364,7 @@ fn sidecar_restart_mid_life_is_steady() {
 
 #[test]
 fn a_port_nobody_opens_is_unresolved_not_a_race() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let mut facts = vec![started(0)];
     facts.extend(refusals(100 * MS, 2 * S, APP, "127.0.0.1:9999"));
     let (mut d, _) = run(facts, &meta);
@@ -351,7 +403,7 @@ fn a_port_nobody_opens_is_unresolved_not_a_race() {
 
 #[test]
 fn two_client_containers_get_one_incident_each() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let mut facts = vec![started(0)];
     facts.extend(refusals(100 * MS, 1000 * MS, APP, "127.0.0.1:15001"));
     facts.extend(refusals(150 * MS, 800 * MS, APP2, "127.0.0.1:15001"));
@@ -376,7 +428,7 @@ fn two_client_containers_get_one_incident_each() {
 
 #[test]
 fn two_sidecars_are_told_apart_by_port() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let facts = vec![
         started(0),
         refused(100 * MS, APP, "127.0.0.1:15001"),
@@ -400,7 +452,7 @@ fn two_sidecars_are_told_apart_by_port() {
 
 #[test]
 fn listener_addresses_must_cover_the_dialed_one() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     // Listening on 127.0.0.1 does not serve [::1]: that incident stays open.
     let (d, _) = run(
         vec![
@@ -439,7 +491,7 @@ fn listener_addresses_must_cover_the_dialed_one() {
 
 #[test]
 fn a_refusal_landing_just_after_its_listener_joins_the_resolved_incident() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let facts = vec![
         started(0),
         refused(100 * MS, APP, "127.0.0.1:15001"),
@@ -476,12 +528,12 @@ fn a_refusal_landing_just_after_its_listener_joins_the_resolved_incident() {
         &meta,
     );
     assert!(all(&d).is_empty());
-    assert_eq!(changes.last(), Some(&Change::Other));
+    assert_eq!(changes.last(), Some(&other()));
 }
 
 #[test]
 fn out_of_order_delivery_within_the_reorder_window() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let mut facts = vec![started(0)];
     facts.extend(refusals(100 * MS, 1500 * MS, APP, "127.0.0.1:15001"));
     facts.push(up(1500 * MS, PROXY, "0.0.0.0:15001"));
@@ -509,10 +561,10 @@ fn out_of_order_delivery_within_the_reorder_window() {
 
 #[test]
 fn pod_deleted_mid_incident() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     // A startup candidate whose pod goes away before any listener: unresolved.
     let (mut d, _) = run(vec![started(0), refused(MS, APP, "127.0.0.1:15001")], &meta);
-    let mut deleted = meta_with(checkout(Role::App, None));
+    let mut deleted = meta_with(checkout(Role::ClassicSidecar, None));
     deleted.deleted.insert(POD.into());
     let changes = d.advance(2 * S, &deleted);
     assert!(changes.contains(&Change::Resolved(1)));
@@ -539,7 +591,7 @@ fn pod_deleted_mid_incident() {
 
 #[test]
 fn host_network_pods_need_a_declared_port_or_a_listener_in_the_pod() {
-    let mut pod = checkout(Role::App, None);
+    let mut pod = checkout(Role::ClassicSidecar, None);
     pod.host_network = true;
     let meta = meta_with(pod);
     // 7777 is declared by nobody and nothing in the pod listens: the node's loopback.
@@ -552,7 +604,7 @@ fn host_network_pods_need_a_declared_port_or_a_listener_in_the_pod() {
         }]
     );
     let changes = d.advance(200 * S, &meta);
-    assert_eq!(changes, vec![Change::Discarded { refused: 1 }]);
+    assert_eq!(changes, vec![other()]);
     // A declared port is attributed at once.
     let (d, _) = run(vec![started(0), refused(MS, APP, "127.0.0.1:15001")], &meta);
     assert_eq!(all(&d).len(), 1);
@@ -568,19 +620,19 @@ fn host_network_pods_need_a_declared_port_or_a_listener_in_the_pod() {
     assert_eq!(all(&d).len(), 1);
     assert!(changes.contains(&Change::Opened(1)) && changes.contains(&Change::Resolved(1)));
     // The node's own IP is not pod-local for a hostNetwork pod.
-    let mut pod = checkout(Role::App, None);
+    let mut pod = checkout(Role::ClassicSidecar, None);
     pod.host_network = true;
     pod.pod_ips = vec!["192.168.49.2".parse().unwrap()];
     let (_, changes) = run(
         vec![refused(MS, APP, "192.168.49.2:15001")],
         &meta_with(pod),
     );
-    assert_eq!(changes, vec![Change::Other]);
+    assert_eq!(changes, vec![other()]);
 }
 
 #[test]
 fn agent_started_while_the_pod_ran_gives_no_startup_incident() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     // No PodStarted: the pod was already there. Its proxy restarts.
     let facts = vec![
         down(5 * S, PROXY, "0.0.0.0:15001"),
@@ -597,7 +649,7 @@ fn agent_started_while_the_pod_ran_gives_no_startup_incident() {
 
 #[test]
 fn redirected_refusals_use_the_local_port_and_keep_the_dialed_destination() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let facts = vec![
         started(0),
         Fact::Refused {
@@ -611,7 +663,16 @@ fn redirected_refusals_use_the_local_port_and_keep_the_dialed_destination() {
     ];
     let (d, _) = run(facts, &meta);
     let v = view(all(&d)[0], &meta, &wall);
-    assert_eq!((v.port, v.destination.as_str()), (15001, "10.96.0.10:80"));
+    assert_eq!(
+        (v.port, v.destination.as_deref()),
+        (Some(15001), Some("10.96.0.10:80"))
+    );
+    assert!(
+        v.advice
+            .starts_with("app dialed port 80, redirected to port 15001: "),
+        "the advice names both ports: {}",
+        v.advice
+    );
     assert_eq!(v.local_destination.as_deref(), Some("127.0.0.1:15001"));
     assert_eq!(
         (v.phase, v.sidecar.as_deref()),
@@ -621,7 +682,7 @@ fn redirected_refusals_use_the_local_port_and_keep_the_dialed_destination() {
 
 #[test]
 fn refusals_that_are_not_pod_local_are_other() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let (d, changes) = run(
         vec![
             refused(MS, APP, "10.96.0.10:80"),
@@ -630,7 +691,7 @@ fn refusals_that_are_not_pod_local_are_other() {
         &meta,
     );
     assert!(d.incidents().is_empty());
-    assert_eq!(changes, vec![Change::Other, Change::Other]);
+    assert_eq!(changes, vec![other(), other()]);
     // Without metadata the pod IP is unknown, loopback still counts.
     let (d, _) = run(
         vec![started(0), refused(MS, APP, "127.0.0.1:15001")],
@@ -671,7 +732,7 @@ fn a_probed_native_sidecar_that_still_races_gets_told_its_probe_misses_the_port(
 
 #[test]
 fn history_is_bounded_and_newest_first() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let mut d = Detector::new(DetectorConfig {
         history: 3,
         ..DetectorConfig::default()
@@ -692,7 +753,7 @@ fn history_is_bounded_and_newest_first() {
 
 #[test]
 fn filters_match_phase_state_and_namespace() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let (d, _) = run(
         vec![
             started(0),
@@ -703,6 +764,7 @@ fn filters_match_phase_state_and_namespace() {
     );
     let v = view(all(&d)[0], &meta, &wall);
     let f = |phase: Option<&str>, state: Option<&str>, ns: Option<&str>| Filter {
+        kind: None,
         phase: phase.map(String::from),
         state: state.map(String::from),
         namespace: ns.map(String::from),
@@ -714,6 +776,10 @@ fn filters_match_phase_state_and_namespace() {
     let json = serde_json::to_value(&v).unwrap();
     for field in [
         "id",
+        "kind",
+        "container_role",
+        "sidecar_role",
+        "client_instances",
         "phase",
         "state",
         "pod_uid",
@@ -748,7 +814,7 @@ fn filters_match_phase_state_and_namespace() {
 
 #[test]
 fn listener_records_stay_bounded_for_a_long_lived_pod() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let mut d = Detector::new(DetectorConfig::default());
     d.observe(started(0), &meta);
     // A sidecar restarting 1000 times, and 1000 ephemeral listeners.
