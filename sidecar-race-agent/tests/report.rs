@@ -414,7 +414,7 @@ async fn prometheus_fleet_is_ranked_with_the_queries_it_needs() {
     };
     assert!(
         by("sidecar_race_incidents_total")
-            .starts_with("sum by (namespace, workload_kind, workload, sidecar, phase, pattern) (")
+            .starts_with("sum by (namespace, workload_kind, workload, sidecar, phase, pattern, kind) (")
     );
     assert!(by("sidecar_race_refused_connections_total").starts_with(
         "sum by (namespace, workload_kind, workload, container, sidecar, port, phase) ("
