@@ -229,7 +229,11 @@ pub struct RunArgs {
     /// Seconds the final accounting of an incident (metrics, Event, log line) waits
     /// for the pod source to name its pod and container, and a refusal to a pod IP
     /// waits for the pod's IPs.
-    #[arg(long, env = "SIDECAR_RACE_METADATA_WAIT_SECONDS", default_value_t = 10.0)]
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_METADATA_WAIT_SECONDS",
+        default_value_t = 10.0
+    )]
     pub metadata_wait_seconds: f64,
     /// A Job pod whose app containers all finished this many seconds ago while a
     /// classic sidecar still runs is reported stuck.

@@ -295,7 +295,10 @@ impl Metrics {
     fn settle(&mut self, inc: &Incident, p: &Pipeline) {
         let v = p.view(inc);
         self.count_refusals(inc, &v);
-        if !matches!(v.kind, IncidentKind::SidecarRace | IncidentKind::InitDeadlock) {
+        if !matches!(
+            v.kind,
+            IncidentKind::SidecarRace | IncidentKind::InitDeadlock
+        ) {
             return;
         }
         self.incidents
@@ -433,7 +436,8 @@ fn name(n: &Option<String>) -> String {
 }
 
 fn port(v: &IncidentView) -> String {
-    v.port.map_or_else(|| UNKNOWN.to_string(), |p| p.to_string())
+    v.port
+        .map_or_else(|| UNKNOWN.to_string(), |p| p.to_string())
 }
 
 /// OpenMetrics names a counter family without `_total` in HELP/TYPE; the classic format
@@ -471,7 +475,7 @@ mod tests {
         cgroups::CgroupIndex,
         detect::DetectorConfig,
         events::{CgroupFact, KernelEvent, Owner, SocketFact},
-        inventory::{Inventory, pod_info::PodInfo, store::PodStore},
+        inventory::{Inventory, pod_info::PodInfo, sources::PodUpdate, store::PodStore},
     };
 
     const MS: u64 = 1_000_000;
@@ -597,7 +601,11 @@ mod tests {
         // The pod without metadata is counted under `unknown` once names had their
         // chance; its refusal to a non-loopback address never became pod-local.
         let step = p.tick(14_000 * MS);
-        m.record(&step, &p, now + POD_START_NAME_WAIT + Duration::from_secs(1));
+        m.record(
+            &step,
+            &p,
+            now + POD_START_NAME_WAIT + Duration::from_secs(1),
+        );
         let kernel = [
             (Kind::Refused, KindCounts { seen: 4, lost: 1 }),
             (Kind::Listen, KindCounts { seen: 2, lost: 0 }),
@@ -634,6 +642,49 @@ mod tests {
             f.sort();
         }
         families
+    }
+
+    /// The second pod's metadata as the pod source reports it late: its containers
+    /// `c…` (the client) and `d…` (serving 9000, a declared port of `log-proxy`).
+    fn late_pod() -> PodInfo {
+        let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pods/classic-deployment.json");
+        let text = std::fs::read_to_string(fixture)
+            .unwrap()
+            .replace("6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b", UID2)
+            .replace(&"a".repeat(64), &"c".repeat(64))
+            .replace(&"b".repeat(64), &"d".repeat(64))
+            .replace("checkout", "billing");
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["spec"]["containers"][1]["name"] = "log-proxy".into();
+        v["spec"]["containers"][1]["ports"] = serde_json::json!([{"containerPort": 9000}]);
+        v["status"]["containerStatuses"][1]["name"] = "log-proxy".into();
+        PodInfo::from_json(v).unwrap()
+    }
+
+    #[test]
+    fn metadata_that_arrives_after_the_race_labels_its_series() {
+        let (mut p, step) = scenario();
+        let mut m = Metrics::new(false, "0.1.0", "k");
+        let now = Instant::now();
+        m.record(&step, &p, now);
+        // The pod source names the pod 5 s later, within the wait.
+        p.pod_update(PodUpdate::Apply(Box::new(late_pod())));
+        let step = p.tick(8_000 * MS);
+        m.record(&step, &p, now + Duration::from_secs(5));
+        let om = m.encode();
+        assert!(
+            om.contains(r#"sidecar_race_incidents_total{namespace="shop",workload_kind="Deployment",workload="billing",sidecar="log-proxy",phase="startup",pattern="classic",kind="sidecar_race"} 1"#),
+            "{om}"
+        );
+        assert!(
+            om.contains(r#"sidecar_race_refused_connections_total{namespace="shop",workload_kind="Deployment",workload="billing",container="app",sidecar="log-proxy",port="9000",phase="startup"} 1"#),
+            "{om}"
+        );
+        assert!(
+            !om.contains(r#""unknown""#) && !om.contains(r#"="""#),
+            "{om}"
+        );
     }
 
     #[test]

@@ -100,7 +100,9 @@ impl Pipeline {
     fn unknown_pod_seen(&mut self, pod_uid: &str) {
         let Some(refresh) = &self.refresh else { return };
         if self.inventory.pods.pod(pod_uid).is_some()
-            || self.last_refresh.is_some_and(|t| t.elapsed() < REFRESH_EVERY)
+            || self
+                .last_refresh
+                .is_some_and(|t| t.elapsed() < REFRESH_EVERY)
         {
             return;
         }

@@ -227,3 +227,35 @@ async fn an_api_server_that_fails_is_counted_not_fatal() {
     }
     assert_eq!(publisher.stats.failed.load(Relaxed), 1);
 }
+
+#[test]
+fn only_migration_evidence_becomes_an_event() {
+    let mut v = incident(Phase::Startup, "istio-proxy", 8080);
+    v.kind = Kind::AppNotReady;
+    assert_eq!(
+        notice_for(&v),
+        None,
+        "a proxy dialing a not-ready app is no race"
+    );
+    v.kind = Kind::InitDeadlock;
+    v.phase = Phase::Unresolved;
+    let n = notice_for(&v).expect("a deadlock is reported");
+    assert_eq!(n.reason, "InitWaitsForClassicSidecar");
+    assert!(
+        n.note
+            .contains("cannot start before the init containers finish"),
+        "{}",
+        n.note
+    );
+    v.kind = Kind::SidecarRace;
+    assert_eq!(
+        notice_for(&v),
+        None,
+        "an unresolved race is a misconfiguration"
+    );
+    v.kind = Kind::StuckJob;
+    v.port = None;
+    v.destination = None;
+    let n = notice_for(&v).expect("a stuck Job is reported");
+    assert_eq!(n.reason, "JobKeptAliveBySidecar");
+}

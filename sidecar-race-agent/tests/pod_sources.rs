@@ -338,7 +338,12 @@ async fn kubelet_source_polls_pods_over_https_with_the_token() {
     let (tx, mut rx) = mpsc::channel(16);
     let stats = Arc::new(SourceStats::default());
     let client = kubelet::client(&opts).unwrap();
-    let task = tokio::spawn(kubelet::poll(client, Pacer::every(opts.poll_interval), tx, stats.clone()));
+    let task = tokio::spawn(kubelet::poll(
+        client,
+        Pacer::every(opts.poll_interval),
+        tx,
+        stats.clone(),
+    ));
     let PodUpdate::Replace(pods) = next(&mut rx).await else {
         panic!()
     };
@@ -360,7 +365,12 @@ async fn kubelet_source_counts_refusals_and_keeps_polling() {
     let (tx, mut rx) = mpsc::channel(16);
     let stats = Arc::new(SourceStats::default());
     let client = kubelet::client(&opts).unwrap();
-    let task = tokio::spawn(kubelet::poll(client, Pacer::every(opts.poll_interval), tx, stats.clone()));
+    let task = tokio::spawn(kubelet::poll(
+        client,
+        Pacer::every(opts.poll_interval),
+        tx,
+        stats.clone(),
+    ));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         stats.errors() >= 2,

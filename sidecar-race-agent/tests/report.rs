@@ -388,7 +388,10 @@ async fn prometheus_fleet_is_ranked_with_the_queries_it_needs() {
     for (query, _, raw) in &seen {
         if query.contains("sidecar_race_stuck_job_pods") {
             // A gauge: the most pods stuck at once within the range.
-            assert!(query.starts_with("max by (") && query.contains("[24h]"), "{query}");
+            assert!(
+                query.starts_with("max by (") && query.contains("[24h]"),
+                "{query}"
+            );
             continue;
         }
         assert!(
@@ -412,10 +415,9 @@ async fn prometheus_fleet_is_ranked_with_the_queries_it_needs() {
             .unwrap()
             .to_string()
     };
-    assert!(
-        by("sidecar_race_incidents_total")
-            .starts_with("sum by (namespace, workload_kind, workload, sidecar, phase, pattern, kind) (")
-    );
+    assert!(by("sidecar_race_incidents_total").starts_with(
+        "sum by (namespace, workload_kind, workload, sidecar, phase, pattern, kind) ("
+    ));
     assert!(by("sidecar_race_refused_connections_total").starts_with(
         "sum by (namespace, workload_kind, workload, container, sidecar, port, phase) ("
     ));
@@ -457,8 +459,14 @@ async fn fixes_name_the_container_to_move_and_the_port_to_probe() {
     assert!(f.advice.contains(
         "initContainers with restartPolicy: Always: the kubelet stops a native sidecar only after the app containers have exited"
     ));
-    assert!(f.advice.contains("delay envoy's own shutdown until nginx is done"));
-    assert!(f.advice.contains("a preStop hook on nginx does not delay envoy's SIGTERM"));
+    assert!(
+        f.advice
+            .contains("delay envoy's own shutdown until nginx is done")
+    );
+    assert!(
+        f.advice
+            .contains("a preStop hook on nginx does not delay envoy's SIGTERM")
+    );
 
     // reporter: not a race.
     let f = fix(3, 0);

@@ -154,7 +154,10 @@ mod tests {
             "The startupProbe of istio-proxy tests port 15021, not port 15001 that app dials: make it test port 15001."
         );
         let drain = subject(Phase::Drain, Pattern::Classic, None);
-        assert!(drain.starts_with("Move istio-proxy to initContainers"), "{drain}");
+        assert!(
+            drain.starts_with("Move istio-proxy to initContainers"),
+            "{drain}"
+        );
         assert!(
             drain.contains("a preStop hook on app does not delay istio-proxy's SIGTERM"),
             "an app's preStop is not offered as the fix: {drain}"

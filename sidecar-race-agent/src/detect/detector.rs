@@ -457,9 +457,9 @@ impl Detector {
         let loopback = is_loopback(target.ip());
         // Pod-local: loopback, or the pod's own IP (on hostNetwork pods "own IP" is the
         // node's). A redirect to another pod's IP (kube-proxy DNAT) is not.
-        let wait_for_ips =
-            !loopback && !ips_known && !host_network && self.cfg.pod_ip_wait_ns > 0;
-        if !loopback && !(own_ip && !host_network) && !wait_for_ips {
+        let wait_for_ips = !loopback && !ips_known && !host_network && self.cfg.pod_ip_wait_ns > 0;
+        let pod_local = loopback || (own_ip && !host_network);
+        if !pod_local && !wait_for_ips {
             return vec![not_a_race(NotARace::Other)];
         }
         let key = (client.clone(), port);
@@ -564,7 +564,13 @@ impl Detector {
         };
         let phase = match episode {
             Episode::BeforeListener
-                if self.is_startup(&pod_uid, &client, listener_container_id.as_deref(), ts, meta) =>
+                if self.is_startup(
+                    &pod_uid,
+                    &client,
+                    listener_container_id.as_deref(),
+                    ts,
+                    meta,
+                ) =>
             {
                 Phase::Startup
             }
@@ -1003,7 +1009,10 @@ fn stuck_since(pod: &PodInfo, meta: &dyn PodMeta) -> Option<(String, u64)> {
         .containers
         .iter()
         .filter(|c| c.role == Role::ClassicSidecar)
-        .find(|c| pod.status(&c.name).is_some_and(|s| s.state == RunState::Running))?;
+        .find(|c| {
+            pod.status(&c.name)
+                .is_some_and(|s| s.state == RunState::Running)
+        })?;
     Some((sidecar.name.clone(), finished))
 }
 

@@ -118,7 +118,8 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         pod.status(name).map(|s| s.container_id.clone())
     });
     let role_of = |name: Option<&str>| pod.zip(name).and_then(|(p, n)| p.role(n));
-    let (container_role, sidecar_role) = (role_of(container.as_deref()), role_of(sidecar.as_deref()));
+    let (container_role, sidecar_role) =
+        (role_of(container.as_deref()), role_of(sidecar.as_deref()));
     let kind = match (container_role, sidecar_role) {
         _ if !refusals => Kind::StuckJob,
         (Some(Role::Init), Some(server)) if server.in_containers() => Kind::InitDeadlock,

@@ -43,11 +43,9 @@ impl PodMeta for Meta {
     }
     /// Boot time 0 is 2026-11-29T10:00:00Z in these recordings.
     fn boot_ns(&self, rfc3339: &str) -> Option<u64> {
-        let t = time::OffsetDateTime::parse(
-            rfc3339,
-            &time::format_description::well_known::Rfc3339,
-        )
-        .ok()?;
+        let t =
+            time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
+                .ok()?;
         u64::try_from(t.unix_timestamp_nanos() - EPOCH_2026_11_29_10H).ok()
     }
     fn each_pod(&self, f: &mut dyn FnMut(&PodInfo)) {
@@ -834,4 +832,503 @@ fn listener_records_stay_bounded_for_a_long_lived_pod() {
         (last.phase, last.listener_closed_at),
         (Phase::Steady, Some(999 * S + S / 2))
     );
+}
+
+// ---- Roles and direction ----
+
+#[test]
+fn a_proxy_dialing_the_app_before_it_listens_is_app_not_ready_not_a_race() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    // Envoy forwards inbound requests to the app (loopback), pilot-agent forwards the
+    // kubelet's rewritten probes (the pod IP): both before the app listens on 8080.
+    let mut facts = vec![started(0)];
+    facts.extend(refusals(100 * MS, 900 * MS, PROXY, "127.0.0.1:8080"));
+    facts.extend(refusals(150 * MS, 950 * MS, DB, "10.244.1.17:8080"));
+    facts.sort_by_key(Fact::ts);
+    facts.push(up(S, APP, "0.0.0.0:8080"));
+    let (d, _) = run(facts, &meta);
+    let incs = all(&d);
+    assert_eq!(incs.len(), 2);
+    for i in incs {
+        let v = view(i, &meta, &wall);
+        assert_eq!(v.kind, Kind::AppNotReady, "{v:#?}");
+        assert_eq!(v.sidecar.as_deref(), Some("app"), "the app served the port");
+        assert_eq!(
+            (v.container_role, v.sidecar_role),
+            ("classic_sidecar", "app")
+        );
+        assert!(!v.kind.is_migration_evidence());
+        assert!(v.advice.starts_with("Not a sidecar race"), "{}", v.advice);
+        assert!(!v.advice.contains("initContainers"), "{}", v.advice);
+    }
+}
+
+#[test]
+fn a_container_refused_by_its_own_port_is_no_incident() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    // An exec startupProbe in the proxy dials its own declared port before it listens.
+    let (d, changes) = run(
+        vec![started(0), refused(MS, PROXY, "127.0.0.1:15001")],
+        &meta,
+    );
+    assert!(d.incidents().is_empty());
+    assert_eq!(
+        changes.last(),
+        Some(&Change::NotARace {
+            why: NotARace::SelfRefusal,
+            refused: 1
+        })
+    );
+    // An undeclared port: known to be its own once it listens there.
+    let (d, changes) = run(
+        vec![
+            started(0),
+            refused(MS, PROXY, "127.0.0.1:15090"),
+            refused(2 * MS, PROXY, "127.0.0.1:15090"),
+            up(S, PROXY, "0.0.0.0:15090"),
+        ],
+        &meta,
+    );
+    assert!(all(&d).is_empty(), "{:#?}", all(&d));
+    assert!(changes.contains(&Change::NotARace {
+        why: NotARace::SelfRefusal,
+        refused: 2
+    }));
+}
+
+#[test]
+fn roles_unknown_without_metadata_are_said_in_the_incident() {
+    let (d, _) = run(
+        vec![
+            started(0),
+            refused(MS, APP, "127.0.0.1:15001"),
+            up(S, PROXY, "0.0.0.0:15001"),
+        ],
+        &NoMeta,
+    );
+    let v = view(all(&d)[0], &NoMeta, &wall);
+    assert_eq!(v.kind, Kind::SidecarRace);
+    assert_eq!((v.container_role, v.sidecar_role), ("unknown", "unknown"));
+    assert!(
+        v.advice.contains("container roles are unknown"),
+        "{}",
+        v.advice
+    );
+}
+
+// ---- When is it a startup race ----
+
+#[test]
+fn containers_started_after_the_agent_in_an_existing_pod_race_at_startup() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    // No PodStarted: the pod's cgroup existed (agent restarted, sandbox re-created).
+    let mut facts = vec![
+        container_started(100 * S, APP),
+        container_started(100 * S, PROXY),
+    ];
+    facts.extend(refusals(
+        100 * S + 100 * MS,
+        101 * S,
+        APP,
+        "127.0.0.1:15001",
+    ));
+    facts.push(up(101 * S + 500 * MS, PROXY, "0.0.0.0:15001"));
+    let (d, _) = run(facts, &meta);
+    let i = all(&d)[0];
+    assert_eq!((i.phase, i.state), (Phase::Startup, State::Resolved));
+}
+
+#[test]
+fn startup_is_bounded_by_the_containers_start() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    // The app started long ago and dials a port for the first time: not startup.
+    let (d, _) = run(
+        vec![
+            started(0),
+            container_started(0, APP),
+            container_started(0, PROXY),
+            refused(600 * S, APP, "127.0.0.1:15001"),
+            up(601 * S, PROXY, "0.0.0.0:15001"),
+        ],
+        &meta,
+    );
+    assert_eq!(all(&d)[0].phase, Phase::Steady);
+    // The same from the pod source's startedAt, without cgroup events.
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    for s in &mut pod.statuses {
+        s.started_at = Some(at(0));
+    }
+    let meta = meta_with(pod);
+    let (d, _) = run(
+        vec![
+            refused(600 * S, APP, "127.0.0.1:15001"),
+            up(601 * S, PROXY, "0.0.0.0:15001"),
+        ],
+        &meta,
+    );
+    assert_eq!(all(&d)[0].phase, Phase::Steady);
+    let (d, _) = run(
+        vec![
+            refused(30 * S, APP, "127.0.0.1:15001"),
+            up(31 * S, PROXY, "0.0.0.0:15001"),
+        ],
+        &meta,
+    );
+    assert_eq!(all(&d)[0].phase, Phase::Startup, "30 s after startedAt");
+    // A serving container restarted recently does not make an old client's refusal startup.
+    let (d, _) = run(
+        vec![
+            started(0),
+            container_started(0, APP),
+            container_started(599 * S, PROXY),
+            refused(600 * S, APP, "127.0.0.1:15001"),
+            up(601 * S, PROXY, "0.0.0.0:15001"),
+        ],
+        &meta,
+    );
+    assert_eq!(all(&d)[0].phase, Phase::Steady);
+}
+
+#[test]
+fn a_crash_looping_app_is_one_startup_incident_per_port() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    let mut facts = vec![started(0)];
+    for (n, id) in ["a1", "a2", "a3"].into_iter().enumerate() {
+        let t = n as u64 * 10 * S;
+        facts.push(container_started(t, id));
+        facts.extend(refusals(t + 100 * MS, t + 400 * MS, id, "127.0.0.1:15001"));
+        facts.push(container_removed(t + 500 * MS, id));
+    }
+    facts.push(up(25 * S, PROXY, "0.0.0.0:15001"));
+    let (d, changes) = run(facts, &meta);
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1, "{incs:#?}");
+    let i = incs[0];
+    assert_eq!((i.phase, i.state), (Phase::Startup, State::Resolved));
+    assert_eq!((i.refused_count, i.client_instances), (9, 3));
+    assert_eq!(
+        changes
+            .iter()
+            .filter(|c| matches!(c, Change::Opened(_)))
+            .count(),
+        1
+    );
+    // Two different containers (names known) are never merged.
+    let (d, _) = run(
+        vec![
+            started(0),
+            refused(MS, APP, "127.0.0.1:15001"),
+            container_removed(2 * MS, APP),
+            refused(3 * MS, APP2, "127.0.0.1:15001"),
+        ],
+        &meta,
+    );
+    assert_eq!(all(&d).len(), 2);
+}
+
+// ---- Drain, steady and unresolved ----
+
+#[test]
+fn a_sidecar_restarted_mid_life_while_the_app_exits_is_steady_never_drain() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    let mut d = Detector::new(DetectorConfig::default());
+    let mut facts = vec![
+        started(0),
+        up(S, PROXY, "0.0.0.0:15001"),
+        down(60 * S, PROXY, "0.0.0.0:15001"),
+    ];
+    facts.extend(refusals(
+        60 * S + 50 * MS,
+        60 * S + 500 * MS,
+        APP,
+        "127.0.0.1:15001",
+    ));
+    facts.push(container_removed(61 * S, APP));
+    for f in facts {
+        d.observe(f, &meta);
+    }
+    assert!(d.advance(62 * S, &meta).is_empty());
+    assert_eq!(
+        (all(&d)[0].phase, all(&d)[0].state),
+        (Phase::Steady, State::Open)
+    );
+    d.observe(up(63 * S, "dddd", "0.0.0.0:15001"), &meta);
+    let i = all(&d)[0];
+    assert_eq!((i.phase, i.state), (Phase::Steady, State::Resolved));
+    assert_eq!(i.race_window_ns(), Some(3 * S), "the outage");
+}
+
+#[test]
+fn an_outage_longer_than_the_unresolved_timeout_is_steady() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    let mut d = Detector::new(DetectorConfig::default());
+    for f in [
+        started(0),
+        up(S, PROXY, "0.0.0.0:15001"),
+        down(10 * S, PROXY, "0.0.0.0:15001"),
+        refused(11 * S, APP, "127.0.0.1:15001"),
+        refused(150 * S, APP, "127.0.0.1:15001"),
+    ] {
+        d.observe(f, &meta);
+    }
+    assert!(d.advance(200 * S, &meta).is_empty(), "never unresolved");
+    d.observe(up(250 * S, PROXY, "0.0.0.0:15001"), &meta);
+    let i = all(&d)[0];
+    assert_eq!((i.phase, i.state), (Phase::Steady, State::Resolved));
+    assert_eq!(i.race_window_ns(), Some(240 * S));
+}
+
+#[test]
+fn unresolved_is_final() {
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    let meta = meta_with(pod.clone());
+    let (mut d, _) = run(vec![started(0), refused(MS, APP, "127.0.0.1:15001")], &meta);
+    assert_eq!(all(&d)[0].race_window_ns(), None, "open: no window yet");
+    assert_eq!(
+        d.advance(121 * S, &meta),
+        vec![Change::Rephased {
+            id: 1,
+            from: Phase::Startup
+        }]
+    );
+    assert!(all(&d)[0].is_final());
+    // A listener afterwards, more refusals, then the pod deleted much later: still
+    // unresolved, never drain with a 400 s window.
+    d.observe(refused(200 * S, APP, "127.0.0.1:15001"), &meta);
+    pod.deletion_timestamp = Some(at(430 * S));
+    pod.deletion_grace_period_seconds = Some(30);
+    let terminating = meta_with(pod);
+    assert!(d.advance(401 * S, &terminating).is_empty());
+    d.observe(removed(402 * S), &terminating);
+    let i = all(&d)[0];
+    assert_eq!(
+        (i.phase, i.state, i.refused_count),
+        (Phase::Unresolved, State::Resolved, 2)
+    );
+    assert_eq!(i.race_window_ns(), None);
+}
+
+#[test]
+fn a_listener_gone_long_before_the_deletion_is_not_a_drain() {
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    pod.deletion_timestamp = Some(at(330 * S));
+    pod.deletion_grace_period_seconds = Some(30);
+    let terminating = meta_with(pod);
+    let (d, _) = run(
+        vec![
+            started(0),
+            up(S, PROXY, "0.0.0.0:15001"),
+            down(10 * S, PROXY, "0.0.0.0:15001"),
+            refused(11 * S, APP, "127.0.0.1:15001"),
+            removed(301 * S),
+        ],
+        &terminating,
+    );
+    assert_eq!(all(&d)[0].phase, Phase::Steady, "deletion began at 300 s");
+    // Gone at the deletion: a drain.
+    let (d, _) = run(
+        vec![
+            started(0),
+            up(S, PROXY, "0.0.0.0:15001"),
+            down(300 * S + MS, PROXY, "0.0.0.0:15001"),
+            refused(300 * S + 100 * MS, APP, "127.0.0.1:15001"),
+            removed(301 * S),
+        ],
+        &terminating,
+    );
+    assert_eq!(all(&d)[0].phase, Phase::Drain);
+}
+
+// ---- Lifecycle failures ----
+
+fn with_init(mut pod: PodInfo) -> PodInfo {
+    pod.containers
+        .insert(0, container("wait-for-mesh", Role::Init, &[], None));
+    pod.statuses.push(status("wait-for-mesh", "eeee"));
+    pod
+}
+
+#[test]
+fn an_init_container_waiting_for_a_classic_sidecar_is_a_deadlock() {
+    let meta = meta_with(with_init(checkout(Role::ClassicSidecar, None)));
+    let mut facts = vec![started(0)];
+    facts.extend(refusals(100 * MS, 10 * S, "eeee", "127.0.0.1:15001"));
+    let (mut d, _) = run(facts, &meta);
+    d.advance(121 * S, &meta);
+    let v = view(all(&d)[0], &meta, &wall);
+    assert_eq!(v.kind, Kind::InitDeadlock);
+    assert_eq!(v.phase, Phase::Unresolved);
+    assert_eq!(
+        (v.container.as_deref(), v.sidecar.as_deref()),
+        (Some("wait-for-mesh"), Some("istio-proxy"))
+    );
+    assert!(
+        v.advice.contains("make istio-proxy a native sidecar")
+            || v.advice.contains("Make istio-proxy a native sidecar"),
+        "{}",
+        v.advice
+    );
+    assert!(
+        v.advice.contains("listed before wait-for-mesh"),
+        "{}",
+        v.advice
+    );
+    assert!(!v.advice.contains("check the address"), "{}", v.advice);
+    // Waiting for a native sidecar is an ordinary (native) startup race.
+    let meta = meta_with(with_init(checkout(Role::NativeSidecar, None)));
+    let (d, _) = run(
+        vec![
+            started(0),
+            refused(MS, "eeee", "127.0.0.1:15001"),
+            up(S, PROXY, "0.0.0.0:15001"),
+        ],
+        &meta,
+    );
+    let v = view(all(&d)[0], &meta, &wall);
+    assert_eq!((v.kind, v.pattern), (Kind::SidecarRace, Pattern::Native));
+}
+
+fn job_pod(app_state: RunState, sidecar_state: RunState) -> PodInfo {
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    pod.workload = Workload {
+        kind: "Job".into(),
+        name: "reindex".into(),
+    };
+    pod.containers
+        .retain(|c| c.name == "app" || c.name == "istio-proxy");
+    pod.statuses
+        .retain(|s| s.name == "app" || s.name == "istio-proxy");
+    for s in &mut pod.statuses {
+        s.state = if s.name == "app" {
+            app_state
+        } else {
+            sidecar_state
+        };
+        if s.state == RunState::Terminated {
+            s.finished_at = Some(at(10 * S));
+        }
+    }
+    pod
+}
+
+#[test]
+fn a_job_pod_kept_alive_by_its_classic_sidecar_is_stuck() {
+    let stuck = meta_with(job_pod(RunState::Terminated, RunState::Running));
+    let mut d = Detector::new(DetectorConfig::default());
+    assert!(d.advance(30 * S, &stuck).is_empty(), "under the threshold");
+    assert_eq!(d.advance(71 * S, &stuck), vec![Change::Opened(1)]);
+    assert!(d.advance(72 * S, &stuck).is_empty(), "one incident per pod");
+    let v = view(all(&d)[0], &stuck, &wall);
+    assert_eq!(v.kind, Kind::StuckJob);
+    assert_eq!(
+        (v.sidecar.as_deref(), v.port, v.state),
+        (Some("istio-proxy"), None, State::Open)
+    );
+    assert_eq!(v.apps_finished_at.as_deref(), Some("t+10000ms"));
+    assert!(v.advice.contains("the Job never completes"), "{}", v.advice);
+    // The sidecar finally stops: resolved, the window is how long it outlived the app.
+    let done = meta_with(job_pod(RunState::Terminated, RunState::Terminated));
+    assert_eq!(d.advance(100 * S, &done), vec![Change::Resolved(1)]);
+    assert_eq!(all(&d)[0].race_window_ns(), Some(90 * S));
+    // Apps still running, or a Deployment's pod: never stuck.
+    let running = meta_with(job_pod(RunState::Running, RunState::Running));
+    assert!(
+        Detector::new(DetectorConfig::default())
+            .advance(500 * S, &running)
+            .is_empty()
+    );
+    let mut deployment = job_pod(RunState::Terminated, RunState::Running);
+    deployment.workload.kind = "Deployment".into();
+    assert!(
+        Detector::new(DetectorConfig::default())
+            .advance(500 * S, &meta_with(deployment))
+            .is_empty()
+    );
+}
+
+// ---- Fixes to known wrong results ----
+
+#[test]
+fn dual_stack_loopback_dialing_is_one_startup_incident_resolved_by_either_family() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    let mut facts = vec![started(0)];
+    for n in 0..10u64 {
+        let dst = if n % 2 == 0 {
+            "[::1]:15001"
+        } else {
+            "127.0.0.1:15001"
+        };
+        facts.push(refused(100 * MS + n * 100 * MS, APP, dst));
+    }
+    facts.push(up(1500 * MS, PROXY, "127.0.0.1:15001"));
+    // `localhost` tries ::1 first on every later connect: the fallback is not a race.
+    facts.push(refused(2 * S, APP, "[::1]:15001"));
+    let (d, changes) = run(facts, &meta);
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1, "{incs:#?}");
+    assert_eq!(
+        (incs[0].phase, incs[0].state),
+        (Phase::Startup, State::Resolved)
+    );
+    assert_eq!(incs[0].refused_count, 10);
+    assert_eq!(changes.last(), Some(&other()));
+}
+
+#[test]
+fn a_redirect_to_another_pods_ip_is_not_pod_local() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    let (d, changes) = run(
+        vec![
+            started(0),
+            Fact::Refused {
+                ts: MS,
+                pod_uid: POD.into(),
+                client: Client::Container(APP.into()),
+                dst: "10.96.0.20:80".parse().unwrap(),
+                // kube-proxy DNAT to a pod on this node, refused there.
+                local_dst: Some("10.244.1.99:8080".parse().unwrap()),
+            },
+            // The client pod happens to listen on 8080 too.
+            up(S, APP, "0.0.0.0:8080"),
+        ],
+        &meta,
+    );
+    assert!(d.incidents().is_empty());
+    assert_eq!(changes[1], other());
+}
+
+#[test]
+fn refusals_to_the_pod_ip_wait_for_the_pods_ips() {
+    let mut no_ips = checkout(Role::ClassicSidecar, None);
+    no_ips.pod_ips.clear();
+    let early = meta_with(no_ips);
+    let known = meta_with(checkout(Role::ClassicSidecar, None));
+    let mut d = Detector::new(DetectorConfig::default());
+    for f in [
+        started(0),
+        refused(100 * MS, APP, "10.244.1.17:15001"),
+        up(S, PROXY, "0.0.0.0:15001"),
+    ] {
+        d.observe(f, &early);
+    }
+    assert!(all(&d).is_empty(), "held while the IPs are unknown");
+    assert!(d.advance(2 * S, &early).is_empty());
+    let changes = d.advance(3 * S, &known);
+    assert_eq!(changes, vec![Change::Opened(1), Change::Resolved(1)]);
+    assert_eq!(
+        (all(&d)[0].phase, all(&d)[0].state),
+        (Phase::Startup, State::Resolved)
+    );
+    // Not the pod's IP after all: other.
+    let mut d = Detector::new(DetectorConfig::default());
+    d.observe(started(0), &early);
+    d.observe(refused(100 * MS, APP, "10.244.7.7:15001"), &early);
+    assert_eq!(d.advance(3 * S, &known), vec![other()]);
+    // The IPs never come: other after the wait.
+    let mut d = Detector::new(DetectorConfig::default());
+    d.observe(started(0), &early);
+    d.observe(refused(100 * MS, APP, "10.244.1.17:15001"), &early);
+    assert!(d.advance(5 * S, &early).is_empty());
+    assert_eq!(d.advance(11 * S, &early), vec![other()]);
+    assert!(all(&d).is_empty());
 }

@@ -287,7 +287,7 @@ impl PodInfo {
     /// `--sidecar-names`) as classic sidecars.
     pub fn mark_site_sidecars(&mut self, names: &[String]) {
         for c in &mut self.containers {
-            if c.role == Role::App && names.iter().any(|n| *n == c.name) {
+            if c.role == Role::App && names.contains(&c.name) {
                 c.role = Role::ClassicSidecar;
                 c.sidecar_by = Some(Evidence::SiteName);
             }

@@ -183,7 +183,10 @@ mod tests {
         assert_eq!(none.recognise("app", None), None);
         assert_eq!(none.recognise("proxyless", None), None);
         assert_eq!(
-            none.recognise("db", Some("gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.8.0")),
+            none.recognise(
+                "db",
+                Some("gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.8.0")
+            ),
             Some(Evidence::Image)
         );
         assert_eq!(

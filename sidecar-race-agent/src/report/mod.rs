@@ -402,8 +402,7 @@ fn fix(i: &IncidentCount, container: &str, port: u16) -> Fix {
             roles_known: true,
         }),
         move_to_init_containers: sidecar.clone().filter(|_| moves),
-        startup_probe_port: (phase == Phase::Startup || kind == Kind::InitDeadlock)
-            .then_some(port),
+        startup_probe_port: (phase == Phase::Startup || kind == Kind::InitDeadlock).then_some(port),
         kind,
         phase,
         sidecar,
@@ -499,6 +498,59 @@ mod tests {
             },
             workloads: workloads.into_iter().collect(),
         }
+    }
+
+    #[test]
+    fn stuck_jobs_and_init_deadlocks_rank_as_evidence_not_misconfiguration() {
+        let deadlock = Evidence {
+            affected_pod_starts: 2.0,
+            incidents: vec![IncidentCount {
+                kind: Kind::InitDeadlock,
+                ..inc("cloud-sql-proxy", Phase::Unresolved, Pattern::Classic, 2.0)
+            }],
+            refusals: vec![refused("cloud-sql-proxy", Phase::Unresolved, 5432, 40.0)],
+            ..Evidence::default()
+        };
+        let stuck = Evidence {
+            stuck_job_pods: [("cloud-sql-proxy".to_string(), 3.0)].into(),
+            ..Evidence::default()
+        };
+        let unresolved = Evidence {
+            incidents: vec![inc("proxy", Phase::Unresolved, Pattern::Classic, 9.0)],
+            refusals: vec![refused("proxy", Phase::Unresolved, 9, 90.0)],
+            ..Evidence::default()
+        };
+        let r = build(
+            fleet(vec![
+                (key("typo"), unresolved),
+                (key("nightly"), stuck),
+                (key("migrate"), deadlock),
+            ]),
+            None,
+        );
+        let names: Vec<&str> = r
+            .workloads
+            .iter()
+            .map(|w| w.workload.as_deref().unwrap())
+            .collect();
+        assert_eq!(names, ["migrate", "nightly", "typo"]);
+        let (migrate, nightly) = (&r.workloads[0], &r.workloads[1]);
+        assert!(!migrate.misconfiguration && !nightly.misconfiguration);
+        assert!(r.workloads[2].misconfiguration);
+        assert_eq!(migrate.fixes[0].kind, Kind::InitDeadlock);
+        assert_eq!(
+            migrate.fixes[0].move_to_init_containers.as_deref(),
+            Some("cloud-sql-proxy")
+        );
+        assert!(
+            migrate.fixes[0].advice.contains("a deadlock"),
+            "{}",
+            migrate.fixes[0].advice
+        );
+        assert_eq!(nightly.stuck_job_pods, 3);
+        assert_eq!(nightly.fixes[0].kind, Kind::StuckJob);
+        assert_eq!(nightly.fixes[0].port, None);
+        assert!(nightly.fixes[0].advice.contains("never completes"));
     }
 
     #[test]

@@ -276,7 +276,8 @@ pub async fn collect(url: &str, range: &str) -> Result<Fleet, ReportError> {
             .or_default() += finite(s.value);
     }
     for s in &incidents {
-        let (Some(phase), Some(kind)) = (Phase::parse(s.label("phase")), parse_kind(s.label("kind")))
+        let (Some(phase), Some(kind)) =
+            (Phase::parse(s.label("phase")), parse_kind(s.label("kind")))
         else {
             continue; // a phase or kind of a newer agent: no advice for it here
         };
@@ -378,11 +379,9 @@ mod tests {
         assert!(q.pod_starts.starts_with(
             "sum by (namespace, workload_kind, workload) ((increase(sidecar_race_pod_starts_total[24h])"
         ));
-        assert!(
-            q.incidents.starts_with(
-                "sum by (namespace, workload_kind, workload, sidecar, phase, pattern, kind) ("
-            )
-        );
+        assert!(q.incidents.starts_with(
+            "sum by (namespace, workload_kind, workload, sidecar, phase, pattern, kind) ("
+        ));
         assert!(q.refused.starts_with(
             "sum by (namespace, workload_kind, workload, container, sidecar, port, phase) ("
         ));

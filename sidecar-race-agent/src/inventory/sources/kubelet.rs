@@ -56,7 +56,13 @@ pub async fn run(opts: SourceOptions, tx: mpsc::Sender<PodUpdate>, stats: Arc<So
             return;
         }
     };
-    poll(client, Pacer::new(opts.poll_interval, opts.refresh), tx, stats).await
+    poll(
+        client,
+        Pacer::new(opts.poll_interval, opts.refresh),
+        tx,
+        stats,
+    )
+    .await
 }
 
 /// Polls `/pods` as `pacer` says until `tx` closes.
