@@ -20,6 +20,8 @@ pub struct Subject<'a> {
     pub startup_probe: Option<&'a ProbeTarget>,
     /// Whether the pod source told the containers' roles.
     pub roles_known: bool,
+    /// The client is a sidecar (for `app_not_ready`: a proxy forwarding to the app).
+    pub client_is_sidecar: bool,
 }
 
 pub fn advice(s: &Subject) -> String {
@@ -55,12 +57,18 @@ fn init_deadlock(s: &Subject) -> String {
 }
 
 fn app_not_ready(s: &Subject) -> String {
-    let proxy = s.container.unwrap_or("the sidecar");
+    let client = s.container.unwrap_or("a container");
     let app = s.sidecar.unwrap_or("the app container");
     let port = s.port;
-    format!(
-        "Not a sidecar race: {proxy} forwarded connections (inbound requests or rewritten probes) to port {port} of {app} before {app} listened. Nothing to migrate; if those requests matter, give {app} a readinessProbe (or startupProbe) on port {port} so traffic waits for it."
-    )
+    if s.client_is_sidecar {
+        format!(
+            "Not a sidecar race: {client} forwarded connections (inbound requests or rewritten probes) to port {port} of {app} before {app} listened. Nothing to migrate; if those requests matter, give {app} a readinessProbe (or startupProbe) on port {port} so traffic waits for it."
+        )
+    } else {
+        format!(
+            "Not a sidecar race: {client} dialed port {port} of app container {app} before it listened. If {app} is a sidecar that {client} depends on, name it in the pod annotation sidecar-race.io/sidecars (or --sidecar-names) and it is reported as one; otherwise give {client} retries with backoff."
+        )
+    }
 }
 
 fn sidecar_race(s: &Subject) -> String {
@@ -132,6 +140,7 @@ mod tests {
             dialed_port: None,
             startup_probe: probe,
             roles_known: true,
+            client_is_sidecar: false,
         })
     }
 

@@ -17,8 +17,9 @@ pub enum Kind {
     /// A client refused by a sidecar's port (or, with no roles known, by another
     /// container's port): what the product is for.
     SidecarRace,
-    /// A sidecar refused by an app container's port (inbound forwarding, a rewritten
-    /// probe): the app is not ready yet, nothing to migrate.
+    /// A container refused by an app container's port: a sidecar forwarding inbound
+    /// traffic or a rewritten probe, or an app dialing another app. The app is not ready
+    /// yet; no sidecar to migrate.
     AppNotReady,
     /// An init container refused by a port of a container in `containers[]`, which
     /// cannot start before the init containers finish.
@@ -123,7 +124,9 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
     let kind = match (container_role, sidecar_role) {
         _ if !refusals => Kind::StuckJob,
         (Some(Role::Init), Some(server)) if server.in_containers() => Kind::InitDeadlock,
-        (Some(client), Some(Role::App)) if client.is_sidecar() => Kind::AppNotReady,
+        // A known client refused by an app container (a proxy forwarding to it, or an
+        // app dialing another app): the server is no sidecar.
+        (Some(_), Some(Role::App)) => Kind::AppNotReady,
         _ => Kind::SidecarRace,
     };
     // For app_not_ready the pattern is the dialing sidecar's.
@@ -149,6 +152,7 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         dialed_port: inc.local_destination.map(|_| inc.destination.port()),
         startup_probe,
         roles_known: container_role.is_some() && sidecar_role.is_some(),
+        client_is_sidecar: container_role.is_some_and(Role::is_sidecar),
     });
     let role_name = |r: Option<Role>| r.map_or("unknown", Role::as_str);
     IncidentView {

@@ -1332,3 +1332,31 @@ fn refusals_to_the_pod_ip_wait_for_the_pods_ips() {
     assert_eq!(d.advance(11 * S, &early), vec![other()]);
     assert!(all(&d).is_empty());
 }
+
+#[test]
+fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    let (d, _) = run(
+        vec![
+            started(0),
+            refused(MS, APP2, "127.0.0.1:8080"),
+            up(S, APP, "0.0.0.0:8080"),
+        ],
+        &meta,
+    );
+    let v = view(all(&d)[0], &meta, &wall);
+    assert_eq!(v.kind, Kind::AppNotReady);
+    assert_eq!((v.container_role, v.sidecar_role), ("app", "app"));
+    assert!(
+        v.advice
+            .contains("name it in the pod annotation sidecar-race.io/sidecars"),
+        "{}",
+        v.advice
+    );
+    // Named as a sidecar by the annotation (or --sidecar-names): a race.
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    pod.mark_site_sidecars(&["app".to_string()]);
+    let meta = meta_with(pod);
+    let v = view(all(&d)[0], &meta, &wall);
+    assert_eq!((v.kind, v.pattern), (Kind::SidecarRace, Pattern::Classic));
+}

@@ -400,6 +400,7 @@ fn fix(i: &IncidentCount, container: &str, port: u16) -> Fix {
             // Neither the metrics nor the incidents say what the probe tests.
             startup_probe: None,
             roles_known: true,
+            client_is_sidecar: false,
         }),
         move_to_init_containers: sidecar.clone().filter(|_| moves),
         startup_probe_port: (phase == Phase::Startup || kind == Kind::InitDeadlock).then_some(port),
@@ -428,6 +429,7 @@ fn stuck_job_fix(sidecar: &str) -> Fix {
             dialed_port: None,
             startup_probe: None,
             roles_known: true,
+            client_is_sidecar: false,
         }),
         kind: Kind::StuckJob,
         phase: Phase::Drain,
