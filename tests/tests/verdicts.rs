@@ -14,7 +14,7 @@ use sidecar_race_tests::{
     http::get,
     pod::{Decl, Declared, SimContainer, SimPod, write_pod_list},
     root::is_root_or_skip,
-    scenario::{app, app_done, proxy},
+    scenario::{app, app_done, late_proxy_race, proxy},
 };
 
 const SETTLE: Duration = Duration::from_secs(10);
@@ -30,8 +30,12 @@ impl PodsFile {
         Self(path)
     }
 
-    fn source(&self) -> String {
-        format!("file:{}", self.0.display())
+    /// The agent reading this file every 0.1 s, with `extra` arguments.
+    fn agent(&self, extra: &[&str]) -> RunAgent {
+        let source = format!("file:{}", self.0.display());
+        let mut args = vec!["--pods-from", &source, "--pods-poll-seconds", "0.1"];
+        args.extend(extra);
+        RunAgent::start(&args)
     }
 
     fn write(&self, pods: &[Value]) {
@@ -87,7 +91,7 @@ fn a_mesh_proxy_dialing_its_app_before_it_listens_is_not_a_sidecar_race() {
         return;
     }
     let pods = PodsFile::new("mesh");
-    let agent = RunAgent::start(&["--pods-from", &pods.source(), "--pods-poll-seconds", "0.1"]);
+    let agent = pods.agent(&[]);
     let mut pod = SimPod::new("istio").unwrap();
     let a = pod.container("app").unwrap();
     let p = pod.container("istio-proxy").unwrap();
@@ -113,9 +117,7 @@ fn a_mesh_proxy_dialing_its_app_before_it_listens_is_not_a_sidecar_race() {
         &p,
         &["--connect", "127.0.0.1:8080", "--interval-ms", "50"],
     );
-    let i = one(agent.wait_incidents(&pod.uid, SETTLE, |i| {
-        i.iter().any(|i| i["state"] == "resolved")
-    }));
+    let i = agent.one_resolved(&pod.uid, SETTLE);
     assert_eq!(i["kind"], "app_not_ready", "{i:#}");
     assert_eq!(
         (i["container"].as_str(), i["sidecar"].as_str()),
@@ -202,19 +204,8 @@ fn containers_started_after_the_agent_in_an_existing_pod_race_at_startup() {
     let agent = RunAgent::start(&["--pods-from", "none"]);
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
-    proxy(
-        &mut pod,
-        &p,
-        &["--listen", "127.0.0.1:15001", "--delay-ms", "1000"],
-    );
-    app_done(
-        &mut pod,
-        &a,
-        &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
-    );
-    let i = one(agent.wait_incidents(&pod.uid, SETTLE, |i| {
-        i.iter().any(|i| i["state"] == "resolved")
-    }));
+    late_proxy_race(&mut pod, &p, &a, 1000);
+    let i = agent.one_resolved(&pod.uid, SETTLE);
     assert_eq!(
         (i["phase"].as_str(), i["kind"].as_str()),
         (Some("startup"), Some("sidecar_race"))
@@ -231,7 +222,7 @@ fn a_sidecar_restarted_while_the_app_exits_is_steady_never_drain() {
         return;
     }
     let pods = PodsFile::new("restart");
-    let agent = RunAgent::start(&["--pods-from", &pods.source(), "--pods-poll-seconds", "0.1"]);
+    let agent = pods.agent(&[]);
     let mut pod = SimPod::new("restart").unwrap();
     let p1 = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
@@ -272,9 +263,7 @@ fn a_sidecar_restarted_while_the_app_exits_is_steady_never_drain() {
         &p2,
         &["--listen", "127.0.0.1:15001", "--delay-ms", "500"],
     );
-    let i = one(agent.wait_incidents(&pod.uid, SETTLE, |i| {
-        i.iter().any(|i| i["state"] == "resolved")
-    }));
+    let i = agent.one_resolved(&pod.uid, SETTLE);
     assert_eq!(
         (i["phase"].as_str(), i["state"].as_str()),
         (Some("steady"), Some("resolved")),
@@ -289,14 +278,7 @@ fn an_init_container_polling_a_classic_sidecar_is_a_deadlock() {
         return;
     }
     let pods = PodsFile::new("deadlock");
-    let agent = RunAgent::start(&[
-        "--pods-from",
-        &pods.source(),
-        "--pods-poll-seconds",
-        "0.1",
-        "--unresolved-after-seconds",
-        "2",
-    ]);
+    let agent = pods.agent(&["--unresolved-after-seconds", "2"]);
     let mut pod = SimPod::new("deadlock").unwrap();
     let init = pod.container("wait-for-proxy").unwrap();
     let a = pod.container("app").unwrap();
@@ -358,14 +340,7 @@ fn a_job_pod_kept_running_by_its_sidecar_is_reported_stuck() {
         return;
     }
     let pods = PodsFile::new("job");
-    let agent = RunAgent::start(&[
-        "--pods-from",
-        &pods.source(),
-        "--pods-poll-seconds",
-        "0.1",
-        "--stuck-job-after-seconds",
-        "1",
-    ]);
+    let agent = pods.agent(&["--stuck-job-after-seconds", "1"]);
     let mut pod = SimPod::new("job").unwrap();
     let a = pod.container("app").unwrap();
     let p = pod.container("cloud-sql-proxy").unwrap();
@@ -418,9 +393,7 @@ fn a_job_pod_kept_running_by_its_sidecar_is_reported_stuck() {
     assert!(wait_metric(&agent, gauge, SETTLE).ends_with(" 1"));
     // The sidecar is finally stopped: resolved, and the gauge drops.
     pods.write(&[job_pod(done(&finished), done(&now_rfc3339()))]);
-    let i = one(agent.wait_incidents(&pod.uid, SETTLE, |i| {
-        i.iter().any(|i| i["state"] == "resolved")
-    }));
+    let i = agent.one_resolved(&pod.uid, SETTLE);
     assert!(i["race_window_seconds"].as_f64().unwrap() > 0.5, "{i:#}");
     let deadline = Instant::now() + SETTLE;
     while !wait_metric(&agent, gauge, SETTLE).ends_with(" 0") {
@@ -456,9 +429,7 @@ fn dual_stack_loopback_dialing_is_one_startup_incident_resolved() {
             "50",
         ],
     );
-    let i = one(agent.wait_incidents(&pod.uid, SETTLE, |i| {
-        i.iter().any(|i| i["state"] == "resolved")
-    }));
+    let i = agent.one_resolved(&pod.uid, SETTLE);
     assert_eq!(
         (i["phase"].as_str(), i["state"].as_str()),
         (Some("startup"), Some("resolved")),
@@ -473,23 +444,17 @@ fn a_pods_file_written_after_the_race_still_labels_the_metrics() {
         return;
     }
     let pods = PodsFile::new("late");
-    let agent = RunAgent::start(&["--pods-from", &pods.source(), "--pods-poll-seconds", "0.5"]);
+    let agent = RunAgent::start(&[
+        "--pods-from",
+        &format!("file:{}", pods.0.display()),
+        "--pods-poll-seconds",
+        "0.5",
+    ]);
     let mut pod = SimPod::new("late").unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
-    proxy(
-        &mut pod,
-        &p,
-        &["--listen", "127.0.0.1:15001", "--delay-ms", "1000"],
-    );
-    app_done(
-        &mut pod,
-        &a,
-        &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
-    );
-    let i = one(agent.wait_incidents(&pod.uid, SETTLE, |i| {
-        i.iter().any(|i| i["state"] == "resolved")
-    }));
+    late_proxy_race(&mut pod, &p, &a, 1000);
+    let i = agent.one_resolved(&pod.uid, SETTLE);
     assert!(i["namespace"].is_null(), "the pod is not known yet: {i:#}");
     std::thread::sleep(Duration::from_secs(2));
     pods.write(&[pod.app_and_proxy_manifest("shop", "late-writer", &a, &p, Declared::App)]);
@@ -517,7 +482,12 @@ fn an_unknown_pod_makes_the_pods_file_be_read_at_once() {
     let pods = PodsFile::new("refresh");
     // Read once at start, then only every 60 s: names within the race can only come
     // from a re-read when the agent sees a pod it does not know.
-    let agent = RunAgent::start(&["--pods-from", &pods.source(), "--pods-poll-seconds", "60"]);
+    let agent = RunAgent::start(&[
+        "--pods-from",
+        &format!("file:{}", pods.0.display()),
+        "--pods-poll-seconds",
+        "60",
+    ]);
     std::thread::sleep(Duration::from_millis(300));
     let mut pod = SimPod::new("refresh").unwrap();
     let p = pod.container("proxy").unwrap();
@@ -533,9 +503,7 @@ fn an_unknown_pod_makes_the_pods_file_be_read_at_once() {
         &a,
         &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
     );
-    let i = one(agent.wait_incidents(&pod.uid, SETTLE, |i| {
-        i.iter().any(|i| i["state"] == "resolved")
-    }));
+    let i = agent.one_resolved(&pod.uid, SETTLE);
     assert_eq!(
         (i["namespace"].as_str(), i["container"].as_str()),
         (Some("shop"), Some("app")),

@@ -896,18 +896,13 @@ impl Detector {
         let Some(inc) = self.log.get_mut(id) else {
             return vec![];
         };
-        let was_shown = inc.is_shown();
+        // Nothing counted it yet: accounting waits for an incident to be final, and a
+        // final incident is never discarded.
         inc.hidden = Some(Hidden::Discarded);
         inc.state = State::Resolved;
         let refused = inc.refused_count;
         self.forget_open(pod_uid, id);
-        let mut changes = vec![Change::NotARace { why, refused }];
-        if was_shown {
-            // Consumers that showed it (logs) learn it is gone; nothing was counted yet
-            // unless it was final, and a final incident is never discarded.
-            changes.push(Change::Resolved(id));
-        }
-        changes
+        vec![Change::NotARace { why, refused }]
     }
 
     fn forget_open(&mut self, pod_uid: &str, id: u64) {
