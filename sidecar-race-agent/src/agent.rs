@@ -31,6 +31,8 @@ pub struct AgentOptions {
     pub grace: Duration,
     pub pods_from: PodSourceSpec,
     pub source: SourceOptions,
+    /// Site-wide classic sidecar names.
+    pub sidecar_names: Vec<String>,
 }
 
 #[derive(Debug, Error)]
@@ -114,7 +116,8 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         env,
         probes,
         stream,
-        inventory: Inventory::new(cgroups, PodStore::new(opts.grace), has_pod_source),
+        inventory: Inventory::new(cgroups, PodStore::new(opts.grace), has_pod_source)
+            .with_site_sidecars(opts.sidecar_names.clone()),
         pod_updates,
         source_stats,
     })

@@ -98,6 +98,10 @@ pub struct PodSourceArgs {
     /// Seconds between polls of the kubelet, and between checks of a pods file.
     #[arg(long, env = "SIDECAR_RACE_PODS_POLL_SECONDS", default_value_t = 5.0)]
     pub pods_poll_seconds: f64,
+    /// Container names that are classic sidecars in every pod (site-wide, besides the
+    /// built-in list and the `sidecar-race.io/sidecars` annotation), comma-separated.
+    #[arg(long, env = "SIDECAR_RACE_SIDECAR_NAMES", value_delimiter = ',')]
+    pub sidecar_names: Vec<String>,
 }
 
 impl PodSourceArgs {
@@ -116,6 +120,7 @@ impl PodSourceArgs {
             kubelet_insecure: self.kubelet_insecure,
             token_file: self.kubelet_token_file.clone(),
             poll_interval: Duration::from_secs_f64(self.pods_poll_seconds.max(0.1)),
+            refresh: Default::default(),
         }
     }
 }
@@ -133,6 +138,13 @@ impl KernelArgs {
             grace: Duration::from_secs(self.grace_seconds),
             pods_from: self.pods.spec(),
             source: self.pods.options(),
+            sidecar_names: self
+                .pods
+                .sidecar_names
+                .iter()
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect(),
         }
     }
 }
@@ -166,6 +178,9 @@ impl RunArgs {
         DetectorConfig {
             unresolved_after_ns: secs_ns(self.unresolved_after_seconds),
             drain_grace_ns: secs_ns(self.drain_grace_seconds),
+            startup_bound_ns: secs_ns(self.startup_bound_seconds),
+            pod_ip_wait_ns: secs_ns(self.metadata_wait_seconds),
+            stuck_job_after_ns: secs_ns(self.stuck_job_after_seconds),
             history: self.incident_history.max(1),
             ..DetectorConfig::default()
         }
@@ -202,6 +217,32 @@ pub struct RunArgs {
     /// listener went away make refusals a drain (Kubernetes' default grace period).
     #[arg(long, env = "SIDECAR_RACE_DRAIN_GRACE_SECONDS", default_value_t = 30.0)]
     pub drain_grace_seconds: f64,
+    /// Refusals before a port's listener are a startup race only when the client
+    /// container (and the serving one, when known) started at most this many seconds
+    /// before the first refusal.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_STARTUP_BOUND_SECONDS",
+        default_value_t = 120.0
+    )]
+    pub startup_bound_seconds: f64,
+    /// Seconds the final accounting of an incident (metrics, Event, log line) waits
+    /// for the pod source to name its pod and container, and a refusal to a pod IP
+    /// waits for the pod's IPs.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_METADATA_WAIT_SECONDS",
+        default_value_t = 10.0
+    )]
+    pub metadata_wait_seconds: f64,
+    /// A Job pod whose app containers all finished this many seconds ago while a
+    /// classic sidecar still runs is reported stuck.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_STUCK_JOB_AFTER_SECONDS",
+        default_value_t = 60.0
+    )]
+    pub stuck_job_after_seconds: f64,
     /// Post Kubernetes Events (events.k8s.io/v1) on pods with races; `--events=false`
     /// turns them off.
     #[arg(

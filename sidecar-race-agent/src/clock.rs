@@ -24,6 +24,14 @@ pub fn boot_to_unix_ns(boot_ns: u64) -> i128 {
     offset + boot_ns as i128
 }
 
+/// The boot-clock time of an RFC 3339 wall-clock time (as the API reports times);
+/// none for a malformed time or one before boot.
+pub fn rfc3339_to_boot_ns(text: &str) -> Option<u64> {
+    let t = OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    let offset = clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_BOOTTIME);
+    u64::try_from(t.unix_timestamp_nanos() - offset).ok()
+}
+
 /// `2026-11-29T16:40:01.123456789Z`: RFC 3339, UTC, always nine fractional digits.
 pub fn rfc3339_nanos(unix_ns: i128) -> String {
     let t =
@@ -51,6 +59,16 @@ mod tests {
             "2026-11-29T16:40:01.000000007Z"
         );
         assert_eq!(rfc3339_nanos(0), "1970-01-01T00:00:00.000000000Z");
+    }
+
+    #[test]
+    fn api_times_map_to_the_boot_clock() {
+        let now = boot_now_ns();
+        let text = rfc3339_nanos(boot_to_unix_ns(now));
+        let back = rfc3339_to_boot_ns(&text).unwrap();
+        assert!(back.abs_diff(now) < 1_000_000_000, "{back} vs {now}");
+        assert_eq!(rfc3339_to_boot_ns("1970-01-01T00:00:00Z"), None);
+        assert_eq!(rfc3339_to_boot_ns("yesterday"), None);
     }
 
     #[test]

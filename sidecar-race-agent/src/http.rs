@@ -75,6 +75,13 @@ async fn incidents(
             "unknown phase `{p}`: startup, drain, steady or unresolved"
         )));
     }
+    if let Some(k) = filter.kind.as_deref()
+        && crate::detect::render::Kind::parse(k).is_none()
+    {
+        return Err(bad(format!(
+            "unknown kind `{k}`: sidecar_race, app_not_ready, init_deadlock or stuck_job"
+        )));
+    }
     if let Some(st) = filter.state.as_deref()
         && st != "open"
         && st != "resolved"

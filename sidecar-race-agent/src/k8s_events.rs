@@ -25,7 +25,10 @@ use kube::{
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::detect::{Phase, render::IncidentView};
+use crate::detect::{
+    Phase,
+    render::{IncidentView, Kind},
+};
 
 pub const REPORTING_CONTROLLER: &str = "sidecar-race.io/agent";
 
@@ -45,31 +48,53 @@ pub struct EventNotice {
 /// The notice for an incident, when it is a race (not `unresolved`) and the pod's
 /// names are known (an Event needs them).
 pub fn notice_for(v: &IncidentView) -> Option<EventNotice> {
-    let reason = match v.phase {
-        Phase::Startup => "SidecarStartupRace",
-        Phase::Drain => "SidecarDrainRace",
-        Phase::Steady => "SidecarRestartRace",
-        Phase::Unresolved => return None,
-    };
     let container = v.container.clone();
     let who = container.as_deref().unwrap_or("a container");
     let sidecar = v.sidecar.as_deref().unwrap_or("an unknown sidecar");
-    let window = v
-        .race_window_seconds
-        .map(|w| format!("; race window {w:.2} s"))
-        .unwrap_or_default();
-    let when = match v.phase {
-        Phase::Startup => "before it listened (startup)",
-        Phase::Drain => "after it stopped listening (drain)",
-        _ => "while it restarted",
+    let port = v.port.unwrap_or(0);
+    let target = v
+        .local_destination
+        .as_deref()
+        .or(v.destination.as_deref())
+        .unwrap_or("");
+    let (reason, mut note) = match (v.kind, v.phase) {
+        (Kind::AppNotReady, _) => return None,
+        (Kind::StuckJob, _) => (
+            "JobKeptAliveBySidecar",
+            format!(
+                "{sidecar} (classic sidecar) kept running after the app containers finished; the Job cannot complete. Fix: {}",
+                v.advice
+            ),
+        ),
+        (Kind::InitDeadlock, _) => (
+            "InitWaitsForClassicSidecar",
+            format!(
+                "init container {who} was refused {} times on {target} by {sidecar}, which cannot start before the init containers finish. Fix: {}",
+                v.refused_count, v.advice
+            ),
+        ),
+        (Kind::SidecarRace, Phase::Unresolved) => return None,
+        (Kind::SidecarRace, phase) => {
+            let (reason, when) = match phase {
+                Phase::Startup => ("SidecarStartupRace", "before it listened (startup)"),
+                Phase::Drain => ("SidecarDrainRace", "after it stopped listening (drain)"),
+                _ => ("SidecarRestartRace", "while it restarted"),
+            };
+            let window = v
+                .race_window_seconds
+                .map(|w| format!("; race window {w:.2} s"))
+                .unwrap_or_default();
+            (
+                reason,
+                format!(
+                    "{who} was refused {} times on {target} by {sidecar} ({} sidecar) {when}{window}. Fix: {}",
+                    v.refused_count,
+                    v.pattern.as_str(),
+                    v.advice
+                ),
+            )
+        }
     };
-    let mut note = format!(
-        "{who} was refused {} times on {} by {sidecar} ({} sidecar) {when}{window}. Fix: {}",
-        v.refused_count,
-        v.local_destination.as_deref().unwrap_or(&v.destination),
-        v.pattern.as_str(),
-        v.advice
-    );
     truncate(&mut note, 1024);
     Some(EventNotice {
         key: format!(
@@ -80,7 +105,7 @@ pub fn notice_for(v: &IncidentView) -> Option<EventNotice> {
                 .or(v.container_id.as_deref())
                 .unwrap_or(""),
             v.sidecar.as_deref().unwrap_or(""),
-            v.port
+            port
         ),
         namespace: v.namespace.clone()?,
         pod: v.pod.clone()?,

@@ -36,6 +36,7 @@ async fn main() -> anyhow::Result<()> {
                 stats_interval: Duration::from_secs(args.stats_interval_seconds.max(1)),
                 detector: args.detector(),
                 reorder_window: Duration::from_millis(args.reorder_window_ms),
+                metadata_wait: Duration::from_secs_f64(args.metadata_wait_seconds.max(0.0)),
             })
             .await
         }

@@ -18,11 +18,19 @@ use prometheus_client::{
 };
 
 use crate::{
-    detect::{Change, Incident, Phase, State, render::IncidentView},
+    detect::{
+        Change, Incident, Phase,
+        incident::Subject,
+        render::{IncidentView, Kind as IncidentKind},
+    },
     events::Kind,
+    inventory::pod_info::PodInfo,
     kernel::probes::KindCounts,
-    pipeline::Pipeline,
+    pipeline::{Pipeline, PipelineCounts, Step},
 };
+
+/// The label value of a name the agent does not know (never empty).
+const UNKNOWN: &str = "unknown";
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -57,13 +65,16 @@ pub struct Metrics {
     kernel_events: Family<Labels, Counter>,
     kernel_lost: Counter,
     refusals_other: Counter,
+    self_refusals: Counter,
+    app_not_ready: Family<Labels, Counter>,
+    stuck_jobs: Family<Labels, Gauge>,
     unattributed: Counter,
     source_errors: Family<Labels, Counter>,
     pod_label: bool,
-    /// Refusals already counted, per incident id.
+    /// Refusals already counted, per settled incident id.
     counted: HashMap<u64, u64>,
-    /// Incidents already counted in `incidents`/`window`.
-    settled: HashSet<u64>,
+    /// Open stuck-Job incidents and the labels their gauge was raised under.
+    stuck: HashMap<u64, Labels>,
     /// Pod starts by pod uid: waiting for the workload's name, or counted.
     starts: HashMap<String, Start>,
     /// Last totals seen of absolute counters (kernel, pipeline), to add deltas.
@@ -82,6 +93,9 @@ impl Metrics {
         let kernel_events = Family::<Labels, Counter>::default();
         let kernel_lost = Counter::default();
         let refusals_other = Counter::default();
+        let self_refusals = Counter::default();
+        let app_not_ready = Family::<Labels, Counter>::default();
+        let stuck_jobs = Family::<Labels, Gauge>::default();
         let unattributed = Counter::default();
         let source_errors = Family::<Labels, Counter>::default();
         let build_info = Family::<Labels, Gauge<i64, std::sync::atomic::AtomicI64>>::default();
@@ -132,6 +146,21 @@ impl Metrics {
             refusals_other.clone(),
         );
         registry.register(
+            "self_refusals",
+            "Refusals of a container on a port it serves itself (its own probes): never incidents",
+            self_refusals.clone(),
+        );
+        registry.register(
+            "app_not_ready_refusals",
+            "Connections a sidecar made to an app container's port before the app listened (inbound forwarding, rewritten probes): not sidecar races",
+            app_not_ready.clone(),
+        );
+        registry.register(
+            "stuck_job_pods",
+            "Job pods whose app containers finished while a classic sidecar keeps them running",
+            stuck_jobs.clone(),
+        );
+        registry.register(
             "unattributed_events",
             "Kernel events whose cgroup is unknown or of an unknown layout",
             unattributed.clone(),
@@ -156,11 +185,14 @@ impl Metrics {
             kernel_events,
             kernel_lost,
             refusals_other,
+            self_refusals,
+            app_not_ready,
+            stuck_jobs,
             unattributed,
             source_errors,
             pod_label,
             counted: HashMap::new(),
-            settled: HashSet::new(),
+            stuck: HashMap::new(),
             starts: HashMap::new(),
             last: HashMap::new(),
         }
@@ -179,15 +211,18 @@ impl Metrics {
         openmetrics_to_classic(&self.encode())
     }
 
-    /// Takes what the detector changed into the counters.
-    pub fn record(&mut self, changes: &[Change], p: &Pipeline, now: Instant) {
-        for c in changes {
+    /// Takes what the pipeline changed into the counters: incidents when their final
+    /// accounting is due (settled), refusals that arrive for settled ones later, pod
+    /// starts, and the stuck-Job gauge.
+    pub fn record(&mut self, step: &Step, p: &Pipeline, now: Instant) {
+        for c in &step.changes {
             match c {
-                Change::Resolved(id) | Change::Refused(id) | Change::Rephased { id, .. } => {
+                Change::Refused(id) if p.is_settled(*id) => {
                     if let Some(inc) = p.incident(*id) {
-                        self.settle(inc, p);
+                        self.count_refusals(inc, &p.view(inc));
                     }
                 }
+                Change::Opened(id) | Change::Resolved(id) => self.stuck_job(*id, p),
                 Change::PodStarted { pod_uid } => {
                     self.starts.entry(pod_uid.clone()).or_insert(Start {
                         seen: now,
@@ -195,48 +230,93 @@ impl Metrics {
                         affected: false,
                     });
                 }
-                Change::Opened(_) | Change::Other | Change::Discarded { .. } => {}
+                _ => {}
+            }
+        }
+        for id in &step.settled {
+            if let Some(inc) = p.incident(*id) {
+                self.settle(inc, p);
             }
         }
         self.count_pod_starts(p, now);
         // Forget incidents the log has evicted.
         if let Some(oldest) = p.detector.incidents().oldest_id() {
             self.counted.retain(|id, _| *id >= oldest);
-            self.settled.retain(|id| *id >= oldest);
         }
     }
 
-    fn settle(&mut self, inc: &Incident, p: &Pipeline) {
-        let final_phase = inc.state == State::Resolved || inc.phase == Phase::Unresolved;
-        if !final_phase || inc.awaiting_attribution {
+    /// Raises the gauge for an open stuck Job, lowers it when it ends.
+    fn stuck_job(&mut self, id: u64, p: &Pipeline) {
+        let Some(inc) = p.incident(id) else { return };
+        if !matches!(inc.subject, Subject::StuckJob { .. }) {
             return;
         }
-        let v = p.view(inc);
+        if inc.is_final() {
+            if let Some(labels) = self.stuck.remove(&id) {
+                self.stuck_jobs.get_or_create(&labels).dec();
+            }
+        } else if !self.stuck.contains_key(&id) {
+            let v = p.view(inc);
+            let mut labels = self.workload_labels(&v);
+            labels.push(("sidecar", name(&v.sidecar)));
+            self.stuck_jobs.get_or_create(&labels).inc();
+            self.stuck.insert(id, labels);
+        }
+    }
+
+    /// Adds the refusals an incident gained since it was last counted.
+    fn count_refusals(&mut self, inc: &Incident, v: &IncidentView) {
         let counted = self.counted.entry(inc.id).or_default();
         let delta = inc.refused_count.saturating_sub(*counted);
         *counted = inc.refused_count;
-        if delta > 0 {
-            self.refused
-                .get_or_create(&self.refused_labels(&v))
-                .inc_by(delta);
+        if delta == 0 {
+            return;
         }
-        if self.settled.insert(inc.id) {
-            self.incidents
-                .get_or_create(&self.incident_labels(&v, true))
-                .inc();
-            if let Some(w) = v.race_window_seconds {
-                self.window
-                    .get_or_create(&self.incident_labels(&v, false))
-                    .observe(w);
+        match v.kind {
+            IncidentKind::AppNotReady => {
+                let mut l = self.workload_labels(v);
+                l.extend([
+                    ("container", name(&v.container)),
+                    ("app", name(&v.sidecar)),
+                    ("port", port(v)),
+                ]);
+                self.app_not_ready.get_or_create(&l).inc_by(delta);
             }
-            if inc.phase == Phase::Startup
-                && let Some(start) = self.starts.get_mut(&inc.pod_uid)
-                && !start.affected
-            {
-                start.affected = true;
-                if let Some(labels) = &start.labels {
-                    self.affected_starts.get_or_create(labels).inc();
-                }
+            IncidentKind::StuckJob => {}
+            IncidentKind::SidecarRace | IncidentKind::InitDeadlock => {
+                self.refused
+                    .get_or_create(&self.refused_labels(v))
+                    .inc_by(delta);
+            }
+        }
+    }
+
+    /// Final accounting of an incident, once (the pipeline says when).
+    fn settle(&mut self, inc: &Incident, p: &Pipeline) {
+        let v = p.view(inc);
+        self.count_refusals(inc, &v);
+        if !matches!(
+            v.kind,
+            IncidentKind::SidecarRace | IncidentKind::InitDeadlock
+        ) {
+            return;
+        }
+        self.incidents
+            .get_or_create(&self.incident_labels(&v, true))
+            .inc();
+        if let Some(w) = v.race_window_seconds {
+            self.window
+                .get_or_create(&self.incident_labels(&v, false))
+                .observe(w);
+        }
+        let affected = v.kind == IncidentKind::InitDeadlock || inc.phase == Phase::Startup;
+        if affected
+            && let Some(start) = self.starts.get_mut(&inc.pod_uid)
+            && !start.affected
+        {
+            start.affected = true;
+            if let Some(labels) = &start.labels {
+                self.affected_starts.get_or_create(labels).inc();
             }
         }
     }
@@ -254,22 +334,16 @@ impl Metrics {
             if pod.is_none() && may_learn {
                 continue;
             }
+            let known = |f: fn(&PodInfo) -> &String| {
+                pod.map_or_else(|| UNKNOWN.to_string(), |p| f(p).clone())
+            };
             let mut labels = vec![
-                (
-                    "namespace",
-                    pod.map(|p| p.namespace.clone()).unwrap_or_default(),
-                ),
-                (
-                    "workload_kind",
-                    pod.map(|p| p.workload.kind.clone()).unwrap_or_default(),
-                ),
-                (
-                    "workload",
-                    pod.map(|p| p.workload.name.clone()).unwrap_or_default(),
-                ),
+                ("namespace", known(|p| &p.namespace)),
+                ("workload_kind", known(|p| &p.workload.kind)),
+                ("workload", known(|p| &p.workload.name)),
             ];
             if self.pod_label {
-                labels.push(("pod", pod.map(|p| p.name.clone()).unwrap_or_default()));
+                labels.push(("pod", known(|p| &p.name)));
             }
             self.pod_starts.get_or_create(&labels).inc();
             if start.affected {
@@ -285,7 +359,7 @@ impl Metrics {
     pub fn update_totals(
         &mut self,
         kernel: &std::collections::BTreeMap<Kind, KindCounts>,
-        refusals_other: u64,
+        counts: &PipelineCounts,
         unattributed: u64,
         source: &str,
         source_errors: u64,
@@ -299,8 +373,10 @@ impl Metrics {
         let lost: u64 = kernel.values().map(|c| c.lost).sum();
         let d = self.delta("lost", lost);
         self.kernel_lost.inc_by(d);
-        let d = self.delta("other", refusals_other);
+        let d = self.delta("other", counts.refusals_other);
         self.refusals_other.inc_by(d);
+        let d = self.delta("self", counts.self_refusals);
+        self.self_refusals.inc_by(d);
         let d = self.delta("unattributed", unattributed);
         self.unattributed.inc_by(d);
         let d = self.delta("source", source_errors);
@@ -317,25 +393,14 @@ impl Metrics {
     }
 
     fn workload_labels(&self, v: &IncidentView) -> Labels {
+        let workload = v.workload.as_ref();
         let mut l = vec![
-            ("namespace", v.namespace.clone().unwrap_or_default()),
-            (
-                "workload_kind",
-                v.workload
-                    .as_ref()
-                    .map(|w| w.kind.clone())
-                    .unwrap_or_default(),
-            ),
-            (
-                "workload",
-                v.workload
-                    .as_ref()
-                    .map(|w| w.name.clone())
-                    .unwrap_or_default(),
-            ),
+            ("namespace", name(&v.namespace)),
+            ("workload_kind", name(&workload.map(|w| w.kind.clone()))),
+            ("workload", name(&workload.map(|w| w.name.clone()))),
         ];
         if self.pod_label {
-            l.push(("pod", v.pod.clone().unwrap_or_default()));
+            l.push(("pod", name(&v.pod)));
         }
         l
     }
@@ -343,9 +408,9 @@ impl Metrics {
     fn refused_labels(&self, v: &IncidentView) -> Labels {
         let mut l = self.workload_labels(v);
         l.extend([
-            ("container", v.container.clone().unwrap_or_default()),
-            ("sidecar", v.sidecar.clone().unwrap_or_default()),
-            ("port", v.port.to_string()),
+            ("container", name(&v.container)),
+            ("sidecar", name(&v.sidecar)),
+            ("port", port(v)),
             ("phase", v.phase.as_str().to_string()),
         ]);
         l
@@ -354,14 +419,25 @@ impl Metrics {
     fn incident_labels(&self, v: &IncidentView, with_pattern: bool) -> Labels {
         let mut l = self.workload_labels(v);
         l.extend([
-            ("sidecar", v.sidecar.clone().unwrap_or_default()),
+            ("sidecar", name(&v.sidecar)),
             ("phase", v.phase.as_str().to_string()),
         ]);
         if with_pattern {
             l.push(("pattern", v.pattern.as_str().to_string()));
+            l.push(("kind", v.kind.as_str().to_string()));
         }
         l
     }
+}
+
+/// A label value for a name that may be unknown.
+fn name(n: &Option<String>) -> String {
+    n.clone().unwrap_or_else(|| UNKNOWN.to_string())
+}
+
+fn port(v: &IncidentView) -> String {
+    v.port
+        .map_or_else(|| UNKNOWN.to_string(), |p| p.to_string())
 }
 
 /// OpenMetrics names a counter family without `_total` in HELP/TYPE; the classic format
@@ -399,7 +475,7 @@ mod tests {
         cgroups::CgroupIndex,
         detect::DetectorConfig,
         events::{CgroupFact, KernelEvent, Owner, SocketFact},
-        inventory::{Inventory, pod_info::PodInfo, store::PodStore},
+        inventory::{Inventory, pod_info::PodInfo, sources::PodUpdate, store::PodStore},
     };
 
     const MS: u64 = 1_000_000;
@@ -445,8 +521,10 @@ mod tests {
         }
     }
 
-    /// Two pods race at start; one has metadata (a Deployment), one has none.
-    fn scenario() -> (Pipeline, Vec<Change>) {
+    /// Two pods race at start; one has metadata (a Deployment), one has none. Returns
+    /// the pipeline after its first step (3 s): the pod without metadata still waits
+    /// for names.
+    fn scenario() -> (Pipeline, Step) {
         let dir = std::env::temp_dir().join(format!("sr-metrics-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut pods = PodStore::new(Duration::from_secs(600));
@@ -458,7 +536,8 @@ mod tests {
         .unwrap();
         pods.apply(pod);
         let inventory = Inventory::new(CgroupIndex::new(&dir, u64::MAX), pods, true);
-        let mut p = Pipeline::new(inventory, DetectorConfig::default(), 0);
+        let mut p = Pipeline::new(inventory, DetectorConfig::default(), 0)
+            .with_metadata_wait(Duration::from_secs(10), None);
         let (a, b) = ("a".repeat(64), "b".repeat(64));
         let events = vec![
             created(0, 100, pod_path(UID)),
@@ -466,6 +545,7 @@ mod tests {
             created(MS, 102, container_path(UID, &b)),
             created(0, 200, pod_path(UID2)),
             created(MS, 201, container_path(UID2, &"c".repeat(64))),
+            created(MS, 202, container_path(UID2, &"d".repeat(64))),
             KernelEvent::Refused(socket(
                 100 * MS,
                 101,
@@ -490,34 +570,52 @@ mod tests {
                 "10.0.0.1:40003",
                 Some("10.96.0.1:443"),
             )),
+            // A container refused on its own port before it listens (its own probe).
+            KernelEvent::Refused(socket(
+                320 * MS,
+                201,
+                "127.0.0.1:40004",
+                Some("127.0.0.1:9100"),
+            )),
             KernelEvent::Listen(socket(1500 * MS, 102, "0.0.0.0:15001", None)),
-            KernelEvent::Listen(socket(2000 * MS, 201, "127.0.0.1:9000", None)),
+            KernelEvent::Listen(socket(2000 * MS, 202, "127.0.0.1:9000", None)),
+            KernelEvent::Listen(socket(2100 * MS, 201, "127.0.0.1:9100", None)),
         ];
-        let mut changes = Vec::new();
         for ev in &events {
             p.kernel_event(ev);
         }
-        changes.extend(p.tick(3000 * MS));
-        (p, changes)
+        let step = p.tick(3000 * MS);
+        (p, step)
     }
 
     #[test]
     fn golden_exposition() {
-        let (p, changes) = scenario();
+        let (mut p, step) = scenario();
         let mut m = Metrics::new(false, "0.1.0", "6.18.0-test");
         let now = Instant::now();
-        m.record(&changes, &p, now);
-        // The pod without metadata is counted, unlabelled, once names had their chance.
-        m.record(&[], &p, now + POD_START_NAME_WAIT + Duration::from_secs(1));
+        m.record(&step, &p, now);
+        assert!(
+            !m.encode().contains(r#"port="9000""#),
+            "the race of the pod without names waits for them"
+        );
+        // The pod without metadata is counted under `unknown` once names had their
+        // chance; its refusal to a non-loopback address never became pod-local.
+        let step = p.tick(14_000 * MS);
+        m.record(
+            &step,
+            &p,
+            now + POD_START_NAME_WAIT + Duration::from_secs(1),
+        );
         let kernel = [
             (Kind::Refused, KindCounts { seen: 4, lost: 1 }),
             (Kind::Listen, KindCounts { seen: 2, lost: 0 }),
         ]
         .into_iter()
         .collect();
-        m.update_totals(&kernel, p.counts.refusals_other, 3, "api", 2);
+        assert_eq!(p.counts.refusals_other, 1);
+        m.update_totals(&kernel, &p.counts, 3, "api", 2);
         // Totals only ever grow: a smaller total later adds nothing.
-        m.update_totals(&kernel, 0, 1, "api", 1);
+        m.update_totals(&kernel, &PipelineCounts::default(), 1, "api", 1);
         let got = m.encode();
         let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/metrics/golden.openmetrics");
@@ -546,11 +644,54 @@ mod tests {
         families
     }
 
+    /// The second pod's metadata as the pod source reports it late: its containers
+    /// `c…` (the client) and `d…` (serving 9000, a declared port of `log-proxy`).
+    fn late_pod() -> PodInfo {
+        let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pods/classic-deployment.json");
+        let text = std::fs::read_to_string(fixture)
+            .unwrap()
+            .replace("6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b", UID2)
+            .replace(&"a".repeat(64), &"c".repeat(64))
+            .replace(&"b".repeat(64), &"d".repeat(64))
+            .replace("checkout", "billing");
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["spec"]["containers"][1]["name"] = "log-proxy".into();
+        v["spec"]["containers"][1]["ports"] = serde_json::json!([{"containerPort": 9000}]);
+        v["status"]["containerStatuses"][1]["name"] = "log-proxy".into();
+        PodInfo::from_json(v).unwrap()
+    }
+
+    #[test]
+    fn metadata_that_arrives_after_the_race_labels_its_series() {
+        let (mut p, step) = scenario();
+        let mut m = Metrics::new(false, "0.1.0", "k");
+        let now = Instant::now();
+        m.record(&step, &p, now);
+        // The pod source names the pod 5 s later, within the wait.
+        p.pod_update(PodUpdate::Apply(Box::new(late_pod())));
+        let step = p.tick(8_000 * MS);
+        m.record(&step, &p, now + Duration::from_secs(5));
+        let om = m.encode();
+        assert!(
+            om.contains(r#"sidecar_race_incidents_total{namespace="shop",workload_kind="Deployment",workload="billing",sidecar="log-proxy",phase="startup",pattern="classic",kind="sidecar_race"} 1"#),
+            "{om}"
+        );
+        assert!(
+            om.contains(r#"sidecar_race_refused_connections_total{namespace="shop",workload_kind="Deployment",workload="billing",container="app",sidecar="log-proxy",port="9000",phase="startup"} 1"#),
+            "{om}"
+        );
+        assert!(
+            !om.contains(r#""unknown""#) && !om.contains(r#"="""#),
+            "{om}"
+        );
+    }
+
     #[test]
     fn pod_label_and_classic_format() {
-        let (p, changes) = scenario();
+        let (p, step) = scenario();
         let mut m = Metrics::new(true, "0.1.0", "k");
-        m.record(&changes, &p, Instant::now());
+        m.record(&step, &p, Instant::now());
         let om = m.encode();
         assert!(om.contains(r#"sidecar_race_affected_pod_starts_total{namespace="shop",workload_kind="Deployment",workload="checkout",pod="checkout-7d4b9c8f5-x2k8q"} 1"#), "{om}");
         let classic = m.encode_classic();

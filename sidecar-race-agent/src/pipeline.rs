@@ -1,10 +1,19 @@
 //! From kernel events to incidents: attribution, facts, the reorder window, the
 //! detector. Owned by the daemon's loop and read by the HTTP API under one lock.
 
+use std::{
+    collections::HashSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use tokio::sync::Notify;
+
 use crate::{
     clock,
     detect::{
         Change, Client, Detector, DetectorConfig, Fact, Incident,
+        detector::{NotARace, PodMeta},
         render::{Filter, IncidentView, view},
         reorder::Reorder,
     },
@@ -23,13 +32,36 @@ pub struct PipelineCounts {
     pub refusals_other: u64,
     /// Kernel events with no pod to attribute them to.
     pub events_without_pod: u64,
+    /// Refusals of a container on a port it serves itself (its own probes).
+    pub self_refusals: u64,
 }
+
+/// What one step of the pipeline changed.
+#[derive(Debug, Default)]
+pub struct Step {
+    /// Everything the detector changed.
+    pub changes: Vec<Change>,
+    /// Incidents whose final accounting (metrics, Events, the "resolved" log line) is
+    /// due now: final, shown, and named (or the wait for names is over). Once each.
+    pub settled: Vec<u64>,
+}
+
+/// How often at most an unknown pod makes the pod source re-read at once.
+const REFRESH_EVERY: Duration = Duration::from_millis(500);
 
 pub struct Pipeline {
     pub inventory: Inventory,
     pub detector: Detector,
     reorder: Reorder,
     pub counts: PipelineCounts,
+    /// Final incidents of pods or containers the pod source has not named yet, with
+    /// the boot-clock time their accounting stops waiting.
+    holding: Vec<(u64, u64)>,
+    settled: HashSet<u64>,
+    metadata_wait_ns: u64,
+    /// Asks the pod source to re-read now (a pod it has not reported showed up).
+    refresh: Option<Arc<Notify>>,
+    last_refresh: Option<Instant>,
 }
 
 impl Pipeline {
@@ -39,7 +71,21 @@ impl Pipeline {
             detector: Detector::new(config),
             reorder: Reorder::new(reorder_window_ns),
             counts: PipelineCounts::default(),
+            holding: Vec::new(),
+            settled: HashSet::new(),
+            metadata_wait_ns: 0,
+            refresh: None,
+            last_refresh: None,
         }
+    }
+
+    /// Final accounting of incidents whose names are unknown waits up to `wait` (with
+    /// a pod source), and `refresh` is notified when a pod the source has not
+    /// reported shows up.
+    pub fn with_metadata_wait(mut self, wait: Duration, refresh: Option<Arc<Notify>>) -> Self {
+        self.metadata_wait_ns = wait.as_nanos() as u64;
+        self.refresh = refresh;
+        self
     }
 
     /// Takes a kernel event in; it reaches the detector once the reorder window passed.
@@ -50,36 +96,102 @@ impl Pipeline {
         }
     }
 
+    /// A pod the source has not reported: ask it to look again now (rate-limited).
+    fn unknown_pod_seen(&mut self, pod_uid: &str) {
+        let Some(refresh) = &self.refresh else { return };
+        if self.inventory.pods.pod(pod_uid).is_some()
+            || self
+                .last_refresh
+                .is_some_and(|t| t.elapsed() < REFRESH_EVERY)
+        {
+            return;
+        }
+        self.last_refresh = Some(Instant::now());
+        refresh.notify_one();
+    }
+
     pub fn pod_update(&mut self, update: PodUpdate) {
         self.inventory.apply(update);
     }
 
     /// Feeds facts older than the reorder window to the detector, then lets time pass.
-    pub fn tick(&mut self, now_boot_ns: u64) -> Vec<Change> {
+    pub fn tick(&mut self, now_boot_ns: u64) -> Step {
         let facts = self.reorder.release(now_boot_ns);
-        self.detect(facts, now_boot_ns)
+        self.detect(facts, now_boot_ns, false)
     }
 
-    /// Everything still held, at shutdown.
-    pub fn flush(&mut self, now_boot_ns: u64) -> Vec<Change> {
+    /// Everything still held, at shutdown: accounted for now, named or not.
+    pub fn flush(&mut self, now_boot_ns: u64) -> Step {
         let facts = self.reorder.drain();
-        self.detect(facts, now_boot_ns)
+        self.detect(facts, now_boot_ns, true)
     }
 
-    fn detect(&mut self, facts: Vec<Fact>, now: u64) -> Vec<Change> {
+    fn detect(&mut self, facts: Vec<Fact>, now: u64, last: bool) -> Step {
         let mut changes = Vec::new();
         for fact in facts {
             changes.extend(self.detector.observe(fact, &self.inventory.pods));
         }
         changes.extend(self.detector.advance(now, &self.inventory.pods));
         for c in &changes {
-            match c {
-                Change::Other => self.counts.refusals_other += 1,
-                Change::Discarded { refused } => self.counts.refusals_other += refused,
-                _ => {}
+            if let Change::NotARace { why, refused } = c {
+                match why {
+                    NotARace::Other => self.counts.refusals_other += refused,
+                    NotARace::SelfRefusal => self.counts.self_refusals += refused,
+                }
             }
         }
-        changes
+        let settled = self.settle(&changes, now, last);
+        Step { changes, settled }
+    }
+
+    /// Final incidents become due for accounting once their pod and client are named,
+    /// or when the wait for names is over.
+    fn settle(&mut self, changes: &[Change], now: u64, last: bool) -> Vec<u64> {
+        for id in changes.iter().filter_map(Change::incident) {
+            let Some(inc) = self.detector.incidents().get(id) else {
+                continue;
+            };
+            if inc.is_final()
+                && inc.is_shown()
+                && !self.settled.contains(&id)
+                && !self.holding.iter().any(|(h, _)| *h == id)
+            {
+                self.holding
+                    .push((id, now.saturating_add(self.metadata_wait_ns)));
+            }
+        }
+        let mut due = Vec::new();
+        let log = self.detector.incidents();
+        let pods = &self.inventory.pods;
+        let may_learn = self.inventory.has_pod_source;
+        self.holding.retain(|&(id, deadline)| {
+            let Some(inc) = log.get(id) else {
+                return false; // evicted
+            };
+            if !inc.is_shown() {
+                return false;
+            }
+            let named = pods.pod(&inc.pod_uid).is_some()
+                && inc
+                    .client_container_id()
+                    .is_none_or(|c| pods.container_name(c).is_some());
+            if named || !may_learn || last || now >= deadline {
+                due.push(id);
+                false
+            } else {
+                true
+            }
+        });
+        self.settled.extend(due.iter().copied());
+        if let Some(oldest) = log.oldest_id() {
+            self.settled.retain(|id| *id >= oldest);
+        }
+        due
+    }
+
+    /// Whether incident `id` had its final accounting.
+    pub fn is_settled(&self, id: u64) -> bool {
+        self.settled.contains(&id)
     }
 
     fn fact(&mut self, ev: &KernelEvent) -> Option<Fact> {
@@ -118,10 +230,25 @@ impl Pipeline {
                 })
             }
             KernelEvent::CgroupCreated(c) => match cgroup_path::parse(&c.path) {
-                PathInfo::Pod { pod_uid } => Some(Fact::PodStarted {
-                    ts: c.ts_boot_ns,
+                PathInfo::Pod { pod_uid } => {
+                    self.unknown_pod_seen(&pod_uid);
+                    Some(Fact::PodStarted {
+                        ts: c.ts_boot_ns,
+                        pod_uid,
+                    })
+                }
+                PathInfo::PodContainer {
                     pod_uid,
-                }),
+                    container_id,
+                    ..
+                } => {
+                    self.unknown_pod_seen(&pod_uid);
+                    Some(Fact::ContainerStarted {
+                        ts: c.ts_boot_ns,
+                        pod_uid,
+                        container_id,
+                    })
+                }
                 _ => None,
             },
             KernelEvent::CgroupRemoved(c) => match cgroup_path::parse(&c.path) {
@@ -150,6 +277,7 @@ impl Pipeline {
             self.counts.events_without_pod += 1;
             return None;
         };
+        self.unknown_pod_seen(&pod_uid);
         let client = match a.container_id {
             Some(id) => Client::Container(id),
             None => Client::Cgroup(s.owner.cgroup_id),
@@ -162,7 +290,7 @@ impl Pipeline {
         self.detector
             .incidents()
             .newest_first()
-            .filter(|i| !i.awaiting_attribution)
+            .filter(|i| i.is_shown())
             .map(|i| self.view(i))
             .filter(|v| filter.matches(v))
             .collect()

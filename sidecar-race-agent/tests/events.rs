@@ -17,7 +17,10 @@ use axum::{
 };
 use serde_json::{Value, json};
 use sidecar_race_agent::{
-    detect::{Phase, State as IncidentState, render::IncidentView},
+    detect::{
+        Phase, State as IncidentState,
+        render::{IncidentView, Kind},
+    },
     inventory::pod_info::{Pattern, Workload},
     k8s_events::{EventPublisher, notice_for},
 };
@@ -82,6 +85,7 @@ fn client(addr: SocketAddr) -> kube::Client {
 fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
     IncidentView {
         id: 1,
+        kind: Kind::SidecarRace,
         phase,
         state: IncidentState::Resolved,
         pod_uid: "6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b".into(),
@@ -90,15 +94,19 @@ fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
         workload: Some(Workload { kind: "Deployment".into(), name: "checkout".into() }),
         container: Some(container.into()),
         container_id: Some("a".repeat(64)),
+        container_role: "app",
         sidecar: Some("istio-proxy".into()),
         sidecar_container_id: Some("b".repeat(64)),
+        sidecar_role: "classic_sidecar",
         pattern: Pattern::Classic,
-        port,
-        destination: format!("127.0.0.1:{port}"),
+        port: Some(port),
+        destination: Some(format!("127.0.0.1:{port}")),
         local_destination: None,
         refused_count: 15,
-        first_refused_at: "2026-11-29T10:00:00.100000000Z".into(),
-        last_refused_at: "2026-11-29T10:00:01.500000000Z".into(),
+        client_instances: 1,
+        first_refused_at: Some("2026-11-29T10:00:00.100000000Z".into()),
+        last_refused_at: Some("2026-11-29T10:00:01.500000000Z".into()),
+        apps_finished_at: None,
         listener_ready_at: Some("2026-11-29T10:00:01.600000000Z".into()),
         listener_closed_at: None,
         race_window_seconds: Some(1.5),
@@ -218,4 +226,36 @@ async fn an_api_server_that_fails_is_counted_not_fatal() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(publisher.stats.failed.load(Relaxed), 1);
+}
+
+#[test]
+fn only_migration_evidence_becomes_an_event() {
+    let mut v = incident(Phase::Startup, "istio-proxy", 8080);
+    v.kind = Kind::AppNotReady;
+    assert_eq!(
+        notice_for(&v),
+        None,
+        "a proxy dialing a not-ready app is no race"
+    );
+    v.kind = Kind::InitDeadlock;
+    v.phase = Phase::Unresolved;
+    let n = notice_for(&v).expect("a deadlock is reported");
+    assert_eq!(n.reason, "InitWaitsForClassicSidecar");
+    assert!(
+        n.note
+            .contains("cannot start before the init containers finish"),
+        "{}",
+        n.note
+    );
+    v.kind = Kind::SidecarRace;
+    assert_eq!(
+        notice_for(&v),
+        None,
+        "an unresolved race is a misconfiguration"
+    );
+    v.kind = Kind::StuckJob;
+    v.port = None;
+    v.destination = None;
+    let n = notice_for(&v).expect("a stuck Job is reported");
+    assert_eq!(n.reason, "JobKeptAliveBySidecar");
 }

@@ -23,7 +23,7 @@ use axum::{
 use futures::StreamExt;
 use serde_json::{Value, json};
 use sidecar_race_agent::inventory::sources::{
-    PodUpdate, SourceOptions, SourceStats, api, file, kubelet,
+    Pacer, PodUpdate, SourceOptions, SourceStats, api, file, kubelet,
 };
 use tokio::sync::mpsc;
 
@@ -338,7 +338,12 @@ async fn kubelet_source_polls_pods_over_https_with_the_token() {
     let (tx, mut rx) = mpsc::channel(16);
     let stats = Arc::new(SourceStats::default());
     let client = kubelet::client(&opts).unwrap();
-    let task = tokio::spawn(kubelet::poll(client, opts.poll_interval, tx, stats.clone()));
+    let task = tokio::spawn(kubelet::poll(
+        client,
+        Pacer::every(opts.poll_interval),
+        tx,
+        stats.clone(),
+    ));
     let PodUpdate::Replace(pods) = next(&mut rx).await else {
         panic!()
     };
@@ -360,7 +365,12 @@ async fn kubelet_source_counts_refusals_and_keeps_polling() {
     let (tx, mut rx) = mpsc::channel(16);
     let stats = Arc::new(SourceStats::default());
     let client = kubelet::client(&opts).unwrap();
-    let task = tokio::spawn(kubelet::poll(client, opts.poll_interval, tx, stats.clone()));
+    let task = tokio::spawn(kubelet::poll(
+        client,
+        Pacer::every(opts.poll_interval),
+        tx,
+        stats.clone(),
+    ));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         stats.errors() >= 2,
@@ -390,7 +400,7 @@ async fn file_source_rereads_on_change_and_keeps_the_last_good_pods() {
     let stats = Arc::new(SourceStats::default());
     let task = tokio::spawn(file::run(
         path.clone(),
-        Duration::from_millis(50),
+        Pacer::every(Duration::from_millis(50)),
         tx,
         stats.clone(),
     ));

@@ -139,6 +139,9 @@ fn fleet_vector(q: &str) -> Vec<Value> {
                 "900",
             ),
         ]
+    } else if q.contains("sidecar_race_stuck_job_pods") {
+        // Ranking with stuck Jobs is unit-tested in report/mod.rs.
+        vec![]
     } else if q.contains("sidecar_race_build_info") {
         vec![sample(json!({}), "12")]
     } else {
@@ -363,7 +366,7 @@ async fn prometheus_fleet_is_ranked_with_the_queries_it_needs() {
     assert!(r.workloads[3].misconfiguration);
     assert!(!r.workloads[2].misconfiguration);
 
-    // Six queries, one instant, each exactly what the builder makes for the range.
+    // Seven queries, one instant, each exactly what the builder makes for the range.
     let seen = fake.seen.lock().unwrap().clone();
     let q = Queries::new("24h");
     let mut expected = vec![
@@ -373,6 +376,7 @@ async fn prometheus_fleet_is_ranked_with_the_queries_it_needs() {
         q.refused,
         q.window_p50,
         q.window_p95,
+        q.stuck_job_pods,
     ];
     let mut got: Vec<String> = seen.iter().map(|s| s.0.clone()).collect();
     expected.sort();
@@ -382,6 +386,14 @@ async fn prometheus_fleet_is_ranked_with_the_queries_it_needs() {
     assert_eq!(times.len(), 1, "one evaluation instant: {times:?}");
     assert!(times.iter().next().unwrap().parse::<f64>().unwrap() > 1.7e9);
     for (query, _, raw) in &seen {
+        if query.contains("sidecar_race_stuck_job_pods") {
+            // A gauge: the most pods stuck at once within the range.
+            assert!(
+                query.starts_with("max by (") && query.contains("[24h]"),
+                "{query}"
+            );
+            continue;
+        }
         assert!(
             query.contains("[24h]") && query.contains("offset 24h"),
             "{query}"
@@ -403,10 +415,9 @@ async fn prometheus_fleet_is_ranked_with_the_queries_it_needs() {
             .unwrap()
             .to_string()
     };
-    assert!(
-        by("sidecar_race_incidents_total")
-            .starts_with("sum by (namespace, workload_kind, workload, sidecar, phase, pattern) (")
-    );
+    assert!(by("sidecar_race_incidents_total").starts_with(
+        "sum by (namespace, workload_kind, workload, sidecar, phase, pattern, kind) ("
+    ));
     assert!(by("sidecar_race_refused_connections_total").starts_with(
         "sum by (namespace, workload_kind, workload, container, sidecar, port, phase) ("
     ));
@@ -440,14 +451,22 @@ async fn fixes_name_the_container_to_move_and_the_port_to_probe() {
             .starts_with("Give native sidecar cloud-sql-proxy a startupProbe that tests port 5432")
     );
 
-    // frontend: drain only: ordering, or a preStop on the app.
+    // frontend: drain only: ordering, or a delay in the sidecar's own shutdown (an
+    // app's preStop does not delay the sidecar's SIGTERM).
     let f = fix(2, 0);
     assert_eq!(f.move_to_init_containers.as_deref(), Some("envoy"));
     assert_eq!(f.startup_probe_port, None);
     assert!(f.advice.contains(
-        "initContainers with restartPolicy: Always so it stops only after nginx has exited"
+        "initContainers with restartPolicy: Always: the kubelet stops a native sidecar only after the app containers have exited"
     ));
-    assert!(f.advice.contains("preStop"));
+    assert!(
+        f.advice
+            .contains("delay envoy's own shutdown until nginx is done")
+    );
+    assert!(
+        f.advice
+            .contains("a preStop hook on nginx does not delay envoy's SIGTERM")
+    );
 
     // reporter: not a race.
     let f = fix(3, 0);
@@ -569,6 +588,7 @@ async fn table_markdown_and_json() {
             "refusals",
             "sidecars",
             "startup_incidents",
+            "stuck_job_pods",
             "workload",
             "workload_kind"
         ]
@@ -585,6 +605,7 @@ async fn table_markdown_and_json() {
     assert_eq!(
         w["fixes"][0],
         json!({
+            "kind": "sidecar_race",
             "phase": "startup",
             "sidecar": "istio-proxy",
             "pattern": "classic",
@@ -714,7 +735,7 @@ async fn prometheus_without_data_asks_whether_it_scrapes_the_agents() {
         )
     );
     let seen = fake.seen.lock().unwrap();
-    assert_eq!(seen.len(), 7);
+    assert_eq!(seen.len(), 8);
     assert!(
         seen.iter()
             .any(|s| s.0 == "count(max_over_time(sidecar_race_build_info[7d]))")

@@ -217,7 +217,15 @@ impl RunAgent {
         } else {
             format!("/api/v1/incidents?{query}")
         };
-        let (status, body) = crate::http::get(&self.addr, &path).expect("the agent answers");
+        let (status, body) = crate::http::get(&self.addr, &path).unwrap_or_else(|| {
+            let log = self.stderr();
+            let tail = &log[log.len().saturating_sub(30)..];
+            panic!(
+                "the agent at {} does not answer {path}; its last log lines:\n{}",
+                self.addr,
+                tail.join("\n")
+            )
+        });
         assert_eq!(status, 200, "{body}");
         let v: Value = serde_json::from_str(&body).expect("JSON");
         v["incidents"]
@@ -249,6 +257,15 @@ impl RunAgent {
             }
             thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The one incident of `pod_uid` once it is resolved (panics on none or several).
+    pub fn one_resolved(&self, pod_uid: &str, timeout: Duration) -> Value {
+        let found = self.wait_incidents(pod_uid, timeout, |i| {
+            i.iter().any(|i| i["state"] == "resolved")
+        });
+        assert_eq!(found.len(), 1, "expected one incident: {found:#?}");
+        found.into_iter().next().unwrap()
     }
 
     /// SIGTERM and wait; returns stderr.

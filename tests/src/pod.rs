@@ -147,6 +147,15 @@ impl SimPod {
             .args(args))
     }
 
+    /// Tears a container's cgroup down, as the runtime does when the container exits
+    /// (its processes must have exited).
+    pub fn remove_container(&mut self, c: &SimContainer) -> anyhow::Result<()> {
+        fs::remove_dir(&c.cgroup_dir)
+            .with_context(|| format!("removing {}", c.cgroup_dir.display()))?;
+        self.containers.retain(|d| d != &c.cgroup_dir);
+        Ok(())
+    }
+
     /// Waits for the process `pid` started with [`SimPod::spawn`] to exit.
     pub fn wait(&mut self, pid: u32) -> anyhow::Result<std::process::ExitStatus> {
         let child = self
@@ -256,6 +265,8 @@ pub enum Declared {
     NativeSidecar,
     /// A native sidecar with a startupProbe on `probe_port`.
     NativeSidecarProbed { probe_port: u16 },
+    /// In `initContainers`, run to completion before `containers` start.
+    Init,
 }
 
 /// One container of a simulated pod's manifest.
@@ -285,7 +296,7 @@ impl SimPod {
                 "ports": d.ports.iter().map(|p| json!({"containerPort": p, "protocol": "TCP"})).collect::<Vec<_>>(),
             });
             match d.declared {
-                Declared::App => {}
+                Declared::App | Declared::Init => {}
                 Declared::NativeSidecar => c["restartPolicy"] = json!("Always"),
                 Declared::NativeSidecarProbed { probe_port } => {
                     c["restartPolicy"] = json!("Always");

@@ -31,6 +31,23 @@ pub fn app_done(pod: &mut SimPod, c: &SimContainer, args: &[&str]) {
     assert!(pod.wait(pid).expect("wait sr-app").success());
 }
 
+/// The classic startup race inside `pod`: the proxy in `p` listens on
+/// `127.0.0.1:15001` only after `delay_ms`, the app in `a` dials it at once every 50 ms
+/// until it connects.
+pub fn late_proxy_race(pod: &mut SimPod, p: &SimContainer, a: &SimContainer, delay_ms: u64) {
+    let delay = delay_ms.to_string();
+    proxy(
+        pod,
+        p,
+        &["--listen", "127.0.0.1:15001", "--delay-ms", &delay],
+    );
+    app_done(
+        pod,
+        a,
+        &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
+    );
+}
+
 /// A classic startup race in a new pod `name` (the proxy listens 1 s late, the app
 /// dials at once and retries), and the resolved `startup` incident that the agent at
 /// `addr` must report for it, with the right client and sidecar containers.
@@ -38,16 +55,7 @@ pub fn assert_startup_race_detected(addr: &str, name: &str) {
     let mut pod = SimPod::new(name).expect("a simulated pod");
     let p = pod.container("proxy").expect("proxy container");
     let a = pod.container("app").expect("app container");
-    proxy(
-        &mut pod,
-        &p,
-        &["--listen", "127.0.0.1:15001", "--delay-ms", "1000"],
-    );
-    app_done(
-        &mut pod,
-        &a,
-        &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
-    );
+    late_proxy_race(&mut pod, &p, &a, 1000);
     let deadline = Instant::now() + Duration::from_secs(10);
     let incident = loop {
         let resolved = incidents_at(addr, "state=resolved");

@@ -59,6 +59,9 @@ const AGENT_METRICS: &[&str] = &[
     "sidecar_race_kernel_events_total",
     "sidecar_race_kernel_events_lost_total",
     "sidecar_race_refusals_other_total",
+    "sidecar_race_self_refusals_total",
+    "sidecar_race_app_not_ready_refusals_total",
+    "sidecar_race_stuck_job_pods",
     "sidecar_race_unattributed_events_total",
     "sidecar_race_pod_source_errors_total",
     "sidecar_race_build_info",
@@ -69,6 +72,8 @@ const SCRAPE_METRICS: &[&str] = &["up"];
 const ALERTS: &[&str] = &[
     "SidecarStartupRace",
     "SidecarDrainRace",
+    "SidecarInitDeadlock",
+    "SidecarKeepsJobRunning",
     "SidecarRaceAgentDown",
     "SidecarRaceEventsLost",
 ];

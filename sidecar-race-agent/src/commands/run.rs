@@ -21,7 +21,7 @@ use crate::{
     http::{self, HttpState},
     k8s_events::{EventPublisher, notice_for},
     metrics::Metrics,
-    pipeline::Pipeline,
+    pipeline::{Pipeline, Step},
     shutdown,
 };
 
@@ -40,6 +40,8 @@ pub struct RunOptions {
     pub stats_interval: Duration,
     pub detector: DetectorConfig,
     pub reorder_window: Duration,
+    /// How long final accounting waits for the pod source to name an incident's pod.
+    pub metadata_wait: Duration,
 }
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
@@ -51,11 +53,18 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         mut pod_updates,
         source_stats,
     } = agent::start(&opts.agent)?;
-    let pipeline = Arc::new(Mutex::new(Pipeline::new(
-        inventory,
-        opts.detector,
-        opts.reorder_window.as_nanos() as u64,
-    )));
+    let has_pod_source = inventory.has_pod_source;
+    let mut detector = opts.detector;
+    if !has_pod_source {
+        detector.pod_ip_wait_ns = 0; // no IPs will ever come
+    }
+    let pipeline = Arc::new(Mutex::new(
+        Pipeline::new(inventory, detector, opts.reorder_window.as_nanos() as u64)
+            .with_metadata_wait(
+                opts.metadata_wait,
+                has_pod_source.then(|| opts.agent.source.refresh.clone()),
+            ),
+    ));
     let metrics = Arc::new(Mutex::new(Metrics::new(
         opts.metrics_pod_label,
         env!("CARGO_PKG_VERSION"),
@@ -100,11 +109,11 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             Some(update) = pod_updates.recv() => lock().pod_update(update),
             _ = tick.tick() => {
                 let p = &mut *lock();
-                let changes = p.tick(clock::boot_now_ns());
-                log_changes(p, &changes);
-                metrics.lock().expect("metrics lock").record(&changes, p, Instant::now());
+                let step = p.tick(clock::boot_now_ns());
+                log_changes(p, &step);
+                metrics.lock().expect("metrics lock").record(&step, p, Instant::now());
                 if let Some(events) = &events {
-                    publish(events, p, &changes);
+                    publish(events, p, &step);
                 }
             }
             _ = totals.tick() => {
@@ -112,7 +121,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                     let p = lock();
                     metrics.lock().expect("metrics lock").update_totals(
                         &kernel,
-                        p.counts.refusals_other,
+                        &p.counts,
                         p.inventory.unattributed_events(),
                         source_name,
                         source_stats.errors(),
@@ -130,12 +139,12 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     }
     {
         let p = &mut *lock();
-        let changes = p.flush(clock::boot_now_ns());
-        log_changes(p, &changes);
+        let step = p.flush(clock::boot_now_ns());
+        log_changes(p, &step);
         metrics
             .lock()
             .expect("metrics lock")
-            .record(&changes, p, Instant::now());
+            .record(&step, p, Instant::now());
     }
     log_counts(&probes, &stream, &lock(), &source_stats);
     stop_http.notify_one();
@@ -163,38 +172,36 @@ async fn start_events(opts: &AgentOptions, per_minute: u32) -> Option<EventPubli
     }
 }
 
-/// Races that ended (and late refusals of ended ones) become Events on their pods.
-fn publish(events: &EventPublisher, p: &Pipeline, changes: &[Change]) {
-    for c in changes {
-        let (Change::Resolved(id) | Change::Refused(id)) = c else {
-            continue;
-        };
-        let Some(inc) = p.incident(*id) else { continue };
-        if inc.state != crate::detect::State::Resolved || inc.awaiting_attribution {
-            continue;
-        }
+/// Races whose accounting is due (and late refusals of accounted ones) become Events
+/// on their pods; `app_not_ready` never does.
+fn publish(events: &EventPublisher, p: &Pipeline, step: &Step) {
+    let late = step.changes.iter().filter_map(|c| match c {
+        Change::Refused(id) if p.is_settled(*id) => Some(*id),
+        _ => None,
+    });
+    for id in step.settled.iter().copied().chain(late) {
+        let Some(inc) = p.incident(id) else { continue };
         if let Some(notice) = notice_for(&p.view(inc)) {
             events.notify(notice);
         }
     }
 }
 
-/// One structured log line per incident opened, rephased and resolved.
-fn log_changes(p: &Pipeline, changes: &[Change]) {
-    for c in changes {
-        let (id, what) = match c {
-            Change::Opened(id) => (*id, "incident opened"),
-            Change::Resolved(id) => (*id, "incident resolved"),
-            Change::Rephased { id, .. } => (*id, "incident phase changed"),
-            Change::Refused(_)
-            | Change::Other
-            | Change::Discarded { .. }
-            | Change::PodStarted { .. } => continue,
-        };
+/// One structured log line per incident opened and re-phased, and one when its final
+/// accounting is due ("incident resolved": metrics and Events count it then too).
+fn log_changes(p: &Pipeline, step: &Step) {
+    let shown = step.changes.iter().filter_map(|c| match c {
+        Change::Opened(id) => Some((*id, "incident opened")),
+        Change::Rephased { id, .. } if !p.is_settled(*id) => Some((*id, "incident phase changed")),
+        _ => None,
+    });
+    let settled = step.settled.iter().map(|id| (*id, "incident resolved"));
+    for (id, what) in shown.chain(settled) {
         let Some(inc) = p.incident(id) else { continue };
         let v = p.view(inc);
         tracing::info!(
             incident = v.id,
+            kind = v.kind.as_str(),
             phase = v.phase.as_str(),
             state = v.state.as_str(),
             pod_uid = %v.pod_uid,
@@ -202,10 +209,12 @@ fn log_changes(p: &Pipeline, changes: &[Change]) {
             pod = v.pod.as_deref().unwrap_or(""),
             container = v.container.as_deref().unwrap_or(""),
             container_id = v.container_id.as_deref().unwrap_or(""),
+            container_role = v.container_role,
             sidecar = v.sidecar.as_deref().unwrap_or(""),
+            sidecar_role = v.sidecar_role,
             pattern = v.pattern.as_str(),
             port = v.port,
-            destination = %v.destination,
+            destination = v.destination.as_deref().unwrap_or(""),
             refused_count = v.refused_count,
             race_window_seconds = v.race_window_seconds,
             advice = %v.advice,
@@ -236,6 +245,7 @@ fn log_counts(
                 pods = p.inventory.pods.len(),
                 incidents = p.detector.incidents().len(),
                 refusals_other = p.counts.refusals_other,
+                self_refusals = p.counts.self_refusals,
                 unattributed = p.inventory.unattributed_events(),
                 pod_source_errors = sources.errors(),
                 "kernel event counts"

@@ -1,33 +1,95 @@
 //! One sentence per incident: the fix that applies, in the names the user knows.
 
-use super::incident::Phase;
+use super::{incident::Phase, render::Kind};
 use crate::inventory::pod_info::{Pattern, ProbeTarget};
 
 /// What the advice is about.
 pub struct Subject<'a> {
+    pub kind: Kind,
     pub phase: Phase,
     pub pattern: Pattern,
+    /// The client container (for a stuck Job: none).
     pub container: Option<&'a str>,
+    /// The serving container (for a stuck Job: the sidecar that keeps running).
     pub sidecar: Option<&'a str>,
+    /// The refused port (after a redirect, the local one).
     pub port: u16,
+    /// The port the client dialed when a NAT redirect sent it to `port`.
+    pub dialed_port: Option<u16>,
     /// The sidecar's startupProbe, when it has one.
     pub startup_probe: Option<&'a ProbeTarget>,
+    /// Whether the pod source told the containers' roles.
+    pub roles_known: bool,
+    /// The client is a sidecar (for `app_not_ready`: a proxy forwarding to the app).
+    pub client_is_sidecar: bool,
 }
 
 pub fn advice(s: &Subject) -> String {
+    let text = match s.kind {
+        Kind::StuckJob => stuck_job(s),
+        Kind::InitDeadlock => init_deadlock(s),
+        Kind::AppNotReady => app_not_ready(s),
+        Kind::SidecarRace => sidecar_race(s),
+    };
+    if s.kind == Kind::SidecarRace && !s.roles_known {
+        format!(
+            "{text} (No pod metadata: container roles are unknown, so this assumes the serving container is a sidecar.)"
+        )
+    } else {
+        text
+    }
+}
+
+fn stuck_job(s: &Subject) -> String {
+    let sidecar = s.sidecar.unwrap_or("the sidecar");
+    format!(
+        "{sidecar} kept running after every app container of this Job's pod finished, so the Job never completes: move {sidecar} to initContainers with restartPolicy: Always (the kubelet stops native sidecars once the app containers have exited)."
+    )
+}
+
+fn init_deadlock(s: &Subject) -> String {
+    let init = s.container.unwrap_or("the init container");
+    let sidecar = s.sidecar.unwrap_or("the sidecar");
+    let port = s.port;
+    format!(
+        "Init container {init} waits for port {port} of {sidecar}, but {sidecar} is in containers and starts only after every init container has finished: a deadlock. Make {sidecar} a native sidecar (initContainers, restartPolicy: Always) listed before {init}, with a startupProbe on port {port}."
+    )
+}
+
+fn app_not_ready(s: &Subject) -> String {
+    let client = s.container.unwrap_or("a container");
+    let app = s.sidecar.unwrap_or("the app container");
+    let port = s.port;
+    if s.client_is_sidecar {
+        format!(
+            "Not a sidecar race: {client} forwarded connections (inbound requests or rewritten probes) to port {port} of {app} before {app} listened. Nothing to migrate; if those requests matter, give {app} a readinessProbe (or startupProbe) on port {port} so traffic waits for it."
+        )
+    } else {
+        format!(
+            "Not a sidecar race: {client} dialed port {port} of app container {app} before it listened. If {app} is a sidecar that {client} depends on, name it in the pod annotation sidecar-race.io/sidecars (or --sidecar-names) and it is reported as one; otherwise give {client} retries with backoff."
+        )
+    }
+}
+
+fn sidecar_race(s: &Subject) -> String {
     let app = s.container.unwrap_or("the app container");
     let port = s.port;
+    // After a redirect (a mesh's outbound capture) the app dialed another port.
+    let dialed = match s.dialed_port {
+        Some(d) if d != port => format!("{app} dialed port {d}, redirected to port {port}: "),
+        _ => String::new(),
+    };
     let Some(sidecar) = s.sidecar else {
         return match s.phase {
             Phase::Unresolved => format!(
-                "Nothing in the pod listened on port {port} within the window: check the address and port {app} dials; this is a misconfiguration, not a race."
+                "{dialed}Nothing in the pod listened on port {port} within the window: check the address and port {app} dials; this is a misconfiguration, not a race."
             ),
             _ => format!(
-                "Declare port {port} on the sidecar that serves it (containerPort) and run that sidecar as a native sidecar (initContainers, restartPolicy: Always) with a startupProbe on port {port}."
+                "{dialed}Declare port {port} on the sidecar that serves it (containerPort) and run that sidecar as a native sidecar (initContainers, restartPolicy: Always) with a startupProbe on port {port}."
             ),
         };
     };
-    match (s.phase, s.pattern) {
+    let text = match (s.phase, s.pattern) {
         (Phase::Startup, Pattern::Classic) => format!(
             "Move {sidecar} from containers to initContainers with restartPolicy: Always and give it a startupProbe that tests port {port}, so {app} starts only once {sidecar} serves."
         ),
@@ -45,10 +107,10 @@ pub fn advice(s: &Subject) -> String {
             }
         }
         (Phase::Drain, Pattern::Classic) => format!(
-            "Move {sidecar} to initContainers with restartPolicy: Always so it stops only after {app} has exited, or give {app} a preStop hook that finishes its work before {sidecar} stops."
+            "Move {sidecar} to initContainers with restartPolicy: Always: the kubelet stops a native sidecar only after the app containers have exited. Until then, delay {sidecar}'s own shutdown until {app} is done (e.g. Istio's terminationDrainDuration or EXIT_ON_ZERO_ACTIVE_CONNECTIONS); a preStop hook on {app} does not delay {sidecar}'s SIGTERM."
         ),
         (Phase::Drain, _) => format!(
-            "{app} still dialed port {port} after {sidecar} stopped: make {app} finish within terminationGracePeriodSeconds, leaving time for {sidecar} to stop after it."
+            "{app} still dialed port {port} after {sidecar} stopped: the kubelet stops native sidecars only after the app containers exit, so {sidecar} exited on its own or {app} outlived its grace period; make {app} finish within terminationGracePeriodSeconds."
         ),
         (Phase::Steady, _) => format!(
             "{sidecar} stopped listening on port {port} and came back while the pod ran: give {app} retries with backoff, and {sidecar} a livenessProbe so it restarts fast."
@@ -59,7 +121,8 @@ pub fn advice(s: &Subject) -> String {
         (Phase::Startup, Pattern::Unknown) => format!(
             "Run {sidecar} as a native sidecar (initContainers, restartPolicy: Always) with a startupProbe that tests port {port}, so {app} starts only once it serves."
         ),
-    }
+    };
+    format!("{dialed}{text}")
 }
 
 #[cfg(test)]
@@ -68,12 +131,16 @@ mod tests {
 
     fn subject(phase: Phase, pattern: Pattern, probe: Option<&ProbeTarget>) -> String {
         advice(&Subject {
+            kind: Kind::SidecarRace,
             phase,
             pattern,
             container: Some("app"),
             sidecar: Some("istio-proxy"),
             port: 15001,
+            dialed_port: None,
             startup_probe: probe,
+            roles_known: true,
+            client_is_sidecar: false,
         })
     }
 
@@ -95,7 +162,15 @@ mod tests {
             subject(Phase::Startup, Pattern::NativeProbed, Some(&probe)),
             "The startupProbe of istio-proxy tests port 15021, not port 15001 that app dials: make it test port 15001."
         );
-        assert!(subject(Phase::Drain, Pattern::Classic, None).contains("preStop"));
+        let drain = subject(Phase::Drain, Pattern::Classic, None);
+        assert!(
+            drain.starts_with("Move istio-proxy to initContainers"),
+            "{drain}"
+        );
+        assert!(
+            drain.contains("a preStop hook on app does not delay istio-proxy's SIGTERM"),
+            "an app's preStop is not offered as the fix: {drain}"
+        );
         assert!(subject(Phase::Steady, Pattern::Classic, None).contains("retries with backoff"));
         assert!(subject(Phase::Unresolved, Pattern::Classic, None).contains("not a race"));
     }

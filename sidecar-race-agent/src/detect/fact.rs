@@ -40,6 +40,12 @@ pub enum Fact {
     PodStarted { ts: u64, pod_uid: String },
     /// The pod's cgroup was removed: the pod is gone from the node.
     PodRemoved { ts: u64, pod_uid: String },
+    /// A container's cgroup was created: that container starts.
+    ContainerStarted {
+        ts: u64,
+        pod_uid: String,
+        container_id: String,
+    },
     /// A container's cgroup was removed (torn down).
     ContainerRemoved {
         ts: u64,
@@ -56,6 +62,7 @@ impl Fact {
             | Fact::ListenerDown { ts, .. }
             | Fact::PodStarted { ts, .. }
             | Fact::PodRemoved { ts, .. }
+            | Fact::ContainerStarted { ts, .. }
             | Fact::ContainerRemoved { ts, .. } => *ts,
         }
     }

@@ -57,6 +57,30 @@ impl State {
     }
 }
 
+/// What an incident is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// Connects refused on a port of the pod.
+    Refusals,
+    /// A Job's pod whose app containers all finished while classic sidecar
+    /// `sidecar` (a container name) kept running: the Job never completes.
+    /// `first_refused_at` holds when the last app container finished.
+    StuckJob { sidecar: String },
+}
+
+/// Why an incident is not shown (yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hidden {
+    /// hostNetwork pods: loopback is the node's; shown once a listener in the pod or a
+    /// declared port ties the port to the pod.
+    HostNetworkPort,
+    /// Refused on a non-loopback address while the pod's IPs are unknown: shown once
+    /// they are known and include it, else counted as `other`.
+    PodIpUnknown,
+    /// Turned out not to be a race (a container refused by itself, or not pod-local).
+    Discarded,
+}
+
 /// What the refusals happened relative to: the listener never seen yet, or the
 /// listener that went away at `closed_at`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +94,7 @@ pub enum Episode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Incident {
     pub id: u64,
+    pub subject: Subject,
     pub phase: Phase,
     pub state: State,
     pub pod_uid: String,
@@ -77,6 +102,11 @@ pub struct Incident {
     pub port: u16,
     pub destination: SocketAddr,
     pub local_destination: Option<SocketAddr>,
+    /// Distinct targets refused (after redirects), both families of a dual-stack dial:
+    /// a listener covering any of them resolves the incident. At most a few.
+    pub targets: Vec<SocketAddr>,
+    /// Container instances of the client merged into this incident (a crash loop).
+    pub client_instances: u32,
     pub refused_count: u64,
     pub first_refused_at: u64,
     pub last_refused_at: u64,
@@ -86,14 +116,30 @@ pub struct Incident {
     /// Container whose process was seen listening on the port in this pod.
     pub listener_container_id: Option<String>,
     pub episode: Episode,
-    /// hostNetwork pods: loopback is the node's; the incident stays hidden until a
-    /// listener in the pod or a declared port ties the port to the pod.
-    pub awaiting_attribution: bool,
+    pub hidden: Option<Hidden>,
 }
 
 impl Incident {
-    /// The race window as defined in the README; for open incidents, the window so far.
+    /// The phase will not change any more: resolved, or `unresolved`.
+    pub fn is_final(&self) -> bool {
+        self.state == State::Resolved || self.phase == Phase::Unresolved
+    }
+
+    pub fn is_shown(&self) -> bool {
+        self.hidden.is_none()
+    }
+
+    /// The race window as defined in the README; none while the incident is open
+    /// (a suspected race whose end is not known yet).
     pub fn race_window_ns(&self) -> Option<u64> {
+        if self.state == State::Open {
+            return None;
+        }
+        if let Subject::StuckJob { .. } = self.subject {
+            return self
+                .resolved_at
+                .map(|end| end.saturating_sub(self.first_refused_at));
+        }
         match self.phase {
             Phase::Startup => Some(
                 self.listener_ready_at

@@ -4,16 +4,63 @@
 use serde::Serialize;
 
 use super::{
-    advice::{Subject, advice},
+    advice::{Subject as AdviceSubject, advice},
     detector::PodMeta,
-    incident::{Incident, Phase, State},
+    incident::{Incident, Phase, State, Subject},
 };
-use crate::inventory::pod_info::{Pattern, Workload};
+use crate::inventory::pod_info::{Pattern, Role, Workload};
+
+/// What an incident is, from the roles of the containers involved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A client refused by a sidecar's port (or, with no roles known, by another
+    /// container's port): what the product is for.
+    SidecarRace,
+    /// A container refused by an app container's port: a sidecar forwarding inbound
+    /// traffic or a rewritten probe, or an app dialing another app. The app is not ready
+    /// yet; no sidecar to migrate.
+    AppNotReady,
+    /// An init container refused by a port of a container in `containers[]`, which
+    /// cannot start before the init containers finish.
+    InitDeadlock,
+    /// A Job's pod kept running by a classic sidecar after its app containers finished.
+    StuckJob,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::SidecarRace => "sidecar_race",
+            Kind::AppNotReady => "app_not_ready",
+            Kind::InitDeadlock => "init_deadlock",
+            Kind::StuckJob => "stuck_job",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        [
+            Kind::SidecarRace,
+            Kind::AppNotReady,
+            Kind::InitDeadlock,
+            Kind::StuckJob,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+
+    /// Whether it is evidence for migrating a sidecar (metrics of races, Events, the
+    /// report's ranking). `app_not_ready` is not.
+    pub fn is_migration_evidence(self) -> bool {
+        self != Kind::AppNotReady
+    }
+}
 
 /// One incident in the public JSON shape (field names are a stable interface).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct IncidentView {
     pub id: u64,
+    pub kind: Kind,
     pub phase: Phase,
     pub state: State,
     pub pod_uid: String,
@@ -22,17 +69,24 @@ pub struct IncidentView {
     pub workload: Option<Workload>,
     pub container: Option<String>,
     pub container_id: Option<String>,
+    /// `app`, `classic_sidecar`, `native_sidecar`, `init`, `ephemeral` or `unknown`.
+    pub container_role: &'static str,
     pub sidecar: Option<String>,
     pub sidecar_container_id: Option<String>,
+    pub sidecar_role: &'static str,
     pub pattern: Pattern,
-    pub port: u16,
-    pub destination: String,
+    pub port: Option<u16>,
+    pub destination: Option<String>,
     pub local_destination: Option<String>,
     pub refused_count: u64,
-    pub first_refused_at: String,
-    pub last_refused_at: String,
+    /// Instances of the client container whose refusals this incident sums (a crash loop).
+    pub client_instances: u32,
+    pub first_refused_at: Option<String>,
+    pub last_refused_at: Option<String>,
     pub listener_ready_at: Option<String>,
     pub listener_closed_at: Option<String>,
+    /// For a stuck Job: when its last app container finished.
+    pub apps_finished_at: Option<String>,
     pub race_window_seconds: Option<f64>,
     pub advice: String,
 }
@@ -40,6 +94,11 @@ pub struct IncidentView {
 /// Renders `inc`; `wall` turns kernel boot-clock ns into RFC 3339.
 pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) -> IncidentView {
     let pod = meta.pod(&inc.pod_uid);
+    let stuck_sidecar = match &inc.subject {
+        Subject::StuckJob { sidecar } => Some(sidecar.clone()),
+        Subject::Refusals => None,
+    };
+    let refusals = stuck_sidecar.is_none();
     let container_id = inc.client_container_id().map(str::to_string);
     let container = container_id
         .as_deref()
@@ -54,15 +113,28 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         .as_deref()
         .and_then(|id| meta.container_name(id))
         .map(str::to_string);
-    let sidecar = declared.or(by_listener);
+    let sidecar = stuck_sidecar.or(declared).or(by_listener);
     let sidecar_container_id = inc.listener_container_id.clone().or_else(|| {
         let (pod, name) = (pod?, sidecar.as_deref()?);
-        pod.statuses
-            .iter()
-            .find(|s| s.name == name)
-            .map(|s| s.container_id.clone())
+        pod.status(name).map(|s| s.container_id.clone())
     });
-    let pattern = match (pod, sidecar.as_deref()) {
+    let role_of = |name: Option<&str>| pod.zip(name).and_then(|(p, n)| p.role(n));
+    let (container_role, sidecar_role) =
+        (role_of(container.as_deref()), role_of(sidecar.as_deref()));
+    let kind = match (container_role, sidecar_role) {
+        _ if !refusals => Kind::StuckJob,
+        (Some(Role::Init), Some(server)) if server.in_containers() => Kind::InitDeadlock,
+        // A known client refused by an app container (a proxy forwarding to it, or an
+        // app dialing another app): the server is no sidecar.
+        (Some(_), Some(Role::App)) => Kind::AppNotReady,
+        _ => Kind::SidecarRace,
+    };
+    // For app_not_ready the pattern is the dialing sidecar's.
+    let pattern_of = match kind {
+        Kind::AppNotReady => container.as_deref(),
+        _ => sidecar.as_deref(),
+    };
+    let pattern = match (pod, pattern_of) {
         (Some(p), Some(name)) => p.pattern(name),
         _ => Pattern::Unknown,
     };
@@ -70,16 +142,22 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         .zip(sidecar.as_deref())
         .and_then(|(p, name)| p.container(name))
         .and_then(|c| c.startup_probe.as_ref());
-    let advice = advice(&Subject {
+    let advice = advice(&AdviceSubject {
+        kind,
         phase: inc.phase,
         pattern,
         container: container.as_deref(),
         sidecar: sidecar.as_deref(),
         port: inc.port,
+        dialed_port: inc.local_destination.map(|_| inc.destination.port()),
         startup_probe,
+        roles_known: container_role.is_some() && sidecar_role.is_some(),
+        client_is_sidecar: container_role.is_some_and(Role::is_sidecar),
     });
+    let role_name = |r: Option<Role>| r.map_or("unknown", Role::as_str);
     IncidentView {
         id: inc.id,
+        kind,
         phase: inc.phase,
         state: inc.state,
         pod_uid: inc.pod_uid.clone(),
@@ -88,25 +166,30 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         workload: pod.map(|p| p.workload.clone()),
         container,
         container_id,
+        container_role: role_name(container_role),
         sidecar,
         sidecar_container_id,
+        sidecar_role: role_name(sidecar_role),
         pattern,
-        port: inc.port,
-        destination: inc.destination.to_string(),
+        port: refusals.then_some(inc.port),
+        destination: refusals.then(|| inc.destination.to_string()),
         local_destination: inc.local_destination.map(|d| d.to_string()),
         refused_count: inc.refused_count,
-        first_refused_at: wall(inc.first_refused_at),
-        last_refused_at: wall(inc.last_refused_at),
+        client_instances: inc.client_instances,
+        first_refused_at: refusals.then(|| wall(inc.first_refused_at)),
+        last_refused_at: refusals.then(|| wall(inc.last_refused_at)),
         listener_ready_at: inc.listener_ready_at.map(wall),
         listener_closed_at: inc.listener_closed_at.map(wall),
+        apps_finished_at: (!refusals).then(|| wall(inc.first_refused_at)),
         race_window_seconds: inc.race_window_ns().map(|ns| ns as f64 / 1e9),
         advice,
     }
 }
 
-/// `?phase=&namespace=&state=` of `/api/v1/incidents`.
+/// `?kind=&phase=&namespace=&state=` of `/api/v1/incidents`.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct Filter {
+    pub kind: Option<String>,
     pub phase: Option<String>,
     pub namespace: Option<String>,
     pub state: Option<String>,
@@ -114,7 +197,8 @@ pub struct Filter {
 
 impl Filter {
     pub fn matches(&self, v: &IncidentView) -> bool {
-        self.phase.as_deref().is_none_or(|p| p == v.phase.as_str())
+        self.kind.as_deref().is_none_or(|k| k == v.kind.as_str())
+            && self.phase.as_deref().is_none_or(|p| p == v.phase.as_str())
             && self.state.as_deref().is_none_or(|s| s == v.state.as_str())
             && self
                 .namespace

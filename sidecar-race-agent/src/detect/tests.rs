@@ -3,13 +3,14 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{
-    render::{Filter, view},
+    detector::NotARace,
+    render::{Filter, Kind, view},
     reorder::Reorder,
     *,
 };
 use crate::inventory::cgroup_path::Runtime;
 use crate::inventory::pod_info::{
-    ContainerInfo, Pattern, PodInfo, ProbeTarget, Role, StatusInfo, Workload,
+    ContainerInfo, Pattern, PodInfo, ProbeTarget, Role, RunState, StatusInfo, Workload,
 };
 
 const MS: u64 = 1_000_000;
@@ -40,6 +41,28 @@ impl PodMeta for Meta {
             .find(|s| s.container_id == id)
             .map(|s| s.name.as_str())
     }
+    /// Boot time 0 is 2026-11-29T10:00:00Z in these recordings.
+    fn boot_ns(&self, rfc3339: &str) -> Option<u64> {
+        let t =
+            time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
+                .ok()?;
+        u64::try_from(t.unix_timestamp_nanos() - EPOCH_2026_11_29_10H).ok()
+    }
+    fn each_pod(&self, f: &mut dyn FnMut(&PodInfo)) {
+        for (uid, p) in &self.pods {
+            if !self.deleted.contains(uid) {
+                f(p);
+            }
+        }
+    }
+}
+
+/// 2026-11-29T10:00:00Z in Unix ns: boot time 0 of the recordings.
+const EPOCH_2026_11_29_10H: i128 = 1_795_946_400_000_000_000;
+
+/// `2026-11-29T10:00:00Z` plus `ns`.
+fn at(ns: u64) -> String {
+    crate::clock::rfc3339_nanos(EPOCH_2026_11_29_10H + ns as i128)
 }
 
 fn container(
@@ -51,6 +74,8 @@ fn container(
     ContainerInfo {
         name: name.into(),
         role,
+        sidecar_by: None,
+        image: None,
         ports: ports.to_vec(),
         startup_probe,
         readiness_probe: None,
@@ -62,7 +87,9 @@ fn status(name: &str, id: &str) -> StatusInfo {
         name: name.into(),
         container_id: id.into(),
         runtime: Runtime::Containerd,
+        state: RunState::Running,
         started_at: None,
+        finished_at: None,
         ready: true,
         restart_count: 0,
     }
@@ -80,7 +107,7 @@ fn checkout(proxy_role: Role, probe: Option<ProbeTarget>) -> PodInfo {
         },
         containers: vec![
             container("istio-proxy", proxy_role, &[15001], probe),
-            container("db-proxy", Role::App, &[5432], None),
+            container("db-proxy", Role::ClassicSidecar, &[5432], None),
             container("app", Role::App, &[8080], None),
             container("app2", Role::App, &[], None),
         ],
@@ -144,6 +171,29 @@ fn removed(ts: u64) -> Fact {
     }
 }
 
+fn other() -> Change {
+    Change::NotARace {
+        why: NotARace::Other,
+        refused: 1,
+    }
+}
+
+fn container_started(ts: u64, id: &str) -> Fact {
+    Fact::ContainerStarted {
+        ts,
+        pod_uid: POD.into(),
+        container_id: id.into(),
+    }
+}
+
+fn container_removed(ts: u64, id: &str) -> Fact {
+    Fact::ContainerRemoved {
+        ts,
+        pod_uid: POD.into(),
+        container_id: id.into(),
+    }
+}
+
 fn run(facts: Vec<Fact>, meta: &dyn PodMeta) -> (Detector, Vec<Change>) {
     let mut d = Detector::new(DetectorConfig::default());
     let mut changes = Vec::new();
@@ -156,7 +206,7 @@ fn run(facts: Vec<Fact>, meta: &dyn PodMeta) -> (Detector, Vec<Change>) {
 fn all(d: &Detector) -> Vec<&Incident> {
     d.incidents()
         .newest_first()
-        .filter(|i| !i.awaiting_attribution)
+        .filter(|i| i.is_shown())
         .collect()
 }
 
@@ -174,7 +224,7 @@ fn refusals(from: u64, to: u64, client: &str, dst: &str) -> Vec<Fact> {
 
 #[test]
 fn classic_startup_race() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let mut facts = vec![started(0)];
     facts.extend(refusals(100 * MS, 1500 * MS, APP, "127.0.0.1:15001"));
     facts.push(up(1500 * MS, PROXY, "0.0.0.0:15001"));
@@ -228,7 +278,7 @@ fn ordered_start_gives_no_incident() {
 
 #[test]
 fn drain_with_metadata_and_without() {
-    let mut pod = checkout(Role::App, None);
+    let mut pod = checkout(Role::ClassicSidecar, None);
     pod.deletion_timestamp = Some("2026-11-29T10:00:10Z".into());
     let terminating = meta_with(pod);
     for meta in [&terminating as &dyn PodMeta, &NoMeta] {
@@ -312,7 +362,7 @@ fn sidecar_restart_mid_life_is_steady() {
 
 #[test]
 fn a_port_nobody_opens_is_unresolved_not_a_race() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let mut facts = vec![started(0)];
     facts.extend(refusals(100 * MS, 2 * S, APP, "127.0.0.1:9999"));
     let (mut d, _) = run(facts, &meta);
@@ -351,7 +401,7 @@ fn a_port_nobody_opens_is_unresolved_not_a_race() {
 
 #[test]
 fn two_client_containers_get_one_incident_each() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let mut facts = vec![started(0)];
     facts.extend(refusals(100 * MS, 1000 * MS, APP, "127.0.0.1:15001"));
     facts.extend(refusals(150 * MS, 800 * MS, APP2, "127.0.0.1:15001"));
@@ -376,7 +426,7 @@ fn two_client_containers_get_one_incident_each() {
 
 #[test]
 fn two_sidecars_are_told_apart_by_port() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let facts = vec![
         started(0),
         refused(100 * MS, APP, "127.0.0.1:15001"),
@@ -400,7 +450,7 @@ fn two_sidecars_are_told_apart_by_port() {
 
 #[test]
 fn listener_addresses_must_cover_the_dialed_one() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     // Listening on 127.0.0.1 does not serve [::1]: that incident stays open.
     let (d, _) = run(
         vec![
@@ -439,7 +489,7 @@ fn listener_addresses_must_cover_the_dialed_one() {
 
 #[test]
 fn a_refusal_landing_just_after_its_listener_joins_the_resolved_incident() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let facts = vec![
         started(0),
         refused(100 * MS, APP, "127.0.0.1:15001"),
@@ -476,12 +526,12 @@ fn a_refusal_landing_just_after_its_listener_joins_the_resolved_incident() {
         &meta,
     );
     assert!(all(&d).is_empty());
-    assert_eq!(changes.last(), Some(&Change::Other));
+    assert_eq!(changes.last(), Some(&other()));
 }
 
 #[test]
 fn out_of_order_delivery_within_the_reorder_window() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let mut facts = vec![started(0)];
     facts.extend(refusals(100 * MS, 1500 * MS, APP, "127.0.0.1:15001"));
     facts.push(up(1500 * MS, PROXY, "0.0.0.0:15001"));
@@ -509,10 +559,10 @@ fn out_of_order_delivery_within_the_reorder_window() {
 
 #[test]
 fn pod_deleted_mid_incident() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     // A startup candidate whose pod goes away before any listener: unresolved.
     let (mut d, _) = run(vec![started(0), refused(MS, APP, "127.0.0.1:15001")], &meta);
-    let mut deleted = meta_with(checkout(Role::App, None));
+    let mut deleted = meta_with(checkout(Role::ClassicSidecar, None));
     deleted.deleted.insert(POD.into());
     let changes = d.advance(2 * S, &deleted);
     assert!(changes.contains(&Change::Resolved(1)));
@@ -539,7 +589,7 @@ fn pod_deleted_mid_incident() {
 
 #[test]
 fn host_network_pods_need_a_declared_port_or_a_listener_in_the_pod() {
-    let mut pod = checkout(Role::App, None);
+    let mut pod = checkout(Role::ClassicSidecar, None);
     pod.host_network = true;
     let meta = meta_with(pod);
     // 7777 is declared by nobody and nothing in the pod listens: the node's loopback.
@@ -552,7 +602,7 @@ fn host_network_pods_need_a_declared_port_or_a_listener_in_the_pod() {
         }]
     );
     let changes = d.advance(200 * S, &meta);
-    assert_eq!(changes, vec![Change::Discarded { refused: 1 }]);
+    assert_eq!(changes, vec![other()]);
     // A declared port is attributed at once.
     let (d, _) = run(vec![started(0), refused(MS, APP, "127.0.0.1:15001")], &meta);
     assert_eq!(all(&d).len(), 1);
@@ -568,19 +618,19 @@ fn host_network_pods_need_a_declared_port_or_a_listener_in_the_pod() {
     assert_eq!(all(&d).len(), 1);
     assert!(changes.contains(&Change::Opened(1)) && changes.contains(&Change::Resolved(1)));
     // The node's own IP is not pod-local for a hostNetwork pod.
-    let mut pod = checkout(Role::App, None);
+    let mut pod = checkout(Role::ClassicSidecar, None);
     pod.host_network = true;
     pod.pod_ips = vec!["192.168.49.2".parse().unwrap()];
     let (_, changes) = run(
         vec![refused(MS, APP, "192.168.49.2:15001")],
         &meta_with(pod),
     );
-    assert_eq!(changes, vec![Change::Other]);
+    assert_eq!(changes, vec![other()]);
 }
 
 #[test]
 fn agent_started_while_the_pod_ran_gives_no_startup_incident() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     // No PodStarted: the pod was already there. Its proxy restarts.
     let facts = vec![
         down(5 * S, PROXY, "0.0.0.0:15001"),
@@ -597,7 +647,7 @@ fn agent_started_while_the_pod_ran_gives_no_startup_incident() {
 
 #[test]
 fn redirected_refusals_use_the_local_port_and_keep_the_dialed_destination() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let facts = vec![
         started(0),
         Fact::Refused {
@@ -611,7 +661,16 @@ fn redirected_refusals_use_the_local_port_and_keep_the_dialed_destination() {
     ];
     let (d, _) = run(facts, &meta);
     let v = view(all(&d)[0], &meta, &wall);
-    assert_eq!((v.port, v.destination.as_str()), (15001, "10.96.0.10:80"));
+    assert_eq!(
+        (v.port, v.destination.as_deref()),
+        (Some(15001), Some("10.96.0.10:80"))
+    );
+    assert!(
+        v.advice
+            .starts_with("app dialed port 80, redirected to port 15001: "),
+        "the advice names both ports: {}",
+        v.advice
+    );
     assert_eq!(v.local_destination.as_deref(), Some("127.0.0.1:15001"));
     assert_eq!(
         (v.phase, v.sidecar.as_deref()),
@@ -621,7 +680,7 @@ fn redirected_refusals_use_the_local_port_and_keep_the_dialed_destination() {
 
 #[test]
 fn refusals_that_are_not_pod_local_are_other() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let (d, changes) = run(
         vec![
             refused(MS, APP, "10.96.0.10:80"),
@@ -630,7 +689,7 @@ fn refusals_that_are_not_pod_local_are_other() {
         &meta,
     );
     assert!(d.incidents().is_empty());
-    assert_eq!(changes, vec![Change::Other, Change::Other]);
+    assert_eq!(changes, vec![other(), other()]);
     // Without metadata the pod IP is unknown, loopback still counts.
     let (d, _) = run(
         vec![started(0), refused(MS, APP, "127.0.0.1:15001")],
@@ -671,7 +730,7 @@ fn a_probed_native_sidecar_that_still_races_gets_told_its_probe_misses_the_port(
 
 #[test]
 fn history_is_bounded_and_newest_first() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let mut d = Detector::new(DetectorConfig {
         history: 3,
         ..DetectorConfig::default()
@@ -692,7 +751,7 @@ fn history_is_bounded_and_newest_first() {
 
 #[test]
 fn filters_match_phase_state_and_namespace() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let (d, _) = run(
         vec![
             started(0),
@@ -703,6 +762,7 @@ fn filters_match_phase_state_and_namespace() {
     );
     let v = view(all(&d)[0], &meta, &wall);
     let f = |phase: Option<&str>, state: Option<&str>, ns: Option<&str>| Filter {
+        kind: None,
         phase: phase.map(String::from),
         state: state.map(String::from),
         namespace: ns.map(String::from),
@@ -714,6 +774,10 @@ fn filters_match_phase_state_and_namespace() {
     let json = serde_json::to_value(&v).unwrap();
     for field in [
         "id",
+        "kind",
+        "container_role",
+        "sidecar_role",
+        "client_instances",
         "phase",
         "state",
         "pod_uid",
@@ -748,7 +812,7 @@ fn filters_match_phase_state_and_namespace() {
 
 #[test]
 fn listener_records_stay_bounded_for_a_long_lived_pod() {
-    let meta = meta_with(checkout(Role::App, None));
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let mut d = Detector::new(DetectorConfig::default());
     d.observe(started(0), &meta);
     // A sidecar restarting 1000 times, and 1000 ephemeral listeners.
@@ -768,4 +832,531 @@ fn listener_records_stay_bounded_for_a_long_lived_pod() {
         (last.phase, last.listener_closed_at),
         (Phase::Steady, Some(999 * S + S / 2))
     );
+}
+
+// ---- Roles and direction ----
+
+#[test]
+fn a_proxy_dialing_the_app_before_it_listens_is_app_not_ready_not_a_race() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    // Envoy forwards inbound requests to the app (loopback), pilot-agent forwards the
+    // kubelet's rewritten probes (the pod IP): both before the app listens on 8080.
+    let mut facts = vec![started(0)];
+    facts.extend(refusals(100 * MS, 900 * MS, PROXY, "127.0.0.1:8080"));
+    facts.extend(refusals(150 * MS, 950 * MS, DB, "10.244.1.17:8080"));
+    facts.sort_by_key(Fact::ts);
+    facts.push(up(S, APP, "0.0.0.0:8080"));
+    let (d, _) = run(facts, &meta);
+    let incs = all(&d);
+    assert_eq!(incs.len(), 2);
+    for i in incs {
+        let v = view(i, &meta, &wall);
+        assert_eq!(v.kind, Kind::AppNotReady, "{v:#?}");
+        assert_eq!(v.sidecar.as_deref(), Some("app"), "the app served the port");
+        assert_eq!(
+            (v.container_role, v.sidecar_role),
+            ("classic_sidecar", "app")
+        );
+        assert!(!v.kind.is_migration_evidence());
+        assert!(v.advice.starts_with("Not a sidecar race"), "{}", v.advice);
+        assert!(!v.advice.contains("initContainers"), "{}", v.advice);
+    }
+}
+
+#[test]
+fn a_container_refused_by_its_own_port_is_no_incident() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    // An exec startupProbe in the proxy dials its own declared port before it listens.
+    let (d, changes) = run(
+        vec![started(0), refused(MS, PROXY, "127.0.0.1:15001")],
+        &meta,
+    );
+    assert!(d.incidents().is_empty());
+    assert_eq!(
+        changes.last(),
+        Some(&Change::NotARace {
+            why: NotARace::SelfRefusal,
+            refused: 1
+        })
+    );
+    // An undeclared port: known to be its own once it listens there.
+    let (d, changes) = run(
+        vec![
+            started(0),
+            refused(MS, PROXY, "127.0.0.1:15090"),
+            refused(2 * MS, PROXY, "127.0.0.1:15090"),
+            up(S, PROXY, "0.0.0.0:15090"),
+        ],
+        &meta,
+    );
+    assert!(all(&d).is_empty(), "{:#?}", all(&d));
+    assert!(changes.contains(&Change::NotARace {
+        why: NotARace::SelfRefusal,
+        refused: 2
+    }));
+}
+
+#[test]
+fn roles_unknown_without_metadata_are_said_in_the_incident() {
+    let (d, _) = run(
+        vec![
+            started(0),
+            refused(MS, APP, "127.0.0.1:15001"),
+            up(S, PROXY, "0.0.0.0:15001"),
+        ],
+        &NoMeta,
+    );
+    let v = view(all(&d)[0], &NoMeta, &wall);
+    assert_eq!(v.kind, Kind::SidecarRace);
+    assert_eq!((v.container_role, v.sidecar_role), ("unknown", "unknown"));
+    assert!(
+        v.advice.contains("container roles are unknown"),
+        "{}",
+        v.advice
+    );
+}
+
+// ---- When is it a startup race ----
+
+#[test]
+fn containers_started_after_the_agent_in_an_existing_pod_race_at_startup() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    // No PodStarted: the pod's cgroup existed (agent restarted, sandbox re-created).
+    let mut facts = vec![
+        container_started(100 * S, APP),
+        container_started(100 * S, PROXY),
+    ];
+    facts.extend(refusals(
+        100 * S + 100 * MS,
+        101 * S,
+        APP,
+        "127.0.0.1:15001",
+    ));
+    facts.push(up(101 * S + 500 * MS, PROXY, "0.0.0.0:15001"));
+    let (d, _) = run(facts, &meta);
+    let i = all(&d)[0];
+    assert_eq!((i.phase, i.state), (Phase::Startup, State::Resolved));
+}
+
+#[test]
+fn startup_is_bounded_by_the_containers_start() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    // The app started long ago and dials a port for the first time: not startup.
+    let (d, _) = run(
+        vec![
+            started(0),
+            container_started(0, APP),
+            container_started(0, PROXY),
+            refused(600 * S, APP, "127.0.0.1:15001"),
+            up(601 * S, PROXY, "0.0.0.0:15001"),
+        ],
+        &meta,
+    );
+    assert_eq!(all(&d)[0].phase, Phase::Steady);
+    // The same from the pod source's startedAt, without cgroup events.
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    for s in &mut pod.statuses {
+        s.started_at = Some(at(0));
+    }
+    let meta = meta_with(pod);
+    let (d, _) = run(
+        vec![
+            refused(600 * S, APP, "127.0.0.1:15001"),
+            up(601 * S, PROXY, "0.0.0.0:15001"),
+        ],
+        &meta,
+    );
+    assert_eq!(all(&d)[0].phase, Phase::Steady);
+    let (d, _) = run(
+        vec![
+            refused(30 * S, APP, "127.0.0.1:15001"),
+            up(31 * S, PROXY, "0.0.0.0:15001"),
+        ],
+        &meta,
+    );
+    assert_eq!(all(&d)[0].phase, Phase::Startup, "30 s after startedAt");
+    // A serving container restarted recently does not make an old client's refusal startup.
+    let (d, _) = run(
+        vec![
+            started(0),
+            container_started(0, APP),
+            container_started(599 * S, PROXY),
+            refused(600 * S, APP, "127.0.0.1:15001"),
+            up(601 * S, PROXY, "0.0.0.0:15001"),
+        ],
+        &meta,
+    );
+    assert_eq!(all(&d)[0].phase, Phase::Steady);
+}
+
+#[test]
+fn a_crash_looping_app_is_one_startup_incident_per_port() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    let mut facts = vec![started(0)];
+    for (n, id) in ["a1", "a2", "a3"].into_iter().enumerate() {
+        let t = n as u64 * 10 * S;
+        facts.push(container_started(t, id));
+        facts.extend(refusals(t + 100 * MS, t + 400 * MS, id, "127.0.0.1:15001"));
+        facts.push(container_removed(t + 500 * MS, id));
+    }
+    facts.push(up(25 * S, PROXY, "0.0.0.0:15001"));
+    let (d, changes) = run(facts, &meta);
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1, "{incs:#?}");
+    let i = incs[0];
+    assert_eq!((i.phase, i.state), (Phase::Startup, State::Resolved));
+    assert_eq!((i.refused_count, i.client_instances), (9, 3));
+    assert_eq!(
+        changes
+            .iter()
+            .filter(|c| matches!(c, Change::Opened(_)))
+            .count(),
+        1
+    );
+    // Two different containers (names known) are never merged.
+    let (d, _) = run(
+        vec![
+            started(0),
+            refused(MS, APP, "127.0.0.1:15001"),
+            container_removed(2 * MS, APP),
+            refused(3 * MS, APP2, "127.0.0.1:15001"),
+        ],
+        &meta,
+    );
+    assert_eq!(all(&d).len(), 2);
+}
+
+// ---- Drain, steady and unresolved ----
+
+#[test]
+fn a_sidecar_restarted_mid_life_while_the_app_exits_is_steady_never_drain() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    let mut d = Detector::new(DetectorConfig::default());
+    let mut facts = vec![
+        started(0),
+        up(S, PROXY, "0.0.0.0:15001"),
+        down(60 * S, PROXY, "0.0.0.0:15001"),
+    ];
+    facts.extend(refusals(
+        60 * S + 50 * MS,
+        60 * S + 500 * MS,
+        APP,
+        "127.0.0.1:15001",
+    ));
+    facts.push(container_removed(61 * S, APP));
+    for f in facts {
+        d.observe(f, &meta);
+    }
+    assert!(d.advance(62 * S, &meta).is_empty());
+    assert_eq!(
+        (all(&d)[0].phase, all(&d)[0].state),
+        (Phase::Steady, State::Open)
+    );
+    d.observe(up(63 * S, "dddd", "0.0.0.0:15001"), &meta);
+    let i = all(&d)[0];
+    assert_eq!((i.phase, i.state), (Phase::Steady, State::Resolved));
+    assert_eq!(i.race_window_ns(), Some(3 * S), "the outage");
+}
+
+#[test]
+fn an_outage_longer_than_the_unresolved_timeout_is_steady() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    let mut d = Detector::new(DetectorConfig::default());
+    for f in [
+        started(0),
+        up(S, PROXY, "0.0.0.0:15001"),
+        down(10 * S, PROXY, "0.0.0.0:15001"),
+        refused(11 * S, APP, "127.0.0.1:15001"),
+        refused(150 * S, APP, "127.0.0.1:15001"),
+    ] {
+        d.observe(f, &meta);
+    }
+    assert!(d.advance(200 * S, &meta).is_empty(), "never unresolved");
+    d.observe(up(250 * S, PROXY, "0.0.0.0:15001"), &meta);
+    let i = all(&d)[0];
+    assert_eq!((i.phase, i.state), (Phase::Steady, State::Resolved));
+    assert_eq!(i.race_window_ns(), Some(240 * S));
+}
+
+#[test]
+fn unresolved_is_final() {
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    let meta = meta_with(pod.clone());
+    let (mut d, _) = run(vec![started(0), refused(MS, APP, "127.0.0.1:15001")], &meta);
+    assert_eq!(all(&d)[0].race_window_ns(), None, "open: no window yet");
+    assert_eq!(
+        d.advance(121 * S, &meta),
+        vec![Change::Rephased {
+            id: 1,
+            from: Phase::Startup
+        }]
+    );
+    assert!(all(&d)[0].is_final());
+    // A listener afterwards, more refusals, then the pod deleted much later: still
+    // unresolved, never drain with a 400 s window.
+    d.observe(refused(200 * S, APP, "127.0.0.1:15001"), &meta);
+    pod.deletion_timestamp = Some(at(430 * S));
+    pod.deletion_grace_period_seconds = Some(30);
+    let terminating = meta_with(pod);
+    assert!(d.advance(401 * S, &terminating).is_empty());
+    d.observe(removed(402 * S), &terminating);
+    let i = all(&d)[0];
+    assert_eq!(
+        (i.phase, i.state, i.refused_count),
+        (Phase::Unresolved, State::Resolved, 2)
+    );
+    assert_eq!(i.race_window_ns(), None);
+}
+
+#[test]
+fn a_listener_gone_long_before_the_deletion_is_not_a_drain() {
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    pod.deletion_timestamp = Some(at(330 * S));
+    pod.deletion_grace_period_seconds = Some(30);
+    let terminating = meta_with(pod);
+    let (d, _) = run(
+        vec![
+            started(0),
+            up(S, PROXY, "0.0.0.0:15001"),
+            down(10 * S, PROXY, "0.0.0.0:15001"),
+            refused(11 * S, APP, "127.0.0.1:15001"),
+            removed(301 * S),
+        ],
+        &terminating,
+    );
+    assert_eq!(all(&d)[0].phase, Phase::Steady, "deletion began at 300 s");
+    // Gone at the deletion: a drain.
+    let (d, _) = run(
+        vec![
+            started(0),
+            up(S, PROXY, "0.0.0.0:15001"),
+            down(300 * S + MS, PROXY, "0.0.0.0:15001"),
+            refused(300 * S + 100 * MS, APP, "127.0.0.1:15001"),
+            removed(301 * S),
+        ],
+        &terminating,
+    );
+    assert_eq!(all(&d)[0].phase, Phase::Drain);
+}
+
+// ---- Lifecycle failures ----
+
+fn with_init(mut pod: PodInfo) -> PodInfo {
+    pod.containers
+        .insert(0, container("wait-for-mesh", Role::Init, &[], None));
+    pod.statuses.push(status("wait-for-mesh", "eeee"));
+    pod
+}
+
+#[test]
+fn an_init_container_waiting_for_a_classic_sidecar_is_a_deadlock() {
+    let meta = meta_with(with_init(checkout(Role::ClassicSidecar, None)));
+    let mut facts = vec![started(0)];
+    facts.extend(refusals(100 * MS, 10 * S, "eeee", "127.0.0.1:15001"));
+    let (mut d, _) = run(facts, &meta);
+    d.advance(121 * S, &meta);
+    let v = view(all(&d)[0], &meta, &wall);
+    assert_eq!(v.kind, Kind::InitDeadlock);
+    assert_eq!(v.phase, Phase::Unresolved);
+    assert_eq!(
+        (v.container.as_deref(), v.sidecar.as_deref()),
+        (Some("wait-for-mesh"), Some("istio-proxy"))
+    );
+    assert!(
+        v.advice.contains("make istio-proxy a native sidecar")
+            || v.advice.contains("Make istio-proxy a native sidecar"),
+        "{}",
+        v.advice
+    );
+    assert!(
+        v.advice.contains("listed before wait-for-mesh"),
+        "{}",
+        v.advice
+    );
+    assert!(!v.advice.contains("check the address"), "{}", v.advice);
+    // Waiting for a native sidecar is an ordinary (native) startup race.
+    let meta = meta_with(with_init(checkout(Role::NativeSidecar, None)));
+    let (d, _) = run(
+        vec![
+            started(0),
+            refused(MS, "eeee", "127.0.0.1:15001"),
+            up(S, PROXY, "0.0.0.0:15001"),
+        ],
+        &meta,
+    );
+    let v = view(all(&d)[0], &meta, &wall);
+    assert_eq!((v.kind, v.pattern), (Kind::SidecarRace, Pattern::Native));
+}
+
+fn job_pod(app_state: RunState, sidecar_state: RunState) -> PodInfo {
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    pod.workload = Workload {
+        kind: "Job".into(),
+        name: "reindex".into(),
+    };
+    pod.containers
+        .retain(|c| c.name == "app" || c.name == "istio-proxy");
+    pod.statuses
+        .retain(|s| s.name == "app" || s.name == "istio-proxy");
+    for s in &mut pod.statuses {
+        s.state = if s.name == "app" {
+            app_state
+        } else {
+            sidecar_state
+        };
+        if s.state == RunState::Terminated {
+            s.finished_at = Some(at(10 * S));
+        }
+    }
+    pod
+}
+
+#[test]
+fn a_job_pod_kept_alive_by_its_classic_sidecar_is_stuck() {
+    let stuck = meta_with(job_pod(RunState::Terminated, RunState::Running));
+    let mut d = Detector::new(DetectorConfig::default());
+    assert!(d.advance(30 * S, &stuck).is_empty(), "under the threshold");
+    assert_eq!(d.advance(71 * S, &stuck), vec![Change::Opened(1)]);
+    assert!(d.advance(72 * S, &stuck).is_empty(), "one incident per pod");
+    let v = view(all(&d)[0], &stuck, &wall);
+    assert_eq!(v.kind, Kind::StuckJob);
+    assert_eq!(
+        (v.sidecar.as_deref(), v.port, v.state),
+        (Some("istio-proxy"), None, State::Open)
+    );
+    assert_eq!(v.apps_finished_at.as_deref(), Some("t+10000ms"));
+    assert!(v.advice.contains("the Job never completes"), "{}", v.advice);
+    // The sidecar finally stops: resolved, the window is how long it outlived the app.
+    let done = meta_with(job_pod(RunState::Terminated, RunState::Terminated));
+    assert_eq!(d.advance(100 * S, &done), vec![Change::Resolved(1)]);
+    assert_eq!(all(&d)[0].race_window_ns(), Some(90 * S));
+    // Apps still running, or a Deployment's pod: never stuck.
+    let running = meta_with(job_pod(RunState::Running, RunState::Running));
+    assert!(
+        Detector::new(DetectorConfig::default())
+            .advance(500 * S, &running)
+            .is_empty()
+    );
+    let mut deployment = job_pod(RunState::Terminated, RunState::Running);
+    deployment.workload.kind = "Deployment".into();
+    assert!(
+        Detector::new(DetectorConfig::default())
+            .advance(500 * S, &meta_with(deployment))
+            .is_empty()
+    );
+}
+
+// ---- Fixes to known wrong results ----
+
+#[test]
+fn dual_stack_loopback_dialing_is_one_startup_incident_resolved_by_either_family() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    let mut facts = vec![started(0)];
+    for n in 0..10u64 {
+        let dst = if n % 2 == 0 {
+            "[::1]:15001"
+        } else {
+            "127.0.0.1:15001"
+        };
+        facts.push(refused(100 * MS + n * 100 * MS, APP, dst));
+    }
+    facts.push(up(1500 * MS, PROXY, "127.0.0.1:15001"));
+    // `localhost` tries ::1 first on every later connect: the fallback is not a race.
+    facts.push(refused(2 * S, APP, "[::1]:15001"));
+    let (d, changes) = run(facts, &meta);
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1, "{incs:#?}");
+    assert_eq!(
+        (incs[0].phase, incs[0].state),
+        (Phase::Startup, State::Resolved)
+    );
+    assert_eq!(incs[0].refused_count, 10);
+    assert_eq!(changes.last(), Some(&other()));
+}
+
+#[test]
+fn a_redirect_to_another_pods_ip_is_not_pod_local() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    let (d, changes) = run(
+        vec![
+            started(0),
+            Fact::Refused {
+                ts: MS,
+                pod_uid: POD.into(),
+                client: Client::Container(APP.into()),
+                dst: "10.96.0.20:80".parse().unwrap(),
+                // kube-proxy DNAT to a pod on this node, refused there.
+                local_dst: Some("10.244.1.99:8080".parse().unwrap()),
+            },
+            // The client pod happens to listen on 8080 too.
+            up(S, APP, "0.0.0.0:8080"),
+        ],
+        &meta,
+    );
+    assert!(d.incidents().is_empty());
+    assert_eq!(changes[1], other());
+}
+
+#[test]
+fn refusals_to_the_pod_ip_wait_for_the_pods_ips() {
+    let mut no_ips = checkout(Role::ClassicSidecar, None);
+    no_ips.pod_ips.clear();
+    let early = meta_with(no_ips);
+    let known = meta_with(checkout(Role::ClassicSidecar, None));
+    let mut d = Detector::new(DetectorConfig::default());
+    for f in [
+        started(0),
+        refused(100 * MS, APP, "10.244.1.17:15001"),
+        up(S, PROXY, "0.0.0.0:15001"),
+    ] {
+        d.observe(f, &early);
+    }
+    assert!(all(&d).is_empty(), "held while the IPs are unknown");
+    assert!(d.advance(2 * S, &early).is_empty());
+    let changes = d.advance(3 * S, &known);
+    assert_eq!(changes, vec![Change::Opened(1), Change::Resolved(1)]);
+    assert_eq!(
+        (all(&d)[0].phase, all(&d)[0].state),
+        (Phase::Startup, State::Resolved)
+    );
+    // Not the pod's IP after all: other.
+    let mut d = Detector::new(DetectorConfig::default());
+    d.observe(started(0), &early);
+    d.observe(refused(100 * MS, APP, "10.244.7.7:15001"), &early);
+    assert_eq!(d.advance(3 * S, &known), vec![other()]);
+    // The IPs never come: other after the wait.
+    let mut d = Detector::new(DetectorConfig::default());
+    d.observe(started(0), &early);
+    d.observe(refused(100 * MS, APP, "10.244.1.17:15001"), &early);
+    assert!(d.advance(5 * S, &early).is_empty());
+    assert_eq!(d.advance(11 * S, &early), vec![other()]);
+    assert!(all(&d).is_empty());
+}
+
+#[test]
+fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    let (d, _) = run(
+        vec![
+            started(0),
+            refused(MS, APP2, "127.0.0.1:8080"),
+            up(S, APP, "0.0.0.0:8080"),
+        ],
+        &meta,
+    );
+    let v = view(all(&d)[0], &meta, &wall);
+    assert_eq!(v.kind, Kind::AppNotReady);
+    assert_eq!((v.container_role, v.sidecar_role), ("app", "app"));
+    assert!(
+        v.advice
+            .contains("name it in the pod annotation sidecar-race.io/sidecars"),
+        "{}",
+        v.advice
+    );
+    // Named as a sidecar by the annotation (or --sidecar-names): a race.
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    pod.mark_site_sidecars(&["app".to_string()]);
+    let meta = meta_with(pod);
+    let v = view(all(&d)[0], &meta, &wall);
+    assert_eq!((v.kind, v.pattern), (Kind::SidecarRace, Pattern::Classic));
 }

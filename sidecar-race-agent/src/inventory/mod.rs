@@ -4,6 +4,7 @@
 pub mod cgroup_path;
 pub mod pending;
 pub mod pod_info;
+pub mod sidecars;
 pub mod sources;
 pub mod store;
 
@@ -48,6 +49,8 @@ pub struct Inventory {
     pub has_pod_source: bool,
     /// Events whose cgroup is unknown or has a layout the parser does not know.
     unattributed: AtomicU64,
+    /// Site-wide classic sidecar names (`--sidecar-names`).
+    site_sidecars: Vec<String>,
 }
 
 impl Inventory {
@@ -57,7 +60,14 @@ impl Inventory {
             pods,
             has_pod_source,
             unattributed: AtomicU64::new(0),
+            site_sidecars: Vec::new(),
         }
+    }
+
+    /// Containers with these names in `containers[]` are classic sidecars in every pod.
+    pub fn with_site_sidecars(mut self, names: Vec<String>) -> Self {
+        self.site_sidecars = names;
+        self
     }
 
     /// Attributes a cgroup, counting the ones that cannot be (never guessed).
@@ -131,10 +141,17 @@ impl Inventory {
     /// Applies a pod source's update.
     pub fn apply(&mut self, update: PodUpdate) {
         let now = Instant::now();
+        let names = &self.site_sidecars;
         match update {
-            PodUpdate::Apply(p) => self.pods.apply(*p),
+            PodUpdate::Apply(mut p) => {
+                p.mark_site_sidecars(names);
+                self.pods.apply(*p)
+            }
             PodUpdate::Delete { uid } => self.pods.delete(&uid, now),
-            PodUpdate::Replace(all) => self.pods.replace(all, now),
+            PodUpdate::Replace(mut all) => {
+                all.iter_mut().for_each(|p| p.mark_site_sidecars(names));
+                self.pods.replace(all, now)
+            }
         }
         self.pods.expire(now);
     }

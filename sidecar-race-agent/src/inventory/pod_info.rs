@@ -11,7 +11,10 @@ use k8s_openapi::{
 use serde::Serialize;
 use thiserror::Error;
 
-use super::cgroup_path::{Runtime, parse_status_container_id};
+use super::{
+    cgroup_path::{Runtime, parse_status_container_id},
+    sidecars::{Evidence, PodSidecarHints},
+};
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum PodError {
@@ -26,17 +29,40 @@ pub struct Workload {
     pub name: String,
 }
 
-/// How a container is declared.
+/// How a container is declared, and what it is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// In `containers`: started together with the others.
     App,
+    /// In `containers`, but recognised as a sidecar (see `inventory::sidecars`).
+    ClassicSidecar,
     /// In `initContainers`, runs to completion first.
     Init,
     /// In `initContainers` with `restartPolicy: Always`: a native sidecar.
     NativeSidecar,
     Ephemeral,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::App => "app",
+            Role::ClassicSidecar => "classic_sidecar",
+            Role::Init => "init",
+            Role::NativeSidecar => "native_sidecar",
+            Role::Ephemeral => "ephemeral",
+        }
+    }
+
+    pub fn is_sidecar(self) -> bool {
+        matches!(self, Role::ClassicSidecar | Role::NativeSidecar)
+    }
+
+    /// Listed in `containers[]` (started together, stopped together).
+    pub fn in_containers(self) -> bool {
+        matches!(self, Role::App | Role::ClassicSidecar)
+    }
 }
 
 /// How a sidecar is declared, as the README and metrics name it.
@@ -98,6 +124,9 @@ impl ProbeTarget {
 pub struct ContainerInfo {
     pub name: String,
     pub role: Role,
+    /// Why a `containers[]` entry counts as a classic sidecar.
+    pub sidecar_by: Option<Evidence>,
+    pub image: Option<String>,
     /// TCP ports the container declares (`ports[].containerPort`).
     pub ports: Vec<u16>,
     pub startup_probe: Option<ProbeTarget>,
@@ -109,10 +138,22 @@ pub struct StatusInfo {
     pub name: String,
     pub container_id: String,
     pub runtime: Runtime,
-    /// RFC 3339, as the API reports it.
+    pub state: RunState,
+    /// RFC 3339, as the API reports it: when the current instance started running.
     pub started_at: Option<String>,
+    /// RFC 3339: when it terminated (`state: terminated`).
+    pub finished_at: Option<String>,
     pub ready: bool,
     pub restart_count: i32,
+}
+
+/// A container status' `state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Waiting,
+    Running,
+    Terminated,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -152,13 +193,21 @@ impl PodInfo {
                 } else {
                     Role::Init
                 };
-                containers.push(container_info(c, role));
+                containers.push(container_info(c, role, None));
             }
-            containers.extend(spec.containers.iter().map(|c| container_info(c, Role::App)));
+            let hints = PodSidecarHints::from_annotations(meta.annotations.as_ref());
+            containers.extend(spec.containers.iter().map(|c| {
+                match hints.recognise(&c.name, c.image.as_deref()) {
+                    Some(evidence) => container_info(c, Role::ClassicSidecar, Some(evidence)),
+                    None => container_info(c, Role::App, None),
+                }
+            }));
             for e in spec.ephemeral_containers.iter().flatten() {
                 containers.push(ContainerInfo {
                     name: e.name.clone(),
                     role: Role::Ephemeral,
+                    sidecar_by: None,
+                    image: e.image.clone(),
                     ports: tcp_ports(e.ports.as_deref()),
                     startup_probe: None,
                     readiness_probe: None,
@@ -234,11 +283,35 @@ impl PodInfo {
         }
     }
 
+    /// Also counts the containers in `containers[]` named in `names` (the site-wide
+    /// `--sidecar-names`) as classic sidecars.
+    pub fn mark_site_sidecars(&mut self, names: &[String]) {
+        for c in &mut self.containers {
+            if c.role == Role::App && names.contains(&c.name) {
+                c.role = Role::ClassicSidecar;
+                c.sidecar_by = Some(Evidence::SiteName);
+            }
+        }
+    }
+
+    pub fn role(&self, name: &str) -> Option<Role> {
+        self.container(name).map(|c| c.role)
+    }
+
+    /// Owned by a Job (directly or through a CronJob).
+    pub fn is_job(&self) -> bool {
+        matches!(self.workload.kind.as_str(), "Job" | "CronJob")
+    }
+
+    pub fn status(&self, name: &str) -> Option<&StatusInfo> {
+        self.statuses.iter().find(|s| s.name == name)
+    }
+
     /// How container `name` is declared as a sidecar.
     pub fn pattern(&self, name: &str) -> Pattern {
         match self.container(name) {
             Some(c) => match c.role {
-                Role::App => Pattern::Classic,
+                Role::App | Role::ClassicSidecar => Pattern::Classic,
                 Role::NativeSidecar if c.startup_probe.is_some() => Pattern::NativeProbed,
                 Role::NativeSidecar => Pattern::Native,
                 Role::Init | Role::Ephemeral => Pattern::Unknown,
@@ -268,11 +341,13 @@ impl PodInfo {
     }
 }
 
-fn container_info(c: &Container, role: Role) -> ContainerInfo {
+fn container_info(c: &Container, role: Role, sidecar_by: Option<Evidence>) -> ContainerInfo {
     let ports = c.ports.as_deref();
     ContainerInfo {
         name: c.name.clone(),
         role,
+        sidecar_by,
+        image: c.image.clone(),
         ports: tcp_ports(ports),
         startup_probe: c.startup_probe.as_ref().map(|p| probe_target(p, ports)),
         readiness_probe: c.readiness_probe.as_ref().map(|p| probe_target(p, ports)),
@@ -329,11 +404,23 @@ fn status_info(s: &ContainerStatus) -> Option<StatusInfo> {
         name: s.name.clone(),
         container_id,
         runtime,
-        started_at: s
+        state: match s.state.as_ref() {
+            Some(st) if st.running.is_some() => RunState::Running,
+            Some(st) if st.terminated.is_some() => RunState::Terminated,
+            _ => RunState::Waiting,
+        },
+        started_at: s.state.as_ref().and_then(|st| {
+            st.running
+                .as_ref()
+                .and_then(|r| r.started_at.as_ref())
+                .or(st.terminated.as_ref().and_then(|t| t.started_at.as_ref()))
+                .map(|t| t.0.to_string())
+        }),
+        finished_at: s
             .state
             .as_ref()
-            .and_then(|st| st.running.as_ref())
-            .and_then(|r| r.started_at.as_ref())
+            .and_then(|st| st.terminated.as_ref())
+            .and_then(|t| t.finished_at.as_ref())
             .map(|t| t.0.to_string()),
         ready: s.ready,
         restart_count: s.restart_count,

@@ -129,6 +129,16 @@ impl crate::detect::PodMeta for PodStore {
     fn container_name(&self, container_id: &str) -> Option<&str> {
         self.container(container_id).map(|(_, name)| name)
     }
+
+    fn boot_ns(&self, rfc3339: &str) -> Option<u64> {
+        crate::clock::rfc3339_to_boot_ns(rfc3339)
+    }
+
+    fn each_pod(&self, f: &mut dyn FnMut(&PodInfo)) {
+        for e in self.pods.values().filter(|e| e.gone_at.is_none()) {
+            f(&e.info);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -153,7 +163,9 @@ mod tests {
                     name: name.to_string(),
                     container_id: id.to_string(),
                     runtime: Runtime::Containerd,
+                    state: crate::inventory::pod_info::RunState::Running,
                     started_at: None,
+                    finished_at: None,
                     ready: true,
                     restart_count: 0,
                 })

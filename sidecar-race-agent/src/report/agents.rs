@@ -8,15 +8,18 @@ use serde::Deserialize;
 
 use super::{
     Evidence, Fleet, IncidentCount, RefusalCount, ReportError, Source, WorkloadKey,
-    client::Endpoint, parse_pattern,
+    client::Endpoint, parse_kind, parse_pattern,
 };
-use crate::detect::Phase;
+use crate::detect::{Phase, render::Kind};
 
 const PATH: &str = "/api/v1/incidents";
 
 /// The fields of an incident (README, "HTTP endpoints") the report uses.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct AgentIncident {
+    /// Absent from older agents: sidecar races only.
+    #[serde(default)]
+    pub kind: String,
     pub phase: String,
     pub pod_uid: String,
     #[serde(default)]
@@ -29,7 +32,9 @@ pub struct AgentIncident {
     pub sidecar: Option<String>,
     #[serde(default)]
     pub pattern: String,
-    pub port: u16,
+    /// `null` for a stuck Job.
+    #[serde(default)]
+    pub port: Option<u16>,
     pub refused_count: u64,
     #[serde(default)]
     pub race_window_seconds: Option<f64>,
@@ -80,16 +85,20 @@ async fn incidents(url: &str) -> Result<Vec<AgentIncident>, ReportError> {
 pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentIncident>) -> Fleet {
     #[derive(Default)]
     struct Acc {
-        incidents: BTreeMap<(String, Phase, String), f64>,
+        incidents: BTreeMap<(Kind, String, Phase, String), f64>,
         refusals: BTreeMap<(String, String, u16, Phase), f64>,
         affected: BTreeSet<String>,
         windows: Vec<f64>,
+        stuck: BTreeMap<String, BTreeSet<String>>,
     }
     let mut by: BTreeMap<WorkloadKey, Acc> = BTreeMap::new();
     for i in incidents {
-        let Some(phase) = Phase::parse(&i.phase) else {
-            continue; // a phase of a newer agent: no advice for it here
+        let (Some(phase), Some(kind)) = (Phase::parse(&i.phase), parse_kind(&i.kind)) else {
+            continue; // a phase or kind of a newer agent: no advice for it here
         };
+        if !kind.is_migration_evidence() {
+            continue;
+        }
         let key = WorkloadKey {
             namespace: i.namespace.unwrap_or_default(),
             kind: i
@@ -101,13 +110,17 @@ pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentInciden
         };
         let acc = by.entry(key).or_default();
         let sidecar = i.sidecar.unwrap_or_default();
+        let Some(port) = i.port.filter(|_| kind != Kind::StuckJob) else {
+            acc.stuck.entry(sidecar).or_default().insert(i.pod_uid);
+            continue;
+        };
         *acc.incidents
-            .entry((sidecar.clone(), phase, i.pattern))
+            .entry((kind, sidecar.clone(), phase, i.pattern))
             .or_default() += 1.0;
         *acc.refusals
-            .entry((i.container.unwrap_or_default(), sidecar, i.port, phase))
+            .entry((i.container.unwrap_or_default(), sidecar, port, phase))
             .or_default() += i.refused_count as f64;
-        if phase == Phase::Startup {
+        if phase == Phase::Startup || kind == Kind::InitDeadlock {
             acc.affected.insert(i.pod_uid);
         }
         acc.windows
@@ -123,7 +136,8 @@ pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentInciden
                 incidents: acc
                     .incidents
                     .into_iter()
-                    .map(|((sidecar, phase, pattern), count)| IncidentCount {
+                    .map(|((kind, sidecar, phase, pattern), count)| IncidentCount {
+                        kind,
                         sidecar,
                         phase,
                         pattern: parse_pattern(&pattern),
@@ -143,6 +157,11 @@ pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentInciden
                     .collect(),
                 window_p50: nearest_rank(&acc.windows, 0.5),
                 window_p95: nearest_rank(&acc.windows, 0.95),
+                stuck_job_pods: acc
+                    .stuck
+                    .into_iter()
+                    .map(|(sidecar, pods)| (sidecar, pods.len() as f64))
+                    .collect(),
             };
             (key, ev)
         })
@@ -169,6 +188,7 @@ mod tests {
 
     fn incident(pod: &str, phase: &str, window: Option<f64>) -> AgentIncident {
         AgentIncident {
+            kind: "sidecar_race".into(),
             phase: phase.into(),
             pod_uid: pod.into(),
             namespace: Some("shop".into()),
@@ -179,7 +199,7 @@ mod tests {
             container: Some("app".into()),
             sidecar: Some("istio-proxy".into()),
             pattern: "classic".into(),
-            port: 15001,
+            port: Some(15001),
             refused_count: 4,
             race_window_seconds: window,
         }

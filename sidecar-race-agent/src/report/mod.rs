@@ -5,12 +5,15 @@
 //! straight from agents (their `/api/v1/incidents`, [`agents`]); both fill the same
 //! [`Fleet`], which [`build`] ranks and [`render`] prints.
 //!
-//! **Ranking.** Workloads with at least one incident or refusal, ordered by affected pod
-//! starts (descending), then startup incidents, then refused connections, then the
-//! worst (largest) race-window p95; ties by namespace, kind and name. Workloads whose
-//! only incidents are `unresolved` come last whatever their counts: nothing ever
-//! listened on the port, a misconfiguration, not a race, so migrating the sidecar
-//! would not help them.
+//! **Ranking.** Workloads with at least one incident, refusal or stuck Job pod,
+//! ordered by affected pod starts (descending; an init container deadlocked on a
+//! classic sidecar counts as an affected start), then Job pods kept running by a
+//! sidecar, then startup incidents, then refused connections, then the worst
+//! (largest) race-window p95; ties by namespace, kind and name. Workloads whose only
+//! incidents are `unresolved` sidecar races come last whatever their counts: nothing
+//! ever listened on the port, a misconfiguration, not a race, so migrating the sidecar
+//! would not help them. `app_not_ready` findings (a sidecar dialing an app that was
+//! not listening yet) are never evidence here.
 //!
 //! The fix sentences are the agent's own ([`crate::detect::advice`]): one piece of
 //! code says what to do, here and on `/api/v1/incidents`.
@@ -29,6 +32,7 @@ use crate::{
     detect::{
         Phase,
         advice::{Subject, advice},
+        render::Kind,
     },
     inventory::pod_info::Pattern,
 };
@@ -106,6 +110,8 @@ pub struct WorkloadKey {
 /// `increase()` extrapolates.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IncidentCount {
+    /// `sidecar_race` or `init_deadlock` (never `app_not_ready`).
+    pub kind: Kind,
     pub sidecar: String,
     pub phase: Phase,
     pub pattern: Pattern,
@@ -132,6 +138,8 @@ pub struct Evidence {
     pub refusals: Vec<RefusalCount>,
     pub window_p50: Option<f64>,
     pub window_p95: Option<f64>,
+    /// Job pods kept running by a classic sidecar, by sidecar name.
+    pub stuck_job_pods: BTreeMap<String, f64>,
 }
 
 /// Everything a source collected, before ranking.
@@ -165,6 +173,8 @@ pub struct WorkloadReport {
     pub affected_share: Option<f64>,
     pub incidents: u64,
     pub startup_incidents: u64,
+    /// Job pods whose app containers finished while a classic sidecar kept them running.
+    pub stuck_job_pods: u64,
     pub refusals: u64,
     pub race_window_p50_seconds: Option<f64>,
     pub race_window_p95_seconds: Option<f64>,
@@ -185,11 +195,13 @@ pub struct SidecarReport {
 /// One fix: for a client container refused on a sidecar port in a phase.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fix {
+    pub kind: Kind,
     pub phase: Phase,
     pub sidecar: Option<String>,
     pub pattern: Pattern,
     pub container: Option<String>,
-    pub port: u16,
+    /// The refused port (`null` for a stuck Job).
+    pub port: Option<u16>,
     pub refusals: u64,
     /// The sidecar to move to `initContainers` with `restartPolicy: Always`, when the
     /// fix includes that (for tools; the sentence in `advice` says the same).
@@ -223,6 +235,7 @@ pub fn build(fleet: Fleet, top: Option<usize>) -> Report {
         a.misconfiguration
             .cmp(&b.misconfiguration)
             .then(b.affected_pod_starts.cmp(&a.affected_pod_starts))
+            .then(b.stuck_job_pods.cmp(&a.stuck_job_pods))
             .then(b.startup_incidents.cmp(&a.startup_incidents))
             .then(b.refusals.cmp(&a.refusals))
             .then(p95(b).total_cmp(&p95(a)))
@@ -255,15 +268,22 @@ fn whole(x: f64) -> u64 {
     x.max(0.0).round() as u64
 }
 
+/// A label value, `None` when the agent did not know it ("" from older agents).
 fn known(s: &str) -> Option<String> {
-    (!s.is_empty()).then(|| s.to_string())
+    (!s.is_empty() && s != "unknown").then(|| s.to_string())
 }
 
 /// One workload's line, or `None` without any incident or refusal in the range.
 fn workload(key: &WorkloadKey, ev: &Evidence) -> Option<WorkloadReport> {
     let incidents: Vec<&IncidentCount> = ev.incidents.iter().filter(|i| i.count > 0.0).collect();
     let refusals: Vec<&RefusalCount> = ev.refusals.iter().filter(|r| r.count > 0.0).collect();
-    if incidents.is_empty() && refusals.is_empty() {
+    let stuck: Vec<(&String, u64)> = ev
+        .stuck_job_pods
+        .iter()
+        .map(|(sidecar, n)| (sidecar, whole(*n)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    if incidents.is_empty() && refusals.is_empty() && stuck.is_empty() {
         return None;
     }
     let phases: BTreeSet<Phase> = incidents
@@ -293,12 +313,18 @@ fn workload(key: &WorkloadKey, ev: &Evidence) -> Option<WorkloadReport> {
             .map(|s| (affected as f64 / s as f64).min(1.0)),
         incidents: whole(sum(None)),
         startup_incidents: whole(sum(Some(Phase::Startup))),
+        stuck_job_pods: stuck.iter().map(|(_, n)| n).sum(),
         refusals: whole(refusals.iter().map(|r| r.count).sum()),
         race_window_p50_seconds: ev.window_p50,
         race_window_p95_seconds: ev.window_p95,
-        misconfiguration: phases.iter().all(|p| *p == Phase::Unresolved),
+        misconfiguration: stuck.is_empty()
+            && incidents.iter().all(|i| i.kind == Kind::SidecarRace)
+            && phases.iter().all(|p| *p == Phase::Unresolved),
         phases: phases.into_iter().collect(),
-        fixes: fixes(&incidents, &refusals),
+        fixes: fixes(&incidents, &refusals)
+            .into_iter()
+            .chain(stuck.iter().map(|(sidecar, _)| stuck_job_fix(sidecar)))
+            .collect(),
     })
 }
 
@@ -328,20 +354,21 @@ fn sidecars(incidents: &[&IncidentCount]) -> Vec<SidecarReport> {
 /// One fix per (phase, sidecar, pattern, client container, port): incidents say the
 /// pattern, refusals (same sidecar and phase) say who dialed which port.
 fn fixes(incidents: &[&IncidentCount], refusals: &[&RefusalCount]) -> Vec<Fix> {
-    let mut out: BTreeMap<(Phase, &str, &'static str, &str, u16), Fix> = BTreeMap::new();
+    let mut out: BTreeMap<(Kind, Phase, &str, &'static str, &str, u16), Fix> = BTreeMap::new();
     for i in incidents {
         for r in refusals
             .iter()
             .filter(|r| r.sidecar == i.sidecar && r.phase == i.phase)
         {
             out.entry((
+                i.kind,
                 i.phase,
                 &i.sidecar,
                 i.pattern.as_str(),
                 &r.container,
                 r.port,
             ))
-            .or_insert_with(|| fix(i.phase, i.pattern, &i.sidecar, &r.container, r.port))
+            .or_insert_with(|| fix(i, &r.container, r.port))
             .refusals += whole(r.count);
         }
     }
@@ -350,36 +377,80 @@ fn fixes(incidents: &[&IncidentCount], refusals: &[&RefusalCount]) -> Vec<Fix> {
     fixes
 }
 
-fn fix(phase: Phase, pattern: Pattern, sidecar: &str, container: &str, port: u16) -> Fix {
-    let sidecar = known(sidecar);
+fn fix(i: &IncidentCount, container: &str, port: u16) -> Fix {
+    let (kind, phase, pattern) = (i.kind, i.phase, i.pattern);
+    let sidecar = known(&i.sidecar);
     let container = known(container);
     // Mirrors advice()'s decision table for tools; a test holds the two together.
-    let moves = matches!(
-        (phase, pattern),
-        (Phase::Startup, Pattern::Classic | Pattern::Unknown) | (Phase::Drain, Pattern::Classic)
-    );
+    let moves = kind == Kind::InitDeadlock
+        || matches!(
+            (phase, pattern),
+            (Phase::Startup, Pattern::Classic | Pattern::Unknown)
+                | (Phase::Drain, Pattern::Classic)
+        );
     Fix {
         advice: advice(&Subject {
+            kind,
             phase,
             pattern,
             container: container.as_deref(),
             sidecar: sidecar.as_deref(),
             port,
+            dialed_port: None,
             // Neither the metrics nor the incidents say what the probe tests.
             startup_probe: None,
+            roles_known: true,
+            client_is_sidecar: false,
         }),
         move_to_init_containers: sidecar.clone().filter(|_| moves),
-        startup_probe_port: (phase == Phase::Startup).then_some(port),
+        startup_probe_port: (phase == Phase::Startup || kind == Kind::InitDeadlock).then_some(port),
+        kind,
         phase,
         sidecar,
         pattern,
         container,
-        port,
+        port: Some(port),
         refusals: 0,
     }
 }
 
 /// How the metrics and the incidents API spell a pattern.
+/// The fix for Job pods kept running by classic sidecar `sidecar`.
+fn stuck_job_fix(sidecar: &str) -> Fix {
+    let sidecar = known(sidecar);
+    Fix {
+        advice: advice(&Subject {
+            kind: Kind::StuckJob,
+            phase: Phase::Drain,
+            pattern: Pattern::Classic,
+            container: None,
+            sidecar: sidecar.as_deref(),
+            port: 0,
+            dialed_port: None,
+            startup_probe: None,
+            roles_known: true,
+            client_is_sidecar: false,
+        }),
+        kind: Kind::StuckJob,
+        phase: Phase::Drain,
+        move_to_init_containers: sidecar.clone(),
+        startup_probe_port: None,
+        sidecar,
+        pattern: Pattern::Classic,
+        container: None,
+        port: None,
+        refusals: 0,
+    }
+}
+
+/// An incident kind label; older agents had none (sidecar races only).
+pub fn parse_kind(s: &str) -> Option<Kind> {
+    match s {
+        "" => Some(Kind::SidecarRace),
+        other => Kind::parse(other),
+    }
+}
+
 pub fn parse_pattern(s: &str) -> Pattern {
     match s {
         "classic" => Pattern::Classic,
@@ -403,6 +474,7 @@ mod tests {
 
     fn inc(sidecar: &str, phase: Phase, pattern: Pattern, count: f64) -> IncidentCount {
         IncidentCount {
+            kind: Kind::SidecarRace,
             sidecar: sidecar.into(),
             phase,
             pattern,
@@ -431,6 +503,59 @@ mod tests {
     }
 
     #[test]
+    fn stuck_jobs_and_init_deadlocks_rank_as_evidence_not_misconfiguration() {
+        let deadlock = Evidence {
+            affected_pod_starts: 2.0,
+            incidents: vec![IncidentCount {
+                kind: Kind::InitDeadlock,
+                ..inc("cloud-sql-proxy", Phase::Unresolved, Pattern::Classic, 2.0)
+            }],
+            refusals: vec![refused("cloud-sql-proxy", Phase::Unresolved, 5432, 40.0)],
+            ..Evidence::default()
+        };
+        let stuck = Evidence {
+            stuck_job_pods: [("cloud-sql-proxy".to_string(), 3.0)].into(),
+            ..Evidence::default()
+        };
+        let unresolved = Evidence {
+            incidents: vec![inc("proxy", Phase::Unresolved, Pattern::Classic, 9.0)],
+            refusals: vec![refused("proxy", Phase::Unresolved, 9, 90.0)],
+            ..Evidence::default()
+        };
+        let r = build(
+            fleet(vec![
+                (key("typo"), unresolved),
+                (key("nightly"), stuck),
+                (key("migrate"), deadlock),
+            ]),
+            None,
+        );
+        let names: Vec<&str> = r
+            .workloads
+            .iter()
+            .map(|w| w.workload.as_deref().unwrap())
+            .collect();
+        assert_eq!(names, ["migrate", "nightly", "typo"]);
+        let (migrate, nightly) = (&r.workloads[0], &r.workloads[1]);
+        assert!(!migrate.misconfiguration && !nightly.misconfiguration);
+        assert!(r.workloads[2].misconfiguration);
+        assert_eq!(migrate.fixes[0].kind, Kind::InitDeadlock);
+        assert_eq!(
+            migrate.fixes[0].move_to_init_containers.as_deref(),
+            Some("cloud-sql-proxy")
+        );
+        assert!(
+            migrate.fixes[0].advice.contains("a deadlock"),
+            "{}",
+            migrate.fixes[0].advice
+        );
+        assert_eq!(nightly.stuck_job_pods, 3);
+        assert_eq!(nightly.fixes[0].kind, Kind::StuckJob);
+        assert_eq!(nightly.fixes[0].port, None);
+        assert!(nightly.fixes[0].advice.contains("never completes"));
+    }
+
+    #[test]
     fn ranks_by_affected_then_startup_then_refusals_then_p95_unresolved_last() {
         let ev = |affected: f64, startup: f64, refusals: f64, p95: f64| Evidence {
             pod_starts: Some(100.0),
@@ -439,6 +564,7 @@ mod tests {
             refusals: vec![refused("proxy", Phase::Startup, 15001, refusals)],
             window_p50: None,
             window_p95: Some(p95),
+            stuck_job_pods: BTreeMap::new(),
         };
         let unresolved = Evidence {
             affected_pod_starts: 0.0,
@@ -526,7 +652,7 @@ mod tests {
         ];
         for phase in phases {
             for pattern in patterns {
-                let f = fix(phase, pattern, "proxy", "app", 15001);
+                let f = fix(&inc("proxy", phase, pattern, 1.0), "app", 15001);
                 let says_move = f.advice.contains("initContainers");
                 assert_eq!(
                     f.move_to_init_containers.is_some(),

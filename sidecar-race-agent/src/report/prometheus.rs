@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::{
     Evidence, Fleet, IncidentCount, RefusalCount, ReportError, Source, WorkloadKey,
-    client::Endpoint, parse_pattern,
+    client::Endpoint, parse_kind, parse_pattern,
 };
 use crate::detect::Phase;
 
@@ -25,6 +25,8 @@ pub struct Queries {
     pub refused: String,
     pub window_p50: String,
     pub window_p95: String,
+    /// Most Job pods kept running by a sidecar at once, per workload and sidecar.
+    pub stuck_job_pods: String,
     /// Asked only when everything else is empty: are the agents scraped at all?
     pub agents_scraped: String,
 }
@@ -50,7 +52,7 @@ impl Queries {
             ),
             incidents: windowed_sum(
                 "sidecar_race_incidents_total",
-                &format!("{WORKLOAD}, sidecar, phase, pattern"),
+                &format!("{WORKLOAD}, sidecar, phase, pattern, kind"),
                 range,
             ),
             refused: windowed_sum(
@@ -60,6 +62,9 @@ impl Queries {
             ),
             window_p50: bucket(0.5),
             window_p95: bucket(0.95),
+            stuck_job_pods: format!(
+                "max by ({WORKLOAD}, sidecar) (max_over_time(sidecar_race_stuck_job_pods[{range}]))"
+            ),
             // build_info is 1 on every agent from its start, whatever it saw.
             agents_scraped: format!("count(max_over_time(sidecar_race_build_info[{range}]))"),
         }
@@ -228,15 +233,16 @@ pub async fn collect(url: &str, range: &str) -> Result<Fleet, ReportError> {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64();
-    let (starts, affected, incidents, refused, p50, p95) = tokio::try_join!(
+    let (starts, affected, incidents, refused, p50, p95, stuck) = tokio::try_join!(
         query(&ep, &q.pod_starts, at),
         query(&ep, &q.affected_pod_starts, at),
         query(&ep, &q.incidents, at),
         query(&ep, &q.refused, at),
         query(&ep, &q.window_p50, at),
         query(&ep, &q.window_p95, at),
+        query(&ep, &q.stuck_job_pods, at),
     )?;
-    let nothing = [&starts, &affected, &incidents, &refused]
+    let nothing = [&starts, &affected, &incidents, &refused, &stuck]
         .iter()
         .all(|v| v.is_empty());
     // No pod start in the range is possible (agents installed after every pod
@@ -261,15 +267,29 @@ pub async fn collect(url: &str, range: &str) -> Result<Fleet, ReportError> {
             .or_default()
             .affected_pod_starts += finite(s.value);
     }
+    for s in &stuck {
+        *workloads
+            .entry(s.workload())
+            .or_default()
+            .stuck_job_pods
+            .entry(s.label("sidecar").into())
+            .or_default() += finite(s.value);
+    }
     for s in &incidents {
-        let Some(phase) = Phase::parse(s.label("phase")) else {
-            continue; // a phase of a newer agent: no advice for it here
+        let (Some(phase), Some(kind)) =
+            (Phase::parse(s.label("phase")), parse_kind(s.label("kind")))
+        else {
+            continue; // a phase or kind of a newer agent: no advice for it here
         };
+        if !kind.is_migration_evidence() {
+            continue;
+        }
         workloads
             .entry(s.workload())
             .or_default()
             .incidents
             .push(IncidentCount {
+                kind,
                 sidecar: s.label("sidecar").into(),
                 phase,
                 pattern: parse_pattern(s.label("pattern")),
@@ -359,11 +379,9 @@ mod tests {
         assert!(q.pod_starts.starts_with(
             "sum by (namespace, workload_kind, workload) ((increase(sidecar_race_pod_starts_total[24h])"
         ));
-        assert!(
-            q.incidents.starts_with(
-                "sum by (namespace, workload_kind, workload, sidecar, phase, pattern) ("
-            )
-        );
+        assert!(q.incidents.starts_with(
+            "sum by (namespace, workload_kind, workload, sidecar, phase, pattern, kind) ("
+        ));
         assert!(q.refused.starts_with(
             "sum by (namespace, workload_kind, workload, container, sidecar, port, phase) ("
         ));

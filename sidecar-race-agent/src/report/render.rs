@@ -218,9 +218,22 @@ fn workload_name(w: &WorkloadReport) -> String {
     }
 }
 
-/// `startup: app → istio-proxy:15001 (classic, 12 refusals)`
+/// `startup: app → istio-proxy:15001 (classic, 12 refusals)`; `stuck job: keeps the
+/// Job running → cloud-sql-proxy (classic)`
 fn fix_subject(f: &Fix, md: bool) -> String {
     let code = |s: String| if md { format!("`{s}`") } else { s };
+    let Some(port) = f.port else {
+        let what = if md { "**stuck job**" } else { "stuck job" };
+        return format!(
+            "{what}: Job pods kept running by {} ({})",
+            code(name(&f.sidecar).to_string()),
+            f.pattern.as_str()
+        );
+    };
+    let kind = match f.kind {
+        crate::detect::render::Kind::InitDeadlock => "init deadlock, ",
+        _ => "",
+    };
     let phase = if md {
         format!("**{}**", f.phase.as_str())
     } else {
@@ -232,9 +245,9 @@ fn fix_subject(f: &Fix, md: bool) -> String {
         "refusals"
     };
     format!(
-        "{phase}: {} → {} ({}, {} {refusals})",
+        "{phase}: {} → {} ({kind}{}, {} {refusals})",
         code(name(&f.container).to_string()),
-        code(format!("{}:{}", name(&f.sidecar), f.port)),
+        code(format!("{}:{}", name(&f.sidecar), port)),
         f.pattern.as_str(),
         f.refusals
     )
@@ -267,11 +280,12 @@ mod tests {
 
     fn report() -> Report {
         let fix = Fix {
+            kind: crate::detect::render::Kind::SidecarRace,
             phase: Phase::Startup,
             sidecar: Some("istio-proxy".into()),
             pattern: Pattern::Classic,
             container: Some("app".into()),
-            port: 15001,
+            port: Some(15001),
             refusals: 12,
             move_to_init_containers: Some("istio-proxy".into()),
             startup_probe_port: Some(15001),
@@ -299,6 +313,7 @@ mod tests {
                 affected_share: None,
                 incidents: 3,
                 startup_incidents: 3,
+                stuck_job_pods: 0,
                 refusals: 12,
                 race_window_p50_seconds: Some(1.5),
                 race_window_p95_seconds: None,

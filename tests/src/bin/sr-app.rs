@@ -7,7 +7,9 @@ use std::{
 };
 
 fn main() {
-    let mut target: SocketAddr = "127.0.0.1:15001".parse().unwrap();
+    // Several --connect: each attempt tries them in order until one accepts, as a client
+    // of `localhost` tries ::1, then 127.0.0.1.
+    let mut targets: Vec<SocketAddr> = Vec::new();
     let mut interval_ms = 100u64;
     let mut attempts = 0u64; // 0: until connected
     let mut keep_dialing = false;
@@ -16,7 +18,7 @@ fn main() {
     while let Some(a) = args.next() {
         let mut v = || args.next().unwrap_or_else(|| usage(&a));
         match a.as_str() {
-            "--connect" => target = v().parse().unwrap_or_else(|_| usage("--connect")),
+            "--connect" => targets.push(v().parse().unwrap_or_else(|_| usage("--connect"))),
             "--interval-ms" => interval_ms = v().parse().unwrap_or_else(|_| usage("--interval-ms")),
             "--attempts" => attempts = v().parse().unwrap_or_else(|_| usage("--attempts")),
             // Dial every attempt even after success (a drain: the app keeps working).
@@ -26,26 +28,33 @@ fn main() {
             _ => usage(&a),
         }
     }
+    if targets.is_empty() {
+        targets.push("127.0.0.1:15001".parse().unwrap());
+    }
+    let target = targets[0];
     let start = Instant::now();
     let (mut refused, mut connected, mut n) = (0u64, 0u64, 0u64);
     loop {
         n += 1;
-        match TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
-            Ok(stream) => {
-                if reset_on_close {
-                    linger_zero(&stream);
+        for target in &targets {
+            match TcpStream::connect_timeout(target, Duration::from_secs(2)) {
+                Ok(stream) => {
+                    if reset_on_close {
+                        linger_zero(&stream);
+                    }
+                    connected += 1;
+                    if !keep_dialing {
+                        println!(
+                            "sr-app: connected to {target} after {refused} refused attempts, {} ms",
+                            start.elapsed().as_millis()
+                        );
+                        return;
+                    }
+                    break;
                 }
-                connected += 1;
-                if !keep_dialing {
-                    println!(
-                        "sr-app: connected to {target} after {refused} refused attempts, {} ms",
-                        start.elapsed().as_millis()
-                    );
-                    return;
-                }
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => refused += 1,
+                Err(e) => eprintln!("sr-app: {target}: {e}"),
             }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => refused += 1,
-            Err(e) => eprintln!("sr-app: {target}: {e}"),
         }
         if attempts != 0 && n >= attempts {
             break;
@@ -77,7 +86,7 @@ fn linger_zero(stream: &TcpStream) {
 
 fn usage(at: &str) -> ! {
     eprintln!(
-        "sr-app: bad argument {at}\nusage: sr-app [--connect ADDR:PORT] [--interval-ms N] [--attempts N] [--keep-dialing] [--reset-on-close]"
+        "sr-app: bad argument {at}\nusage: sr-app [--connect ADDR:PORT]... [--interval-ms N] [--attempts N] [--keep-dialing] [--reset-on-close]"
     );
     std::process::exit(2)
 }

@@ -5,12 +5,12 @@
 use std::{
     path::{Path, PathBuf},
     sync::Arc,
-    time::{Duration, SystemTime},
+    time::SystemTime,
 };
 
 use tokio::sync::mpsc;
 
-use super::{PodUpdate, SourceStats, pods_from_values};
+use super::{Pacer, PodUpdate, SourceStats, pods_from_values};
 
 /// Parses the file's text: JSON, or YAML when it is not JSON.
 pub fn parse(text: &str) -> Result<Vec<serde_json::Value>, String> {
@@ -37,14 +37,13 @@ fn modified(path: &Path) -> Option<(SystemTime, u64)> {
 
 pub async fn run(
     path: PathBuf,
-    interval: Duration,
+    mut pacer: Pacer,
     tx: mpsc::Sender<PodUpdate>,
     stats: Arc<SourceStats>,
 ) {
     let mut seen: Option<Option<(SystemTime, u64)>> = None;
-    let mut tick = tokio::time::interval(interval);
     loop {
-        tick.tick().await;
+        pacer.wait().await;
         let now = modified(&path);
         if seen == Some(now) {
             continue;

@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 use kube::{Client, Config};
 use tokio::sync::mpsc;
 
-use super::{PodUpdate, SourceOptions, SourceStats, pods_from_values};
+use super::{Pacer, PodUpdate, SourceOptions, SourceStats, pods_from_values};
 
 const DEFAULT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 const DEFAULT_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
@@ -56,21 +56,26 @@ pub async fn run(opts: SourceOptions, tx: mpsc::Sender<PodUpdate>, stats: Arc<So
             return;
         }
     };
-    poll(client, opts.poll_interval, tx, stats).await
+    poll(
+        client,
+        Pacer::new(opts.poll_interval, opts.refresh),
+        tx,
+        stats,
+    )
+    .await
 }
 
-/// Polls `/pods` every `interval` until `tx` closes.
+/// Polls `/pods` as `pacer` says until `tx` closes.
 pub async fn poll(
     client: Client,
-    interval: Duration,
+    mut pacer: Pacer,
     tx: mpsc::Sender<PodUpdate>,
     stats: Arc<SourceStats>,
 ) {
     let mut failing = false;
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let interval = pacer.interval();
     loop {
-        tick.tick().await;
+        pacer.wait().await;
         match fetch(&client).await {
             Ok(items) => {
                 if failing {

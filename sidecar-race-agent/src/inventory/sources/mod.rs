@@ -16,7 +16,9 @@ use std::{
     },
 };
 
-use tokio::sync::mpsc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc};
 
 use super::pod_info::PodInfo;
 
@@ -140,6 +142,49 @@ pub struct SourceOptions {
     /// Bearer token file for the kubelet (the pod's service-account token).
     pub token_file: Option<PathBuf>,
     pub poll_interval: std::time::Duration,
+    /// Notified when the agent sees a pod the source has not reported: polling
+    /// sources (kubelet, file) read again at once.
+    pub refresh: Arc<Notify>,
+}
+
+/// When a polling source reads next: every `interval`, or at once when asked to.
+pub struct Pacer {
+    interval: Duration,
+    tick: Option<tokio::time::Interval>,
+    refresh: Arc<Notify>,
+}
+
+impl Pacer {
+    pub fn new(interval: Duration, refresh: Arc<Notify>) -> Self {
+        Self {
+            interval,
+            tick: None,
+            refresh,
+        }
+    }
+
+    /// Only every `interval`.
+    pub fn every(interval: Duration) -> Self {
+        Self::new(interval, Arc::default())
+    }
+
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Waits for the next read (the first one is immediate).
+    pub async fn wait(&mut self) {
+        let interval = self.interval;
+        let tick = self.tick.get_or_insert_with(|| {
+            let mut t = tokio::time::interval(interval);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        });
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = self.refresh.notified() => tick.reset(),
+        }
+    }
 }
 
 /// Turns JSON objects into pods, skipping (and counting) the ones that are not.
@@ -172,7 +217,10 @@ pub fn spawn(
         PodSourceSpec::None => return None,
         PodSourceSpec::Api => tokio::spawn(api::run(opts.node_name, tx, stats)),
         PodSourceSpec::Kubelet => tokio::spawn(kubelet::run(opts, tx, stats)),
-        PodSourceSpec::File(path) => tokio::spawn(file::run(path, opts.poll_interval, tx, stats)),
+        PodSourceSpec::File(path) => {
+            let pacer = Pacer::new(opts.poll_interval, opts.refresh);
+            tokio::spawn(file::run(path, pacer, tx, stats))
+        }
     };
     Some(handle)
 }
