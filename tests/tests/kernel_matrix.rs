@@ -392,6 +392,7 @@ fn assert_incidents(run: &GuestRun, label: &str, has_socketless_send_reset: bool
     let startup = of_pod(&get(env, "POD2_UID"));
     assert_eq!(startup.len(), 1, "{label}: one startup incident: {all:#?}");
     let i = startup[0];
+    assert_eq!(i["kind"], "sidecar_race", "{i:#}");
     assert_eq!(i["phase"], "startup", "{i:#}");
     assert_eq!(i["state"], "resolved", "{i:#}");
     assert_eq!(i["port"], 15001, "{i:#}");
@@ -414,6 +415,7 @@ fn assert_incidents(run: &GuestRun, label: &str, has_socketless_send_reset: bool
     let drain = of_pod(&get(env, "POD3_UID"));
     assert_eq!(drain.len(), 1, "{label}: one drain incident: {all:#?}");
     let i = drain[0];
+    assert_eq!(i["kind"], "sidecar_race", "{i:#}");
     assert_eq!(i["phase"], "drain", "{i:#}");
     assert_eq!(i["state"], "resolved", "{i:#}");
     assert_eq!(i["port"], 15001, "{i:#}");
@@ -455,6 +457,7 @@ fn assert_incidents(run: &GuestRun, label: &str, has_socketless_send_reset: bool
             "{label}: one REDIRECT incident: {all:#?}"
         );
         let i = redirect[0];
+        assert_eq!(i["kind"], "sidecar_race", "{i:#}");
         assert_eq!(i["phase"], "startup", "{i:#}");
         assert_eq!(i["state"], "resolved", "{i:#}");
         assert_eq!(i["port"], 15001, "{i:#}");
