@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use crate::{
     agent::{self, AgentOptions},
     clock,
-    detect::{Change, DetectorConfig},
+    detect::{Change, DetectorConfig, incident::Subject},
     events::Kind,
     http::{self, HttpState},
     k8s_events::{EventPublisher, notice_for},
@@ -173,13 +173,20 @@ async fn start_events(opts: &AgentOptions, per_minute: u32) -> Option<EventPubli
 }
 
 /// Races whose accounting is due (and late refusals of accounted ones) become Events
-/// on their pods; `app_not_ready` never does.
+/// on their pods, and a stuck Job as soon as it is found (it stays stuck until someone
+/// acts); `app_not_ready` never does.
 fn publish(events: &EventPublisher, p: &Pipeline, step: &Step) {
-    let late = step.changes.iter().filter_map(|c| match c {
+    let is_stuck_job = |id: u64| {
+        p.incident(id)
+            .is_some_and(|i| matches!(i.subject, Subject::StuckJob { .. }))
+    };
+    let from_changes = step.changes.iter().filter_map(|c| match c {
         Change::Refused(id) if p.is_settled(*id) => Some(*id),
+        Change::Opened(id) if is_stuck_job(*id) => Some(*id),
         _ => None,
     });
-    for id in step.settled.iter().copied().chain(late) {
+    let settled = step.settled.iter().copied().filter(|id| !is_stuck_job(*id));
+    for id in settled.chain(from_changes) {
         let Some(inc) = p.incident(id) else { continue };
         if let Some(notice) = notice_for(&p.view(inc)) {
             events.notify(notice);
