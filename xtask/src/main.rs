@@ -45,8 +45,9 @@ fn main() -> anyhow::Result<()> {
             setup::ensure()?;
             build()?;
             let mut cmd = run::cargo();
-            cmd.args(["test", "--workspace"]).args(args);
-            run::checked(&mut cmd)
+            cmd.args(["test", "--workspace", "--no-fail-fast"])
+                .args(args);
+            run::tests(&mut cmd)
         }
         Task::Bench => {
             setup::ensure()?;

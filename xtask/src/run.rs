@@ -32,6 +32,50 @@ pub fn checked(cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs a `cargo test` command, passing its output through, and ends with one plain
+/// line that sums every test binary's result: `tests: N passed, N failed`.
+pub fn tests(cmd: &mut Command) -> anyhow::Result<()> {
+    use std::io::{BufRead, BufReader};
+    eprintln!("xtask: running {}", show(cmd));
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {}", show(cmd)))?;
+    let (mut passed, mut failed) = (0u64, 0u64);
+    let stdout = child.stdout.take().expect("piped stdout");
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("reading the test output")?;
+        println!("{line}");
+        if let Some((p, f)) = result_counts(&line) {
+            passed += p;
+            failed += f;
+        }
+    }
+    let status = child.wait()?;
+    println!("tests: {passed} passed, {failed} failed");
+    if !status.success() {
+        bail!("{} failed ({status})", show(cmd));
+    }
+    Ok(())
+}
+
+/// `test result: ok. 12 passed; 1 failed; …` → (12, 1).
+fn result_counts(line: &str) -> Option<(u64, u64)> {
+    let rest = line.strip_prefix("test result: ")?;
+    let count = |word: &str| {
+        rest.split(';').find_map(|part| {
+            part.trim()
+                .strip_suffix(word)?
+                .trim()
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+    };
+    Some((count("passed")?, count("failed")?))
+}
+
 /// Whether `cmd` runs and exits 0, output discarded.
 pub fn succeeds(cmd: &mut Command) -> bool {
     cmd.stdout(Stdio::null())
@@ -54,4 +98,22 @@ fn show(cmd: &Command) -> String {
         .map(|s| s.to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sums_cargo_test_result_lines() {
+        assert_eq!(
+            super::result_counts(
+                "test result: ok. 114 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.14s"
+            ),
+            Some((114, 0))
+        );
+        assert_eq!(
+            super::result_counts("test result: FAILED. 8 passed; 1 failed; 0 ignored"),
+            Some((8, 1))
+        );
+        assert_eq!(super::result_counts("running 3 tests"), None);
+    }
 }
