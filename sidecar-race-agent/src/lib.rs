@@ -12,6 +12,7 @@ pub mod http;
 pub mod inventory;
 pub mod k8s_events;
 pub mod kernel;
+pub mod lint;
 pub mod logging;
 pub mod metrics;
 pub mod mountinfo;

@@ -41,6 +41,11 @@ async fn main() -> anyhow::Result<()> {
             .await
         }
         Command::Report(args) => commands::report::run(args).await,
+        Command::Lint(args) => match commands::lint::run(args) {
+            Ok(0) => Ok(()),
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
     };
     if let Err(e) = &result {
         tracing::error!("{e:#}");
