@@ -7,3 +7,4 @@ pub mod http;
 pub mod pod;
 pub mod root;
 pub mod scenario;
+pub mod tools;
