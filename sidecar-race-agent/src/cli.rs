@@ -3,7 +3,7 @@
 
 use std::{collections::BTreeSet, net::SocketAddr, path::PathBuf, time::Duration};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::{
     agent::AgentOptions,
@@ -28,6 +28,40 @@ pub struct Cli {
     pub log_level: String,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The binary's name as a kubectl plugin: `kubectl sidecar-race …` runs it.
+pub const KUBECTL_PLUGIN: &str = "kubectl-sidecar_race";
+
+/// Whether argv[0] names the kubectl plugin (a symlink or copy on PATH).
+pub fn invoked_as_plugin(argv0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(argv0)
+        .file_name()
+        .is_some_and(|n| n == KUBECTL_PLUGIN)
+}
+
+/// Parses the command line. Invoked as `kubectl-sidecar_race`, the binary is
+/// `kubectl sidecar-race` and offers `report` and `lint` (`trace` and `run` belong to
+/// the node agent).
+pub fn parse_args(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
+    let plugin = args.first().is_some_and(|a| invoked_as_plugin(a));
+    let mut cmd = Cli::command();
+    if plugin {
+        cmd = cmd
+            .name("kubectl sidecar-race")
+            .bin_name("kubectl sidecar-race")
+            .mut_subcommand("trace", |s| s.hide(true))
+            .mut_subcommand("run", |s| s.hide(true));
+    }
+    let matches = cmd.clone().try_get_matches_from(args)?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    if plugin && matches!(cli.command, Command::Trace(_) | Command::Run(_)) {
+        return Err(cmd.error(
+            clap::error::ErrorKind::InvalidSubcommand,
+            "as a kubectl plugin, sidecar-race runs `report` and `lint`; `trace` and `run` belong to the node agent (sidecar-race-agent)",
+        ));
+    }
+    Ok(cli)
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -295,6 +329,23 @@ pub struct ReportArgs {
     /// Show only the N highest-ranked workloads (default: all).
     #[arg(long, env = "SIDECAR_RACE_TOP", value_name = "N")]
     pub top: Option<usize>,
+    /// Manifests (files, directories, `-` for stdin) to join with the evidence: the
+    /// workloads that have not raced are ranked after those that did, by lint's risk.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_MANIFESTS",
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
+    pub manifests: Vec<PathBuf>,
+    /// With --manifests: print each listed workload's kustomize patch (its
+    /// startupProbe on the port the evidence shows clients dial).
+    #[arg(long, env = "SIDECAR_RACE_WITH_PATCHES", requires = "manifests")]
+    pub with_patches: bool,
+    /// Container names that are classic sidecars in every pod, comma-separated (for
+    /// the manifests).
+    #[arg(long, env = "SIDECAR_RACE_SIDECAR_NAMES", value_delimiter = ',')]
+    pub sidecar_names: Vec<String>,
 }
 
 /// What `lint --fix` writes.
@@ -412,6 +463,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown kind `bogus`"), "{err}");
+    }
+
+    #[test]
+    fn kubectl_plugin_runs_report_and_lint_only() {
+        let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        let cli = parse_args(args(&[
+            "/usr/local/bin/kubectl-sidecar_race",
+            "lint",
+            "m.yaml",
+        ]))
+        .unwrap();
+        assert!(matches!(cli.command, Command::Lint(_)));
+        let err = parse_args(args(&["kubectl-sidecar_race", "run"])).unwrap_err();
+        assert!(err.to_string().contains("as a kubectl plugin"), "{err}");
+        let help = parse_args(args(&["kubectl-sidecar_race", "--help"]))
+            .unwrap_err()
+            .to_string();
+        assert!(help.contains("kubectl sidecar-race"), "{help}");
+        assert!(!help.contains("\n  trace"), "{help}");
+        assert!(parse_args(args(&["sidecar-race-agent", "run"])).is_ok());
     }
 
     #[test]

@@ -1,18 +1,17 @@
 use std::time::Duration;
 
-use clap::Parser;
 use sidecar_race_agent::{
-    cli::{Cli, Command},
+    cli::{self, Command},
     commands, logging,
 };
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = cli::parse_args(std::env::args_os().collect()).unwrap_or_else(|e| e.exit());
     // `report` says why a request failed in its one-sentence error; kube's client
     // would log each failed request too.
     let log_level = match cli.command {
-        Command::Report(_) if !cli.log_level.contains("kube") => {
+        Command::Report(_) | Command::Lint(_) if !cli.log_level.contains("kube") => {
             format!("{},kube_client=off", cli.log_level)
         }
         _ => cli.log_level.clone(),

@@ -345,3 +345,29 @@ fn probe_port_evidence_and_known_endpoints() {
         "Istio's readiness endpoint, not a TCP connect:\n{fixed}"
     );
 }
+
+#[test]
+fn runs_as_a_kubectl_plugin() {
+    let tmp = std::env::temp_dir().join(format!("sidecar-race-plugin-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let plugin = tmp.join("kubectl-sidecar_race");
+    let _ = std::fs::remove_file(&plugin);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sidecar-race-agent"), &plugin).unwrap();
+    let out = Command::new(&plugin)
+        .args(["lint", "--format", "json", "cronjob.yaml"])
+        .current_dir(dir())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(ids(&String::from_utf8(out.stdout).unwrap()), ["SR002"]);
+    let help = Command::new(&plugin).arg("--help").output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(help.contains("Usage: kubectl sidecar-race"), "{help}");
+    let run = Command::new(&plugin).arg("run").output().unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&run.stderr).contains("as a kubectl plugin"),
+        "the plugin does not run the node daemon"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}

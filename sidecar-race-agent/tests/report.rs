@@ -890,3 +890,113 @@ async fn the_command_needs_no_root_and_takes_flags_from_the_environment() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--manifests`: the workloads that raced first (by observed cost), then those of the
+/// manifests that have not raced, by lint's risk; `--with-patches` gives each its
+/// kustomize patch, with the startupProbe on the port the evidence shows.
+#[tokio::test(flavor = "multi_thread")]
+async fn manifests_join_the_evidence_into_a_migration_plan() {
+    let urls = fake_agents().await;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/report-plan");
+    let args = |format: &'static str| {
+        vec![
+            "report".to_string(),
+            "--agent".into(),
+            urls[0].clone(),
+            "--agent".into(),
+            urls[1].clone(),
+            "--manifests".into(),
+            dir.into(),
+            "--with-patches".into(),
+            "--format".into(),
+            format.into(),
+        ]
+    };
+    let json_args = args("json");
+    let out = binary(
+        &json_args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let raced: Vec<&str> = v["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(raced[0], "checkout", "{v:#}");
+    assert_eq!(v["manifest_workloads"], 5);
+    assert_eq!(v["raced_in_manifests"], 2, "checkout and ledger");
+    let not_raced: Vec<(u64, &str, &str)> = v["not_raced"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["rank"].as_u64().unwrap(),
+                r["workload"].as_str().unwrap(),
+                r["worst_severity"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let n = raced.len() as u64;
+    assert_eq!(
+        not_raced,
+        [
+            (n + 1, "migrate-orders", "error"),
+            (n + 2, "reports", "warning")
+        ],
+        "ranked after every raced workload, the riskier first; the clean catalog is not listed"
+    );
+    assert_eq!(v["not_raced"][0]["sidecars"], json!(["cloud-sql-proxy"]));
+    let patches = v["patches"].as_array().unwrap();
+    let patch_of = |name: &str| {
+        patches
+            .iter()
+            .find(|p| p["workload"].as_str().unwrap().ends_with(name))
+            .unwrap_or_else(|| panic!("no patch for {name}: {patches:#?}"))
+    };
+    assert_eq!(patch_of("/checkout")["rank"], 1);
+    assert!(
+        patch_of("/checkout")["patch"]
+            .as_str()
+            .unwrap()
+            .contains("path: /healthz/ready"),
+        "Istio's readiness endpoint"
+    );
+    // ledger's proxy declares 9801 first, but clients were refused on 5432.
+    let ledger = patch_of("/ledger")["patch"].as_str().unwrap();
+    assert!(
+        ledger.contains("tcpSocket:\n            port: 5432"),
+        "{ledger}"
+    );
+    assert!(
+        patch_of("/migrate-orders")["patch"]
+            .as_str()
+            .unwrap()
+            .contains("restartPolicy: Always")
+    );
+
+    let table_args = args("table");
+    let out = binary(
+        &table_args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+    )
+    .await;
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("Not raced yet, ranked by static risk"),
+        "{text}"
+    );
+    assert!(text.contains("Job orders/migrate-orders"), "{text}");
+    assert!(
+        text.contains("# 1. Deployment shop/checkout\npatches:"),
+        "{text}"
+    );
+}

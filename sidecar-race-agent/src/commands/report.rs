@@ -5,7 +5,8 @@ use std::io::Write;
 
 use crate::{
     cli::ReportArgs,
-    report::{self, Input, render},
+    lint,
+    report::{self, Input, plan, render},
 };
 
 pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
@@ -17,7 +18,24 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
         None => Input::Agents(args.agent),
     };
     let fleet = report::collect(&input).await?;
-    let text = render::render(&report::build(fleet, args.top), args.format);
+    let ranked = report::build(fleet, args.top);
+    let text = if args.manifests.is_empty() {
+        render::render(&ranked, args.format)
+    } else {
+        let opts = lint::Options {
+            site_sidecars: args.sidecar_names.clone(),
+            ..lint::Options::default()
+        };
+        let sources = lint::input::read_sources(&args.manifests)?;
+        let (workloads, errors) = lint::load(&sources, &opts);
+        if let Some(e) = errors.first() {
+            anyhow::bail!("{e}");
+        }
+        plan::render(
+            &plan::plan(ranked, &workloads, &opts, args.with_patches),
+            args.format,
+        )
+    };
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) is the reader's choice, not a failure.
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {

@@ -20,6 +20,7 @@
 
 pub mod agents;
 mod client;
+pub mod plan;
 pub mod prometheus;
 pub mod render;
 
