@@ -384,8 +384,19 @@ impl FailOn {
 #[derive(Debug, Args)]
 pub struct LintArgs {
     /// Manifest files or directories (walked for .yaml, .yml, .json); `-` reads stdin.
-    #[arg(value_name = "PATH", required = true)]
+    #[arg(
+        value_name = "PATH",
+        required_unless_present = "cluster",
+        conflicts_with = "cluster"
+    )]
     pub paths: Vec<PathBuf>,
+    /// Lint the live cluster's workloads instead (the kubeconfig's; read-only lists).
+    /// Its version is the default for --kube-version.
+    #[arg(long)]
+    pub cluster: bool,
+    /// With --cluster: only this namespace (default: all).
+    #[arg(long, short = 'n', requires = "cluster")]
+    pub namespace: Option<String>,
     /// Output format: a table, JSON, or GitHub Actions annotations.
     #[arg(long, env = "SIDECAR_RACE_LINT_FORMAT", value_enum, default_value_t = crate::lint::render::Format::Table)]
     pub format: crate::lint::render::Format,

@@ -40,7 +40,7 @@ async fn main() -> anyhow::Result<()> {
             .await
         }
         Command::Report(args) => commands::report::run(args).await,
-        Command::Lint(args) => match commands::lint::run(args) {
+        Command::Lint(args) => match commands::lint::run(args).await {
             Ok(0) => Ok(()),
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),

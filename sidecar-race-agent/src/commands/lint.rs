@@ -14,16 +14,25 @@ pub const EXIT_INPUT_ERROR: i32 = 2;
 /// Exit status when a finding reaches `--fail-on`.
 pub const EXIT_FINDINGS: i32 = 1;
 
-pub fn run(args: LintArgs) -> anyhow::Result<i32> {
-    let opts = args.options();
-    let sources = match input::read_sources(&args.paths) {
-        Ok(s) => s,
+pub async fn run(args: LintArgs) -> anyhow::Result<i32> {
+    let mut opts = args.options();
+    let loaded = if args.cluster {
+        from_cluster(&args, &mut opts).await
+    } else {
+        input::read_sources(&args.paths)
+            .map(|sources| {
+                let (w, e) = lint::load(&sources, &opts);
+                (sources, w, e)
+            })
+            .map_err(|e| e.to_string())
+    };
+    let (sources, workloads, errors) = match loaded {
+        Ok(l) => l,
         Err(e) => {
             eprintln!("error: {e}");
             return Ok(EXIT_INPUT_ERROR);
         }
     };
-    let (workloads, errors) = lint::load(&sources, &opts);
     if let Some(mode) = args.fix {
         return fix(mode, &sources, &workloads, &errors, &opts);
     }
@@ -31,6 +40,28 @@ pub fn run(args: LintArgs) -> anyhow::Result<i32> {
     outcome.errors = errors;
     write_stdout(&render::render(&outcome, args.format))?;
     Ok(exit_status(&outcome, args.fail_on.severity()))
+}
+
+type Loaded = (Vec<input::Source>, Vec<lint::Workload>, Vec<String>);
+
+/// The cluster's workloads; its version unless `--kube-version` says otherwise.
+async fn from_cluster(args: &LintArgs, opts: &mut lint::Options) -> Result<Loaded, String> {
+    if args.fix.is_some_and(|m| m != FixMode::Patch) {
+        return Err("with --cluster, --fix writes patches only: use --fix=patch".into());
+    }
+    let client = lint::cluster::client().await.map_err(|e| e.to_string())?;
+    if opts.kube_version.is_none() {
+        opts.kube_version = Some(
+            lint::cluster::version(&client)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let (workloads, errors) =
+        lint::cluster::workloads(&client, args.namespace.as_deref(), &opts.site_sidecars)
+            .await
+            .map_err(|e| e.to_string())?;
+    Ok((Vec::new(), workloads, errors))
 }
 
 /// 2 on input errors, else 1 when a finding reaches `fail_on`, else 0.

@@ -3,6 +3,7 @@
 //! ([`crate::inventory::pod_info::PodInfo`]); [`rules`] turns what it finds into
 //! findings with stable IDs, [`fix`] writes the native-sidecar migration.
 
+pub mod cluster;
 pub mod fix;
 pub mod input;
 pub mod known;
