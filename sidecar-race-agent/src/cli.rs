@@ -306,7 +306,7 @@ pub struct RunArgs {
 
 /// Where `report` reads evidence: Prometheus over a range, or agents' incidents.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("evidence").required(true).args(["prometheus", "agent"])))]
+#[command(group(clap::ArgGroup::new("evidence").required(true).args(["prometheus", "agent", "agents_via_api"])))]
 pub struct ReportArgs {
     /// Prometheus base URL (its HTTP API below it), e.g. http://prometheus:9090.
     #[arg(long, env = "SIDECAR_RACE_PROMETHEUS", value_name = "URL")]
@@ -329,6 +329,24 @@ pub struct ReportArgs {
     /// Show only the N highest-ranked workloads (default: all).
     #[arg(long, env = "SIDECAR_RACE_TOP", value_name = "N")]
     pub top: Option<usize>,
+    /// Read every agent's incidents through the API server's pod proxy, with the
+    /// kubeconfig (needs `pods` list and `pods/proxy` get in --agent-namespace).
+    #[arg(long, env = "SIDECAR_RACE_AGENTS_VIA_API")]
+    pub agents_via_api: bool,
+    /// The agents' namespace (with --agents-via-api).
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_AGENT_NAMESPACE",
+        default_value = "sidecar-race"
+    )]
+    pub agent_namespace: String,
+    /// The agents' HTTP port (with --agents-via-api).
+    #[arg(long, env = "SIDECAR_RACE_AGENT_PORT", default_value_t = 9965)]
+    pub agent_port: u16,
+    /// Join lint findings of the live cluster's workloads (the kubeconfig's; read-only
+    /// lists), as --manifests does for files.
+    #[arg(long, conflicts_with = "manifests")]
+    pub cluster: bool,
     /// Manifests (files, directories, `-` for stdin) to join with the evidence: the
     /// workloads that have not raced are ranked after those that did, by lint's risk.
     #[arg(
@@ -340,7 +358,7 @@ pub struct ReportArgs {
     pub manifests: Vec<PathBuf>,
     /// With --manifests: print each listed workload's kustomize patch (its
     /// startupProbe on the port the evidence shows clients dial).
-    #[arg(long, env = "SIDECAR_RACE_WITH_PATCHES", requires = "manifests")]
+    #[arg(long, env = "SIDECAR_RACE_WITH_PATCHES")]
     pub with_patches: bool,
     /// Container names that are classic sidecars in every pod, comma-separated (for
     /// the manifests).

@@ -10,6 +10,7 @@
 use std::{
     collections::HashMap,
     net::SocketAddr,
+    path::PathBuf,
     process::{Command, Output},
     sync::{Arc, Mutex},
 };
@@ -998,5 +999,155 @@ async fn manifests_join_the_evidence_into_a_migration_plan() {
     assert!(
         text.contains("# 1. Deployment shop/checkout\npatches:"),
         "{text}"
+    );
+}
+
+/// A fake API server: the agents' pods (two running, one pending) in `sidecar-race`,
+/// their incidents through the pod proxy, and the report-plan manifests as the
+/// cluster's workloads. Records every request.
+async fn fake_api_server(seen: Arc<Mutex<Vec<(String, String)>>>) -> SocketAddr {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/report-plan");
+    let mut objects: Vec<Value> = Vec::new();
+    for f in ["shop.yaml", "data.yaml"] {
+        let text = std::fs::read_to_string(format!("{dir}/{f}")).unwrap();
+        objects.extend(serde_saphyr::from_multiple::<Value>(&text).unwrap());
+    }
+    let checkout = incident(
+        1,
+        "checkout-1",
+        "shop",
+        "Deployment",
+        "checkout",
+        ("app", "istio-proxy", "classic", 15001),
+        ("startup", 12, Some(1.2)),
+    );
+    let ledger = incident(
+        1,
+        "ledger-0",
+        "data",
+        "StatefulSet",
+        "ledger",
+        ("app", "cloud-sql-proxy", "native", 5432),
+        ("startup", 8, Some(0.4)),
+    );
+    let handler = move |method: axum::http::Method, uri: axum::http::Uri| {
+        let seen = seen.clone();
+        let objects = objects.clone();
+        let (checkout, ledger) = (checkout.clone(), ledger.clone());
+        async move {
+            seen.lock()
+                .unwrap()
+                .push((method.to_string(), uri.to_string()));
+            let path = uri.path();
+            let list = |kind: &str| {
+                let items: Vec<Value> = objects
+                    .iter()
+                    .filter(|o| o["kind"] == kind)
+                    .cloned()
+                    .collect();
+                json!({"apiVersion": "v1", "kind": format!("{kind}List"), "metadata": {"resourceVersion": "1"}, "items": items})
+            };
+            let agent = |name: &str, phase: &str| {
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "sidecar-race"},
+                       "status": {"phase": phase}})
+            };
+            let body = match path {
+                "/version" => json!({"major": "1", "minor": "33", "gitVersion": "v1.33.1"}),
+                "/api/v1/namespaces/sidecar-race/pods" => {
+                    json!({"apiVersion": "v1", "kind": "PodList",
+                    "metadata": {"resourceVersion": "1"},
+                    "items": [agent("agent-a", "Running"), agent("agent-b", "Running"), agent("agent-c", "Pending")]})
+                }
+                "/api/v1/namespaces/sidecar-race/pods/agent-a:9965/proxy/api/v1/incidents" => {
+                    json!({"incidents": [checkout]})
+                }
+                "/api/v1/namespaces/sidecar-race/pods/agent-b:9965/proxy/api/v1/incidents" => {
+                    json!({"incidents": [ledger]})
+                }
+                "/apis/apps/v1/deployments" => list("Deployment"),
+                "/apis/apps/v1/statefulsets" => list("StatefulSet"),
+                "/apis/batch/v1/jobs" => list("Job"),
+                p if p.starts_with("/api") => {
+                    let kind = match p.rsplit('/').next().unwrap() {
+                        "daemonsets" => "DaemonSet",
+                        "replicasets" => "ReplicaSet",
+                        "cronjobs" => "CronJob",
+                        _ => "Pod",
+                    };
+                    list(kind)
+                }
+                _ => return (StatusCode::NOT_FOUND, Json(json!({}))).into_response(),
+            };
+            Json(body).into_response()
+        }
+    };
+    serve(Router::new().fallback(handler)).await
+}
+
+fn kubeconfig_for(addr: SocketAddr) -> PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "sidecar-race-report-kubeconfig-{}-{}",
+        std::process::id(),
+        addr.port()
+    ));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\nusers:\n- name: dev\n  user:\n    token: dev-token\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: dev\ncurrent-context: fake\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// From a laptop: the agents through the API server's pod proxy, the workloads from
+/// the cluster, all with the kubeconfig; only GETs.
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_via_api_and_cluster_from_a_laptop() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let addr = fake_api_server(seen.clone()).await;
+    let config = kubeconfig_for(addr);
+    let out = binary(
+        &[
+            "report",
+            "--agents-via-api",
+            "--cluster",
+            "--with-patches",
+            "--format",
+            "json",
+        ],
+        &[("KUBECONFIG", config.to_str().unwrap())],
+    )
+    .await;
+    let _ = std::fs::remove_file(&config);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["source"]["urls"],
+        json!([
+            "pods/proxy sidecar-race/agent-a",
+            "pods/proxy sidecar-race/agent-b"
+        ]),
+        "the pending agent is not asked"
+    );
+    let raced: Vec<&str> = v["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(raced, ["checkout", "ledger"]);
+    assert_eq!(v["raced_in_manifests"], 2);
+    assert_eq!(v["not_raced"][0]["workload"], "migrate-orders");
+    assert_eq!(v["patches"].as_array().unwrap().len(), 4);
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.iter().all(|(m, _)| m == "GET"), "{seen:?}");
+    assert!(
+        seen.iter().any(|(_, p)| p.contains("labelSelector=app.kubernetes.io%2Fname%3Dsidecar-race-agent")),
+        "{seen:?}"
     );
 }

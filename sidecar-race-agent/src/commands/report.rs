@@ -10,24 +10,37 @@ use crate::{
 };
 
 pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
+    if args.with_patches && args.manifests.is_empty() && !args.cluster {
+        anyhow::bail!("--with-patches needs --manifests or --cluster");
+    }
     let input = match args.prometheus {
         Some(url) => Input::Prometheus {
             url,
             range: args.range,
         },
+        None if args.agents_via_api => Input::AgentsViaApi {
+            namespace: args.agent_namespace.clone(),
+            port: args.agent_port,
+        },
         None => Input::Agents(args.agent),
     };
     let fleet = report::collect(&input).await?;
     let ranked = report::build(fleet, args.top);
-    let text = if args.manifests.is_empty() {
+    let text = if args.manifests.is_empty() && !args.cluster {
         render::render(&ranked, args.format)
     } else {
-        let opts = lint::Options {
+        let mut opts = lint::Options {
             site_sidecars: args.sidecar_names.clone(),
             ..lint::Options::default()
         };
-        let sources = lint::input::read_sources(&args.manifests)?;
-        let (workloads, errors) = lint::load(&sources, &opts);
+        let (workloads, errors) = if args.cluster {
+            let client = lint::cluster::client().await?;
+            opts.kube_version = Some(lint::cluster::version(&client).await?);
+            lint::cluster::workloads(&client, None, &opts.site_sidecars).await?
+        } else {
+            let sources = lint::input::read_sources(&args.manifests)?;
+            lint::load(&sources, &opts)
+        };
         if let Some(e) = errors.first() {
             anyhow::bail!("{e}");
         }
