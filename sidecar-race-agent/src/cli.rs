@@ -196,11 +196,37 @@ pub struct TraceArgs {
     /// for its name before it is printed without.
     #[arg(long, env = "SIDECAR_RACE_ATTRIBUTION_WAIT_MS", default_value_t = 2000)]
     pub attribution_wait_ms: u64,
+    /// Only events of pods in these namespaces (comma-separated).
+    #[arg(long, short = 'n', value_delimiter = ',')]
+    pub namespace: Vec<String>,
+    /// Only events of these pods (names, comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub pod: Vec<String>,
+    /// Only events of these containers (names, comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub container: Vec<String>,
+    /// Only socket events on these ports (a refusal's dialed or redirected port, a
+    /// listener's port), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub port: Vec<u16>,
+    /// Output: `json` lines or an aligned `table` with local times (default: table on
+    /// a terminal, JSON lines otherwise).
+    #[arg(long, env = "SIDECAR_RACE_TRACE_FORMAT", value_enum)]
+    pub format: Option<crate::trace_view::TraceFormat>,
     #[command(flatten)]
     pub kernel: KernelArgs,
 }
 
 impl TraceArgs {
+    pub fn filter(&self) -> crate::trace_view::TraceFilter {
+        crate::trace_view::TraceFilter {
+            namespaces: self.namespace.clone(),
+            pods: self.pod.clone(),
+            containers: self.container.clone(),
+            ports: self.port.clone(),
+        }
+    }
+
     pub fn kind_set(&self) -> BTreeSet<Kind> {
         if self.kinds.is_empty() {
             Kind::ALL.into_iter().collect()

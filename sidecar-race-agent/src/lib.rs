@@ -21,3 +21,4 @@ pub mod report;
 pub mod shutdown;
 pub mod stream;
 pub mod trace_record;
+pub mod trace_view;

@@ -19,10 +19,18 @@ async fn main() -> anyhow::Result<()> {
     logging::init(cli.log_format, &log_level);
     let result = match cli.command {
         Command::Trace(args) => {
+            use std::io::IsTerminal;
             commands::trace::run(
                 args.kernel.options(),
                 args.kind_set(),
                 Duration::from_millis(args.attribution_wait_ms),
+                commands::trace::View {
+                    filter: args.filter(),
+                    format: sidecar_race_agent::trace_view::TraceFormat::resolve(
+                        args.format,
+                        std::io::stdout().is_terminal(),
+                    ),
+                },
             )
             .await
         }
