@@ -175,13 +175,7 @@ impl KernelArgs {
             grace: Duration::from_secs(self.grace_seconds),
             pods_from: self.pods.spec(),
             source: self.pods.options(),
-            sidecar_names: self
-                .pods
-                .sidecar_names
-                .iter()
-                .map(|n| n.trim().to_string())
-                .filter(|n| !n.is_empty())
-                .collect(),
+            sidecar_names: clean_names(&self.pods.sidecar_names),
         }
     }
 }
@@ -468,14 +462,18 @@ impl LintArgs {
         crate::lint::Options {
             kube_version: self.kube_version,
             probe_ports: self.probe_port.iter().cloned().collect(),
-            site_sidecars: self
-                .sidecar_names
-                .iter()
-                .map(|n| n.trim().to_string())
-                .filter(|n| !n.is_empty())
-                .collect(),
+            site_sidecars: clean_names(&self.sidecar_names),
         }
     }
+}
+
+/// `--sidecar-names` entries trimmed, empty ones dropped.
+pub fn clean_names(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect()
 }
 
 fn parse_probe_port(s: &str) -> Result<(String, u16), String> {

@@ -3,6 +3,8 @@
 //! kind, objects owned by another workload skipped, the cluster's version used for
 //! SR010 unless `--kube-version` says otherwise.
 
+mod common;
+
 use std::{
     net::SocketAddr,
     path::PathBuf,
@@ -86,24 +88,8 @@ async fn fake_api_server() -> (SocketAddr, Seen) {
     (addr, seen)
 }
 
-fn kubeconfig(addr: SocketAddr) -> PathBuf {
-    let path = std::env::temp_dir().join(format!(
-        "sidecar-race-lint-kubeconfig-{}-{}",
-        std::process::id(),
-        addr.port()
-    ));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\nusers:\n- name: dev\n  user:\n    token: dev-token\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: dev\ncurrent-context: fake\n"
-        ),
-    )
-    .unwrap();
-    path
-}
-
 async fn lint(addr: SocketAddr, args: &[&str]) -> Output {
-    let config = kubeconfig(addr);
+    let config = common::kubeconfig_for(addr, "lint");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sidecar-race-agent"));
     cmd.arg("lint").args(args).env("KUBECONFIG", &config);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())

@@ -7,10 +7,11 @@
 //! startupProbe (ledger), a drain-only race (frontend), a port nobody opens
 //! (reporter: unresolved only), and a workload that started pods without incident.
 
+mod common;
+
 use std::{
     collections::HashMap,
     net::SocketAddr,
-    path::PathBuf,
     process::{Command, Output},
     sync::{Arc, Mutex},
 };
@@ -913,12 +914,11 @@ async fn manifests_join_the_evidence_into_a_migration_plan() {
             format.into(),
         ]
     };
-    let json_args = args("json");
-    let out = binary(
-        &json_args.iter().map(String::as_str).collect::<Vec<_>>(),
-        &[],
-    )
-    .await;
+    let run = |format: &'static str| {
+        let a = args(format);
+        async move { binary(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[]).await }
+    };
+    let out = run("json").await;
     assert!(
         out.status.success(),
         "{}",
@@ -984,12 +984,7 @@ async fn manifests_join_the_evidence_into_a_migration_plan() {
             .contains("restartPolicy: Always")
     );
 
-    let table_args = args("table");
-    let out = binary(
-        &table_args.iter().map(String::as_str).collect::<Vec<_>>(),
-        &[],
-    )
-    .await;
+    let out = run("table").await;
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
         text.contains("Not raced yet, ranked by static risk"),
@@ -1084,29 +1079,13 @@ async fn fake_api_server(seen: Arc<Mutex<Vec<(String, String)>>>) -> SocketAddr 
     serve(Router::new().fallback(handler)).await
 }
 
-fn kubeconfig_for(addr: SocketAddr) -> PathBuf {
-    let path = std::env::temp_dir().join(format!(
-        "sidecar-race-report-kubeconfig-{}-{}",
-        std::process::id(),
-        addr.port()
-    ));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\nusers:\n- name: dev\n  user:\n    token: dev-token\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: dev\ncurrent-context: fake\n"
-        ),
-    )
-    .unwrap();
-    path
-}
-
 /// From a laptop: the agents through the API server's pod proxy, the workloads from
 /// the cluster, all with the kubeconfig; only GETs.
 #[tokio::test(flavor = "multi_thread")]
 async fn agents_via_api_and_cluster_from_a_laptop() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let addr = fake_api_server(seen.clone()).await;
-    let config = kubeconfig_for(addr);
+    let config = common::kubeconfig_for(addr, "report");
     let out = binary(
         &[
             "report",

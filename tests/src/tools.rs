@@ -22,8 +22,8 @@ pub fn workspace() -> PathBuf {
 
 fn missing(tool: &str) -> ! {
     panic!(
-        "{tool} is not installed: run `cargo xtask setup`, which installs kubectl and \
-         kubernetes-validate (in {DEPLOY_TOOLS_VENV})"
+        "{tool} is not installed: run `cargo xtask setup`, which installs what the \
+         manifest checks need (kubectl, promtool, kubernetes-validate in {DEPLOY_TOOLS_VENV})"
     )
 }
 
@@ -36,12 +36,12 @@ pub fn venv_bin(name: &str) -> PathBuf {
     bin
 }
 
-/// kubectl from PATH.
-pub fn kubectl() -> PathBuf {
-    if !crate::root::have("kubectl") {
-        missing("kubectl");
+/// A tool on PATH (kubectl, promtool).
+pub fn on_path(tool: &str) -> PathBuf {
+    if !crate::root::have(tool) {
+        missing(tool);
     }
-    PathBuf::from("kubectl")
+    PathBuf::from(tool)
 }
 
 /// Runs `cmd` (with `stdin` when given); its stdout, or a panic with all it printed.
@@ -78,9 +78,9 @@ pub fn run(cmd: &mut Command, stdin: Option<&str>) -> String {
     stdout
 }
 
-/// `kubernetes-validate --strict` against `version`: every document must pass (none
-/// skipped for want of a schema).
-pub fn validate_strictly(label: &str, docs: &[Value], version: &str) {
+/// `kubernetes-validate --strict` of built-in kinds, for each version; every document
+/// must be reported as passed (none skipped for want of a schema).
+pub fn validate_strictly(label: &str, docs: &[&Value], versions: &[String]) {
     let path = std::env::temp_dir().join(format!(
         "sidecar-race-validate-{}-{label}.yaml",
         std::process::id()
@@ -91,25 +91,27 @@ pub fn validate_strictly(label: &str, docs: &[Value], version: &str) {
         .collect::<Vec<_>>()
         .join("\n---\n");
     std::fs::write(&path, text).expect("temp file");
-    let out = run(
-        Command::new(venv_bin("kubernetes-validate"))
-            .args(["--strict", "--kubernetes-version", version])
-            .arg(&path),
-        None,
-    );
+    for version in versions {
+        let out = run(
+            Command::new(venv_bin("kubernetes-validate"))
+                .args(["--strict", "--kubernetes-version", version])
+                .arg(&path),
+            None,
+        );
+        let passed = out
+            .lines()
+            .filter(|l| l.contains(" passed for resource "))
+            .count();
+        assert_eq!(
+            passed,
+            docs.len(),
+            "{label}: {} documents, {passed} passed against {version}:\n{out}",
+            docs.len()
+        );
+        assert!(
+            !out.contains("Couldn't find schema"),
+            "{label}: a built-in kind was not validated against {version}:\n{out}"
+        );
+    }
     let _ = std::fs::remove_file(&path);
-    let passed = out
-        .lines()
-        .filter(|l| l.contains(" passed for resource "))
-        .count();
-    assert_eq!(
-        passed,
-        docs.len(),
-        "{label}: {} documents, {passed} passed against {version}:\n{out}",
-        docs.len()
-    );
-    assert!(
-        !out.contains("Couldn't find schema"),
-        "{label}: a built-in kind was not validated against {version}:\n{out}"
-    );
 }

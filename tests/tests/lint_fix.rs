@@ -19,7 +19,7 @@ use sidecar_race_tests::{
     pod::{SimContainer, SimPod, write_pod_list},
     root::is_root_or_skip,
     scenario::{app_done, proxy},
-    tools::{kubectl, run, validate_strictly},
+    tools::{on_path, run, validate_strictly},
 };
 
 fn fixtures() -> Vec<PathBuf> {
@@ -62,7 +62,9 @@ fn every_fixed_fixture_validates_strictly_against_kubernetes_1_33() {
     for f in fixtures() {
         let fixed = lint(&["--fix", f.to_str().unwrap()], None);
         let label = f.file_stem().unwrap().to_string_lossy().into_owned();
-        validate_strictly(&label, &objects(&fixed), "1.33.0");
+        let objects = objects(&fixed);
+        let docs: Vec<&Value> = objects.iter().collect();
+        validate_strictly(&label, &docs, &["1.33.0".to_string()]);
         // And the round trip: no ordering finding is left.
         let out = lint(
             &["--format", "json", "--fail-on", "none", "-"],
@@ -98,7 +100,7 @@ fn kustomize_patches_applied_by_kubectl_give_the_fixed_manifest() {
             ));
             std::fs::write(&tmp, find(&original, kind, name).to_string()).unwrap();
             let out = run(
-                Command::new(kubectl())
+                Command::new(on_path("kubectl"))
                     .args(["patch", "--local", "-o", "json", "--type", "json", "-f"])
                     .arg(&tmp)
                     .arg("-p")

@@ -237,42 +237,15 @@ fn prometheus_sees_the_race_and_the_report_ranks_it_first() {
     );
 
     // The migration report ranks the racing workload first, with its fix.
-    let out = Command::new(agent_binary())
-        .args([
-            "report",
-            "--prometheus",
-            &format!("http://{}", prom.addr),
-            "--range",
-            "10m",
-            "--format",
-            "json",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "report failed: {}{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value =
+    let prom_url = format!("http://{}", prom.addr);
+    let stdout = report(&prom_url, &["--format", "json"]);
+    let ranked: Value =
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("report JSON ({e}): {stdout}"));
-    let workloads = report["workloads"]
+    let workloads = ranked["workloads"]
         .as_array()
-        .unwrap_or_else(|| panic!("{report:#}"));
-    assert_eq!(workloads[0]["workload"], "checkout", "{report:#}");
-    let table = Command::new(agent_binary())
-        .args([
-            "report",
-            "--prometheus",
-            &format!("http://{}", prom.addr),
-            "--range",
-            "10m",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&table.stdout);
-    assert!(table.status.success());
+        .unwrap_or_else(|| panic!("{ranked:#}"));
+    assert_eq!(workloads[0]["workload"], "checkout", "{ranked:#}");
+    let text = report(&prom_url, &[]);
     assert!(text.contains("checkout"), "{text}");
     assert!(
         text.contains("Move proxy from containers to initContainers"),
@@ -292,26 +265,15 @@ fn prometheus_sees_the_race_and_the_report_ranks_it_first() {
         dir.join("job.yaml"),
     )
     .unwrap();
-    let out = Command::new(agent_binary())
-        .args([
-            "report",
-            "--prometheus",
-            &format!("http://{}", prom.addr),
-            "--range",
-            "10m",
+    let stdout = report(
+        &prom_url,
+        &[
             "--format",
             "json",
             "--with-patches",
             "--manifests",
-        ])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}{stdout}",
-        String::from_utf8_lossy(&out.stderr)
+            dir.to_str().unwrap(),
+        ],
     );
     let plan: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(plan["workloads"][0]["workload"], "checkout", "{plan:#}");
@@ -331,6 +293,22 @@ fn prometheus_sees_the_race_and_the_report_ranks_it_first() {
     );
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::remove_file(pods_file).unwrap();
+}
+
+/// `report --prometheus URL --range 10m ARGS`, which must succeed: its stdout.
+fn report(prom_url: &str, args: &[&str]) -> String {
+    let out = Command::new(agent_binary())
+        .args(["report", "--prometheus", prom_url, "--range", "10m"])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "report {args:?} failed: {}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }
 
 /// The racing Deployment as its manifest says it: proxy a classic sidecar on 15001.

@@ -30,7 +30,7 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
         render::render(&ranked, args.format)
     } else {
         let mut opts = lint::Options {
-            site_sidecars: args.sidecar_names.clone(),
+            site_sidecars: crate::cli::clean_names(&args.sidecar_names),
             ..lint::Options::default()
         };
         let (workloads, errors) = if args.cluster {
