@@ -893,6 +893,16 @@ async fn the_command_needs_no_root_and_takes_flags_from_the_environment() {
     );
 }
 
+/// The ranked workloads' names in a JSON report.
+fn json_names(v: &Value) -> Vec<&str> {
+    v["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["workload"].as_str().unwrap())
+        .collect()
+}
+
 /// `--manifests`: the workloads that raced first (by observed cost), then those of the
 /// manifests that have not raced, by lint's risk; `--with-patches` gives each its
 /// kustomize patch, with the startupProbe on the port the evidence shows.
@@ -925,12 +935,7 @@ async fn manifests_join_the_evidence_into_a_migration_plan() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let raced: Vec<&str> = v["workloads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w["workload"].as_str().unwrap())
-        .collect();
+    let raced = json_names(&v);
     assert_eq!(raced[0], "checkout", "{v:#}");
     assert_eq!(v["manifest_workloads"], 5);
     assert_eq!(v["raced_in_manifests"], 2, "checkout and ledger");
@@ -1113,12 +1118,7 @@ async fn agents_via_api_and_cluster_from_a_laptop() {
         ]),
         "the pending agent is not asked"
     );
-    let raced: Vec<&str> = v["workloads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w["workload"].as_str().unwrap())
-        .collect();
+    let raced = json_names(&v);
     assert_eq!(raced, ["checkout", "ledger"]);
     assert_eq!(v["raced_in_manifests"], 2);
     assert_eq!(v["not_raced"][0]["workload"], "migrate-orders");
