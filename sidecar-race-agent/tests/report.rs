@@ -1000,6 +1000,16 @@ async fn manifests_join_the_evidence_into_a_migration_plan() {
         text.contains("# 1. Deployment shop/checkout\npatches:"),
         "{text}"
     );
+    let md = String::from_utf8(run("markdown").await.stdout).unwrap();
+    assert!(
+        md.contains("### Not raced yet, ranked by static risk (lint)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| Job orders/migrate-orders | cloud-sql-proxy | error | SR001,SR002 |"),
+        "{md}"
+    );
+    assert!(md.contains("```yaml\npatches:"), "{md}");
 }
 
 /// A fake API server: the agents' pods (two running, one pending) in `sidecar-race`,
