@@ -344,6 +344,22 @@ fn probe_port_evidence_and_known_endpoints() {
         fixed.contains("httpGet:\n            path: /healthz/ready\n            port: 15021"),
         "Istio's readiness endpoint, not a TCP connect:\n{fixed}"
     );
+    // Envoy's admin /ready counts only where the admin port is declared.
+    let envoy = |ports: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: e}}\nspec:\n  initContainers:\n  - name: envoy\n    image: envoyproxy/envoy:v1.32.1\n    restartPolicy: Always\n    ports: [{ports}]\n  containers:\n  - name: app\n    image: app:1\n    env: [{{name: UPSTREAM, value: 'localhost:9000'}}]\n"
+        )
+    };
+    let (_, fixed) = lint(&["--fix", "-"], Some(&envoy("{containerPort: 9000}")));
+    assert!(fixed.contains("tcpSocket:\n        port: 9000"), "{fixed}");
+    let (_, fixed) = lint(
+        &["--fix", "-"],
+        Some(&envoy("{containerPort: 9000}, {containerPort: 9901}")),
+    );
+    assert!(
+        fixed.contains("httpGet:\n        path: /ready\n        port: 9901"),
+        "{fixed}"
+    );
 }
 
 #[test]

@@ -164,22 +164,9 @@ fn probe_native(w: &Workload, s: &ContainerInfo, opts: &Options, spec: &mut Node
     if s.startup_probe.is_some() && !wrong_port {
         return false;
     }
-    let probe = if wrong_port {
-        // Clients' port, never the readiness endpoint (which would not be wrong).
-        let dialed: Vec<u16> = rules::served_ports(s)
-            .into_iter()
-            .filter(|p| !rules::dialers(w, &s.name, *p).is_empty())
-            .collect();
-        let port = opts
-            .probe_ports
-            .get(&s.name)
-            .copied()
-            .or(dialed.first().copied())
-            .or(s.ports.first().copied());
-        port.map(|port| ProbeSpec::Tcp { port })
-    } else {
-        rules::probe_for(w, s, opts)
-    };
+    // For a wrong port, clients dial another port of it: probe_for picks the
+    // readiness endpoint, the evidence or that port.
+    let probe = rules::probe_for(w, s, opts);
     let (Some(probe), Some(inits)) = (
         probe,
         spec.get_mut("initContainers").and_then(Node::as_seq_mut),

@@ -15,6 +15,9 @@ pub struct Proxy {
     pub redirect_ports: &'static [u16],
     /// An HTTP endpoint that answers 200 once the proxy serves: (port, path).
     pub ready: Option<(u16, &'static str)>,
+    /// The endpoint's port is configurable: count it only when the container
+    /// declares that port (Envoy's admin listener).
+    pub ready_if_declared: bool,
 }
 
 pub const PROXIES: &[Proxy] = &[
@@ -22,11 +25,13 @@ pub const PROXIES: &[Proxy] = &[
         names: &["istio-proxy", "proxyv2"],
         redirect_ports: &[15001, 15006],
         ready: Some((15021, "/healthz/ready")),
+        ready_if_declared: false,
     },
     Proxy {
         names: &["linkerd-proxy"],
         redirect_ports: &[4140, 4143],
         ready: Some((4191, "/ready")),
+        ready_if_declared: false,
     },
     Proxy {
         names: &[
@@ -37,7 +42,8 @@ pub const PROXIES: &[Proxy] = &[
             "kuma-dp",
         ],
         redirect_ports: &[],
-        ready: None,
+        ready: Some((9901, "/ready")),
+        ready_if_declared: true,
     },
     Proxy {
         names: &[
@@ -48,11 +54,13 @@ pub const PROXIES: &[Proxy] = &[
         ],
         redirect_ports: &[],
         ready: None,
+        ready_if_declared: false,
     },
     Proxy {
         names: &["oauth2-proxy"],
         redirect_ports: &[],
         ready: None,
+        ready_if_declared: false,
     },
 ];
 
@@ -68,6 +76,14 @@ pub fn proxy(c: &ContainerInfo) -> Option<&'static Proxy> {
                 .then(|| PROXIES.iter().find(|p| p.names.contains(&repo)))
                 .flatten()
         })
+}
+
+/// The readiness endpoint of `c`, when it is a known proxy that has one (for Envoy:
+/// when it declares the admin port).
+pub fn ready_endpoint(c: &ContainerInfo) -> Option<(u16, &'static str)> {
+    let p = proxy(c)?;
+    p.ready
+        .filter(|(port, _)| !p.ready_if_declared || c.ports.contains(port))
 }
 
 /// A service mesh that injects its proxy at admission.

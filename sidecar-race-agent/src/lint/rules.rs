@@ -14,7 +14,7 @@ use super::{
     refs,
     workload::Workload,
 };
-use crate::inventory::pod_info::{ContainerInfo, Role};
+use crate::inventory::pod_info::{ContainerInfo, ProbeTarget, Role};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -221,7 +221,7 @@ fn dialed(w: &Workload, sidecar: &ContainerInfo) -> Vec<u16> {
 /// The startupProbe for `sidecar`: its documented readiness endpoint, else the port
 /// clients were seen dialing (evidence), else the one they name, else its first.
 pub fn probe_for(w: &Workload, sidecar: &ContainerInfo, opts: &Options) -> Option<ProbeSpec> {
-    if let Some((port, path)) = known::proxy(sidecar).and_then(|p| p.ready) {
+    if let Some((port, path)) = known::ready_endpoint(sidecar) {
         return Some(ProbeSpec::Http { port, path });
     }
     let port = opts
@@ -372,14 +372,19 @@ fn native_sidecar(w: &Workload, s: &ContainerInfo, opts: &Options, out: &mut Vec
     let Some(port) = probe.port() else {
         return;
     };
-    let ready = known::proxy(s).and_then(|p| p.ready).map(|(p, _)| p);
+    // The documented readiness endpoint, asked over HTTP, is right whatever the port.
+    let ready_endpoint = matches!(
+        (probe, known::ready_endpoint(s)),
+        (ProbeTarget::HttpGet { port: Some(p), path: Some(path) }, Some((rp, rpath)))
+            if *p == rp && path == rpath
+    );
     let dialed = dialed(w, s);
     let clients_use = if dialed.is_empty() {
         s.ports.clone()
     } else {
         dialed
     };
-    if Some(port) == ready || clients_use.is_empty() || clients_use.contains(&port) {
+    if ready_endpoint || clients_use.is_empty() || clients_use.contains(&port) {
         return;
     }
     out.push(
@@ -395,10 +400,16 @@ fn native_sidecar(w: &Workload, s: &ContainerInfo, opts: &Options, out: &mut Vec
                 s.name,
                 list(&clients_use)
             ),
-            format!(
-                "Point {}'s startupProbe at port {}",
-                s.name, clients_use[0]
-            ),
+            match known::ready_endpoint(s) {
+                Some((rp, path)) => format!(
+                    "Make {}'s startupProbe an httpGet of {path} on port {rp}, which answers once it serves",
+                    s.name
+                ),
+                None => format!(
+                    "Point {}'s startupProbe at port {}",
+                    s.name, clients_use[0]
+                ),
+            },
         ),
     );
 }
