@@ -344,6 +344,21 @@ fn probe_port_evidence_and_known_endpoints() {
         fixed.contains("httpGet:\n            path: /healthz/ready\n            port: 15021"),
         "Istio's readiness endpoint, not a TCP connect:\n{fixed}"
     );
+    // A TCP connect to Istio's health port is not its readiness endpoint.
+    let istio = "apiVersion: v1\nkind: Pod\nmetadata: {name: i}\nspec:\n  initContainers:\n  - name: istio-proxy\n    image: docker.io/istio/proxyv2:1.24.2\n    restartPolicy: Always\n    startupProbe: {tcpSocket: {port: 15021}}\n  containers:\n  - name: app\n    image: app:1\n";
+    let (_, json) = lint(&["--format", "json", "-"], Some(istio));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["findings"][0]["id"], "SR004", "{json}");
+    assert!(
+        v["findings"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("clients use ports 15001, 15006"),
+        "{json}"
+    );
+    let (_, fixed) = lint(&["--fix", "-"], Some(istio));
+    let (_, json) = lint(&["--format", "json", "-"], Some(&fixed));
+    assert_eq!(ids(&json), Vec::<String>::new(), "{fixed}");
     // Envoy's admin /ready counts only where the admin port is declared.
     let envoy = |ports: &str| {
         format!(

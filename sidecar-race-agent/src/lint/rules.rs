@@ -379,10 +379,15 @@ fn native_sidecar(w: &Workload, s: &ContainerInfo, opts: &Options, out: &mut Vec
             if *p == rp && path == rpath
     );
     let dialed = dialed(w, s);
-    let clients_use = if dialed.is_empty() {
-        s.ports.clone()
-    } else {
+    // What clients use: the ports they are seen dialing, else a mesh proxy's redirect
+    // ports, else what it declares.
+    let redirect = known::proxy(s).map_or(&[][..], |p| p.redirect_ports);
+    let clients_use = if !dialed.is_empty() {
         dialed
+    } else if !redirect.is_empty() {
+        redirect.to_vec()
+    } else {
+        s.ports.clone()
     };
     if ready_endpoint || clients_use.is_empty() || clients_use.contains(&port) {
         return;
