@@ -122,7 +122,7 @@ fn each_rule_fires_on_its_fixture() {
             "istio-injected-deployment.yaml",
             &["SR001", "SR008", "SR009"],
         ),
-        ("linkerd-deployment.yaml", &["SR009"]),
+        ("linkerd-deployment.yaml", &["SR006", "SR009"]),
         ("cloud-sql-proxy-job.yaml", &["SR001", "SR002"]),
         ("native-sidecar-probed.yaml", &[]),
         ("native-sidecar-unprobed.yaml", &["SR003", "SR004"]),

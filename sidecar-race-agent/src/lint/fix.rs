@@ -43,6 +43,9 @@ pub fn fix(w: &Workload, opts: &Options) -> Option<Node> {
         }
     }
     for mesh in known::meshes(w) {
+        if mesh == Mesh::Linkerd && !super::ignores(w, Rule::PreStopSleep) {
+            changed |= drop_linkerd_wait(template);
+        }
         let proxy_native = w.info.role(mesh.proxy_container()) == Some(Role::NativeSidecar);
         if !known::native_mode(w, mesh)
             && !proxy_native
@@ -209,6 +212,14 @@ fn set_native_annotation(template: &mut Node, mesh: Mesh) {
         .set(mesh.native_annotation(), Node::str("true"));
 }
 
+/// Drops Linkerd's preStop sleep annotation (SR006) from the pod template.
+fn drop_linkerd_wait(template: &mut Node) -> bool {
+    template
+        .at_mut(&["metadata", "annotations"])
+        .and_then(|a| a.remove(known::LINKERD_WAIT_BEFORE_EXIT))
+        .is_some()
+}
+
 impl Node {
     /// The list at `key`, created empty when missing.
     fn map_entry_seq(&mut self, key: &str) -> &mut Vec<Node> {
@@ -254,6 +265,23 @@ pub fn json_patch(w: &Workload, after: &Node) -> Vec<Node> {
     };
     let mut ops = Vec::new();
     let old_ann = old.at(&["metadata", "annotations"]);
+    if let Some(Node::Map(entries)) = old_ann {
+        let new_ann = new.at(&["metadata", "annotations"]);
+        for (k, _) in entries {
+            if new_ann.and_then(|a| a.get(k)).is_none() {
+                ops.push(Node::map(vec![
+                    ("op", Node::str("remove")),
+                    (
+                        "path",
+                        Node::Str(format!(
+                            "{base}/metadata/annotations/{}",
+                            pointer_segment(k)
+                        )),
+                    ),
+                ]));
+            }
+        }
+    }
     if let Some(Node::Map(entries)) = new.at(&["metadata", "annotations"]) {
         for (k, v) in entries {
             if old_ann.and_then(|a| a.get(k)) == Some(v) {

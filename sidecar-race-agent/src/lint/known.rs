@@ -126,6 +126,8 @@ const LINKERD_INJECT: &str = "linkerd.io/inject";
 const ISTIO_STATUS: &str = "sidecar.istio.io/status";
 const LINKERD_VERSION: &str = "linkerd.io/proxy-version";
 pub const ISTIO_PROXY_CONFIG: &str = "proxy.istio.io/config";
+/// Linkerd's preStop sleep for its proxy (not to be used with native sidecars).
+pub const LINKERD_WAIT_BEFORE_EXIT: &str = "config.alpha.linkerd.io/proxy-wait-before-exit-seconds";
 
 /// The meshes this workload's pods get a proxy from: already injected (the
 /// annotations injection leaves), or asked for on the template.

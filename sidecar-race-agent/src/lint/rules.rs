@@ -544,6 +544,22 @@ fn init_waits(w: &Workload, out: &mut Vec<Finding>) {
 fn meshes(w: &Workload, out: &mut Vec<Finding>) {
     for mesh in known::meshes(w) {
         let proxy = mesh.proxy_container();
+        if mesh == Mesh::Linkerd
+            && let Some(secs) = w.annotation(known::LINKERD_WAIT_BEFORE_EXIT)
+        {
+            out.push(
+                Finding::new(w, Rule::PreStopSleep, Severity::Warning, vec![proxy.into()]).says(
+                    format!(
+                        "{} gives the injected {proxy} a preStop sleep of {secs} s so that it outlives the app's drain: a tuned race",
+                        known::LINKERD_WAIT_BEFORE_EXIT
+                    ),
+                    format!(
+                        "Use Linkerd's native-sidecar mode ({}: \"true\"), which stops {proxy} after the app, and drop this annotation (Linkerd: not to be used with native sidecars)",
+                        mesh.native_annotation()
+                    ),
+                ),
+            );
+        }
         let native = known::native_mode(w, mesh) || w.info.role(proxy) == Some(Role::NativeSidecar);
         if native {
             continue;
