@@ -3,7 +3,7 @@
 
 use std::{collections::BTreeSet, net::SocketAddr, path::PathBuf, time::Duration};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::{
     agent::AgentOptions,
@@ -30,6 +30,40 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The binary's name as a kubectl plugin: `kubectl sidecar-race …` runs it.
+pub const KUBECTL_PLUGIN: &str = "kubectl-sidecar_race";
+
+/// Whether argv[0] names the kubectl plugin (a symlink or copy on PATH).
+pub fn invoked_as_plugin(argv0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(argv0)
+        .file_name()
+        .is_some_and(|n| n == KUBECTL_PLUGIN)
+}
+
+/// Parses the command line. Invoked as `kubectl-sidecar_race`, the binary is
+/// `kubectl sidecar-race` and offers `report` and `lint` (`trace` and `run` belong to
+/// the node agent).
+pub fn parse_args(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
+    let plugin = args.first().is_some_and(|a| invoked_as_plugin(a));
+    let mut cmd = Cli::command();
+    if plugin {
+        cmd = cmd
+            .name("kubectl sidecar-race")
+            .bin_name("kubectl sidecar-race")
+            .mut_subcommand("trace", |s| s.hide(true))
+            .mut_subcommand("run", |s| s.hide(true));
+    }
+    let matches = cmd.clone().try_get_matches_from(args)?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    if plugin && matches!(cli.command, Command::Trace(_) | Command::Run(_)) {
+        return Err(cmd.error(
+            clap::error::ErrorKind::InvalidSubcommand,
+            "as a kubectl plugin, sidecar-race runs `report` and `lint`; `trace` and `run` belong to the node agent (sidecar-race-agent)",
+        ));
+    }
+    Ok(cli)
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -45,6 +79,9 @@ pub enum Command {
     /// Rank workloads by evidence of sidecar races (from Prometheus or the agents),
     /// with the fix for each. Needs no root.
     Report(ReportArgs),
+    /// Find race-prone pod templates in manifests (files, directories, `-` for
+    /// stdin) and write the native-sidecar migration (`--fix`). Needs no cluster.
+    Lint(LintArgs),
 }
 
 #[derive(Debug, Args)]
@@ -138,13 +175,7 @@ impl KernelArgs {
             grace: Duration::from_secs(self.grace_seconds),
             pods_from: self.pods.spec(),
             source: self.pods.options(),
-            sidecar_names: self
-                .pods
-                .sidecar_names
-                .iter()
-                .map(|n| n.trim().to_string())
-                .filter(|n| !n.is_empty())
-                .collect(),
+            sidecar_names: clean_names(&self.pods.sidecar_names),
         }
     }
 }
@@ -159,11 +190,37 @@ pub struct TraceArgs {
     /// for its name before it is printed without.
     #[arg(long, env = "SIDECAR_RACE_ATTRIBUTION_WAIT_MS", default_value_t = 2000)]
     pub attribution_wait_ms: u64,
+    /// Only events of pods in these namespaces (comma-separated).
+    #[arg(long, short = 'n', value_delimiter = ',')]
+    pub namespace: Vec<String>,
+    /// Only events of these pods (names, comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub pod: Vec<String>,
+    /// Only events of these containers (names, comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub container: Vec<String>,
+    /// Only socket events on these ports (a refusal's dialed or redirected port, a
+    /// listener's port), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub port: Vec<u16>,
+    /// Output: `json` lines or an aligned `table` with local times (default: table on
+    /// a terminal, JSON lines otherwise).
+    #[arg(long, env = "SIDECAR_RACE_TRACE_FORMAT", value_enum)]
+    pub format: Option<crate::trace_view::TraceFormat>,
     #[command(flatten)]
     pub kernel: KernelArgs,
 }
 
 impl TraceArgs {
+    pub fn filter(&self) -> crate::trace_view::TraceFilter {
+        crate::trace_view::TraceFilter {
+            namespaces: self.namespace.clone(),
+            pods: self.pod.clone(),
+            containers: self.container.clone(),
+            ports: self.port.clone(),
+        }
+    }
+
     pub fn kind_set(&self) -> BTreeSet<Kind> {
         if self.kinds.is_empty() {
             Kind::ALL.into_iter().collect()
@@ -269,7 +326,7 @@ pub struct RunArgs {
 
 /// Where `report` reads evidence: Prometheus over a range, or agents' incidents.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("evidence").required(true).args(["prometheus", "agent"])))]
+#[command(group(clap::ArgGroup::new("evidence").required(true).args(["prometheus", "agent", "agents_via_api"])))]
 pub struct ReportArgs {
     /// Prometheus base URL (its HTTP API below it), e.g. http://prometheus:9090.
     #[arg(long, env = "SIDECAR_RACE_PROMETHEUS", value_name = "URL")]
@@ -292,6 +349,142 @@ pub struct ReportArgs {
     /// Show only the N highest-ranked workloads (default: all).
     #[arg(long, env = "SIDECAR_RACE_TOP", value_name = "N")]
     pub top: Option<usize>,
+    /// Read every agent's incidents through the API server's pod proxy, with the
+    /// kubeconfig (needs `pods` list and `pods/proxy` get in --agent-namespace).
+    #[arg(long, env = "SIDECAR_RACE_AGENTS_VIA_API")]
+    pub agents_via_api: bool,
+    /// The agents' namespace (with --agents-via-api).
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_AGENT_NAMESPACE",
+        default_value = "sidecar-race"
+    )]
+    pub agent_namespace: String,
+    /// The agents' HTTP port (with --agents-via-api).
+    #[arg(long, env = "SIDECAR_RACE_AGENT_PORT", default_value_t = 9965)]
+    pub agent_port: u16,
+    /// Join lint findings of the live cluster's workloads (the kubeconfig's; read-only
+    /// lists), as --manifests does for files.
+    #[arg(long, conflicts_with = "manifests")]
+    pub cluster: bool,
+    /// Manifests (files, directories, `-` for stdin) to join with the evidence: the
+    /// workloads that have not raced are ranked after those that did, by lint's risk.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_MANIFESTS",
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
+    pub manifests: Vec<PathBuf>,
+    /// With --manifests: print each listed workload's kustomize patch (its
+    /// startupProbe on the port the evidence shows clients dial).
+    #[arg(long, env = "SIDECAR_RACE_WITH_PATCHES")]
+    pub with_patches: bool,
+    /// Container names that are classic sidecars in every pod, comma-separated (for
+    /// the manifests).
+    #[arg(long, env = "SIDECAR_RACE_SIDECAR_NAMES", value_delimiter = ',')]
+    pub sidecar_names: Vec<String>,
+}
+
+/// What `lint --fix` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FixMode {
+    /// The fixed manifests on stdout.
+    Stdout,
+    /// Rewrite the manifest files.
+    InPlace,
+    /// A kustomization `patches:` fragment (JSON patches with their targets).
+    Patch,
+}
+
+/// The lowest severity that makes `lint` exit with status 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOn {
+    Info,
+    Warning,
+    Error,
+    /// Never fail on findings (unreadable input still exits 2).
+    None,
+}
+
+impl FailOn {
+    pub fn severity(self) -> Option<crate::lint::Severity> {
+        use crate::lint::Severity;
+        match self {
+            FailOn::Info => Some(Severity::Info),
+            FailOn::Warning => Some(Severity::Warning),
+            FailOn::Error => Some(Severity::Error),
+            FailOn::None => None,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    /// Manifest files or directories (walked for .yaml, .yml, .json); `-` reads stdin.
+    #[arg(
+        value_name = "PATH",
+        required_unless_present = "cluster",
+        conflicts_with = "cluster"
+    )]
+    pub paths: Vec<PathBuf>,
+    /// Lint the live cluster's workloads instead (the kubeconfig's; read-only lists).
+    /// Its version is the default for --kube-version.
+    #[arg(long)]
+    pub cluster: bool,
+    /// With --cluster: only this namespace (default: all).
+    #[arg(long, short = 'n', requires = "cluster")]
+    pub namespace: Option<String>,
+    /// Output format: a table, JSON, or GitHub Actions annotations.
+    #[arg(long, env = "SIDECAR_RACE_LINT_FORMAT", value_enum, default_value_t = crate::lint::render::Format::Table)]
+    pub format: crate::lint::render::Format,
+    /// Exit with status 1 when a finding is at least this severe.
+    #[arg(long, env = "SIDECAR_RACE_FAIL_ON", value_enum, default_value_t = FailOn::Error)]
+    pub fail_on: FailOn,
+    /// The target cluster's Kubernetes version (e.g. 1.28): native sidecars need 1.29+.
+    #[arg(long, env = "SIDECAR_RACE_KUBE_VERSION", value_name = "X.Y")]
+    pub kube_version: Option<crate::lint::KubeVersion>,
+    /// Runtime evidence: the port clients dial on sidecar NAME, for its startupProbe
+    /// (repeatable, e.g. `--probe-port cloud-sql-proxy=5432`).
+    #[arg(long, value_name = "NAME=PORT", value_parser = parse_probe_port)]
+    pub probe_port: Vec<(String, u16)>,
+    /// Container names that are classic sidecars in every pod, comma-separated.
+    #[arg(long, env = "SIDECAR_RACE_SIDECAR_NAMES", value_delimiter = ',')]
+    pub sidecar_names: Vec<String>,
+    /// Write the migration instead of findings: `--fix` prints the fixed manifests,
+    /// `--fix=in-place` rewrites the files, `--fix=patch` prints kustomize patches.
+    #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, require_equals = true, default_missing_value = "stdout")]
+    pub fix: Option<FixMode>,
+}
+
+impl LintArgs {
+    pub fn options(&self) -> crate::lint::Options {
+        crate::lint::Options {
+            kube_version: self.kube_version,
+            probe_ports: self.probe_port.iter().cloned().collect(),
+            site_sidecars: clean_names(&self.sidecar_names),
+        }
+    }
+}
+
+/// `--sidecar-names` entries trimmed, empty ones dropped.
+pub fn clean_names(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+fn parse_probe_port(s: &str) -> Result<(String, u16), String> {
+    let (name, port) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected NAME=PORT"))?;
+    let port = port
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}`: {port} is not a port"))?;
+    Ok((name.trim().to_string(), port))
 }
 
 fn parse_kind(s: &str) -> Result<Kind, String> {
@@ -323,6 +516,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown kind `bogus`"), "{err}");
+    }
+
+    #[test]
+    fn kubectl_plugin_runs_report_and_lint_only() {
+        let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        let cli = parse_args(args(&[
+            "/usr/local/bin/kubectl-sidecar_race",
+            "lint",
+            "m.yaml",
+        ]))
+        .unwrap();
+        assert!(matches!(cli.command, Command::Lint(_)));
+        let err = parse_args(args(&["kubectl-sidecar_race", "run"])).unwrap_err();
+        assert!(err.to_string().contains("as a kubectl plugin"), "{err}");
+        let help = parse_args(args(&["kubectl-sidecar_race", "--help"]))
+            .unwrap_err()
+            .to_string();
+        assert!(help.contains("kubectl sidecar-race"), "{help}");
+        assert!(!help.contains("\n  trace"), "{help}");
+        assert!(parse_args(args(&["sidecar-race-agent", "run"])).is_ok());
     }
 
     #[test]

@@ -1,18 +1,17 @@
 use std::time::Duration;
 
-use clap::Parser;
 use sidecar_race_agent::{
-    cli::{Cli, Command},
+    cli::{self, Command},
     commands, logging,
 };
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = cli::parse_args(std::env::args_os().collect()).unwrap_or_else(|e| e.exit());
     // `report` says why a request failed in its one-sentence error; kube's client
     // would log each failed request too.
     let log_level = match cli.command {
-        Command::Report(_) if !cli.log_level.contains("kube") => {
+        Command::Report(_) | Command::Lint(_) if !cli.log_level.contains("kube") => {
             format!("{},kube_client=off", cli.log_level)
         }
         _ => cli.log_level.clone(),
@@ -20,10 +19,18 @@ async fn main() -> anyhow::Result<()> {
     logging::init(cli.log_format, &log_level);
     let result = match cli.command {
         Command::Trace(args) => {
+            use std::io::IsTerminal;
             commands::trace::run(
                 args.kernel.options(),
                 args.kind_set(),
                 Duration::from_millis(args.attribution_wait_ms),
+                commands::trace::View {
+                    filter: args.filter(),
+                    format: sidecar_race_agent::trace_view::TraceFormat::resolve(
+                        args.format,
+                        std::io::stdout().is_terminal(),
+                    ),
+                },
             )
             .await
         }
@@ -41,6 +48,11 @@ async fn main() -> anyhow::Result<()> {
             .await
         }
         Command::Report(args) => commands::report::run(args).await,
+        Command::Lint(args) => match commands::lint::run(args).await {
+            Ok(0) => Ok(()),
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
     };
     if let Err(e) = &result {
         tracing::error!("{e:#}");

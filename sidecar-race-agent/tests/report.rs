@@ -7,6 +7,8 @@
 //! startupProbe (ledger), a drain-only race (frontend), a port nobody opens
 //! (reporter: unresolved only), and a workload that started pods without incident.
 
+mod common;
+
 use std::{
     collections::HashMap,
     net::SocketAddr,
@@ -888,5 +890,253 @@ async fn the_command_needs_no_root_and_takes_flags_from_the_environment() {
         Some(2),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The ranked workloads' names in a JSON report.
+fn json_names(v: &Value) -> Vec<&str> {
+    v["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["workload"].as_str().unwrap())
+        .collect()
+}
+
+/// `--manifests`: the workloads that raced first (by observed cost), then those of the
+/// manifests that have not raced, by lint's risk; `--with-patches` gives each its
+/// kustomize patch, with the startupProbe on the port the evidence shows.
+#[tokio::test(flavor = "multi_thread")]
+async fn manifests_join_the_evidence_into_a_migration_plan() {
+    let urls = fake_agents().await;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/report-plan");
+    let args = |format: &'static str| {
+        vec![
+            "report".to_string(),
+            "--agent".into(),
+            urls[0].clone(),
+            "--agent".into(),
+            urls[1].clone(),
+            "--manifests".into(),
+            dir.into(),
+            "--with-patches".into(),
+            "--format".into(),
+            format.into(),
+        ]
+    };
+    let run = |format: &'static str| {
+        let a = args(format);
+        async move { binary(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[]).await }
+    };
+    let out = run("json").await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let raced = json_names(&v);
+    assert_eq!(raced[0], "checkout", "{v:#}");
+    assert_eq!(v["manifest_workloads"], 5);
+    assert_eq!(v["raced_in_manifests"], 2, "checkout and ledger");
+    let not_raced: Vec<(u64, &str, &str)> = v["not_raced"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["rank"].as_u64().unwrap(),
+                r["workload"].as_str().unwrap(),
+                r["worst_severity"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let n = raced.len() as u64;
+    assert_eq!(
+        not_raced,
+        [
+            (n + 1, "migrate-orders", "error"),
+            (n + 2, "reports", "warning")
+        ],
+        "ranked after every raced workload, the riskier first; the clean catalog is not listed"
+    );
+    assert_eq!(v["not_raced"][0]["sidecars"], json!(["cloud-sql-proxy"]));
+    let patches = v["patches"].as_array().unwrap();
+    let patch_of = |name: &str| {
+        patches
+            .iter()
+            .find(|p| p["workload"].as_str().unwrap().ends_with(name))
+            .unwrap_or_else(|| panic!("no patch for {name}: {patches:#?}"))
+    };
+    assert_eq!(patch_of("/checkout")["rank"], 1);
+    assert!(
+        patch_of("/checkout")["patch"]
+            .as_str()
+            .unwrap()
+            .contains("path: /healthz/ready"),
+        "Istio's readiness endpoint"
+    );
+    // ledger's proxy declares 9801 first, but clients were refused on 5432.
+    let ledger = patch_of("/ledger")["patch"].as_str().unwrap();
+    assert!(
+        ledger.contains("tcpSocket:\n            port: 5432"),
+        "{ledger}"
+    );
+    assert!(
+        patch_of("/migrate-orders")["patch"]
+            .as_str()
+            .unwrap()
+            .contains("restartPolicy: Always")
+    );
+
+    let out = run("table").await;
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("Not raced yet, ranked by static risk"),
+        "{text}"
+    );
+    assert!(text.contains("Job orders/migrate-orders"), "{text}");
+    assert!(
+        text.contains("# 1. Deployment shop/checkout\npatches:"),
+        "{text}"
+    );
+    let md = String::from_utf8(run("markdown").await.stdout).unwrap();
+    assert!(
+        md.contains("### Not raced yet, ranked by static risk (lint)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| Job orders/migrate-orders | cloud-sql-proxy | error | SR001,SR002 |"),
+        "{md}"
+    );
+    assert!(md.contains("```yaml\npatches:"), "{md}");
+}
+
+/// A fake API server: the agents' pods (two running, one pending) in `sidecar-race`,
+/// their incidents through the pod proxy, and the report-plan manifests as the
+/// cluster's workloads. Records every request.
+async fn fake_api_server(seen: Arc<Mutex<Vec<(String, String)>>>) -> SocketAddr {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/report-plan");
+    let mut objects: Vec<Value> = Vec::new();
+    for f in ["shop.yaml", "data.yaml"] {
+        let text = std::fs::read_to_string(format!("{dir}/{f}")).unwrap();
+        objects.extend(serde_saphyr::from_multiple::<Value>(&text).unwrap());
+    }
+    let checkout = incident(
+        1,
+        "checkout-1",
+        "shop",
+        "Deployment",
+        "checkout",
+        ("app", "istio-proxy", "classic", 15001),
+        ("startup", 12, Some(1.2)),
+    );
+    let ledger = incident(
+        1,
+        "ledger-0",
+        "data",
+        "StatefulSet",
+        "ledger",
+        ("app", "cloud-sql-proxy", "native", 5432),
+        ("startup", 8, Some(0.4)),
+    );
+    let handler = move |method: axum::http::Method, uri: axum::http::Uri| {
+        let seen = seen.clone();
+        let objects = objects.clone();
+        let (checkout, ledger) = (checkout.clone(), ledger.clone());
+        async move {
+            seen.lock()
+                .unwrap()
+                .push((method.to_string(), uri.to_string()));
+            let path = uri.path();
+            let list = |kind: &str| {
+                let items: Vec<Value> = objects
+                    .iter()
+                    .filter(|o| o["kind"] == kind)
+                    .cloned()
+                    .collect();
+                json!({"apiVersion": "v1", "kind": format!("{kind}List"), "metadata": {"resourceVersion": "1"}, "items": items})
+            };
+            let agent = |name: &str, phase: &str| {
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "sidecar-race"},
+                       "status": {"phase": phase}})
+            };
+            let body = match path {
+                "/version" => json!({"major": "1", "minor": "33", "gitVersion": "v1.33.1"}),
+                "/api/v1/namespaces/sidecar-race/pods" => {
+                    json!({"apiVersion": "v1", "kind": "PodList",
+                    "metadata": {"resourceVersion": "1"},
+                    "items": [agent("agent-a", "Running"), agent("agent-b", "Running"), agent("agent-c", "Pending")]})
+                }
+                "/api/v1/namespaces/sidecar-race/pods/agent-a:9965/proxy/api/v1/incidents" => {
+                    json!({"incidents": [checkout]})
+                }
+                "/api/v1/namespaces/sidecar-race/pods/agent-b:9965/proxy/api/v1/incidents" => {
+                    json!({"incidents": [ledger]})
+                }
+                "/apis/apps/v1/deployments" => list("Deployment"),
+                "/apis/apps/v1/statefulsets" => list("StatefulSet"),
+                "/apis/batch/v1/jobs" => list("Job"),
+                p if p.starts_with("/api") => {
+                    let kind = match p.rsplit('/').next().unwrap() {
+                        "daemonsets" => "DaemonSet",
+                        "replicasets" => "ReplicaSet",
+                        "cronjobs" => "CronJob",
+                        _ => "Pod",
+                    };
+                    list(kind)
+                }
+                _ => return (StatusCode::NOT_FOUND, Json(json!({}))).into_response(),
+            };
+            Json(body).into_response()
+        }
+    };
+    serve(Router::new().fallback(handler)).await
+}
+
+/// From a laptop: the agents through the API server's pod proxy, the workloads from
+/// the cluster, all with the kubeconfig; only GETs.
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_via_api_and_cluster_from_a_laptop() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let addr = fake_api_server(seen.clone()).await;
+    let config = common::kubeconfig_for(addr, "report");
+    let out = binary(
+        &[
+            "report",
+            "--agents-via-api",
+            "--cluster",
+            "--with-patches",
+            "--format",
+            "json",
+        ],
+        &[("KUBECONFIG", config.to_str().unwrap())],
+    )
+    .await;
+    let _ = std::fs::remove_file(&config);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["source"]["urls"],
+        json!([
+            "pods/proxy sidecar-race/agent-a",
+            "pods/proxy sidecar-race/agent-b"
+        ]),
+        "the pending agent is not asked"
+    );
+    let raced = json_names(&v);
+    assert_eq!(raced, ["checkout", "ledger"]);
+    assert_eq!(v["raced_in_manifests"], 2);
+    assert_eq!(v["not_raced"][0]["workload"], "migrate-orders");
+    assert_eq!(v["patches"].as_array().unwrap().len(), 4);
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.iter().all(|(m, _)| m == "GET"), "{seen:?}");
+    assert!(
+        seen.iter().any(|(_, p)| p.contains("labelSelector=app.kubernetes.io%2Fname%3Dsidecar-race-agent")),
+        "{seen:?}"
     );
 }

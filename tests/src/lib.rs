@@ -7,4 +7,5 @@ pub mod http;
 pub mod pod;
 pub mod root;
 pub mod scenario;
+pub mod tools;
 pub mod vm;

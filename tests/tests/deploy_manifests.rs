@@ -10,13 +10,12 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::Write,
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
+    path::PathBuf,
+    process::Command,
 };
 
 use serde_json::Value;
-use sidecar_race_tests::root::have;
+use sidecar_race_tests::tools::{on_path, run, validate_strictly, venv_bin, workspace};
 
 /// The capabilities the agent's container adds, and nothing else. deploy/README.md
 /// ("Privileges") says why each is needed; change both together.
@@ -43,9 +42,6 @@ const KUBELET_SOURCE_ROLE: &str = "sidecar-race-agent-kubelet-source";
 /// Kubernetes versions the manifests are validated against: this one, and the newest
 /// the pinned kubernetes-validate ships (asked at run time).
 const KUBERNETES_VERSION: &str = "1.33.0";
-
-/// Where `cargo xtask setup` puts kubernetes-validate (xtask/src/setup.rs).
-const DEPLOY_TOOLS_VENV: &str = "target/deploy-tools/venv";
 
 /// The metrics the agent exposes (names fixed); histograms with their series.
 const AGENT_METRICS: &[&str] = &[
@@ -84,72 +80,8 @@ const AGENT_NAME: &str = "sidecar-race-agent";
 // ---------------------------------------------------------------------------------
 // Tools
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ lives in the workspace")
-        .to_path_buf()
-}
-
 fn deploy(rel: &str) -> PathBuf {
     workspace().join("deploy").join(rel)
-}
-
-fn missing(tool: &str) -> ! {
-    panic!(
-        "{tool} is not installed: run `cargo xtask setup`, which installs what the deploy/ \
-         checks need (kubectl, promtool, kubernetes-validate in {DEPLOY_TOOLS_VENV})"
-    )
-}
-
-fn on_path(tool: &str) -> PathBuf {
-    if !have(tool) {
-        missing(tool);
-    }
-    PathBuf::from(tool)
-}
-
-fn venv_bin(name: &str) -> PathBuf {
-    let bin = workspace().join(DEPLOY_TOOLS_VENV).join("bin").join(name);
-    if !bin.exists() {
-        missing(&format!("kubernetes-validate ({})", bin.display()));
-    }
-    bin
-}
-
-/// Runs `cmd` (with `stdin` when given); its stdout, or a panic with all it printed.
-fn run(cmd: &mut Command, stdin: Option<&str>) -> String {
-    let shown = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
-    if let Some(input) = stdin {
-        // The child reads all of stdin before it writes anything.
-        child
-            .stdin
-            .take()
-            .expect("piped")
-            .write_all(input.as_bytes())
-            .unwrap_or_else(|e| panic!("cannot write to {shown}: {e}"));
-    }
-    let out = child
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("{shown}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{shown} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// `kubectl kustomize DIR`.
@@ -280,44 +212,6 @@ fn newest_schema_version() -> String {
     .to_string()
 }
 
-/// `kubernetes-validate --strict` of built-in kinds, for each version; every document
-/// must be reported as passed (none skipped for want of a schema).
-fn validate(label: &str, docs: &[&Value], versions: &[String]) {
-    let path = std::env::temp_dir().join(format!(
-        "sidecar-race-deploy-{}-{label}.yaml",
-        std::process::id()
-    ));
-    let text = docs
-        .iter()
-        .map(|d| serde_json::to_string_pretty(d).expect("serializes"))
-        .collect::<Vec<_>>()
-        .join("\n---\n");
-    std::fs::write(&path, text).expect("temp file");
-    for version in versions {
-        let out = run(
-            Command::new(venv_bin("kubernetes-validate"))
-                .args(["--strict", "--kubernetes-version", version])
-                .arg(&path),
-            None,
-        );
-        let passed = out
-            .lines()
-            .filter(|l| l.contains(" passed for resource "))
-            .count();
-        assert_eq!(
-            passed,
-            docs.len(),
-            "{label}: {} documents, {passed} passed against {version}:\n{out}",
-            docs.len()
-        );
-        assert!(
-            !out.contains("Couldn't find schema"),
-            "{label}: a built-in kind was not validated against {version}:\n{out}"
-        );
-    }
-    let _ = std::fs::remove_file(&path);
-}
-
 #[test]
 fn manifests_validate_strictly_against_kubernetes_schemas() {
     let versions = [KUBERNETES_VERSION.to_string(), newest_schema_version()];
@@ -337,7 +231,7 @@ fn manifests_validate_strictly_against_kubernetes_schemas() {
         // schema for them; crd_objects_have_the_expected_shape checks them instead.
         let builtin: Vec<&Value> = docs.iter().filter(|d| !is_crd_object(d)).collect();
         assert!(!builtin.is_empty(), "{label}: nothing to validate");
-        validate(label, &builtin, &versions);
+        validate_strictly(label, &builtin, &versions);
     }
 }
 

@@ -237,46 +237,102 @@ fn prometheus_sees_the_race_and_the_report_ranks_it_first() {
     );
 
     // The migration report ranks the racing workload first, with its fix.
-    let out = Command::new(agent_binary())
-        .args([
-            "report",
-            "--prometheus",
-            &format!("http://{}", prom.addr),
-            "--range",
-            "10m",
-            "--format",
-            "json",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "report failed: {}{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value =
+    let prom_url = format!("http://{}", prom.addr);
+    let stdout = report(&prom_url, &["--format", "json"]);
+    let ranked: Value =
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("report JSON ({e}): {stdout}"));
-    let workloads = report["workloads"]
+    let workloads = ranked["workloads"]
         .as_array()
-        .unwrap_or_else(|| panic!("{report:#}"));
-    assert_eq!(workloads[0]["workload"], "checkout", "{report:#}");
-    let table = Command::new(agent_binary())
-        .args([
-            "report",
-            "--prometheus",
-            &format!("http://{}", prom.addr),
-            "--range",
-            "10m",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&table.stdout);
-    assert!(table.status.success());
+        .unwrap_or_else(|| panic!("{ranked:#}"));
+    assert_eq!(workloads[0]["workload"], "checkout", "{ranked:#}");
+    let text = report(&prom_url, &[]);
     assert!(text.contains("checkout"), "{text}");
     assert!(
         text.contains("Move proxy from containers to initContainers"),
         "{text}"
     );
+
+    // With the manifests, the plan: the racing workload above a risky one that has
+    // not raced, each with its patch.
+    let dir = std::env::temp_dir().join(format!("sr-e2e-manifests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("checkout.yaml"), CHECKOUT_MANIFEST).unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../sidecar-race-agent/tests/fixtures/lint/cloud-sql-proxy-job.yaml"
+        ),
+        dir.join("job.yaml"),
+    )
+    .unwrap();
+    let stdout = report(
+        &prom_url,
+        &[
+            "--format",
+            "json",
+            "--with-patches",
+            "--manifests",
+            dir.to_str().unwrap(),
+        ],
+    );
+    let plan: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(plan["workloads"][0]["workload"], "checkout", "{plan:#}");
+    assert_eq!(plan["workloads"][0]["rank"], 1);
+    assert_eq!(
+        plan["not_raced"][0]["workload"], "migrate-orders",
+        "{plan:#}"
+    );
+    assert!(plan["not_raced"][0]["rank"].as_u64().unwrap() > 1);
+    let patches = plan["patches"].as_array().unwrap();
+    assert_eq!(patches[0]["rank"], 1, "{plan:#}");
+    let patch = patches[0]["patch"].as_str().unwrap();
+    assert!(
+        patch.contains("restartPolicy: Always")
+            && patch.contains("tcpSocket:\n            port: 15001"),
+        "the patch makes proxy native with a startupProbe on the port the app was refused on:\n{patch}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::remove_file(pods_file).unwrap();
 }
+
+/// `report --prometheus URL --range 10m ARGS`, which must succeed: its stdout.
+fn report(prom_url: &str, args: &[&str]) -> String {
+    let out = Command::new(agent_binary())
+        .args(["report", "--prometheus", prom_url, "--range", "10m"])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "report {args:?} failed: {}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The racing Deployment as its manifest says it: proxy a classic sidecar on 15001.
+const CHECKOUT_MANIFEST: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: checkout
+  namespace: shop
+spec:
+  selector:
+    matchLabels:
+      app: checkout
+  template:
+    metadata:
+      labels:
+        app: checkout
+    spec:
+      containers:
+      - name: app
+        image: example.com/app:1
+        ports:
+        - containerPort: 8080
+      - name: proxy
+        image: example.com/proxy:1
+        ports:
+        - containerPort: 15001
+"#;

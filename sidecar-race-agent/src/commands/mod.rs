@@ -1,3 +1,4 @@
+pub mod lint;
 pub mod report;
 pub mod run;
 pub mod trace;

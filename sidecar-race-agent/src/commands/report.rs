@@ -5,19 +5,50 @@ use std::io::Write;
 
 use crate::{
     cli::ReportArgs,
-    report::{self, Input, render},
+    lint,
+    report::{self, Input, plan, render},
 };
 
 pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
+    if args.with_patches && args.manifests.is_empty() && !args.cluster {
+        anyhow::bail!("--with-patches needs --manifests or --cluster");
+    }
     let input = match args.prometheus {
         Some(url) => Input::Prometheus {
             url,
             range: args.range,
         },
+        None if args.agents_via_api => Input::AgentsViaApi {
+            namespace: args.agent_namespace.clone(),
+            port: args.agent_port,
+        },
         None => Input::Agents(args.agent),
     };
     let fleet = report::collect(&input).await?;
-    let text = render::render(&report::build(fleet, args.top), args.format);
+    let ranked = report::build(fleet, args.top);
+    let text = if args.manifests.is_empty() && !args.cluster {
+        render::render(&ranked, args.format)
+    } else {
+        let mut opts = lint::Options {
+            site_sidecars: crate::cli::clean_names(&args.sidecar_names),
+            ..lint::Options::default()
+        };
+        let (workloads, errors) = if args.cluster {
+            let client = lint::cluster::client().await?;
+            opts.kube_version = Some(lint::cluster::version(&client).await?);
+            lint::cluster::workloads(&client, None, &opts.site_sidecars).await?
+        } else {
+            let sources = lint::input::read_sources(&args.manifests)?;
+            lint::load(&sources, &opts)
+        };
+        if let Some(e) = errors.first() {
+            anyhow::bail!("{e}");
+        }
+        plan::render(
+            &plan::plan(ranked, &workloads, &opts, args.with_patches),
+            args.format,
+        )
+    };
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) is the reader's choice, not a failure.
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {

@@ -12,25 +12,39 @@ use serde_json::json;
 
 use crate::{
     agent::{self, AgentOptions},
+    clock,
     events::{KernelEvent, Kind},
     inventory::{Attribution, pending::Pending},
     shutdown,
     trace_record::TraceRecord,
+    trace_view::{self, TraceFilter, TraceFormat},
 };
 
 /// How often waiting events are re-checked for names.
 const PENDING_TICK: Duration = Duration::from_millis(100);
 
+/// What `trace` prints and how.
+pub struct View {
+    pub filter: TraceFilter,
+    pub format: TraceFormat,
+}
+
 pub async fn run(
     opts: AgentOptions,
     kinds: BTreeSet<Kind>,
     attribution_wait: Duration,
+    view: View,
 ) -> anyhow::Result<()> {
     let mut agent = agent::start(&opts)?;
     let mut out = Output {
         writer: io::BufWriter::new(io::stdout().lock()),
         broken: false,
+        view,
     };
+    if out.view.format == TraceFormat::Table {
+        out.line(&trace_view::header());
+        out.flush();
+    }
     let mut pending: Pending<(KernelEvent, Option<String>)> = Pending::new(attribution_wait);
     let signal = shutdown::signal();
     tokio::pin!(signal);
@@ -76,12 +90,27 @@ struct Output<W: Write> {
     writer: W,
     /// The reader of stdout went away: stop.
     broken: bool,
+    view: View,
 }
 
 impl<W: Write> Output<W> {
     fn write(&mut self, (ev, path): &(KernelEvent, Option<String>), a: Attribution) {
         let record = TraceRecord::new(ev, path.clone(), a);
-        let line = serde_json::to_string(&record).expect("trace records serialise");
+        if !self.view.filter.matches(&record) {
+            return;
+        }
+        let line = match self.view.format {
+            TraceFormat::Json => serde_json::to_string(&record).expect("trace records serialise"),
+            TraceFormat::Table => {
+                let unix_ns = clock::boot_to_unix_ns(ev.ts_boot_ns());
+                let offset = trace_view::local_offset((unix_ns / 1_000_000_000) as i64);
+                trace_view::row(&record, unix_ns, offset)
+            }
+        };
+        self.line(&line);
+    }
+
+    fn line(&mut self, line: &str) {
         self.broken |= writeln!(self.writer, "{line}").is_err();
     }
 

@@ -149,7 +149,7 @@ fn known_name(name: &str) -> bool {
 }
 
 /// `gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.8.0` → `cloud-sql-proxy`.
-fn repository_name(image: &str) -> &str {
+pub fn repository_name(image: &str) -> &str {
     let without_digest = image.split('@').next().unwrap_or(image);
     let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
     last.split(':').next().unwrap_or(last)

@@ -69,13 +69,17 @@ async fn incidents(url: &str) -> Result<Vec<AgentIncident>, ReportError> {
     if !(200..300).contains(&answer.status) {
         return Err(ep.http_error(PATH, &answer));
     }
-    let list: IncidentList =
-        serde_json::from_str(&answer.body).map_err(|e| ReportError::Malformed {
-            what: "agent",
-            url: url.to_string(),
-            path: PATH.into(),
-            reason: format!("not an incident list ({e})"),
-        })?;
+    parse(url, &answer.body)
+}
+
+/// An agent's `/api/v1/incidents` answer; `url` names the agent in errors.
+pub fn parse(url: &str, body: &str) -> Result<Vec<AgentIncident>, ReportError> {
+    let list: IncidentList = serde_json::from_str(body).map_err(|e| ReportError::Malformed {
+        what: "agent",
+        url: url.to_string(),
+        path: PATH.into(),
+        reason: format!("not an incident list ({e})"),
+    })?;
     Ok(list.incidents)
 }
 

@@ -20,8 +20,10 @@
 
 pub mod agents;
 mod client;
+pub mod plan;
 pub mod prometheus;
 pub mod render;
+pub mod via_api;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -79,6 +81,9 @@ pub enum ReportError {
         "Prometheus at {url} has no sidecar_race metrics in the last {range}: is it scraping the agents?"
     )]
     NoData { url: String, range: String },
+    /// Reaching the agents through the API server's pod proxy failed.
+    #[error("through the API server: {0}")]
+    Api(String),
 }
 
 /// What to read the evidence from.
@@ -88,6 +93,9 @@ pub enum Input {
     Prometheus { url: String, range: String },
     /// Agents' base URLs (`http://node:9965`).
     Agents(Vec<String>),
+    /// Every agent pod of `namespace` (label `app.kubernetes.io/name=sidecar-race-agent`),
+    /// through the API server's pod proxy on `port`, with the user's kubeconfig.
+    AgentsViaApi { namespace: String, port: u16 },
 }
 
 /// Where a report's evidence came from.
@@ -217,6 +225,7 @@ pub async fn collect(input: &Input) -> Result<Fleet, ReportError> {
     match input {
         Input::Prometheus { url, range } => prometheus::collect(url, range).await,
         Input::Agents(urls) => agents::collect(urls).await,
+        Input::AgentsViaApi { namespace, port } => via_api::collect(namespace, *port).await,
     }
 }
 

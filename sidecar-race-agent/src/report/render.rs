@@ -206,7 +206,7 @@ fn cells(w: &WorkloadReport, md: bool) -> [String; 11] {
 }
 
 /// `Deployment shop/checkout`; "?" for a part the agents did not know.
-fn workload_name(w: &WorkloadReport) -> String {
+pub fn workload_name(w: &WorkloadReport) -> String {
     match (&w.namespace, &w.workload_kind, &w.workload) {
         (None, None, None) => "(unknown workload: no pod metadata)".into(),
         (ns, kind, name) => format!(

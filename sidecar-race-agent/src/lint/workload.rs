@@ -1,0 +1,167 @@
+//! A workload's pod template, analysed with the agent's own role logic
+//! (`PodInfo::from_pod`, `inventory::sidecars`): lint builds a `Pod` from the
+//! template and asks the same questions the agent asks of a running pod.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use thiserror::Error;
+
+use super::{input::Location, node::Node};
+use crate::inventory::pod_info::{PodInfo, Workload as WorkloadName};
+
+#[derive(Debug, Error)]
+#[error("{location}: {kind} {name}: {message}")]
+pub struct TemplateError {
+    pub location: String,
+    pub kind: String,
+    pub name: String,
+    pub message: String,
+}
+
+/// Where the pod template sits in an object of `kind` (`[]`: the object is a Pod).
+pub fn template_path(kind: &str) -> Option<&'static [&'static str]> {
+    match kind {
+        "Pod" => Some(&[]),
+        "Deployment"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "ReplicaSet"
+        | "ReplicationController"
+        | "Job" => Some(&["spec", "template"]),
+        "CronJob" => Some(&["spec", "jobTemplate", "spec", "template"]),
+        _ => None,
+    }
+}
+
+/// One workload with its analysed pod template.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// File position (`None` for objects read from a cluster).
+    pub location: Option<Location>,
+    pub kind: String,
+    pub name: String,
+    pub namespace: Option<String>,
+    /// The whole object as read.
+    pub node: Node,
+    pub template_path: &'static [&'static str],
+    /// The pod the template would create.
+    pub pod: Pod,
+    pub info: PodInfo,
+    /// The workload's annotations, then its pod template's (the latter win).
+    pub annotations: BTreeMap<String, String>,
+    /// The pod template's labels (Istio's injection label lives there).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Workload {
+    /// `Deployment shop/checkout` (no namespace in the manifest: `Deployment checkout`).
+    pub fn display_name(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{} {ns}/{}", self.kind, self.name),
+            None => format!("{} {}", self.kind, self.name),
+        }
+    }
+
+    pub fn is_job(&self) -> bool {
+        matches!(self.kind.as_str(), "Job" | "CronJob")
+    }
+
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key).map(String::as_str)
+    }
+}
+
+fn string_map(node: Option<&Node>) -> BTreeMap<String, String> {
+    let Some(Node::Map(entries)) = node else {
+        return BTreeMap::new();
+    };
+    entries
+        .iter()
+        .filter_map(|(k, v)| {
+            let value = match v {
+                Node::Str(s) => s.clone(),
+                Node::Bool(b) => b.to_string(),
+                Node::Int(i) => i.to_string(),
+                Node::UInt(u) => u.to_string(),
+                _ => return None,
+            };
+            Some((k.clone(), value))
+        })
+        .collect()
+}
+
+/// The workload in `node`, or `None` for kinds without a pod template (Services …).
+/// `site_sidecars` are `--sidecar-names`.
+pub fn analyse(
+    node: Node,
+    location: Option<Location>,
+    site_sidecars: &[String],
+) -> Result<Option<Workload>, TemplateError> {
+    let kind = node
+        .get("kind")
+        .and_then(Node::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let Some(path) = template_path(&kind) else {
+        return Ok(None);
+    };
+    let name = node
+        .at(&["metadata", "name"])
+        .and_then(Node::as_str)
+        .unwrap_or("(unnamed)")
+        .to_string();
+    let namespace = node
+        .at(&["metadata", "namespace"])
+        .and_then(Node::as_str)
+        .map(str::to_string);
+    let fail = |message: String| TemplateError {
+        location: location
+            .as_ref()
+            .map_or_else(|| "cluster".to_string(), |l| l.to_string()),
+        kind: kind.clone(),
+        name: name.clone(),
+        message,
+    };
+    let template = node
+        .at(path)
+        .ok_or_else(|| fail(format!("has no pod template at {}", path.join("."))))?;
+    let template_meta = template.get("metadata");
+    let mut annotations = string_map(node.at(&["metadata", "annotations"]));
+    let template_annotations = string_map(template_meta.and_then(|m| m.get("annotations")));
+    annotations.extend(template_annotations.clone());
+    let labels = string_map(template_meta.and_then(|m| m.get("labels")));
+    let pod_json = serde_json::json!({
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": "lint",
+            "annotations": template_annotations,
+            "labels": labels,
+        },
+        "spec": template.get("spec").map(Node::to_json).unwrap_or_default(),
+    });
+    let pod: Pod =
+        serde_json::from_value(pod_json).map_err(|e| fail(format!("not a pod template: {e}")))?;
+    if pod.spec.is_none() {
+        return Err(fail("its pod template has no spec".into()));
+    }
+    let mut info = PodInfo::from_pod(&pod).map_err(|e| fail(e.to_string()))?;
+    info.mark_site_sidecars(site_sidecars);
+    info.workload = WorkloadName {
+        kind: kind.clone(),
+        name: name.clone(),
+    };
+    Ok(Some(Workload {
+        location,
+        kind,
+        name,
+        namespace,
+        node,
+        template_path: path,
+        pod,
+        info,
+        annotations,
+        labels,
+    }))
+}
