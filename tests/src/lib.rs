@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod http;
+pub mod operator;
 pub mod pod;
 pub mod root;
 pub mod scenario;

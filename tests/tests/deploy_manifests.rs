@@ -779,6 +779,13 @@ fn crd_objects_have_the_expected_shape() {
     assert_eq!(endpoints.len(), 1);
     let ep = &endpoints[0];
     assert_eq!(ep["port"], "http-metrics");
+    // The agent's workload series carry the app's namespace and container: the
+    // operator's default honor_labels: false would overwrite them with the agent
+    // pod's (tests/tests/prometheus_e2e.rs scrapes as the operator does).
+    assert_eq!(
+        ep["honorLabels"], true,
+        "PodMonitor must keep the agent's namespace/container labels (honorLabels: true)"
+    );
     assert!(
         ep["relabelings"].as_array().into_iter().flatten().any(|r| {
             r["sourceLabels"] == serde_json::json!(["__meta_kubernetes_pod_node_name"])
