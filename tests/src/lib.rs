@@ -3,6 +3,7 @@
 //! run as a user runs it, and helpers to read what it printed.
 
 pub mod agent;
+pub mod cri;
 pub mod http;
 pub mod operator;
 pub mod pod;

@@ -16,8 +16,11 @@
 //! that tests/tests/runtime_default_seccomp.rs runs the agent in, under its
 //! RuntimeDefault seccomp profile: Debian's `containerd` (containerd and ctr; 1.6.20 in
 //! bookworm, whose default profile allows `bpf` and `perf_event_open` to holders of
-//! CAP_BPF and CAP_PERFMON) and `runc`. `XTASK_SKIP_DEPLOY_TOOLS=1` skips all these (the
-//! container image build only needs the eBPF toolchain).
+//! CAP_BPF and CAP_PERFMON) and `runc`; for the real-runtime tier
+//! (tests/tests/cri_runtime.rs, containerd's CRI plugin) Debian's
+//! `containernetworking-plugins`, `busybox-static` and `skopeo`.
+//! `XTASK_SKIP_DEPLOY_TOOLS=1` skips all these (the container image build only needs
+//! the eBPF toolchain). Always: `protobuf-compiler` (the test kit's CRI bindings).
 
 use std::{
     path::{Path, PathBuf},
@@ -38,13 +41,20 @@ const LLVM_MAJORS: [u32; 2] = [22, 23];
 const KUBERNETES_VALIDATE_VERSION: &str = "1.37.0";
 /// Under the workspace root; tests/tests/deploy_manifests.rs looks for it there.
 const DEPLOY_TOOLS_VENV: &str = "target/deploy-tools/venv";
+/// Where Debian's containernetworking-plugins puts bridge, host-local, loopback.
+const CNI_BIN_DIR: &str = "/usr/lib/cni";
 
 pub fn ensure() -> anyhow::Result<()> {
     let mut apt = Apt::default();
     if !ebpf_toolchain_present() {
         apt.want(&["rustc-web", "libstd-rust-web-dev-bpf"]);
     }
-    for (tool, package) in [("ip", "iproute2"), ("iptables", "iptables")] {
+    // protoc: the CRI client bindings (k8s-cri) of the test kit are generated at build time.
+    for (tool, package) in [
+        ("ip", "iproute2"),
+        ("iptables", "iptables"),
+        ("protoc", "protobuf-compiler"),
+    ] {
         if !have(tool) {
             apt.want(&[package]);
         }
@@ -72,6 +82,18 @@ pub fn ensure() -> anyhow::Result<()> {
             if !have(tool) {
                 apt.want(&[package]);
             }
+        }
+        // The real-runtime tier (tests/tests/cri_runtime.rs): CNI plugins for the
+        // pods' network, busybox-static for the images it builds, skopeo to inspect
+        // the image archive.
+        if !Path::new(&format!("{CNI_BIN_DIR}/bridge")).exists() {
+            apt.want(&["containernetworking-plugins"]);
+        }
+        if !package_installed("busybox-static") {
+            apt.want(&["busybox-static"]);
+        }
+        if !have("skopeo") {
+            apt.want(&["skopeo"]);
         }
     }
     let need_linker = which_bpf_linker().is_none();
@@ -260,6 +282,11 @@ fn ensure_kubernetes_validate() -> anyhow::Result<()> {
             )),
     )
     .context("pip install kubernetes-validate failed (is PyPI reachable?)")
+}
+
+fn package_installed(package: &str) -> bool {
+    output(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))
+        .is_some_and(|s| s.ends_with("installed") && !s.contains("not-installed"))
 }
 
 fn have(tool: &str) -> bool {
