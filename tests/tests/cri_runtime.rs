@@ -106,9 +106,10 @@ impl Made {
     }
 }
 
-/// A Deployment's pod `<deployment>-<hash>-<suffix>` with the sidecar annotation.
-fn deployment_pod(deployment: &str) -> PodSpec {
-    let mut p = PodSpec::new("", "shop", "besteffort");
+/// A Deployment's pod `<deployment>-<hash>-<suffix>` with the sidecar annotation, in
+/// the QoS class `qos` (its cgroup parent's layout).
+fn deployment_pod(deployment: &str, qos: &'static str) -> PodSpec {
+    let mut p = PodSpec::new("", "shop", qos);
     let hash = "6d4cf56db6";
     p.name = format!("{deployment}-{hash}-{}", &p.uid[..5]);
     p.labels.insert("app".into(), deployment.into());
@@ -457,7 +458,8 @@ fn pods_made_by_containerd_through_the_cri_are_observed_by_the_agent_from_its_im
 
     // Classic: proxy and app in `containers`, created and started at once.
     let mut classic = Made {
-        spec: deployment_pod("checkout"),
+        // /kubepods/besteffort/pod<uid>/<id>
+        spec: deployment_pod("checkout", "besteffort"),
         sandbox: String::new(),
         containers: vec![],
         native: false,
@@ -494,7 +496,9 @@ fn pods_made_by_containerd_through_the_cri_are_observed_by_the_agent_from_its_im
     // startupProbe) started, its port probed from the node as the kubelet does, and
     // only then the app.
     let mut native = Made {
-        spec: deployment_pod("catalog"),
+        // /kubepods/pod<uid>/<id>: the Guaranteed layout (its pod start is counted
+        // under its workload below, so the agent attributed it).
+        spec: deployment_pod("catalog", "guaranteed"),
         sandbox: String::new(),
         containers: vec![],
         native: true,
