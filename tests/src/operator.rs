@@ -1,5 +1,6 @@
-//! The scrape configuration the Prometheus Operator generates for a PodMonitor, so
-//! that the end-to-end test scrapes the agent as a cluster's Prometheus does.
+//! The scrape configuration the Prometheus Operator generates for a PodMonitor or a
+//! ServiceMonitor, so that the end-to-end test scrapes the agent as a cluster's
+//! Prometheus does.
 //!
 //! Built from the shipped `deploy/monitoring/podmonitor.yaml` and the DaemonSet's pod
 //! template, following the operator's generator (`pkg/prometheus/promcfg.go`,
@@ -162,5 +163,136 @@ pub fn pod_monitor_scrape_config(
         "static_configs": [{"targets": [pod.address], "labels": Value::Object(sd)}],
         "relabel_configs": relabel,
         "metric_relabel_configs": metric_relabel,
+    })
+}
+
+/// One `scrape_configs` entry for endpoint `index` of `service_monitor`, whose target
+/// is the agent's pod behind `service` (role `endpoints`), following the operator's
+/// `generateServiceMonitorConfig`: the keep on the Service's labels and the port name,
+/// `node`/`pod` from the endpoint's target, `namespace`, `service`, `pod`,
+/// `container`, `job` (the Service's name, or its `jobLabel` label), `endpoint`, then
+/// the ServiceMonitor's relabelings.
+pub fn service_monitor_scrape_config(
+    service_monitor: &Value,
+    service: &Value,
+    daemonset: &Value,
+    pod: &DiscoveredPod,
+    index: usize,
+    scrape_interval: &str,
+) -> Value {
+    let meta = &service_monitor["metadata"];
+    let spec = &service_monitor["spec"];
+    let endpoint = &spec["endpoints"][index];
+    let port_name = endpoint["port"]
+        .as_str()
+        .expect("the endpoint names a port");
+    let svc_port = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == port_name)
+        .unwrap_or_else(|| panic!("the Service has no port {port_name}"));
+    let template = &daemonset["spec"]["template"];
+    let container = template["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| {
+            c["ports"].as_array().is_some_and(|ps| {
+                ps.iter().any(|p| {
+                    p["name"] == svc_port["targetPort"]
+                        || p["containerPort"] == svc_port["targetPort"]
+                })
+            })
+        })
+        .expect("the Service's targetPort is a port of the agent's container");
+
+    let mut sd = serde_json::Map::new();
+    sd.insert(
+        "__meta_kubernetes_namespace".into(),
+        service["metadata"]["namespace"].clone(),
+    );
+    sd.insert(
+        "__meta_kubernetes_service_name".into(),
+        service["metadata"]["name"].clone(),
+    );
+    for (k, v) in service["metadata"]["labels"].as_object().unwrap() {
+        let k = sanitize(k);
+        sd.insert(format!("__meta_kubernetes_service_label_{k}"), v.clone());
+        sd.insert(
+            format!("__meta_kubernetes_service_labelpresent_{k}"),
+            json!("true"),
+        );
+    }
+    sd.insert(
+        "__meta_kubernetes_endpoint_port_name".into(),
+        json!(port_name),
+    );
+    sd.insert(
+        "__meta_kubernetes_endpoint_address_target_kind".into(),
+        json!("Pod"),
+    );
+    sd.insert(
+        "__meta_kubernetes_endpoint_address_target_name".into(),
+        json!(pod.pod_name),
+    );
+    sd.insert("__meta_kubernetes_pod_name".into(), json!(pod.pod_name));
+    sd.insert(
+        "__meta_kubernetes_pod_node_name".into(),
+        json!(pod.node_name),
+    );
+    sd.insert("__meta_kubernetes_pod_phase".into(), json!("Running"));
+    sd.insert(
+        "__meta_kubernetes_pod_container_name".into(),
+        container["name"].clone(),
+    );
+
+    let mut relabel =
+        vec![json!({"source_labels": ["job"], "target_label": "__tmp_prometheus_job_name"})];
+    for (k, v) in spec["selector"]["matchLabels"].as_object().unwrap() {
+        let k = sanitize(k);
+        relabel.push(json!({
+            "action": "keep",
+            "source_labels": [format!("__meta_kubernetes_service_label_{k}"), format!("__meta_kubernetes_service_labelpresent_{k}")],
+            "regex": format!("({});true", v.as_str().unwrap()),
+        }));
+    }
+    relabel.push(json!({"action": "keep", "source_labels": ["__meta_kubernetes_endpoint_port_name"], "regex": port_name}));
+    for (kind, label) in [("Node", "node"), ("Pod", "pod")] {
+        relabel.push(json!({
+            "source_labels": ["__meta_kubernetes_endpoint_address_target_kind", "__meta_kubernetes_endpoint_address_target_name"],
+            "separator": ";", "regex": format!("{kind};(.*)"), "replacement": "${1}", "target_label": label,
+        }));
+    }
+    relabel.push(
+        json!({"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"}),
+    );
+    relabel.push(
+        json!({"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"}),
+    );
+    relabel.push(json!({"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"}));
+    relabel.push(json!({"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"}));
+    relabel.push(json!({"action": "drop", "source_labels": ["__meta_kubernetes_pod_phase"], "regex": "(Failed|Succeeded)"}));
+    relabel.push(json!({"source_labels": ["__meta_kubernetes_service_name"], "target_label": "job", "replacement": "${1}"}));
+    if let Some(job_label) = spec["jobLabel"].as_str() {
+        relabel.push(json!({
+            "source_labels": [format!("__meta_kubernetes_service_label_{}", sanitize(job_label))],
+            "target_label": "job", "regex": "(.+)", "replacement": "${1}",
+        }));
+    }
+    relabel.push(json!({"target_label": "endpoint", "replacement": port_name}));
+    for r in endpoint["relabelings"].as_array().into_iter().flatten() {
+        relabel.push(relabeling_to_prometheus(r));
+    }
+    json!({
+        "job_name": format!("serviceMonitor/{}/{}/{index}", meta["namespace"].as_str().unwrap(), meta["name"].as_str().unwrap()),
+        "honor_labels": endpoint["honorLabels"].as_bool().unwrap_or(false),
+        "honor_timestamps": endpoint["honorTimestamps"].as_bool().unwrap_or(true),
+        "scrape_interval": scrape_interval,
+        "metrics_path": endpoint["path"].as_str().unwrap_or("/metrics"),
+        "scheme": endpoint["scheme"].as_str().unwrap_or("http"),
+        "static_configs": [{"targets": [pod.address], "labels": Value::Object(sd)}],
+        "relabel_configs": relabel,
+        "metric_relabel_configs": endpoint["metricRelabelings"].as_array().into_iter().flatten().map(relabeling_to_prometheus).collect::<Vec<_>>(),
     })
 }
