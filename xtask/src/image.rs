@@ -75,7 +75,13 @@ pub fn build_static_agent() -> anyhow::Result<PathBuf> {
     ];
     // Target-only flags: with `--target`, build scripts and proc macros are built
     // without them (and the agent's build.rs clears them for the nested eBPF build).
-    let mut rustflags = vec!["-C".to_string(), "target-feature=+crt-static".to_string()];
+    // Debug info stripped (symbols kept, for backtraces): 25 MB → 19 MB.
+    let mut rustflags = vec![
+        "-C".to_string(),
+        "target-feature=+crt-static".to_string(),
+        "-C".to_string(),
+        "strip=debuginfo".to_string(),
+    ];
     let mut cflags = Vec::new();
     for (from, to) in &remaps {
         rustflags.push(format!("--remap-path-prefix={from}={to}"));
