@@ -1,9 +1,13 @@
 //! Test kit for sidecar-race on a real kernel: simulated pods (a network namespace,
 //! cgroups laid out as the kubelet lays them out, real processes), the agent binary
-//! run as a user runs it, and helpers to read what it printed.
+//! run as a user runs it, and helpers to read what it printed; the kubelet's side of
+//! the CRI against a real containerd (`cri`), and the scrape configurations the
+//! Prometheus Operator generates (`operator`).
 
 pub mod agent;
+pub mod cri;
 pub mod http;
+pub mod operator;
 pub mod pod;
 pub mod root;
 pub mod scenario;

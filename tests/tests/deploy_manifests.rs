@@ -215,10 +215,17 @@ fn newest_schema_version() -> String {
 #[test]
 fn manifests_validate_strictly_against_kubernetes_schemas() {
     let versions = [KUBERNETES_VERSION.to_string(), newest_schema_version()];
-    let mut sets: Vec<(String, Vec<Value>)> = ["base", "kubelet-source", "monitoring"]
-        .into_iter()
-        .map(|dir| (dir.replace('-', "_"), rendered(dir)))
-        .collect();
+    let mut sets: Vec<(String, Vec<Value>)> = [
+        "base",
+        "kubelet-source",
+        "monitoring",
+        "monitoring-servicemonitor",
+        "overlays/example",
+        "overlays/example-monitoring",
+    ]
+    .into_iter()
+    .map(|dir| (dir.replace(['-', '/'], "_"), rendered(dir)))
+    .collect();
     sets.push(("default".into(), rendered(".")));
     for file in ["checkout-classic.yaml", "checkout-native.yaml"] {
         sets.push((
@@ -678,6 +685,13 @@ fn crd_objects_have_the_expected_shape() {
     assert_eq!(endpoints.len(), 1);
     let ep = &endpoints[0];
     assert_eq!(ep["port"], "http-metrics");
+    // The agent's workload series carry the app's namespace and container: the
+    // operator's default honor_labels: false would overwrite them with the agent
+    // pod's (tests/tests/prometheus_e2e.rs scrapes as the operator does).
+    assert_eq!(
+        ep["honorLabels"], true,
+        "PodMonitor must keep the agent's namespace/container labels (honorLabels: true)"
+    );
     assert!(
         ep["relabelings"].as_array().into_iter().flatten().any(|r| {
             r["sourceLabels"] == serde_json::json!(["__meta_kubernetes_pod_node_name"])
@@ -1036,4 +1050,152 @@ fn examples_race_and_fix_the_race() {
             "deploy/{dir} must not install the examples"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------
+// Install knobs (deploy/overlays/) and the ServiceMonitor alternative
+
+/// The agent container of a rendered DaemonSet.
+fn agent_container(ds: &Value) -> &Value {
+    &ds["spec"]["template"]["spec"]["containers"][0]
+}
+
+#[test]
+fn overlay_example_sets_every_knob_and_changes_nothing_else() {
+    let base = rendered("base");
+    let docs = rendered("overlays/example");
+    // Everything of the base, nothing else.
+    let names = |d: &[Value]| -> BTreeSet<String> {
+        d.iter()
+            .map(|d| format!("{}/{}", kind(d), name(d)))
+            .collect()
+    };
+    assert_eq!(names(&docs), names(&base));
+    // Only the knobs differ from the base: the privileges, volumes, probes and the
+    // rest of the pod stay as least_privilege checks them.
+    let without_knobs = |ds: &Value| {
+        let mut pod = ds["spec"]["template"]["spec"].clone();
+        let o = pod.as_object_mut().unwrap();
+        o.remove("tolerations");
+        o.remove("nodeSelector");
+        let c = pod["containers"][0].as_object_mut().unwrap();
+        for k in ["image", "resources", "args", "env"] {
+            c.remove(k);
+        }
+        pod
+    };
+    assert_eq!(
+        without_knobs(the(&docs, "DaemonSet")),
+        without_knobs(the(&base, "DaemonSet"))
+    );
+    let ds = the(&docs, "DaemonSet");
+    let c = agent_container(ds);
+    let pod = &ds["spec"]["template"]["spec"];
+    // image
+    assert_eq!(
+        c["image"],
+        "registry.example.com/platform/sidecar-race-agent:0.1.0"
+    );
+    // resources
+    assert_eq!(c["resources"]["limits"]["memory"], "384Mi");
+    assert_eq!(c["resources"]["requests"]["cpu"], "100m");
+    // tolerations: replaced, no longer "tolerate everything"
+    let tolerations = pod["tolerations"].as_array().expect("tolerations");
+    assert_eq!(tolerations.len(), 2, "{tolerations:?}");
+    assert!(tolerations.iter().all(|t| t.get("key").is_some()));
+    // node selector: added to the base's
+    assert_eq!(pod["nodeSelector"]["sidecar-race.io/observe"], "true");
+    assert_eq!(pod["nodeSelector"]["kubernetes.io/os"], "linux");
+    // arguments (pod source and flags) and environment
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let i = args.iter().position(|a| *a == "--pods-from").unwrap();
+    assert_eq!(args[i + 1], "api");
+    assert!(args.contains(&"--metrics-pod-label"));
+    let env = c["env"].as_array().unwrap();
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "SIDECAR_RACE_EVENTS_PER_MINUTE" && e["value"] == "10")
+    );
+    // The base's environment is kept (the downward API the pod source needs).
+    assert!(env.iter().any(|e| e["name"] == "NODE_NAME"));
+    // The arguments still parse: the agent's own CLI accepts them.
+    let out = Command::new(sidecar_race_tests::agent::agent_binary())
+        .args(&args)
+        .arg("--help")
+        .output()
+        .expect("run the agent");
+    assert!(
+        out.status.success(),
+        "the overlay's arguments are rejected by the agent: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn overlay_example_monitoring_labels_what_kube_prometheus_stack_selects() {
+    let docs = rendered("overlays/example-monitoring");
+    for k in ["PodMonitor", "PrometheusRule"] {
+        assert_eq!(
+            the(&docs, k)["metadata"]["labels"]["release"],
+            "kube-prometheus-stack",
+            "{k}"
+        );
+    }
+    // Nothing else changed.
+    let mut plain = rendered("monitoring");
+    let mut labelled = docs.clone();
+    for d in plain.iter_mut().chain(labelled.iter_mut()) {
+        if let Some(l) = d["metadata"]["labels"].as_object_mut() {
+            l.remove("release");
+        }
+    }
+    assert_eq!(labelled, plain);
+}
+
+#[test]
+fn servicemonitor_scrapes_the_service_like_the_podmonitor() {
+    let docs = rendered("monitoring-servicemonitor");
+    assert!(of_kind(&docs, "PodMonitor").is_empty(), "instead of it");
+    the(&docs, "PrometheusRule");
+    the(&docs, "ConfigMap");
+    let sm = the(&docs, "ServiceMonitor");
+    let monitoring = rendered("monitoring");
+    let default = rendered(".");
+    let pm = the(&monitoring, "PodMonitor");
+    let svc = the(&default, "Service");
+    assert_eq!(sm["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(sm["metadata"]["namespace"], NAMESPACE);
+    // It selects the Service, whose label names the job as the rules expect.
+    for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(
+            &svc["metadata"]["labels"][k], v,
+            "selects the Service ({k})"
+        );
+    }
+    let job_label = str_at(sm, "/spec/jobLabel");
+    assert_eq!(svc["metadata"]["labels"][job_label], AGENT_NAME);
+    assert_eq!(
+        sm["spec"]["namespaceSelector"],
+        pm["spec"]["namespaceSelector"]
+    );
+    let ep = &sm["spec"]["endpoints"][0];
+    let pep = &pm["spec"]["podMetricsEndpoints"][0];
+    // The Service's port by name, which targets the container's port.
+    let port = svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == ep["port"])
+        .expect("the ServiceMonitor's port is a port of the Service");
+    assert_eq!(port["targetPort"], pep["port"]);
+    assert_eq!(svc["spec"]["clusterIP"], "None", "one endpoint per agent");
+    for k in ["path", "interval", "honorLabels", "relabelings"] {
+        assert_eq!(ep[k], pep[k], "{k} as in the PodMonitor");
+    }
+    assert_eq!(ep["honorLabels"], true);
 }

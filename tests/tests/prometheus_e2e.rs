@@ -1,8 +1,19 @@
 //! End to end with a real Prometheus (Debian's package, started here on loopback,
 //! scraping every second, loading deploy/monitoring/rules.yaml): simulated pods race,
-//! Prometheus finds the refusals and the startup incident under the right workload
-//! labels, `promtool check metrics` accepts the agent's exposition, and
-//! `sidecar-race-agent report --prometheus` ranks the racing workload first with its fix.
+//! and everything a user looks at files the race under the app's namespace and
+//! workload.
+//!
+//! Prometheus scrapes the agent with the configuration the Prometheus Operator
+//! generates for the shipped PodMonitor, then (a fresh agent and Prometheus) for the
+//! ServiceMonitor alternative (`tests/src/operator.rs`): its `honor_labels`
+//! and the target labels the operator adds (`namespace`, `pod`, `container` of the
+//! agent's pod, `endpoint`, `job` from `jobLabel`, `node` from the relabeling). With
+//! `honor_labels: false` those would replace the app's `namespace` and `container`
+//! (renamed `exported_*`); this test fails then. It checks the raw series, the
+//! recording rules, the pending SidecarStartupRace alert, the dashboard's variable and
+//! panel queries, `promtool check metrics` on the exposition, and
+//! `sidecar-race-agent report --prometheus` (the racing workload first, its namespace,
+//! its fix).
 
 use std::{
     io::Write,
@@ -11,10 +22,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::{RunAgent, agent_binary},
     http::{free_port, get},
+    operator::{DiscoveredPod, pod_monitor_scrape_config, service_monitor_scrape_config},
     pod::{Declared, SimPod, write_pod_list},
     root::{have, is_root_or_skip},
     scenario::{app_done, proxy},
@@ -27,17 +39,27 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    fn start(target: &str) -> Self {
+    /// Prometheus with the shipped rules (evaluated every second instead of every
+    /// minute, so the test need not wait) and one scrape job, `scrape` (a
+    /// `scrape_configs` entry).
+    fn start(scrape: &Value) -> Self {
         let dir = std::env::temp_dir().join(format!("sr-prometheus-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let rules =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/monitoring/rules.yaml");
-        let config = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: sidecar-race-agent\n    static_configs:\n      - targets: ['{target}']\n        labels:\n          node: sim-node\n",
-            rules.display()
+        let rules = std::fs::read_to_string(repo().join("deploy/monitoring/rules.yaml")).unwrap();
+        assert!(
+            rules.contains("  interval: 1m\n"),
+            "rules.yaml evaluates every minute"
         );
-        std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+        let fast = dir.join("rules.yaml");
+        std::fs::write(&fast, rules.replace("  interval: 1m\n", "  interval: 1s\n")).unwrap();
+        // JSON is YAML: the scrape job goes in as generated.
+        let config = json!({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [fast.display().to_string()],
+            "scrape_configs": [scrape],
+        });
+        std::fs::write(dir.join("prometheus.yml"), config.to_string()).unwrap();
         let addr = format!("127.0.0.1:{}", free_port());
         let child = Command::new("prometheus")
             .arg(format!(
@@ -82,6 +104,25 @@ impl Prometheus {
     }
 
     /// The single value of `promql`, once it has one (scrapes and rules take a moment).
+    /// Waits until `promql` has the value `want` (the scrape after the agent counted).
+    fn wait_value(&self, promql: &str, want: f64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let v = self
+                .query(promql)
+                .first()
+                .map(|v| v["value"][1].as_str().unwrap().parse::<f64>().unwrap());
+            if v == Some(want) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{promql} is {v:?}, not {want}, after {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     fn value(&self, promql: &str, timeout: Duration) -> f64 {
         let deadline = Instant::now() + timeout;
         loop {
@@ -144,6 +185,63 @@ fn start_pod(
     pod
 }
 
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn yaml(path: &str) -> Value {
+    serde_saphyr::from_str(&std::fs::read_to_string(repo().join(path)).unwrap())
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The one value of each series of `promql` by `label`.
+fn by_label(prom: &Prometheus, promql: &str, label: &str) -> Vec<(String, f64)> {
+    prom.query(promql)
+        .iter()
+        .map(|s| {
+            (
+                s["metric"][label].as_str().unwrap_or("").to_string(),
+                s["value"][1].as_str().unwrap().parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The dashboard's queries with its variables set as a user looking at `namespace`
+/// / `workload` sets them (Grafana's `$__range` and `$__rate_interval` as 10m / 1m).
+fn dashboard_queries(namespace: &str, workload: &str) -> Vec<(String, String)> {
+    let d: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("deploy/monitoring/dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    for panel in d["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().into_iter().flatten() {
+            let Some(expr) = t["expr"].as_str() else {
+                continue;
+            };
+            let expr = expr
+                .replace("$namespace", namespace)
+                .replace("$workload", workload)
+                .replace("$phase", ".*")
+                .replace("$node", ".*")
+                .replace("$__range", "10m")
+                .replace("$__rate_interval", "1m");
+            out.push((panel["title"].as_str().unwrap().to_string(), expr));
+        }
+    }
+    out
+}
+
+/// How the operator is told to scrape the agents.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Monitor {
+    /// deploy/monitoring/podmonitor.yaml
+    Pod,
+    /// deploy/monitoring-servicemonitor/servicemonitor.yaml, on deploy/base/service.yaml
+    Service,
+}
+
 #[test]
 fn prometheus_sees_the_race_and_the_report_ranks_it_first() {
     if !is_root_or_skip("prometheus_sees_the_race_and_the_report_ranks_it_first") {
@@ -153,50 +251,143 @@ fn prometheus_sees_the_race_and_the_report_ranks_it_first() {
         have("prometheus") && have("promtool"),
         "prometheus/promtool missing: `cargo xtask setup` installs them"
     );
+    // One after the other: each agent sees every pod on the kernel, so two at once
+    // would each see the other's pods.
+    for monitor in [Monitor::Pod, Monitor::Service] {
+        eprintln!("scraping as the operator does for the {monitor:?}Monitor");
+        scrape_and_check(monitor);
+    }
+}
+
+fn scrape_and_check(monitor: Monitor) {
     let pods_file = std::env::temp_dir().join(format!("sr-e2e-pods-{}.json", std::process::id()));
     write_pod_list(&pods_file, &[]);
     let source = format!("file:{}", pods_file.display());
     let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
-    let prom = Prometheus::start(&agent.addr);
+    // Scraped as the Prometheus Operator scrapes the shipped PodMonitor (or
+    // ServiceMonitor): its honor_labels, and the agent pod's namespace, pod, container,
+    // endpoint, job and node (and service) as target labels.
+    let daemonset = yaml("deploy/base/daemonset.yaml");
+    let agent_pod = "sidecar-race-agent-x7k2p";
+    let discovered = DiscoveredPod {
+        address: &agent.addr,
+        pod_name: agent_pod,
+        node_name: "sim-node",
+    };
+    let scrape = match monitor {
+        Monitor::Pod => pod_monitor_scrape_config(
+            &yaml("deploy/monitoring/podmonitor.yaml"),
+            &daemonset,
+            &discovered,
+            0,
+            "1s",
+        ),
+        Monitor::Service => service_monitor_scrape_config(
+            &yaml("deploy/monitoring-servicemonitor/servicemonitor.yaml"),
+            &yaml("deploy/base/service.yaml"),
+            &daemonset,
+            &discovered,
+            0,
+            "1s",
+        ),
+    };
+    eprintln!("scrape config as the operator generates it: {scrape:#}");
+    let prom = Prometheus::start(&scrape);
 
+    // Three racing starts of Deployment shop/checkout (three startup incidents: the
+    // SidecarStartupRace threshold), one well-ordered start of shop/catalog.
     let mut manifests = Vec::new();
-    let racing = start_pod("checkout", true, &pods_file, &mut manifests);
+    let mut racing = Vec::new();
+    for _ in 0..3 {
+        racing.push(start_pod("checkout", true, &pods_file, &mut manifests));
+    }
     let _ordered = start_pod("catalog", false, &pods_file, &mut manifests);
-    agent.wait_incidents(&racing.uid, Duration::from_secs(10), |i| {
-        i.iter().any(|i| i["state"] == "resolved")
-    });
+    for pod in &racing {
+        agent.wait_incidents(&pod.uid, Duration::from_secs(10), |i| {
+            i.iter().any(|i| i["state"] == "resolved")
+        });
+    }
 
     let t = Duration::from_secs(30);
+    assert_eq!(prom.value(r#"up{job="sidecar-race-agent"}"#, t), 1.0);
+    // The target labels the operator adds are there, for the agent's own series.
+    let up = prom.query(r#"up{job="sidecar-race-agent"}"#);
+    let target = &up[0]["metric"];
+    assert_eq!(target["namespace"], "sidecar-race", "{target}");
+    assert_eq!(target["pod"], agent_pod, "{target}");
+    assert_eq!(target["container"], "agent", "{target}");
+    assert_eq!(target["endpoint"], "http-metrics", "{target}");
+    assert_eq!(target["node"], "sim-node", "{target}");
+    if monitor == Monitor::Service {
+        assert_eq!(target["service"], "sidecar-race-agent", "{target}");
+    }
+
+    // The workload series keep the app's namespace and container: nothing renamed to
+    // exported_*, nothing filed under the agent's namespace.
+    let wait_for_series = prom.value(
+        r#"sum(sidecar_race_refused_connections_total{job="sidecar-race-agent"})"#,
+        t,
+    );
+    assert!(wait_for_series > 0.0);
+    let renamed = prom.query(r#"{job="sidecar-race-agent", exported_namespace!=""}"#);
+    let renamed2 = prom.query(r#"{job="sidecar-race-agent", exported_container!=""}"#);
+    assert!(
+        renamed.is_empty() && renamed2.is_empty(),
+        "the scrape renamed the workload's labels (honorLabels?): {:#}",
+        Value::Array([renamed, renamed2].concat())
+    );
+    // Everything the agent counted has been scraped: three incidents and four starts.
+    prom.wait_value(
+        r#"sum(sidecar_race_incidents_total{job="sidecar-race-agent",namespace="shop"})"#,
+        3.0,
+        t,
+    );
+    prom.wait_value(
+        r#"sum(sidecar_race_pod_starts_total{job="sidecar-race-agent",namespace="shop"})"#,
+        4.0,
+        t,
+    );
+    // The refusals Prometheus has under the workload's labels are the ones the agent
+    // reported in its three incidents.
+    let reported: u64 = racing
+        .iter()
+        .flat_map(|p| agent.incidents_of(&p.uid))
+        .filter(|i| i["phase"] == "startup")
+        .map(|i| i["refused_count"].as_u64().unwrap())
+        .sum();
+    assert!(reported >= 3 * 3, "{reported} refusals in the incidents");
     let refused = prom.value(
         r#"sum(sidecar_race_refused_connections_total{job="sidecar-race-agent",namespace="shop",workload_kind="Deployment",workload="checkout",container="app",sidecar="proxy",port="15001",phase="startup"})"#,
         t,
     );
-    assert!(
-        refused >= 8.0,
-        "refusals under the workload's labels: {refused}"
+    assert_eq!(
+        refused, reported as f64,
+        "refusals under the workload's labels"
     );
-    let incidents = prom.value(
-        r#"sum(sidecar_race_incidents_total{workload="checkout",sidecar="proxy",phase="startup",pattern="classic"})"#,
-        t,
-    );
-    assert_eq!(incidents, 1.0);
     assert_eq!(
         prom.value(
-            r#"sum(sidecar_race_pod_starts_total{workload="checkout"})"#,
+            r#"sum(sidecar_race_incidents_total{namespace="shop",workload="checkout",sidecar="proxy",phase="startup",pattern="classic"})"#,
+            t,
+        ),
+        3.0
+    );
+    assert_eq!(
+        prom.value(
+            r#"sum(sidecar_race_pod_starts_total{namespace="shop",workload="checkout"})"#,
             t
         ),
-        1.0
+        3.0
     );
     assert_eq!(
         prom.value(
-            r#"sum(sidecar_race_affected_pod_starts_total{workload="checkout"})"#,
+            r#"sum(sidecar_race_affected_pod_starts_total{namespace="shop",workload="checkout"})"#,
             t
         ),
-        1.0
+        3.0
     );
     assert_eq!(
         prom.value(
-            r#"sum(sidecar_race_pod_starts_total{workload="catalog"})"#,
+            r#"sum(sidecar_race_pod_starts_total{namespace="shop",workload="catalog"})"#,
             t
         ),
         1.0
@@ -206,11 +397,112 @@ fn prometheus_sees_the_race_and_the_report_ranks_it_first() {
             .is_empty()
     );
     let window = prom.value(
-        r#"sum(sidecar_race_window_seconds_sum{workload="checkout",phase="startup"})"#,
+        r#"sum(sidecar_race_window_seconds_sum{namespace="shop",workload="checkout",phase="startup"})"#,
         t,
     );
-    assert!((window - 1.2).abs() < 0.25, "window {window}");
-    assert_eq!(prom.value(r#"up{job="sidecar-race-agent"}"#, t), 1.0);
+    assert!((window - 3.0 * 1.2).abs() < 0.75, "window {window}");
+
+    // The recording rules group by the app's namespace ...
+    assert_eq!(
+        prom.value(
+            r#"workload:sidecar_race_affected_pod_starts:ratio1h{namespace="shop",workload_kind="Deployment",workload="checkout"} == 1"#,
+            t
+        ),
+        1.0
+    );
+    assert_eq!(
+        prom.value(
+            r#"workload:sidecar_race_affected_pod_starts:ratio1h{namespace="shop",workload="catalog"}"#,
+            t
+        ),
+        0.0
+    );
+    assert_eq!(
+        prom.value(
+            r#"workload_sidecar:sidecar_race_incidents:increase1h{namespace="shop",workload="checkout",sidecar="proxy",phase="startup",pattern="classic"} == 3"#,
+            t
+        ),
+        3.0
+    );
+    let p95 = prom.value(
+        r#"workload_sidecar:sidecar_race_window_seconds:p95_1h{namespace="shop",workload="checkout",sidecar="proxy",phase="startup"}"#,
+        t,
+    );
+    assert!(p95 > 0.5 && p95 <= 2.5, "p95 {p95}");
+    let namespaces = by_label(
+        &prom,
+        "workload:sidecar_race_pod_starts:increase1h",
+        "namespace",
+    );
+    // (Other pods on this kernel, e.g. of concurrent test runs, have no metadata and
+    // count under namespace "": only the agent's namespace is wrong here.)
+    assert!(
+        namespaces.iter().any(|(ns, _)| ns == "shop")
+            && namespaces.iter().all(|(ns, _)| ns != "sidecar-race"),
+        "recording rule series under the agent's namespace: {namespaces:?}"
+    );
+    // ... and so does the alert (pending: it fires after `for: 5m`).
+    let deadline = Instant::now() + t;
+    let alert = loop {
+        let a = prom.query(r#"ALERTS{alertname="SidecarStartupRace"}"#);
+        if !a.is_empty() {
+            break a[0]["metric"].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "SidecarStartupRace is not pending"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(alert["namespace"], "shop", "{alert}");
+    assert_eq!(alert["workload"], "checkout", "{alert}");
+    assert_eq!(alert["sidecar"], "proxy", "{alert}");
+
+    // The dashboard: its namespace variable offers the app's namespace (not the
+    // agent's), and the workload panels show checkout under it.
+    let (status, body) = get(
+        &prom.addr,
+        &format!(
+            "/api/v1/label/namespace/values?match[]={}",
+            encode("sidecar_race_pod_starts_total")
+        ),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    let values: Value = serde_json::from_str(&body).unwrap();
+    let offered = values["data"].as_array().unwrap();
+    assert!(
+        offered.contains(&json!("shop")) && !offered.contains(&json!("sidecar-race")),
+        "namespace variable: {body}"
+    );
+    let queries = dashboard_queries("shop", "checkout");
+    for (title, expr) in &queries {
+        if !expr.contains("namespace=~\"shop\"") {
+            continue;
+        }
+        let result = prom.query(expr);
+        // rate() needs two samples of a series; the races here are seconds old.
+        assert!(
+            !result.is_empty() || expr.contains("rate("),
+            "dashboard panel `{title}` is empty for shop/checkout: {expr}"
+        );
+        for s in &result {
+            let ns = &s["metric"]["namespace"];
+            assert!(
+                ns.is_null() || ns == "shop",
+                "panel `{title}` shows namespace {ns}: {expr}"
+            );
+        }
+    }
+    let who = queries
+        .iter()
+        .find(|(t, _)| t.starts_with("Refused connections in the selected range"))
+        .expect("the who-was-refused panel");
+    let rows = prom.query(&who.1);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["metric"]["namespace"], "shop");
+    assert_eq!(rows[0]["metric"]["container"], "app");
+    assert_eq!(rows[0]["metric"]["workload"], "checkout");
 
     // The exposition passes promtool's checks.
     let (status, body) = get(&agent.addr, "/metrics").unwrap();
@@ -245,8 +537,14 @@ fn prometheus_sees_the_race_and_the_report_ranks_it_first() {
         .as_array()
         .unwrap_or_else(|| panic!("{ranked:#}"));
     assert_eq!(workloads[0]["workload"], "checkout", "{ranked:#}");
+    assert_eq!(workloads[0]["namespace"], "shop", "{ranked:#}");
+    assert_eq!(workloads[0]["startup_incidents"], 3, "{ranked:#}");
+    assert!(
+        workloads.iter().all(|w| w["namespace"] != "sidecar-race"),
+        "{ranked:#}"
+    );
     let text = report(&prom_url, &[]);
-    assert!(text.contains("checkout"), "{text}");
+    assert!(text.contains("Deployment shop/checkout"), "{text}");
     assert!(
         text.contains("Move proxy from containers to initContainers"),
         "{text}"

@@ -39,7 +39,7 @@ pub fn want_tools(apt: &mut Apt) {
     if !crate::setup::have("qemu-system-x86_64") {
         apt.want(&["qemu-system-x86"]);
     }
-    if !busybox_static_installed() {
+    if !crate::setup::package_installed("busybox-static") {
         apt.want(&["busybox-static"]);
     }
     // `nft` (with the libraries ldd lists) goes into the VM for the REDIRECT rule.
@@ -49,11 +49,6 @@ pub fn want_tools(apt: &mut Apt) {
     if !crate::setup::have("xz") {
         apt.want(&["xz-utils"]);
     }
-}
-
-fn busybox_static_installed() -> bool {
-    output(Command::new("dpkg-query").args(["-W", "-f=${Status}", "busybox-static"]))
-        .is_some_and(|s| s.ends_with("installed") && !s.contains("not-installed"))
 }
 
 /// Fetches every kernel that is not in `target/kernels/` yet.

@@ -2,6 +2,7 @@
 //! nothing that needs the eBPF toolchain, so it can install that toolchain.
 
 mod bench;
+mod image;
 mod kernels;
 mod run;
 mod setup;
@@ -21,6 +22,14 @@ enum Task {
     Setup,
     /// Set up, then build the agent (with its embedded eBPF object) and the test kit.
     Build,
+    /// Set up, then build the agent's container image offline: a statically linked
+    /// agent in a FROM-scratch image, written as an OCI image archive under
+    /// target/image/ (for `ctr images import`, `docker load`, `podman load`, `skopeo`).
+    Image {
+        /// The image reference recorded in the archive.
+        #[arg(long, default_value_t = format!("{}:{}", image::REPOSITORY, image::VERSION))]
+        name: String,
+    },
     /// Set up, build, and run every test tier (root tiers run when root, as in CI).
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
@@ -41,9 +50,22 @@ fn main() -> anyhow::Result<()> {
             setup::ensure()?;
             build()
         }
+        Task::Image { name } => {
+            setup::ensure()?;
+            let built = image::image(Some(name))?;
+            println!(
+                "{}\n{} {}",
+                built.archive.display(),
+                built.reference,
+                built.manifest_digest
+            );
+            Ok(())
+        }
         Task::Test { args } => {
             setup::ensure()?;
             build()?;
+            // The real-runtime tier (tests/tests/cri_runtime.rs) runs the agent from it.
+            image::image(None)?;
             let mut cmd = run::cargo();
             cmd.args(["test", "--workspace", "--no-fail-fast"])
                 .args(args);

@@ -16,9 +16,12 @@
 //! that tests/tests/runtime_default_seccomp.rs runs the agent in, under its
 //! RuntimeDefault seccomp profile: Debian's `containerd` (containerd and ctr; 1.6.20 in
 //! bookworm, whose default profile allows `bpf` and `perf_event_open` to holders of
-//! CAP_BPF and CAP_PERFMON) and `runc`. And the kernel tier's QEMU, busybox-static and
-//! kernels (`kernels.rs`). `XTASK_SKIP_DEPLOY_TOOLS=1` skips all these (the container
-//! image build only needs the eBPF toolchain).
+//! CAP_BPF and CAP_PERFMON) and `runc`; for the real-runtime tier
+//! (tests/tests/cri_runtime.rs, containerd's CRI plugin) Debian's
+//! `containernetworking-plugins`, `busybox-static` and `skopeo`; and the kernel tier's
+//! QEMU, busybox-static and kernels (`kernels.rs`). `XTASK_SKIP_DEPLOY_TOOLS=1` skips
+//! all these (the container image build only needs the eBPF toolchain). Always:
+//! `protobuf-compiler` (the test kit's CRI bindings).
 
 use std::{
     path::{Path, PathBuf},
@@ -39,13 +42,20 @@ const LLVM_MAJORS: [u32; 2] = [22, 23];
 const KUBERNETES_VALIDATE_VERSION: &str = "1.37.0";
 /// Under the workspace root; tests/tests/deploy_manifests.rs looks for it there.
 const DEPLOY_TOOLS_VENV: &str = "target/deploy-tools/venv";
+/// Where Debian's containernetworking-plugins puts bridge, host-local, loopback.
+const CNI_BIN_DIR: &str = "/usr/lib/cni";
 
 pub fn ensure() -> anyhow::Result<()> {
     let mut apt = Apt::default();
     if !ebpf_toolchain_present() {
         apt.want(&["rustc-web", "libstd-rust-web-dev-bpf"]);
     }
-    for (tool, package) in [("ip", "iproute2"), ("iptables", "iptables")] {
+    // protoc: the CRI client bindings (k8s-cri) of the test kit are generated at build time.
+    for (tool, package) in [
+        ("ip", "iproute2"),
+        ("iptables", "iptables"),
+        ("protoc", "protobuf-compiler"),
+    ] {
         if !have(tool) {
             apt.want(&[package]);
         }
@@ -74,7 +84,16 @@ pub fn ensure() -> anyhow::Result<()> {
                 apt.want(&[package]);
             }
         }
+        // The kernel tier: QEMU, busybox-static (also the CRI tier's images), nft.
         crate::kernels::want_tools(&mut apt);
+        // The real-runtime tier (tests/tests/cri_runtime.rs): CNI plugins for the
+        // pods' network, skopeo to inspect the image archive.
+        if !Path::new(&format!("{CNI_BIN_DIR}/bridge")).exists() {
+            apt.want(&["containernetworking-plugins"]);
+        }
+        if !have("skopeo") {
+            apt.want(&["skopeo"]);
+        }
     }
     let need_linker = which_bpf_linker().is_none();
     if need_linker {
@@ -263,6 +282,11 @@ fn ensure_kubernetes_validate() -> anyhow::Result<()> {
             )),
     )
     .context("pip install kubernetes-validate failed (is PyPI reachable?)")
+}
+
+pub fn package_installed(package: &str) -> bool {
+    output(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))
+        .is_some_and(|s| s.ends_with("installed") && !s.contains("not-installed"))
 }
 
 pub fn have(tool: &str) -> bool {
