@@ -29,6 +29,8 @@ use crate::{
 const TICK: Duration = Duration::from_millis(100);
 /// How often kernel and source counters are copied into the metrics.
 const TOTALS: Duration = Duration::from_secs(1);
+/// Kernel events taken into the pipeline under one lock.
+const BATCH: usize = 512;
 
 pub struct RunOptions {
     pub agent: AgentOptions,
@@ -100,11 +102,15 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     tokio::pin!(signal);
     let mut stopping = false;
     let lock = || pipeline.lock().expect("pipeline lock");
+    let mut batch = Vec::with_capacity(BATCH);
     loop {
         tokio::select! {
-            ev = stream.events.recv() => {
-                let Some(ev) = ev else { break };
-                lock().kernel_event(&ev);
+            n = stream.events.recv_many(&mut batch, BATCH) => {
+                if n == 0 {
+                    break; // the reader stopped and the channel is empty
+                }
+                let p = &mut *lock();
+                batch.drain(..).for_each(|ev| p.kernel_event(&ev));
             }
             Some(update) = pod_updates.recv() => lock().pod_update(update),
             _ = tick.tick() => {
