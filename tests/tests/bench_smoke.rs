@@ -34,6 +34,7 @@ fn bench_smoke_writes_every_row() {
         "| node scale: 5 pods (cgroups + pods file)",
         "| node scale: agent RSS now / peak |",
         "| agent start to ready with 20 more cgroups",
+        "| detection latency, listener up → incident resolved in the API (3 races) |",
         "## Targets (issue #12)",
         "## Fleet arithmetic (on paper)",
         "Smoke run",
