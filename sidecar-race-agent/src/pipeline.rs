@@ -120,6 +120,11 @@ impl Pipeline {
         self.detect(facts, now_boot_ns, false)
     }
 
+    /// Boot ns at which the oldest held fact is due for the detector.
+    pub fn next_release_boot_ns(&self) -> Option<u64> {
+        self.reorder.next_due()
+    }
+
     /// Everything still held, at shutdown: accounted for now, named or not.
     pub fn flush(&mut self, now_boot_ns: u64) -> Step {
         let facts = self.reorder.drain();

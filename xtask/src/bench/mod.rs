@@ -474,6 +474,12 @@ offset as an immediate; the verifier knows the frozen config and keeps one arm) 
 of four `bpf_probe_read_kernel` calls; only SYN_SENT and LISTEN transitions read more. \
 What remains per connect is one map insert and one delete, plus the tracepoint's own \
 cost, which a bare kernel without any program does not pay and a peer pays as well.\n\n\
+- **Detection latency** is bounded below by the reorder window (200 ms): a fact is \
+held that long so records from other CPUs can be put back in order. The daemon used to \
+release held facts only on its 100 ms tick, so a resolution waited 200–300 ms plus \
+scheduling (p99 346 ms over 1,000 races, missing the 300 ms target); it now also wakes \
+when the oldest held fact falls due (rounded up to 10 ms, so a storm wakes it at most \
+100 times a second).\n\n\
 ## Not measured yet\n\n\
 - Storm (one core refusing for 30 s while another pod races): not in this harness yet.\n\
 - `tp_btf`: not tried; the tracefs path is the only one.\n";
