@@ -120,6 +120,11 @@ impl Pipeline {
         self.detect(facts, now_boot_ns, false)
     }
 
+    /// Boot ns at which the oldest held fact is due for the detector.
+    pub fn next_release_boot_ns(&self) -> Option<u64> {
+        self.reorder.next_due()
+    }
+
     /// Everything still held, at shutdown: accounted for now, named or not.
     pub fn flush(&mut self, now_boot_ns: u64) -> Step {
         let facts = self.reorder.drain();
@@ -272,13 +277,21 @@ impl Pipeline {
 
     /// The pod and client of a socket event; counted when there is no pod.
     fn pod_client(&mut self, s: &SocketFact) -> Option<(String, Client)> {
-        let a = self.inventory.attribute(s.owner.cgroup_id);
-        let Some(pod_uid) = a.pod_uid else {
-            self.counts.events_without_pod += 1;
-            return None;
+        // Only the path's pod and container are needed here: names come later.
+        let (pod_uid, container_id) = match self.inventory.path_info(s.owner.cgroup_id) {
+            PathInfo::PodContainer {
+                pod_uid,
+                container_id,
+                ..
+            } => (pod_uid, Some(container_id)),
+            PathInfo::Pod { pod_uid } => (pod_uid, None),
+            _ => {
+                self.counts.events_without_pod += 1;
+                return None;
+            }
         };
         self.unknown_pod_seen(&pod_uid);
-        let client = match a.container_id {
+        let client = match container_id {
             Some(id) => Client::Container(id),
             None => Client::Cgroup(s.owner.cgroup_id),
         };

@@ -39,8 +39,13 @@ enum Task {
     /// Set up, build, then make a real startup race in a simulated pod and show what
     /// the agent saw.
     Demo,
-    /// Set up, build, then measure what the agent costs the connects it watches.
-    Bench,
+    /// Set up, build (release), measure what the agent costs and write BENCHMARKS.md.
+    Bench {
+        /// A few seconds with debug builds, nothing asserted, report written under
+        /// target/ (the test suite runs this so the harness does not rot).
+        #[arg(long)]
+        smoke: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -71,10 +76,24 @@ fn main() -> anyhow::Result<()> {
                 .args(args);
             run::tests(&mut cmd)
         }
-        Task::Bench => {
+        Task::Bench { smoke: false } => {
             setup::ensure()?;
             run::checked(run::cargo().args(["build", "--release", "--workspace", "--bins"]))?;
-            bench::bench()
+            let root = run::workspace_root();
+            bench::bench(
+                &root.join("target/release"),
+                false,
+                &root.join("BENCHMARKS.md"),
+            )
+        }
+        Task::Bench { smoke: true } => {
+            build()?;
+            let root = run::workspace_root();
+            bench::bench(
+                &root.join("target/debug"),
+                true,
+                &root.join("target/bench-smoke/BENCHMARKS.md"),
+            )
         }
         Task::Demo => {
             setup::ensure()?;

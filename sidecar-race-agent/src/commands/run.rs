@@ -29,6 +29,10 @@ use crate::{
 const TICK: Duration = Duration::from_millis(100);
 /// How often kernel and source counters are copied into the metrics.
 const TOTALS: Duration = Duration::from_secs(1);
+/// Granularity of releases between ticks (see `release_delay`).
+const RELEASE_GRAIN: Duration = Duration::from_millis(10);
+/// Kernel events taken into the pipeline under one lock.
+const BATCH: usize = 512;
 
 pub struct RunOptions {
     pub agent: AgentOptions,
@@ -100,21 +104,25 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     tokio::pin!(signal);
     let mut stopping = false;
     let lock = || pipeline.lock().expect("pipeline lock");
+    let mut batch = Vec::with_capacity(BATCH);
     loop {
+        let until_due = lock()
+            .next_release_boot_ns()
+            .map(|due| release_delay(due, clock::boot_now_ns()));
         tokio::select! {
-            ev = stream.events.recv() => {
-                let Some(ev) = ev else { break };
-                lock().kernel_event(&ev);
+            n = stream.events.recv_many(&mut batch, BATCH) => {
+                if n == 0 {
+                    break; // the reader stopped and the channel is empty
+                }
+                let p = &mut *lock();
+                batch.drain(..).for_each(|ev| p.kernel_event(&ev));
             }
             Some(update) = pod_updates.recv() => lock().pod_update(update),
-            _ = tick.tick() => {
-                let p = &mut *lock();
-                let step = p.tick(clock::boot_now_ns());
-                log_changes(p, &step);
-                metrics.lock().expect("metrics lock").record(&step, p, Instant::now());
-                if let Some(events) = &events {
-                    publish(events, p, &step);
-                }
+            _ = tick.tick() => advance(&mut lock(), &metrics, events.as_ref()),
+            // A held fact (a listener coming up) reaches the detector as soon as the
+            // reorder window allows, not up to a tick later.
+            _ = tokio::time::sleep(until_due.unwrap_or(TICK)), if until_due.is_some() => {
+                advance(&mut lock(), &metrics, events.as_ref());
             }
             _ = totals.tick() => {
                 if let Ok(kernel) = probes.counts() {
@@ -150,6 +158,28 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     stop_http.notify_one();
     server.await??;
     Ok(())
+}
+
+/// Releases due facts to the detector, lets time pass, and accounts for the changes.
+fn advance(p: &mut Pipeline, metrics: &Mutex<Metrics>, events: Option<&EventPublisher>) {
+    let step = p.tick(clock::boot_now_ns());
+    log_changes(p, &step);
+    metrics
+        .lock()
+        .expect("metrics lock")
+        .record(&step, p, Instant::now());
+    if let Some(events) = events {
+        publish(events, p, &step);
+    }
+}
+
+/// How long until a fact due at `due` (boot ns) may be released, rounded up to
+/// `RELEASE_GRAIN` so a storm of held facts wakes the detector at most 100 times a
+/// second.
+fn release_delay(due: u64, now: u64) -> Duration {
+    let grain = RELEASE_GRAIN.as_nanos() as u64;
+    let wait = due.saturating_sub(now);
+    Duration::from_nanos(wait.div_ceil(grain) * grain)
 }
 
 /// An Event publisher, when a Kubernetes client can be configured (in-cluster or
@@ -259,5 +289,19 @@ fn log_counts(
             );
         }
         Err(e) => tracing::warn!("cannot read kernel counters: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn releases_wait_for_the_due_time_rounded_up_to_the_grain() {
+        let ms = Duration::from_millis;
+        assert_eq!(release_delay(1_000_000, 0), ms(10));
+        assert_eq!(release_delay(25_000_000, 0), ms(30));
+        assert_eq!(release_delay(30_000_000, 10_000_000), ms(20));
+        assert_eq!(release_delay(5, 10), Duration::ZERO);
     }
 }

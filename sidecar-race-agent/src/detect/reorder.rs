@@ -66,6 +66,13 @@ impl Reorder {
         out
     }
 
+    /// Boot ns at which the oldest held fact is due for release.
+    pub fn next_due(&self) -> Option<u64> {
+        self.heap
+            .peek()
+            .map(|Reverse(h)| h.ts.saturating_add(self.window_ns))
+    }
+
     /// Everything, in order (at shutdown).
     pub fn drain(&mut self) -> Vec<Fact> {
         let mut out = Vec::with_capacity(self.heap.len());
@@ -101,9 +108,11 @@ mod tests {
         r.push(started(50));
         r.push(started(10));
         r.push(started(30));
+        assert_eq!(r.next_due(), Some(110));
         assert!(r.release(110).iter().map(Fact::ts).eq([10]));
         assert!(r.release(200).iter().map(Fact::ts).eq([30, 50]));
         assert!(r.is_empty());
+        assert_eq!(r.next_due(), None);
         r.push(started(500));
         r.push(started(400));
         assert!(r.drain().iter().map(Fact::ts).eq([400, 500]));

@@ -9,6 +9,7 @@ pub mod sources;
 pub mod store;
 
 use std::{
+    collections::HashMap,
     sync::atomic::{AtomicU64, Ordering::Relaxed},
     time::Instant,
 };
@@ -51,6 +52,9 @@ pub struct Inventory {
     unattributed: AtomicU64,
     /// Site-wide classic sidecar names (`--sidecar-names`).
     site_sidecars: Vec<String>,
+    /// Parsed paths of known cgroup ids, so a refusal storm from one cgroup parses
+    /// its path once rather than per event. Emptied on every cgroup event (rare).
+    parsed: HashMap<u64, PathInfo>,
 }
 
 impl Inventory {
@@ -61,6 +65,7 @@ impl Inventory {
             has_pod_source,
             unattributed: AtomicU64::new(0),
             site_sidecars: Vec::new(),
+            parsed: HashMap::new(),
         }
     }
 
@@ -72,7 +77,32 @@ impl Inventory {
 
     /// Attributes a cgroup, counting the ones that cannot be (never guessed).
     pub fn attribute(&mut self, cgroup_id: u64) -> Attribution {
-        self.attribute_with_path(cgroup_id).1
+        let info = self.path_info(cgroup_id);
+        self.names(info)
+    }
+
+    /// What a cgroup's path says (pod, container), counting the ones that cannot be
+    /// attributed. Cached per id while the id resolves; unknown ids are not cached so
+    /// the index can still find them by rescanning.
+    pub fn path_info(&mut self, cgroup_id: u64) -> PathInfo {
+        if let Some(info) = self.parsed.get(&cgroup_id) {
+            if *info == PathInfo::Unknown {
+                self.unattributed.fetch_add(1, Relaxed);
+            }
+            return info.clone();
+        }
+        let info = match self.cgroups.resolve(cgroup_id) {
+            Some(path) => {
+                let info = cgroup_path::parse(path);
+                self.parsed.insert(cgroup_id, info.clone());
+                info
+            }
+            None => PathInfo::Unknown,
+        };
+        if info == PathInfo::Unknown {
+            self.unattributed.fetch_add(1, Relaxed);
+        }
+        info
     }
 
     /// [`Inventory::attribute`], also giving the cgroup's path (one lookup for both).
@@ -159,8 +189,12 @@ impl Inventory {
     /// Keeps the cgroup index current from the kernel's cgroup events.
     pub fn observe(&mut self, ev: &KernelEvent) {
         match ev {
-            KernelEvent::CgroupCreated(c) => self.cgroups.created(c.cgroup_id, &c.path),
+            KernelEvent::CgroupCreated(c) => {
+                self.parsed.clear();
+                self.cgroups.created(c.cgroup_id, &c.path)
+            }
             KernelEvent::CgroupRemoved(c) => {
+                self.parsed.clear();
                 self.cgroups.removed(c.cgroup_id, &c.path, c.ts_boot_ns);
                 self.cgroups.expire(c.ts_boot_ns);
             }

@@ -6,6 +6,7 @@ use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 
 use super::{
     CONNECTING, IPPROTO_TCP, PendingConnect, TCP_CLOSE, TCP_LISTEN, TCP_SYN_SENT, config,
+    ctx_load::{load_i32, load_u16, load_u64},
     current_owner, field, listen, now_boot_ns,
 };
 
@@ -18,13 +19,19 @@ pub fn inet_sock_set_state(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn try_set_state(ctx: &TracePointContext) -> Result<u32, u32> {
-    let l = config!(set_state);
-    if field::<u16>(ctx, l.protocol)? != IPPROTO_TCP {
+    // Earliest filter: the two states, by direct loads, before anything else. Most
+    // state changes on a node (established, closing, time-wait) are none of ours.
+    let old = load_i32(ctx, config!(set_state.oldstate))?;
+    let new = load_i32(ctx, config!(set_state.newstate))?;
+    let ours = new == TCP_SYN_SENT
+        || old == TCP_SYN_SENT
+        || new == TCP_LISTEN
+        || (old == TCP_LISTEN && new == TCP_CLOSE);
+    if !ours || load_u16(ctx, config!(set_state.protocol))? != IPPROTO_TCP {
         return Ok(0);
     }
-    let old: i32 = field(ctx, l.oldstate)?;
-    let new: i32 = field(ctx, l.newstate)?;
-    let sk: u64 = field(ctx, l.skaddr)?;
+    let sk = load_u64(ctx, config!(set_state.skaddr))?;
+    let l = config!(set_state);
     if new == TCP_SYN_SENT {
         let pending = PendingConnect {
             owner: current_owner(),

@@ -2,6 +2,7 @@
 
 mod cgroups;
 mod connect;
+mod ctx_load;
 mod listen;
 mod reset;
 

@@ -7,7 +7,10 @@ use sidecar_race_ebpf::abi::{
     AF_INET, AF_INET6, ClientEnd, SocketEvent, counter, flags, kind, v4_mapped,
 };
 
-use super::{CONNECTING, EVENTS, LOCAL_REFUSALS, LocalRefusal, config, count, field, now_boot_ns};
+use super::{
+    CONNECTING, EVENTS, LOCAL_REFUSALS, LocalRefusal, config, count, ctx_load::load_u64, field,
+    now_boot_ns,
+};
 
 /// A local refusal older than this is not the one a reset just delivered.
 const LOCAL_REFUSAL_MAX_AGE_NS: u64 = 1_000_000_000;
@@ -21,13 +24,13 @@ pub fn tcp_receive_reset(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn try_receive_reset(ctx: &TracePointContext) -> Result<u32, u32> {
-    let l = config!(receive_reset);
-    let sk: u64 = field(ctx, l.skaddr)?;
+    let sk = load_u64(ctx, config!(receive_reset.skaddr))?;
     let Some(pending) = CONNECTING.get_ptr(&sk) else {
         return Ok(0); // not a connect in progress: a reset of an established flow
     };
     count(counter::seen(kind::REFUSED));
     let now = now_boot_ns();
+    let l = config!(receive_reset);
     let client = ClientEnd {
         addr: field(ctx, l.saddr_v6)?,
         port: field(ctx, l.sport)?,
@@ -77,11 +80,10 @@ pub fn tcp_send_reset(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn try_send_reset(ctx: &TracePointContext) -> Result<u32, u32> {
-    let l = config!(send_reset);
-    let sk: u64 = field(ctx, l.skaddr)?;
-    if sk != 0 {
+    if load_u64(ctx, config!(send_reset.skaddr))? != 0 {
         return Ok(0); // a socket's own reset, not "no listener here"
     }
+    let l = config!(send_reset);
     // The reset goes from the refusing end (saddr) to the client (daddr).
     let refusing: [u8; 28] = field(ctx, l.saddr)?;
     let client: [u8; 28] = field(ctx, l.daddr)?;

@@ -1,0 +1,48 @@
+//! `cargo xtask bench --smoke`: the benchmark harness end to end in a few seconds, so
+//! it does not rot. Asserts that it ran and wrote every row; never a timing.
+
+use std::{path::PathBuf, process::Command};
+
+use sidecar_race_tests::root::is_root_or_skip;
+
+#[test]
+fn bench_smoke_writes_every_row() {
+    if !is_root_or_skip("bench_smoke_writes_every_row") {
+        return;
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let report = root.join("target/bench-smoke/BENCHMARKS.md");
+    let _ = std::fs::remove_file(&report);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(&root)
+        .args(["xtask", "bench", "--smoke"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench --smoke failed:\n{stderr}");
+    let text = std::fs::read_to_string(&report).unwrap();
+    for row in [
+        "| successful connects: throughput with the agent / bare |",
+        "| peer: bpftrace",
+        "| refused connects: throughput with the agent / bare |",
+        "| refused connects: agent CPU per refusal (µs) |",
+        "| refused connects: kernel count in `/metrics` exact |",
+        "| node scale: 5 pods (cgroups + pods file)",
+        "| node scale: agent RSS now / peak |",
+        "| agent start to ready with 20 more cgroups",
+        "| detection latency, listener up → incident resolved in the API (3 races) |",
+        "## Targets (issue #12)",
+        "## Fleet arithmetic (on paper)",
+        "Smoke run",
+    ] {
+        assert!(text.contains(row), "no `{row}` in the report:\n{text}");
+    }
+    assert!(
+        !text.contains("no samples"),
+        "a figure had no samples:\n{text}"
+    );
+}

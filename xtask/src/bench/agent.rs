@@ -1,0 +1,112 @@
+//! The agent as the benchmark runs it: a child process, its CPU time and memory read
+//! from /proc.
+
+use std::{
+    net::TcpListener,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+
+pub struct Agent {
+    child: Child,
+    pub addr: String,
+    /// Time from spawn to `/readyz` answering 200.
+    pub ready_after: Duration,
+}
+
+impl Agent {
+    /// `run` without a pod source or Events, plus `extra` arguments.
+    pub fn start(bin: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let addr = format!("127.0.0.1:{port}");
+        let started = Instant::now();
+        let child = Command::new(bin.join("sidecar-race-agent"))
+            .args(["run", "--listen", &addr, "--events=false"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start the agent")?;
+        let mut agent = Agent {
+            child,
+            addr,
+            ready_after: Duration::ZERO,
+        };
+        let deadline = started + Duration::from_secs(30);
+        while !http_get(&agent.addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
+            if Instant::now() > deadline {
+                bail!("the agent did not become ready within 30 s");
+            }
+            if let Some(status) = agent.child.try_wait()? {
+                bail!("the agent exited before it was ready: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        agent.ready_after = started.elapsed();
+        Ok(agent)
+    }
+
+    /// User + system CPU time so far.
+    pub fn cpu(&self) -> anyhow::Result<Duration> {
+        cpu_of(self.child.id())
+    }
+
+    /// (current, peak) resident set size in bytes.
+    pub fn rss(&self) -> anyhow::Result<(u64, u64)> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .map(|k| k * 1024)
+        };
+        match (kib("VmRSS:"), kib("VmHWM:")) {
+            (Some(now), Some(peak)) => Ok((now, peak)),
+            _ => bail!("no VmRSS/VmHWM in /proc/{}/status", self.child.id()),
+        }
+    }
+
+    /// The value of an unlabelled or labelled sample line of `/metrics`, e.g.
+    /// `sidecar_race_kernel_events_total{kind="refused"}`.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let body = http_get(&self.addr, "/metrics")?;
+        body.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// User + system CPU time of a process so far.
+pub fn cpu_of(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after_comm = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the comm.
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    Ok(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
+}
+
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    Some(resp)
+}

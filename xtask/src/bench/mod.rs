@@ -1,0 +1,493 @@
+//! `cargo xtask bench`: what the agent costs, as ratios measured side by side in one
+//! run, written to `BENCHMARKS.md`; `--smoke` runs the same harness in seconds with
+//! debug builds and asserts nothing (the test suite runs it so it does not rot).
+//! Nothing here is a timed assertion.
+
+mod agent;
+mod dial;
+mod fleet;
+mod latency;
+mod peer;
+mod scale;
+mod stats;
+
+use std::{fmt::Write as _, path::Path, time::Duration};
+
+use anyhow::{Context, bail};
+
+use self::{agent::Agent, dial::dial, peer::Bpftrace, scale::SimulatedPods, stats::Spread};
+
+/// How much to measure.
+struct Plan {
+    smoke: bool,
+    connects: u32,
+    rounds: usize,
+    scale_pods: usize,
+    scale: Duration,
+    index_cgroups: usize,
+    latency_races: usize,
+}
+
+const FULL: Plan = Plan {
+    smoke: false,
+    connects: 20_000,
+    rounds: 7,
+    scale_pods: 110,
+    scale: Duration::from_secs(60),
+    index_cgroups: 1_000,
+    latency_races: 1_000,
+};
+
+const SMOKE: Plan = Plan {
+    smoke: true,
+    connects: 300,
+    rounds: 1,
+    scale_pods: 5,
+    scale: Duration::from_secs(1),
+    index_cgroups: 20,
+    latency_races: 3,
+};
+
+/// Successful connects with the agent, as a share of bare throughput.
+const TARGET_SUCCESS_RATIO: f64 = 0.97;
+const TARGET_US_PER_REFUSAL: f64 = 2.0;
+const TARGET_SCALE_CPU_PERCENT: f64 = 0.5;
+const TARGET_SCALE_RSS_MIB: f64 = 40.0;
+/// The agent's default reorder window; p99 detection latency may exceed it by 100 ms.
+const REORDER_WINDOW_MS: f64 = 200.0;
+
+/// Runs the table with the binaries in `bin` and writes the report to `out`.
+pub fn bench(bin: &Path, smoke: bool, out: &Path) -> anyhow::Result<()> {
+    if !dial::is_root() {
+        bail!("the benchmark attaches eBPF programs: run it as root");
+    }
+    let plan = if smoke { SMOKE } else { FULL };
+    if !smoke {
+        Bpftrace::install();
+    }
+    let mut rows = Vec::new();
+    let mut verdicts = Vec::new();
+
+    eprintln!("bench: successful connects (bare, agent, bpftrace; alternating)");
+    let ok = successful(bin, &plan)?;
+    rows.push(row(
+        "successful connects: throughput with the agent / bare",
+        &ok.agent,
+        3,
+    ));
+    if let Some(s) = Spread::of(&ok.agent) {
+        verdicts.push(verdict(
+            &format!("successful connects ≥ {TARGET_SUCCESS_RATIO}× bare"),
+            s.median >= TARGET_SUCCESS_RATIO,
+            format!("median {:.3}", s.median),
+        ));
+    }
+    match &ok.peer {
+        Some(p) => rows.push(row(
+            "peer: bpftrace SYN_SENT map (same tracepoint), throughput / bare",
+            p,
+            3,
+        )),
+        None => rows.push(vec![
+            "peer: bpftrace".into(),
+            "skipped: bpftrace not installed".into(),
+        ]),
+    }
+
+    eprintln!("bench: refused connects");
+    let refused = refusals(bin, &plan)?;
+    rows.push(row(
+        "refused connects: throughput with the agent / bare",
+        &refused.ratio,
+        3,
+    ));
+    rows.push(row(
+        "refused connects: agent CPU per refusal (µs)",
+        &refused.us_per_refusal,
+        2,
+    ));
+    rows.push(vec![
+        "refused connects: kernel count in `/metrics` exact".into(),
+        format!(
+            "{} of {} rounds ({} refusals each)",
+            refused.exact_rounds, plan.rounds, plan.connects
+        ),
+    ]);
+    if let Some(s) = Spread::of(&refused.us_per_refusal) {
+        verdicts.push(verdict(
+            &format!("refusals ≤ {TARGET_US_PER_REFUSAL} µs of agent CPU each, counts exact"),
+            s.median <= TARGET_US_PER_REFUSAL && refused.exact_rounds == plan.rounds,
+            format!(
+                "median {:.2} µs, exact in {}/{} rounds",
+                s.median, refused.exact_rounds, plan.rounds
+            ),
+        ));
+    }
+
+    eprintln!(
+        "bench: node scale ({} simulated pods, {:?})",
+        plan.scale_pods, plan.scale
+    );
+    let sc = node_scale(bin, &plan)?;
+    rows.push(vec![
+        format!(
+            "node scale: {} pods (cgroups + pods file), 10 connects/s for {} s: agent CPU",
+            plan.scale_pods,
+            plan.scale.as_secs()
+        ),
+        format!("{:.2} % of a core", sc.cpu_percent),
+    ]);
+    rows.push(vec![
+        "node scale: agent RSS now / peak".into(),
+        format!("{:.1} MiB / {:.1} MiB", sc.rss_mib, sc.peak_mib),
+    ]);
+    verdicts.push(verdict(
+        &format!(
+            "node scale: CPU ≤ {TARGET_SCALE_CPU_PERCENT} %, peak RSS ≤ {TARGET_SCALE_RSS_MIB} MiB"
+        ),
+        sc.cpu_percent <= TARGET_SCALE_CPU_PERCENT && sc.peak_mib <= TARGET_SCALE_RSS_MIB,
+        format!("{:.2} %, {:.1} MiB", sc.cpu_percent, sc.peak_mib),
+    ));
+
+    eprintln!("bench: start-up with {} extra cgroups", plan.index_cgroups);
+    let (plain, many) = index_build(bin, &plan)?;
+    rows.push(row("agent start to ready (ms)", &plain, 0));
+    rows.push(row(
+        &format!(
+            "agent start to ready with {} more cgroups (ms; the index walks them)",
+            plan.index_cgroups
+        ),
+        &many,
+        0,
+    ));
+
+    eprintln!(
+        "bench: detection latency over {} startup races",
+        plan.latency_races
+    );
+    let lat = latency::measure(bin, plan.latency_races)?;
+    match lat.percentiles() {
+        Some((p50, p99, max)) => {
+            rows.push(vec![
+                format!(
+                    "detection latency, listener up → incident resolved in the API ({} races)",
+                    lat.samples.len()
+                ),
+                format!("p50 {p50:.0} ms, p99 {p99:.0} ms, max {max:.0} ms"),
+            ]);
+            verdicts.push(verdict(
+                &format!(
+                    "detection latency p99 ≤ reorder window ({REORDER_WINDOW_MS:.0} ms) + 100 ms"
+                ),
+                p99 <= REORDER_WINDOW_MS + 100.0 && lat.missed == 0,
+                format!(
+                    "p99 {p99:.0} ms, {} races not resolved within 10 s",
+                    lat.missed
+                ),
+            ));
+        }
+        None => rows.push(vec![
+            "detection latency".into(),
+            format!("no race resolved ({} missed)", lat.missed),
+        ]),
+    }
+
+    let report = render(&plan, &rows, &verdicts);
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(out, &report).with_context(|| format!("write {}", out.display()))?;
+    println!("{report}");
+    eprintln!("bench: wrote {}", out.display());
+    Ok(())
+}
+
+struct Successful {
+    agent: Vec<f64>,
+    peer: Option<Vec<f64>>,
+}
+
+/// Bare, agent and (when installed) bpftrace, rotating which goes first each round;
+/// each ratio is bare time / measured time of the same round.
+fn successful(bin: &Path, plan: &Plan) -> anyhow::Result<Successful> {
+    let peer = Bpftrace::available();
+    let mut agent_r = Vec::new();
+    let mut peer_r = Vec::new();
+    for round in 0..plan.rounds {
+        let mut bare = None;
+        let mut with = None;
+        let mut traced = None;
+        for step in 0..3 {
+            match (round + step) % 3 {
+                0 => bare = Some(dial(bin, true, plan.connects)?),
+                1 => {
+                    let _agent = Agent::start(bin, &["--pods-from", "none"])?;
+                    with = Some(dial(bin, true, plan.connects)?);
+                }
+                _ if peer => {
+                    let _bt = Bpftrace::start()?;
+                    traced = Some(dial(bin, true, plan.connects)?);
+                }
+                _ => {}
+            }
+        }
+        let bare = bare.expect("measured").as_secs_f64();
+        agent_r.push(bare / with.expect("measured").as_secs_f64());
+        if let Some(t) = traced {
+            peer_r.push(bare / t.as_secs_f64());
+        }
+    }
+    Ok(Successful {
+        agent: agent_r,
+        peer: peer.then_some(peer_r),
+    })
+}
+
+struct Refusals {
+    ratio: Vec<f64>,
+    us_per_refusal: Vec<f64>,
+    exact_rounds: usize,
+}
+
+fn refusals(bin: &Path, plan: &Plan) -> anyhow::Result<Refusals> {
+    let mut r = Refusals {
+        ratio: Vec::new(),
+        us_per_refusal: Vec::new(),
+        exact_rounds: 0,
+    };
+    const SERIES: &str = "sidecar_race_kernel_events_total{kind=\"refused\"}";
+    for round in 0..plan.rounds {
+        let mut bare = None;
+        if round % 2 == 0 {
+            bare = Some(dial(bin, false, plan.connects)?);
+        }
+        let agent = Agent::start(bin, &["--pods-from", "none"])?;
+        let cpu0 = agent.cpu()?;
+        let seen0 = wait_metric(&agent, SERIES, |_| true)?;
+        let with = dial(bin, false, plan.connects)?;
+        // Totals are copied into the metrics every second; wait for this run's.
+        let want = seen0 + f64::from(plan.connects);
+        let seen = wait_metric(&agent, SERIES, |v| v >= want)?;
+        let cpu = agent.cpu()? - cpu0;
+        drop(agent);
+        if round % 2 == 1 {
+            bare = Some(dial(bin, false, plan.connects)?);
+        }
+        r.ratio
+            .push(bare.expect("measured").as_secs_f64() / with.as_secs_f64());
+        r.us_per_refusal
+            .push(cpu.as_secs_f64() * 1e6 / f64::from(plan.connects));
+        // Others' tests on this machine can add refusals of their own: exact means
+        // at least ours and, in a quiet moment, exactly ours.
+        if seen == want {
+            r.exact_rounds += 1;
+        }
+    }
+    Ok(r)
+}
+
+/// Polls a `/metrics` sample until `ok` holds (5 s at most); returns its last value.
+fn wait_metric(agent: &Agent, series: &str, ok: impl Fn(f64) -> bool) -> anyhow::Result<f64> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let v = agent.metric(series).unwrap_or(0.0);
+        if ok(v) || std::time::Instant::now() > deadline {
+            return Ok(v);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+struct Scale {
+    cpu_percent: f64,
+    rss_mib: f64,
+    peak_mib: f64,
+}
+
+fn node_scale(bin: &Path, plan: &Plan) -> anyhow::Result<Scale> {
+    let pods = SimulatedPods::create(plan.scale_pods, "scale")?;
+    let spec = format!("file:{}", pods.pods_file.display());
+    let agent = Agent::start(bin, &["--pods-from", &spec])?;
+    let cpu0 = agent.cpu()?;
+    let t0 = std::time::Instant::now();
+    // 10 connects per second: a node's ordinary background of dials.
+    let attempts = (plan.scale.as_secs_f64() * 10.0).ceil() as u32;
+    traffic(bin, attempts)?;
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = (agent.cpu()? - cpu0).as_secs_f64();
+    let (rss, peak) = agent.rss()?;
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    Ok(Scale {
+        cpu_percent: cpu / wall * 100.0,
+        rss_mib: mib(rss),
+        peak_mib: mib(peak),
+    })
+}
+
+/// Connects to a local listener, one every 100 ms.
+fn traffic(bin: &Path, attempts: u32) -> anyhow::Result<()> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let target = listener.local_addr()?.to_string();
+    std::thread::spawn(move || listener.incoming().for_each(drop));
+    let status = std::process::Command::new(bin.join("sr-app"))
+        .args([
+            "--connect",
+            &target,
+            "--interval-ms",
+            "100",
+            "--keep-dialing",
+        ])
+        .args(["--attempts", &attempts.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .context("run sr-app")?;
+    if !status.success() {
+        bail!("sr-app failed: {status}");
+    }
+    Ok(())
+}
+
+/// Start-to-ready of the agent, without and with many more cgroups, alternating.
+fn index_build(bin: &Path, plan: &Plan) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let ms = |a: &Agent| a.ready_after.as_secs_f64() * 1e3;
+    let (mut plain, mut many) = (Vec::new(), Vec::new());
+    for _ in 0..plan.rounds.min(3) {
+        plain.push(ms(&Agent::start(bin, &["--pods-from", "none"])?));
+        let _extra = scale::BareCgroups::create(plan.index_cgroups)?;
+        many.push(ms(&Agent::start(bin, &["--pods-from", "none"])?));
+    }
+    Ok((plain, many))
+}
+
+fn row(name: &str, samples: &[f64], digits: usize) -> Vec<String> {
+    let shown = Spread::of(samples).map_or("no samples".into(), |s| s.show(digits));
+    vec![name.into(), shown]
+}
+
+fn verdict(target: &str, holds: bool, measured: String) -> Vec<String> {
+    vec![
+        target.into(),
+        measured,
+        if holds { "holds" } else { "missed" }.into(),
+    ]
+}
+
+fn render(plan: &Plan, rows: &[Vec<String>], verdicts: &[Vec<String>]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Benchmarks\n");
+    let _ = writeln!(
+        s,
+        "Generated by `cargo xtask bench{}` (as root); do not edit by hand. {}\n",
+        if plan.smoke { " --smoke" } else { "" },
+        if plan.smoke {
+            "**Smoke run: too few samples to mean anything; it only proves the harness runs.**"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(s, "## Machine\n\n{}\n", machine());
+    let _ = writeln!(
+        s,
+        "## Method\n\n\
+         - Workload: `sr-app` dials a loopback port {} times as fast as it can (one process, \
+         one connect at a time, each closed with a reset so TIME_WAIT does not pile up), to a \
+         listener (successful) or to a closed port (refused).\n\
+         - Each round measures bare, with the agent (`run --pods-from none --events=false`, \
+         {} build) and with the peer, rotating which goes first; a ratio is bare time / \
+         measured time **of the same round** (throughput relative to bare, 1.00 = free). {} \
+         rounds; every figure is min / **median** / max over rounds.\n\
+         - Agent CPU is its user + system time from /proc (10 ms ticks) over the run, after \
+         the kernel's refusal count in `/metrics` reached this run's total.\n\
+         - This is a shared 2-core machine with other engineers' builds and tests running: \
+         absolute times are noisy, so only same-round ratios are compared.\n",
+        plan.connects,
+        if plan.smoke { "debug" } else { "release" },
+        plan.rounds
+    );
+    table(&mut s, &["figure", "min / **median** / max"], rows);
+    let _ = writeln!(s, "\n## Targets (issue #12)\n");
+    table(&mut s, &["target", "measured", "verdict"], verdicts);
+    let _ = writeln!(s, "\n{}", NOTES);
+    let _ = writeln!(
+        s,
+        "\n## Fleet arithmetic (on paper)\n\n{}",
+        fleet::section()
+    );
+    s
+}
+
+fn table(s: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    let _ = writeln!(s, "| {} |", head.join(" | "));
+    let _ = writeln!(s, "|{}", "---|".repeat(head.len()));
+    for r in rows {
+        let _ = writeln!(s, "| {} |", r.join(" | "));
+    }
+}
+
+fn machine() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpuinfo = read("/proc/cpuinfo");
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|(_, v)| v.trim())
+        })
+        .unwrap_or("unknown CPU");
+    let cores = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    let mem_gib = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("MemTotal:")?
+                .split_whitespace()
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
+    format!(
+        "{cores} × {model}, {mem_gib:.0} GiB, kernel {}",
+        read("/proc/sys/kernel/osrelease").trim()
+    )
+}
+
+/// What the profiles showed, and what is not measured yet.
+const NOTES: &str = "## What the profiles showed\n\n\
+- **Refusal path** (`perf record -g` on the release agent during 50,000 refusals to a \
+closed port, before the rework): most of the agent's CPU was waking up and switching \
+threads once per record — `finish_task_switch` 35 %, futex and epoll waits, \
+`try_to_wake_up` — while decoding, attribution and the pipeline together were a few \
+percent. The reader now pauses 1 ms after a drain that found records (the kernel's \
+ring-buffer wakeups are adaptive, so none fire while records queue), the daemon takes \
+up to 512 events per wakeup under one lock, and a cgroup id's parsed path is cached. \
+Measured that way: 4.0–8.2 µs per refusal before, 0.6–0.8 µs after. Counts stay exact: \
+they are the kernel's per-CPU counters, independent of the ring buffer.\n\
+- **Successful connects**: the program on `inet_sock_set_state` runs on every TCP state \
+change (about six per connect and close). It now filters on the old and new state first, \
+with direct context loads (a `match` over the legal offsets, each arm one load with the \
+offset as an immediate; the verifier knows the frozen config and keeps one arm) instead \
+of four `bpf_probe_read_kernel` calls; only SYN_SENT and LISTEN transitions read more. \
+What remains per connect is one map insert and one delete, plus the tracepoint's own \
+cost, which a bare kernel without any program does not pay and a peer pays as well. \
+With `kernel.bpf_stats_enabled`, the program's own cost fell from 112–119 ns to \
+76–86 ns per run (10,000 connects, alternated 3×). **Why the 0.97 target is not shown \
+to hold:** on this shared 2-core machine the throughput ratio is dominated by what else \
+runs: two full runs of this table during the rework gave medians of 1.014 (spread \
+0.743–1.712) and 0.721 (0.663–0.882) for the agent, with the bpftrace peer at 0.857 \
+and 0.767 in the same rounds. The agent stays ahead of the peer, and its kernel-side \
+cost per connect (≈6 runs × ~80 ns ≈ 0.5 µs, against ~30–50 µs per loopback connect \
+and close here) is about 1 %; a quiet machine is needed to resolve the ratio itself.\n\n\
+- **Detection latency** is bounded below by the reorder window (200 ms): a fact is \
+held that long so records from other CPUs can be put back in order. The daemon used to \
+release held facts only on its 100 ms tick, so a resolution waited 200–300 ms plus \
+scheduling (p99 346 ms over 1,000 races, missing the 300 ms target); it now also wakes \
+when the oldest held fact falls due (rounded up to 10 ms, so a storm wakes it at most \
+100 times a second).\n\n\
+## Not measured yet\n\n\
+- Storm (one core refusing for 30 s while another pod races): not in this harness yet.\n\
+- `tp_btf`: not tried; the tracefs path is the only one.\n";

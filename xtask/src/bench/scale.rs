@@ -1,0 +1,103 @@
+//! A node's worth of simulated pods: pod and container cgroups in the kubelet's
+//! systemd layout under the real cgroup2 hierarchy, and a pods file naming them, as
+//! `kubectl get pods -o json` would. Removed again on drop.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+pub struct SimulatedPods {
+    dirs: Vec<PathBuf>,
+    pub pods_file: PathBuf,
+}
+
+impl SimulatedPods {
+    /// `n` pods of one app container each (the kubelet's default maximum is 110).
+    pub fn create(n: usize, tag: &str) -> anyhow::Result<Self> {
+        let root = cgroup2_mount()?.join("kubepods.slice/kubepods-besteffort.slice");
+        let mut sim = SimulatedPods {
+            dirs: Vec::new(),
+            pods_file: std::env::temp_dir().join(format!("sr-bench-pods-{tag}.json")),
+        };
+        let mut items = Vec::new();
+        for i in 0..n {
+            let uid = format!(
+                "5b1e0000-0000-4000-8000-{:06x}{:06x}",
+                std::process::id() & 0xff_ffff,
+                i
+            );
+            let cid = format!("{:056x}{:08x}", 0xbe4c4, i);
+            let pod = root.join(format!(
+                "kubepods-besteffort-pod{}.slice",
+                uid.replace('-', "_")
+            ));
+            let ctr = pod.join(format!("cri-containerd-{cid}.scope"));
+            std::fs::create_dir_all(&ctr).with_context(|| format!("mkdir {}", ctr.display()))?;
+            sim.dirs.push(ctr);
+            sim.dirs.push(pod);
+            items.push(format!(
+                r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"bench-{i}","namespace":"bench","uid":"{uid}","ownerReferences":[{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"bench-{i}-5d4f8","uid":"00000000-0000-4000-8000-00000000{i:04x}","controller":true}}]}},"spec":{{"nodeName":"bench","containers":[{{"name":"app","image":"app","ports":[{{"containerPort":8080}}]}}]}},"status":{{"phase":"Running","podIP":"10.0.{}.{}","containerStatuses":[{{"name":"app","containerID":"containerd://{cid}","ready":true,"restartCount":0,"state":{{"running":{{}}}}}}]}}}}"#,
+                i / 250,
+                i % 250 + 1
+            ));
+        }
+        std::fs::write(
+            &sim.pods_file,
+            format!(
+                r#"{{"apiVersion":"v1","kind":"PodList","items":[{}]}}"#,
+                items.join(",")
+            ),
+        )?;
+        Ok(sim)
+    }
+}
+
+impl Drop for SimulatedPods {
+    fn drop(&mut self) {
+        // Children first: they were pushed before their parents.
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir(d);
+        }
+        let _ = std::fs::remove_file(&self.pods_file);
+    }
+}
+
+/// `n` bare cgroups (for the index build time), removed on drop.
+pub struct BareCgroups(Vec<PathBuf>);
+
+impl BareCgroups {
+    pub fn create(n: usize) -> anyhow::Result<Self> {
+        let base = cgroup2_mount()?.join(format!("sr-bench-{}", std::process::id()));
+        let mut dirs = Vec::new();
+        for i in 0..n {
+            let d = base.join(format!("c{i}"));
+            std::fs::create_dir_all(&d).with_context(|| format!("mkdir {}", d.display()))?;
+            dirs.push(d);
+        }
+        dirs.push(base);
+        Ok(BareCgroups(dirs))
+    }
+}
+
+impl Drop for BareCgroups {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// The cgroup2 mount showing the whole hierarchy (unified or hybrid hosts).
+fn cgroup2_mount() -> anyhow::Result<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let f: Vec<&str> = pre.split_whitespace().collect();
+            (post.split_whitespace().next()? == "cgroup2" && f.get(3) == Some(&"/"))
+                .then(|| Path::new(f[4]).to_path_buf())
+        })
+        .next()
+        .context("no cgroup2 mount in /proc/self/mountinfo")
+}
