@@ -694,26 +694,10 @@ impl ContainerSpec {
     }
 }
 
-/// RFC 3339 UTC with nanoseconds of a CRI timestamp (ns since the epoch).
+/// RFC 3339 UTC with nanoseconds of a CRI timestamp (ns since the epoch), as the
+/// agent prints its own times.
 pub fn rfc3339_ns(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    sidecar_race_agent::clock::rfc3339_nanos(i128::from(ns))
 }
 
 /// A container's entry in `status.containerStatuses` as the kubelet reports it, from
