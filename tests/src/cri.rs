@@ -206,18 +206,7 @@ disabled_plugins = [
     max_conf_num = 1
 "#
         );
-        fs::write(r.dir.join("config.toml"), config).unwrap();
-        let log = File::create(r.dir.join("containerd.log")).unwrap();
-        r.containerd = Some(
-            Command::new("containerd")
-                .arg("--config")
-                .arg(r.dir.join("config.toml"))
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .expect("start containerd"),
-        );
+        r.containerd = Some(spawn_containerd(&r.dir, &config));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(status)) = r.containerd.as_mut().unwrap().try_wait() {
@@ -692,6 +681,21 @@ impl ContainerSpec {
             ..Default::default()
         }
     }
+}
+
+/// Starts a private containerd with `config` (written to `dir/config.toml`), its output
+/// in `dir/containerd.log`.
+pub fn spawn_containerd(dir: &Path, config: &str) -> Child {
+    fs::write(dir.join("config.toml"), config).unwrap();
+    let log = File::create(dir.join("containerd.log")).unwrap();
+    Command::new("containerd")
+        .arg("--config")
+        .arg(dir.join("config.toml"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start containerd")
 }
 
 /// RFC 3339 UTC with nanoseconds of a CRI timestamp (ns since the epoch), as the

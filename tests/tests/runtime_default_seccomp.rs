@@ -28,6 +28,7 @@ use std::{
 use serde_json::Value;
 use sidecar_race_tests::{
     agent::agent_binary,
+    cri::spawn_containerd,
     http::{free_port, get},
     root::{have, is_root_or_skip},
     scenario::assert_startup_race_detected,
@@ -82,18 +83,7 @@ disabled_plugins = [
   address = "{d}/containerd.sock.ttrpc"
 "#
         );
-        fs::write(rt.dir.join("config.toml"), config).unwrap();
-        let log = File::create(rt.dir.join("containerd.log")).unwrap();
-        rt.containerd = Some(
-            Command::new("containerd")
-                .arg("--config")
-                .arg(rt.dir.join("config.toml"))
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .expect("start containerd"),
-        );
+        rt.containerd = Some(spawn_containerd(&rt.dir, &config));
         let deadline = Instant::now() + Duration::from_secs(20);
         while !rt
             .ctr()
