@@ -152,18 +152,17 @@ pub fn pod_monitor_scrape_config(
         .map(relabeling_to_prometheus)
         .collect();
 
-    json!({
-        "job_name": format!("podMonitor/{}/{}/{index}", meta["namespace"].as_str().unwrap(), meta["name"].as_str().unwrap()),
-        // The operator writes `honor_labels: false` unless the endpoint says otherwise.
-        "honor_labels": endpoint["honorLabels"].as_bool().unwrap_or(false),
-        "honor_timestamps": endpoint["honorTimestamps"].as_bool().unwrap_or(true),
-        "scrape_interval": scrape_interval,
-        "metrics_path": endpoint["path"].as_str().unwrap_or("/metrics"),
-        "scheme": endpoint["scheme"].as_str().unwrap_or("http"),
-        "static_configs": [{"targets": [pod.address], "labels": Value::Object(sd)}],
-        "relabel_configs": relabel,
-        "metric_relabel_configs": metric_relabel,
-    })
+    scrape_job(
+        "podMonitor",
+        meta,
+        index,
+        endpoint,
+        scrape_interval,
+        pod.address,
+        sd,
+        relabel,
+        metric_relabel,
+    )
 }
 
 /// One `scrape_configs` entry for endpoint `index` of `service_monitor`, whose target
@@ -284,15 +283,49 @@ pub fn service_monitor_scrape_config(
     for r in endpoint["relabelings"].as_array().into_iter().flatten() {
         relabel.push(relabeling_to_prometheus(r));
     }
+    let metric_relabel = endpoint["metricRelabelings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(relabeling_to_prometheus)
+        .collect();
+    scrape_job(
+        "serviceMonitor",
+        meta,
+        index,
+        endpoint,
+        scrape_interval,
+        pod.address,
+        sd,
+        relabel,
+        metric_relabel,
+    )
+}
+
+/// The scrape job the operator writes for one endpoint of a PodMonitor or ServiceMonitor
+/// (`kind`), with discovery replaced by one static target carrying `sd` labels.
+#[allow(clippy::too_many_arguments)]
+fn scrape_job(
+    kind: &str,
+    meta: &Value,
+    index: usize,
+    endpoint: &Value,
+    scrape_interval: &str,
+    address: &str,
+    sd: serde_json::Map<String, Value>,
+    relabel: Vec<Value>,
+    metric_relabel: Vec<Value>,
+) -> Value {
     json!({
-        "job_name": format!("serviceMonitor/{}/{}/{index}", meta["namespace"].as_str().unwrap(), meta["name"].as_str().unwrap()),
+        "job_name": format!("{kind}/{}/{}/{index}", meta["namespace"].as_str().unwrap(), meta["name"].as_str().unwrap()),
+        // The operator writes `honor_labels: false` unless the endpoint says otherwise.
         "honor_labels": endpoint["honorLabels"].as_bool().unwrap_or(false),
         "honor_timestamps": endpoint["honorTimestamps"].as_bool().unwrap_or(true),
         "scrape_interval": scrape_interval,
         "metrics_path": endpoint["path"].as_str().unwrap_or("/metrics"),
         "scheme": endpoint["scheme"].as_str().unwrap_or("http"),
-        "static_configs": [{"targets": [pod.address], "labels": Value::Object(sd)}],
+        "static_configs": [{"targets": [address], "labels": Value::Object(sd)}],
         "relabel_configs": relabel,
-        "metric_relabel_configs": endpoint["metricRelabelings"].as_array().into_iter().flatten().map(relabeling_to_prometheus).collect::<Vec<_>>(),
+        "metric_relabel_configs": metric_relabel,
     })
 }

@@ -28,7 +28,7 @@ use std::{
 use serde_json::Value;
 use sidecar_race_tests::{
     agent::agent_binary,
-    cri::spawn_containerd,
+    cri::{spawn_containerd, wait_for},
     http::{free_port, get},
     root::{have, is_root_or_skip},
     scenario::assert_startup_race_detected,
@@ -225,19 +225,6 @@ fn mounted(path: &Path) -> bool {
         .unwrap_or_default()
         .lines()
         .any(|l| l.split_whitespace().nth(4) == Some(p.as_str()))
-}
-
-fn wait_for(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn sh(cmd: &mut Command) {
