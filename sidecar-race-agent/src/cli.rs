@@ -239,6 +239,7 @@ impl RunArgs {
             pod_ip_wait_ns: secs_ns(self.metadata_wait_seconds),
             stuck_job_after_ns: secs_ns(self.stuck_job_after_seconds),
             history: self.incident_history.max(1),
+            history_per_pod: self.incident_history_per_pod.max(1),
             ..DetectorConfig::default()
         }
     }
@@ -260,9 +261,17 @@ pub struct RunArgs {
         default_value_t = 60
     )]
     pub stats_interval_seconds: u64,
-    /// Incidents kept for /api/v1/incidents (oldest dropped first).
+    /// Incidents kept for /api/v1/incidents (evicted fairly per pod, see the per-pod cap).
     #[arg(long, env = "SIDECAR_RACE_INCIDENT_HISTORY", default_value_t = 10_000)]
     pub incident_history: usize,
+    /// Incidents one pod may hold in the history; beyond the total, the pod holding
+    /// the most gives up its oldest final incident first.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_INCIDENT_HISTORY_PER_POD",
+        default_value_t = 1_000
+    )]
+    pub incident_history_per_pod: usize,
     /// Seconds without a listener after which refusals are `unresolved`.
     #[arg(
         long,

@@ -79,6 +79,27 @@ pub struct Metrics {
     starts: HashMap<String, Start>,
     /// Last totals seen of absolute counters (kernel, pipeline), to add deltas.
     last: HashMap<String, u64>,
+    /// The incident log's eviction count when `counted` was last pruned.
+    evicted_seen: u64,
+    bounds: BoundsCounters,
+}
+
+/// What the agent's bounds dropped or reordered (see SECURITY.md, agent bounds).
+#[derive(Clone, Default)]
+struct BoundsCounters {
+    incidents_evicted: Counter,
+    facts_out_of_order: Counter,
+    listeners_dropped: Counter,
+    log_lines_suppressed: Counter,
+}
+
+/// Totals of what the bounds dropped, read from the pipeline and the log limiter.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BoundsTotals {
+    pub incidents_evicted: u64,
+    pub facts_out_of_order: u64,
+    pub listeners_dropped: u64,
+    pub log_lines_suppressed: u64,
 }
 
 impl Metrics {
@@ -175,6 +196,27 @@ impl Metrics {
             "Agent version and kernel (always 1)",
             build_info,
         );
+        let bounds = BoundsCounters::default();
+        registry.register(
+            "incidents_evicted",
+            "Incidents dropped from the history to stay within --incident-history (per pod, fairly)",
+            bounds.incidents_evicted.clone(),
+        );
+        registry.register(
+            "facts_out_of_order",
+            "Kernel facts that arrived behind the reorder watermark and reached the detector out of order",
+            bounds.facts_out_of_order.clone(),
+        );
+        registry.register(
+            "listeners_dropped",
+            "Listeners not tracked because their pod already had the maximum of open listeners",
+            bounds.listeners_dropped.clone(),
+        );
+        registry.register(
+            "log_lines_suppressed",
+            "Incident log lines suppressed by the per-pod and global log budget",
+            bounds.log_lines_suppressed.clone(),
+        );
         Self {
             registry,
             refused,
@@ -195,6 +237,8 @@ impl Metrics {
             stuck: HashMap::new(),
             starts: HashMap::new(),
             last: HashMap::new(),
+            evicted_seen: 0,
+            bounds,
         }
     }
 
@@ -240,8 +284,10 @@ impl Metrics {
         }
         self.count_pod_starts(p, now);
         // Forget incidents the log has evicted.
-        if let Some(oldest) = p.detector.incidents().oldest_id() {
-            self.counted.retain(|id, _| *id >= oldest);
+        let log = p.detector.incidents();
+        if self.counted.len() > log.len() || log.evicted() != self.evicted_seen {
+            self.evicted_seen = log.evicted();
+            self.counted.retain(|id, _| log.get(*id).is_some());
         }
     }
 
@@ -383,6 +429,19 @@ impl Metrics {
         self.source_errors
             .get_or_create(&vec![("source", source.to_string())])
             .inc_by(d);
+    }
+
+    /// Adds what the bounds dropped since the last call.
+    pub fn update_bounds(&mut self, t: BoundsTotals) {
+        let b = self.bounds.clone();
+        b.incidents_evicted
+            .inc_by(self.delta("bounds/evicted", t.incidents_evicted));
+        b.facts_out_of_order
+            .inc_by(self.delta("bounds/out_of_order", t.facts_out_of_order));
+        b.listeners_dropped
+            .inc_by(self.delta("bounds/listeners", t.listeners_dropped));
+        b.log_lines_suppressed
+            .inc_by(self.delta("bounds/log", t.log_lines_suppressed));
     }
 
     fn delta(&mut self, key: &str, total: u64) -> u64 {

@@ -53,11 +53,16 @@ pub struct Pipeline {
     pub inventory: Inventory,
     pub detector: Detector,
     reorder: Reorder,
+    reorder_window_ns: u64,
+    /// Boot ns when the last fact arrived (the stream is idle a window after it).
+    last_arrival: u64,
     pub counts: PipelineCounts,
     /// Final incidents of pods or containers the pod source has not named yet, with
     /// the boot-clock time their accounting stops waiting.
     holding: Vec<(u64, u64)>,
     settled: HashSet<u64>,
+    /// The log's eviction count when `settled` was last pruned.
+    evicted_seen: u64,
     metadata_wait_ns: u64,
     /// Asks the pod source to re-read now (a pod it has not reported showed up).
     refresh: Option<Arc<Notify>>,
@@ -70,9 +75,12 @@ impl Pipeline {
             inventory,
             detector: Detector::new(config),
             reorder: Reorder::new(reorder_window_ns),
+            reorder_window_ns,
+            last_arrival: 0,
             counts: PipelineCounts::default(),
             holding: Vec::new(),
             settled: HashSet::new(),
+            evicted_seen: 0,
             metadata_wait_ns: 0,
             refresh: None,
             last_refresh: None,
@@ -93,6 +101,7 @@ impl Pipeline {
         self.inventory.observe(ev);
         if let Some(fact) = self.fact(ev) {
             self.reorder.push(fact);
+            self.last_arrival = clock::boot_now_ns();
         }
     }
 
@@ -114,15 +123,22 @@ impl Pipeline {
         self.inventory.apply(update);
     }
 
-    /// Feeds facts older than the reorder window to the detector, then lets time pass.
+    /// Feeds facts behind the reorder watermark to the detector (or, when no fact
+    /// arrived for a window, those a window older than now), then lets time pass.
     pub fn tick(&mut self, now_boot_ns: u64) -> Step {
-        let facts = self.reorder.release(now_boot_ns);
+        let idle = now_boot_ns.saturating_sub(self.last_arrival) >= self.reorder_window_ns;
+        let facts = self.reorder.release(now_boot_ns, idle);
         self.detect(facts, now_boot_ns, false)
     }
 
     /// Boot ns at which the oldest held fact is due for the detector.
     pub fn next_release_boot_ns(&self) -> Option<u64> {
-        self.reorder.next_due()
+        self.reorder.next_due(self.last_arrival)
+    }
+
+    /// Facts that reached the detector out of kernel-time order.
+    pub fn facts_out_of_order(&self) -> u64 {
+        self.reorder.out_of_order()
     }
 
     /// Everything still held, at shutdown: accounted for now, named or not.
@@ -188,8 +204,10 @@ impl Pipeline {
             }
         });
         self.settled.extend(due.iter().copied());
-        if let Some(oldest) = log.oldest_id() {
-            self.settled.retain(|id| *id >= oldest);
+        // Forget incidents the log has evicted since the last look.
+        if log.evicted() != self.evicted_seen {
+            self.evicted_seen = log.evicted();
+            self.settled.retain(|id| log.get(*id).is_some());
         }
         due
     }

@@ -20,7 +20,7 @@ use crate::{
     events::Kind,
     http::{self, HttpState},
     k8s_events::{EventPublisher, notice_for},
-    metrics::Metrics,
+    metrics::{BoundsTotals, Metrics},
     pipeline::{Pipeline, Step},
     shutdown,
 };
@@ -135,6 +135,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                         source_stats.errors(),
                     );
                 }
+                let totals = bounds_totals(&lock());
+                metrics.lock().expect("metrics lock").update_bounds(totals);
             }
             _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),
             _ = &mut signal, if !stopping => {
@@ -158,6 +160,16 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     stop_http.notify_one();
     server.await??;
     Ok(())
+}
+
+/// What the agent's bounds dropped or reordered so far.
+fn bounds_totals(p: &Pipeline) -> BoundsTotals {
+    BoundsTotals {
+        incidents_evicted: p.detector.incidents().evicted(),
+        facts_out_of_order: p.facts_out_of_order(),
+        listeners_dropped: 0,
+        log_lines_suppressed: 0,
+    }
 }
 
 /// Releases due facts to the detector, lets time pass, and accounts for the changes.

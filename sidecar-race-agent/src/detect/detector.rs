@@ -81,6 +81,8 @@ pub struct DetectorConfig {
     /// still runs is stuck.
     pub stuck_job_after_ns: u64,
     pub history: usize,
+    /// Incidents one pod may hold in the history (its oldest final ones go first).
+    pub history_per_pod: usize,
 }
 
 impl Default for DetectorConfig {
@@ -93,6 +95,7 @@ impl Default for DetectorConfig {
             pod_ip_wait_ns: 10 * SECOND,
             stuck_job_after_ns: 60 * SECOND,
             history: 10_000,
+            history_per_pod: 1_000,
         }
     }
 }
@@ -234,7 +237,7 @@ impl Detector {
         Self {
             cfg,
             pods: HashMap::new(),
-            log: IncidentLog::new(cfg.history),
+            log: IncidentLog::new(cfg.history, cfg.history_per_pod),
         }
     }
 
@@ -660,11 +663,13 @@ impl Detector {
 
     fn insert(&mut self, incident: Incident) -> u64 {
         let (id, evicted) = self.log.insert(incident);
-        if let Some(old) = evicted
-            && let Some(ps) = self.pods.get_mut(&old.pod_uid)
-        {
+        for old in evicted {
+            let Some(ps) = self.pods.get_mut(&old.pod_uid) else {
+                continue;
+            };
             ps.open.retain(|_, v| *v != old.id);
             ps.resolved_by_listener.retain(|_, v| *v != old.id);
+            ps.awaiting_ips.retain(|v| *v != old.id);
             if ps.stuck_job == Some(old.id) {
                 ps.stuck_job = None;
             }

@@ -1,6 +1,9 @@
 //! Incidents and their bounded history.
 
-use std::{collections::VecDeque, net::SocketAddr};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    net::SocketAddr,
+};
 
 use serde::Serialize;
 
@@ -166,19 +169,32 @@ impl Incident {
     }
 }
 
-/// Incidents by id, oldest evicted first beyond the capacity.
+/// Incidents by id, bounded in total and per pod. Eviction is fair between pods: a
+/// pod at its own cap makes room among its own incidents, and beyond the total cap
+/// the pod holding the most gives one up. Either way the victim is that pod's oldest
+/// final incident, or its oldest open one when it has no final one; so a pod within
+/// its fair share (total / pods) never loses anything to a flooding neighbour.
 pub struct IncidentLog {
-    incidents: VecDeque<Incident>,
+    incidents: BTreeMap<u64, Incident>,
+    by_pod: HashMap<String, BTreeSet<u64>>,
+    /// (incidents held, pod uid): the last one holds the most.
+    sizes: BTreeSet<(usize, String)>,
     capacity: usize,
+    per_pod: usize,
     next_id: u64,
+    evicted: u64,
 }
 
 impl IncidentLog {
-    pub fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize, per_pod: usize) -> Self {
         Self {
-            incidents: VecDeque::new(),
+            incidents: BTreeMap::new(),
+            by_pod: HashMap::new(),
+            sizes: BTreeSet::new(),
             capacity: capacity.max(1),
+            per_pod: per_pod.max(1),
             next_id: 1,
+            evicted: 0,
         }
     }
 
@@ -186,40 +202,78 @@ impl IncidentLog {
         self.next_id
     }
 
-    /// Stores `incident` under the next id, returning the id and any evicted incident.
-    pub fn insert(&mut self, mut incident: Incident) -> (u64, Option<Incident>) {
+    /// Stores `incident` under the next id, returning the id and the incidents evicted
+    /// to make room (at most two: one for the pod's cap, one for the total cap).
+    pub fn insert(&mut self, mut incident: Incident) -> (u64, Vec<Incident>) {
         let id = self.next_id;
         self.next_id += 1;
         incident.id = id;
-        self.incidents.push_back(incident);
-        let evicted = (self.incidents.len() > self.capacity)
-            .then(|| self.incidents.pop_front())
-            .flatten();
+        let pod = incident.pod_uid.clone();
+        let mut evicted = Vec::new();
+        if self.held_by(&pod) >= self.per_pod {
+            evicted.extend(self.evict_from(&pod));
+        }
+        let held = self.held_by(&pod);
+        self.by_pod.entry(pod.clone()).or_default().insert(id);
+        self.resize(&pod, held, held + 1);
+        self.incidents.insert(id, incident);
+        if self.incidents.len() > self.capacity
+            && let Some((_, biggest)) = self.sizes.last().cloned()
+        {
+            evicted.extend(self.evict_from(&biggest));
+        }
+        self.evicted += evicted.len() as u64;
         (id, evicted)
     }
 
-    fn index(&self, id: u64) -> Option<usize> {
-        let first = self.incidents.front()?.id;
-        let i = id.checked_sub(first)? as usize;
-        (i < self.incidents.len()).then_some(i)
+    /// Incidents `pod_uid` holds.
+    pub fn held_by(&self, pod_uid: &str) -> usize {
+        self.by_pod.get(pod_uid).map_or(0, BTreeSet::len)
+    }
+
+    /// The pod's oldest final incident, else its oldest.
+    fn evict_from(&mut self, pod: &str) -> Option<Incident> {
+        let ids = self.by_pod.get(pod)?;
+        let victim = ids
+            .iter()
+            .copied()
+            .find(|id| self.incidents.get(id).is_some_and(Incident::is_final))
+            .or_else(|| ids.first().copied())?;
+        let held = ids.len();
+        let ids = self.by_pod.get_mut(pod).expect("looked up above");
+        ids.remove(&victim);
+        if ids.is_empty() {
+            self.by_pod.remove(pod);
+        }
+        self.resize(pod, held, held - 1);
+        self.incidents.remove(&victim)
+    }
+
+    fn resize(&mut self, pod: &str, from: usize, to: usize) {
+        if from > 0 {
+            self.sizes.remove(&(from, pod.to_string()));
+        }
+        if to > 0 {
+            self.sizes.insert((to, pod.to_string()));
+        }
     }
 
     pub fn get(&self, id: u64) -> Option<&Incident> {
-        self.index(id).map(|i| &self.incidents[i])
+        self.incidents.get(&id)
     }
 
     pub fn get_mut(&mut self, id: u64) -> Option<&mut Incident> {
-        self.index(id).map(|i| &mut self.incidents[i])
+        self.incidents.get_mut(&id)
     }
 
-    /// Id of the oldest incident still kept.
-    pub fn oldest_id(&self) -> Option<u64> {
-        self.incidents.front().map(|i| i.id)
+    /// Incidents evicted so far (`sidecar_race_incidents_evicted_total`).
+    pub fn evicted(&self) -> u64 {
+        self.evicted
     }
 
     /// Newest first.
     pub fn newest_first(&self) -> impl Iterator<Item = &Incident> {
-        self.incidents.iter().rev()
+        self.incidents.values().rev()
     }
 
     pub fn len(&self) -> usize {

@@ -15,3 +15,6 @@ mod tests;
 pub use detector::{Change, Detector, DetectorConfig, NoMeta, PodMeta};
 pub use fact::{Client, Fact};
 pub use incident::{Incident, Phase, State};
+
+#[cfg(test)]
+mod bounds_tests;

@@ -542,7 +542,7 @@ fn out_of_order_delivery_within_the_reorder_window() {
     for f in facts {
         let now = f.ts();
         r.push(f);
-        for f in r.release(now) {
+        for f in r.release(now, false) {
             d.observe(f, &meta);
         }
     }
