@@ -167,7 +167,7 @@ fn bounds_totals(p: &Pipeline) -> BoundsTotals {
     BoundsTotals {
         incidents_evicted: p.detector.incidents().evicted(),
         facts_out_of_order: p.facts_out_of_order(),
-        listeners_dropped: 0,
+        listeners_dropped: p.detector.listeners_dropped(),
         log_lines_suppressed: 0,
     }
 }

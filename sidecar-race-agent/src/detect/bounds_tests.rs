@@ -149,3 +149,23 @@ fn a_lagging_tick_does_not_release_a_listener_before_earlier_refusals_from_anoth
     r.push(refused(1_450 * MS, NEIGHBOUR, "app", "127.0.0.1:15001"));
     assert_eq!(r.out_of_order(), 1);
 }
+
+#[test]
+fn open_listeners_beyond_the_cap_are_counted_and_not_tracked() {
+    use super::listener_table::OPEN_LISTENERS_PER_POD;
+    let mut d = Detector::new(DetectorConfig::default());
+    d.observe(started(0, NEIGHBOUR), &NoMeta);
+    let cap = OPEN_LISTENERS_PER_POD as u16;
+    for n in 0..cap + 100 {
+        let addr = format!("0.0.0.0:{}", 20_000 + n);
+        d.observe(up(MS, NEIGHBOUR, "app", &addr), &NoMeta);
+    }
+    assert_eq!(d.listeners_of(NEIGHBOUR), OPEN_LISTENERS_PER_POD);
+    assert_eq!(d.listeners_dropped(), 100);
+    // A race on the proxy's port still resolves once a listener made room.
+    d.observe(refused(2 * MS, NEIGHBOUR, "app", "127.0.0.1:15001"), &NoMeta);
+    d.observe(down(3 * MS, NEIGHBOUR, "app", "0.0.0.0:20000"), &NoMeta);
+    d.observe(up(4 * MS, NEIGHBOUR, "proxy", "0.0.0.0:15001"), &NoMeta);
+    let mine = of_pod(&d, NEIGHBOUR);
+    assert_eq!((mine[0].port, mine[0].state), (15001, State::Resolved));
+}

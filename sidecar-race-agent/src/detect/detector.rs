@@ -14,6 +14,7 @@ use std::{
 use super::{
     fact::{Client, Fact},
     incident::{Episode, Hidden, Incident, IncidentLog, Phase, State, Subject},
+    listener_table::ListenerTable,
     listeners::{Listener, canonical, covers, is_loopback},
 };
 use crate::inventory::pod_info::{PodInfo, Role, RunState};
@@ -155,7 +156,7 @@ struct PodState {
     containers_started: HashMap<String, u64>,
     /// Containers torn down, newest last (bounded).
     removed: VecDeque<String>,
-    listeners: Vec<Listener>,
+    listeners: ListenerTable,
     open: HashMap<Key, u64>,
     /// The incident each key's last resolving listener closed, for late refusals.
     resolved_by_listener: HashMap<Key, u64>,
@@ -165,41 +166,12 @@ struct PodState {
     awaiting_ips: Vec<u64>,
 }
 
-/// Listener records kept per pod at most (a pod opening many ephemeral listeners).
-const LISTENERS_PER_POD: usize = 256;
-
-impl PodState {
-    /// Only the last closed listener of an address matters (for refusals after it went
-    /// away); older ones are dropped, and the oldest closed ones beyond the cap.
-    fn forget_old_listeners(&mut self, addr: SocketAddr) {
-        let last_closed = self
-            .listeners
-            .iter()
-            .filter(|l| l.addr == addr)
-            .filter_map(|l| l.down_at)
-            .max();
-        self.listeners
-            .retain(|l| l.addr != addr || l.down_at.is_none() || l.down_at == last_closed);
-        while self.listeners.len() >= LISTENERS_PER_POD {
-            let Some(oldest) = self
-                .listeners
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| l.down_at.is_some())
-                .min_by_key(|(_, l)| l.down_at)
-                .map(|(i, _)| i)
-            else {
-                break;
-            };
-            self.listeners.remove(oldest);
-        }
-    }
-}
-
 pub struct Detector {
     cfg: DetectorConfig,
     pods: HashMap<String, PodState>,
     log: IncidentLog,
+    /// Listeners not tracked: their pod had the maximum of open listeners.
+    listeners_dropped: u64,
 }
 
 /// When container `container_id` of `pod` started: its cgroup's creation, else the
@@ -238,6 +210,7 @@ impl Detector {
             cfg,
             pods: HashMap::new(),
             log: IncidentLog::new(cfg.history, cfg.history_per_pod),
+            listeners_dropped: 0,
         }
     }
 
@@ -504,6 +477,7 @@ impl Detector {
         }
         let covering: Vec<&Listener> = ps
             .listeners
+            .on_port(port)
             .iter()
             .filter(|l| covers(l.addr, target))
             .collect();
@@ -520,9 +494,8 @@ impl Detector {
         // dual-stack client's fallback (`localhost` tried as ::1, then 127.0.0.1).
         if loopback
             && just_up.is_none()
-            && ps.listeners.iter().any(|l| {
-                l.addr.port() == port
-                    && l.is_up_at(ts)
+            && ps.listeners.on_port(port).iter().any(|l| {
+                l.is_up_at(ts)
                     && (is_loopback(l.addr.ip()) || l.addr.ip().is_unspecified())
             })
         {
@@ -557,7 +530,7 @@ impl Detector {
         }
         let ps = &self.pods[&pod_uid];
         let declared = pod.is_some_and(|p| p.declaring(port).is_some());
-        let seen_listener = ps.listeners.iter().any(|l| l.addr.port() == port);
+        let seen_listener = !ps.listeners.on_port(port).is_empty();
         let hidden = if host_network && local_dst.is_none() && !declared && !seen_listener {
             Some(Hidden::HostNetworkPort)
         } else if wait_for_ips {
@@ -686,13 +659,10 @@ impl Detector {
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
         let ps = self.pods.entry(pod_uid.to_string()).or_default();
-        ps.forget_old_listeners(addr);
-        ps.listeners.push(Listener {
-            addr,
-            container_id: container_id.clone(),
-            up_at: Some(ts),
-            down_at: None,
-        });
+        if !ps.listeners.up(addr, container_id.clone(), ts) {
+            self.listeners_dropped += 1;
+            return Vec::new();
+        }
         let ids: Vec<u64> = ps
             .open
             .iter()
@@ -790,20 +760,7 @@ impl Detector {
         addr: SocketAddr,
     ) {
         let ps = self.pods.entry(pod_uid.to_string()).or_default();
-        match ps
-            .listeners
-            .iter_mut()
-            .rev()
-            .find(|l| l.addr == addr && l.down_at.is_none())
-        {
-            Some(l) => l.down_at = Some(ts),
-            None => ps.listeners.push(Listener {
-                addr,
-                container_id,
-                up_at: None,
-                down_at: Some(ts),
-            }),
-        }
+        ps.listeners.down(addr, container_id, ts);
     }
 
     /// The pod (or, with `client`, one client container) is gone: open incidents end.
@@ -986,6 +943,12 @@ impl Detector {
     /// Listener records kept for a pod (for tests).
     pub fn listeners_of(&self, pod_uid: &str) -> usize {
         self.pods.get(pod_uid).map_or(0, |p| p.listeners.len())
+    }
+
+    /// Listeners not tracked because their pod had the maximum of open listeners
+    /// (`sidecar_race_listeners_dropped_total`).
+    pub fn listeners_dropped(&self) -> u64 {
+        self.listeners_dropped
     }
 }
 

@@ -5,6 +5,7 @@ pub mod advice;
 pub mod detector;
 pub mod fact;
 pub mod incident;
+pub mod listener_table;
 pub mod listeners;
 pub mod render;
 pub mod reorder;
