@@ -2,7 +2,7 @@
 //! by walking it and kept current from the kernel's mkdir/rmdir events.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     io,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
@@ -55,10 +55,13 @@ pub struct CgroupIndex {
     entries: HashMap<u64, Entry>,
     grace_ns: u64,
     last_rescan: Option<Instant>,
+    last_prune: Option<Instant>,
 }
 
 /// Unknown ids trigger at most one rescan per this interval.
 const RESCAN_INTERVAL: Duration = Duration::from_secs(1);
+/// The whole hierarchy is walked again this often to prune lost removals.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 
 impl CgroupIndex {
     pub fn new(mount: impl Into<PathBuf>, grace_ns: u64) -> Self {
@@ -67,6 +70,7 @@ impl CgroupIndex {
             entries: HashMap::new(),
             grace_ns,
             last_rescan: None,
+            last_prune: None,
         }
     }
 
@@ -75,9 +79,17 @@ impl CgroupIndex {
     }
 
     /// Walks the hierarchy and records every directory. Returns how many there are.
+    /// Directories gone since (their removal event lost) are marked removed now.
     pub fn scan(&mut self) -> io::Result<usize> {
+        self.scan_at(crate::clock::boot_now_ns())
+    }
+
+    /// [`CgroupIndex::scan`] at boot time `now_boot_ns`: entries no longer on disk are
+    /// marked removed then, and expire after the grace period like removed ones.
+    pub fn scan_at(&mut self, now_boot_ns: u64) -> io::Result<usize> {
         let mut stack = vec![self.mount.clone()];
         let mut found = 0;
+        let mut seen = HashSet::new();
         while let Some(dir) = stack.pop() {
             let meta = match std::fs::symlink_metadata(&dir) {
                 Ok(m) => m,
@@ -85,6 +97,7 @@ impl CgroupIndex {
                 Err(_) => continue, // removed while walking
             };
             let rel = relative(&self.mount, &dir);
+            seen.insert(meta.ino());
             self.entries.insert(
                 meta.ino(),
                 Entry {
@@ -102,7 +115,26 @@ impl CgroupIndex {
                 }
             }
         }
+        for (id, e) in self.entries.iter_mut() {
+            if !seen.contains(id) && e.removed_at.is_none() {
+                e.removed_at = Some(now_boot_ns);
+            }
+        }
+        self.expire(now_boot_ns);
+        self.last_prune = Some(Instant::now());
         Ok(found)
+    }
+
+    /// Walks the hierarchy again when the last walk is older than the prune interval,
+    /// so entries whose removal event was lost do not stay forever.
+    pub fn prune_if_due(&mut self, now_boot_ns: u64) -> bool {
+        if self
+            .last_prune
+            .is_some_and(|t| t.elapsed() < PRUNE_INTERVAL)
+        {
+            return false;
+        }
+        self.scan_at(now_boot_ns).is_ok()
     }
 
     pub fn created(&mut self, id: u64, path: &str) {
@@ -133,6 +165,14 @@ impl CgroupIndex {
             e.removed_at
                 .is_none_or(|at| now_boot_ns.saturating_sub(at) <= grace)
         });
+    }
+
+    /// Paths of cgroups not removed.
+    pub fn live_paths(&self) -> impl Iterator<Item = &str> {
+        self.entries
+            .values()
+            .filter(|e| e.removed_at.is_none())
+            .map(|e| e.path.as_str())
     }
 
     pub fn path(&self, id: u64) -> Option<&str> {
@@ -210,6 +250,24 @@ mod tests {
         assert!(idx.path(id).is_none());
         idx.created(7, "/a");
         assert_eq!(idx.path(7), Some("/a"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_rescan_prunes_directories_whose_removal_was_never_seen() {
+        let root = std::env::temp_dir().join(format!("sr-cgprune-{}", std::process::id()));
+        let pod = root.join("kubepods.slice/kubepods-pod2.slice");
+        std::fs::create_dir_all(&pod).unwrap();
+        let mut idx = CgroupIndex::new(&root, 1_000);
+        idx.scan_at(1_000).unwrap();
+        let id = id_of(&pod).unwrap();
+        // The pod's cgroup goes away and its rmdir event is lost.
+        std::fs::remove_dir(&pod).unwrap();
+        assert_eq!(idx.scan_at(2_000).unwrap(), 2);
+        assert!(idx.path(id).is_some(), "resolvable for the grace period");
+        idx.scan_at(3_001).unwrap();
+        assert!(idx.path(id).is_none(), "pruned after the grace period");
+        assert_eq!(idx.len(), 2);
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -22,3 +22,6 @@ pub mod shutdown;
 pub mod stream;
 pub mod trace_record;
 pub mod trace_view;
+
+#[cfg(test)]
+mod bounds_tests;

@@ -126,9 +126,31 @@ impl Pipeline {
     /// Feeds facts behind the reorder watermark to the detector (or, when no fact
     /// arrived for a window, those a window older than now), then lets time pass.
     pub fn tick(&mut self, now_boot_ns: u64) -> Step {
+        let pruned = self.inventory.maintain(now_boot_ns);
         let idle = now_boot_ns.saturating_sub(self.last_arrival) >= self.reorder_window_ns;
         let facts = self.reorder.release(now_boot_ns, idle);
-        self.detect(facts, now_boot_ns, false)
+        let gone = if pruned {
+            self.forget_gone_pods(now_boot_ns)
+        } else {
+            Vec::new()
+        };
+        self.detect(facts, now_boot_ns, false, gone)
+    }
+
+    /// Detector state of pods gone from both the pod source and the cgroup tree
+    /// (their removal event was lost): their open incidents end as if removed.
+    pub fn forget_gone_pods(&mut self, now_boot_ns: u64) -> Vec<Change> {
+        let gone: Vec<String> = self
+            .detector
+            .tracked_pod_uids()
+            .filter(|uid| !self.inventory.pod_present(uid))
+            .map(str::to_string)
+            .collect();
+        let mut changes = Vec::new();
+        for uid in gone {
+            changes.extend(self.detector.forget_pod(now_boot_ns, &uid, &self.inventory.pods));
+        }
+        changes
     }
 
     /// Boot ns at which the oldest held fact is due for the detector.
@@ -144,11 +166,10 @@ impl Pipeline {
     /// Everything still held, at shutdown: accounted for now, named or not.
     pub fn flush(&mut self, now_boot_ns: u64) -> Step {
         let facts = self.reorder.drain();
-        self.detect(facts, now_boot_ns, true)
+        self.detect(facts, now_boot_ns, true, Vec::new())
     }
 
-    fn detect(&mut self, facts: Vec<Fact>, now: u64, last: bool) -> Step {
-        let mut changes = Vec::new();
+    fn detect(&mut self, facts: Vec<Fact>, now: u64, last: bool, mut changes: Vec<Change>) -> Step {
         for fact in facts {
             changes.extend(self.detector.observe(fact, &self.inventory.pods));
         }

@@ -166,16 +166,25 @@ async fn api_source_lists_watches_resumes_relists_and_skips_malformed_pods() {
         stats.clone(),
     ));
 
-    let PodUpdate::Replace(first) = next(&mut rx).await else {
+    let PodUpdate::Replace {
+        pods: first,
+        unparsable,
+    } = next(&mut rx).await
+    else {
         panic!("first a full list")
     };
     assert_eq!(uids(&first), ["a"], "the malformed pod is skipped");
+    assert_eq!(
+        unparsable,
+        ["00000000-0000-4000-8000-00000000000b"],
+        "and keeps its last good version"
+    );
     assert_eq!(stats.malformed_objects(), 1);
     let PodUpdate::Apply(b) = next(&mut rx).await else {
         panic!("then the watched ADDED pod")
     };
     assert_eq!(b.uid, "b");
-    let PodUpdate::Replace(relisted) = next(&mut rx).await else {
+    let PodUpdate::Replace { pods: relisted, .. } = next(&mut rx).await else {
         panic!("410 Gone must relist")
     };
     assert_eq!(uids(&relisted), ["b", "c"]);
@@ -344,7 +353,7 @@ async fn kubelet_source_polls_pods_over_https_with_the_token() {
         tx,
         stats.clone(),
     ));
-    let PodUpdate::Replace(pods) = next(&mut rx).await else {
+    let PodUpdate::Replace { pods, .. } = next(&mut rx).await else {
         panic!()
     };
     let mut names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
@@ -404,7 +413,7 @@ async fn file_source_rereads_on_change_and_keeps_the_last_good_pods() {
         tx,
         stats.clone(),
     ));
-    let PodUpdate::Replace(p) = next(&mut rx).await else {
+    let PodUpdate::Replace { pods: p, .. } = next(&mut rx).await else {
         panic!()
     };
     assert_eq!(uids(&p), ["a"]);
@@ -421,7 +430,7 @@ async fn file_source_rereads_on_change_and_keeps_the_last_good_pods() {
     // kubectl get pods -o yaml, with two pods
     let yaml = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a, uid: a}\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: b, uid: b, namespace: shop}\n";
     std::fs::write(&path, yaml).unwrap();
-    let PodUpdate::Replace(p) = next(&mut rx).await else {
+    let PodUpdate::Replace { pods: p, .. } = next(&mut rx).await else {
         panic!()
     };
     assert_eq!(uids(&p), ["a", "b"]);

@@ -935,6 +935,17 @@ impl Detector {
         changes
     }
 
+    /// Pods the detector holds state for.
+    pub fn tracked_pod_uids(&self) -> impl Iterator<Item = &str> {
+        self.pods.keys().map(String::as_str)
+    }
+
+    /// The pod is gone though its removal was never seen: its open incidents end as
+    /// if its cgroup had been removed at `now`, and its state is dropped.
+    pub fn forget_pod(&mut self, now: u64, pod_uid: &str, meta: &dyn PodMeta) -> Vec<Change> {
+        self.pod_gone(now, pod_uid, None, meta)
+    }
+
     /// Pods with state (for tests and stats).
     pub fn tracked_pods(&self) -> usize {
         self.pods.len()

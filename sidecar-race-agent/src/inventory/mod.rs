@@ -178,9 +178,12 @@ impl Inventory {
                 self.pods.apply(*p)
             }
             PodUpdate::Delete { uid } => self.pods.delete(&uid, now),
-            PodUpdate::Replace(mut all) => {
+            PodUpdate::Replace {
+                pods: mut all,
+                unparsable,
+            } => {
                 all.iter_mut().for_each(|p| p.mark_site_sidecars(names));
-                self.pods.replace(all, now)
+                self.pods.replace(all, &unparsable, now)
             }
         }
         self.pods.expire(now);
@@ -200,6 +203,28 @@ impl Inventory {
             }
             _ => {}
         }
+    }
+
+    /// Periodic upkeep: prunes cgroups whose removal event was lost. True when it ran.
+    pub fn maintain(&mut self, now_boot_ns: u64) -> bool {
+        let pruned = self.cgroups.prune_if_due(now_boot_ns);
+        if pruned {
+            self.parsed.clear();
+        }
+        pruned
+    }
+
+    /// Whether the pod is still on the node as far as anyone knows: the pod source
+    /// reports it, or a cgroup of it exists.
+    pub fn pod_present(&self, pod_uid: &str) -> bool {
+        self.pods.pod(pod_uid).is_some()
+            || self.cgroups.live_paths().any(|path| {
+                matches!(
+                    cgroup_path::parse(path),
+                    PathInfo::Pod { pod_uid: uid } | PathInfo::PodContainer { pod_uid: uid, .. }
+                        if uid == pod_uid
+                )
+            })
     }
 
     pub fn unattributed_events(&self) -> u64 {

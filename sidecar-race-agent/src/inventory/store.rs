@@ -3,7 +3,7 @@
 //! It plays the role of kube's reflector store, plus that grace period.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -14,7 +14,13 @@ struct Entry {
     info: Arc<PodInfo>,
     /// When the source stopped reporting it.
     gone_at: Option<Instant>,
+    /// Container ids earlier versions of the pod reported (restarts), oldest first,
+    /// still resolvable for late kernel events; at most `OLD_CONTAINER_IDS_PER_POD`.
+    old_ids: VecDeque<String>,
 }
+
+/// Ids of replaced container instances (a crash loop) kept per pod at most.
+pub const OLD_CONTAINER_IDS_PER_POD: usize = 16;
 
 pub struct PodStore {
     pods: HashMap<String, Entry>,
@@ -36,18 +42,46 @@ impl PodStore {
     }
 
     pub fn apply(&mut self, info: PodInfo) {
-        for (id, name) in info.container_ids() {
+        let current = info.container_ids();
+        for (id, name) in &current {
             self.containers
                 .insert(id.to_string(), (info.uid.clone(), name.to_string()));
+        }
+        let mut old_ids = VecDeque::new();
+        if let Some(prev) = self.pods.remove(&info.uid) {
+            old_ids = prev.old_ids;
+            let replaced = prev.info.container_ids();
+            for id in replaced.keys().filter(|id| !current.contains_key(*id)) {
+                if !old_ids.iter().any(|o| o == id) {
+                    old_ids.push_back(id.to_string());
+                }
+            }
+            old_ids.retain(|id| !current.contains_key(id.as_str()));
+            while old_ids.len() > OLD_CONTAINER_IDS_PER_POD {
+                let Some(id) = old_ids.pop_front() else { break };
+                if self
+                    .containers
+                    .get(&id)
+                    .is_some_and(|(uid, _)| *uid == info.uid)
+                {
+                    self.containers.remove(&id);
+                }
+            }
         }
         self.pods.insert(
             info.uid.clone(),
             Entry {
                 info: Arc::new(info),
                 gone_at: None,
+                old_ids,
             },
         );
         self.generation += 1;
+    }
+
+    /// Container ids that resolve to a pod (current and recently replaced ones).
+    pub fn container_ids_len(&self) -> usize {
+        self.containers.len()
     }
 
     pub fn delete(&mut self, uid: &str, now: Instant) {
@@ -57,12 +91,16 @@ impl PodStore {
         }
     }
 
-    /// A full relist: everything not in `pods` is gone as of `now`.
-    pub fn replace(&mut self, pods: Vec<PodInfo>, now: Instant) {
-        let listed: std::collections::HashSet<String> =
-            pods.iter().map(|p| p.uid.clone()).collect();
+    /// A full relist: everything not in `pods` is gone as of `now`, except the pods
+    /// listed but `unparsable`, which keep their last good version.
+    pub fn replace(&mut self, pods: Vec<PodInfo>, unparsable: &[String], now: Instant) {
+        let listed: std::collections::HashSet<&str> = pods
+            .iter()
+            .map(|p| p.uid.as_str())
+            .chain(unparsable.iter().map(String::as_str))
+            .collect();
         for (uid, e) in self.pods.iter_mut() {
-            if !listed.contains(uid) {
+            if !listed.contains(uid.as_str()) {
                 e.gone_at.get_or_insert(now);
             }
         }
@@ -204,12 +242,40 @@ mod tests {
         let g = s.generation();
         s.replace(
             vec![pod("u2", &[("app", "c2")]), pod("u3", &[("app", "c3")])],
+            &[],
             t0,
         );
         assert!(s.generation() > g);
         assert!(!s.is_live("u1") && s.is_live("u2") && s.is_live("u3"));
         s.expire(t0 + Duration::from_secs(2));
         assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn an_unparsable_pod_in_a_relist_keeps_its_last_good_version() {
+        let t0 = Instant::now();
+        let mut s = PodStore::new(Duration::from_secs(1));
+        s.apply(pod("u1", &[("app", "c1")]));
+        s.apply(pod("u2", &[("app", "c2")]));
+        s.replace(vec![pod("u2", &[("app", "c2")])], &["u1".into()], t0);
+        assert!(s.is_live("u1"), "not taken as deleted");
+        assert_eq!(s.container("c1"), Some(("u1", "app")));
+        s.expire(t0 + Duration::from_secs(2));
+        assert!(s.pod("u1").is_some());
+    }
+
+    #[test]
+    fn a_crash_loop_keeps_only_the_newest_replaced_container_ids() {
+        let mut s = PodStore::new(Duration::from_secs(600));
+        for restart in 0..100 {
+            let id = format!("app-{restart}");
+            s.apply(pod("u1", &[("proxy", "p1"), ("app", &id)]));
+        }
+        // The current two, and the replaced instances within the bound.
+        assert_eq!(s.container_ids_len(), 2 + OLD_CONTAINER_IDS_PER_POD);
+        assert_eq!(s.container("app-99"), Some(("u1", "app")));
+        assert_eq!(s.container("app-98"), Some(("u1", "app")), "late events");
+        assert_eq!(s.container("app-0"), None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use kube::{
 };
 use tokio::sync::mpsc;
 
-use super::{PodUpdate, SourceStats, pods_from_values};
+use super::{PodUpdate, SourceStats, full_list, pods_from_values};
 
 /// Connects with in-cluster config or `KUBECONFIG`, then watches until `tx` closes.
 pub async fn run(node_name: Option<String>, tx: mpsc::Sender<PodUpdate>, stats: Arc<SourceStats>) {
@@ -64,9 +64,11 @@ pub async fn watch(
             }
             Ok(watcher::Event::InitDone) => {
                 stats.synced();
-                let pods = pods_from_values(initial.take().unwrap_or_default(), &stats, "api");
-                tracing::info!(pods = pods.len(), "pod source api: listed this node's pods");
-                Some(PodUpdate::Replace(pods))
+                let update = full_list(initial.take().unwrap_or_default(), &stats, "api");
+                if let PodUpdate::Replace { pods, .. } = &update {
+                    tracing::info!(pods = pods.len(), "pod source api: listed this node's pods");
+                }
+                Some(update)
             }
             Ok(watcher::Event::Apply(obj)) => pods_from_values([value(obj)], &stats, "api")
                 .pop()

@@ -10,7 +10,7 @@ use std::{
 
 use tokio::sync::mpsc;
 
-use super::{Pacer, PodUpdate, SourceStats, pods_from_values};
+use super::{Pacer, PodUpdate, SourceStats, full_list};
 
 /// Parses the file's text: JSON, or YAML when it is not JSON.
 pub fn parse(text: &str) -> Result<Vec<serde_json::Value>, String> {
@@ -55,9 +55,11 @@ pub async fn run(
         match read {
             Ok(items) => {
                 stats.synced();
-                let pods = pods_from_values(items, &stats, "file");
-                tracing::info!(pods = pods.len(), file = %path.display(), "pod source file: read");
-                if tx.send(PodUpdate::Replace(pods)).await.is_err() {
+                let update = full_list(items, &stats, "file");
+                if let PodUpdate::Replace { pods, .. } = &update {
+                    tracing::info!(pods = pods.len(), file = %path.display(), "pod source file: read");
+                }
+                if tx.send(update).await.is_err() {
                     return;
                 }
             }

@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 use kube::{Client, Config};
 use tokio::sync::mpsc;
 
-use super::{Pacer, PodUpdate, SourceOptions, SourceStats, pods_from_values};
+use super::{Pacer, PodUpdate, SourceOptions, SourceStats, full_list};
 
 const DEFAULT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 const DEFAULT_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
@@ -83,8 +83,8 @@ pub async fn poll(
                     failing = false;
                 }
                 stats.synced();
-                let pods = pods_from_values(items, &stats, "kubelet");
-                if tx.send(PodUpdate::Replace(pods)).await.is_err() {
+                let update = full_list(items, &stats, "kubelet");
+                if tx.send(update).await.is_err() {
                     return;
                 }
             }

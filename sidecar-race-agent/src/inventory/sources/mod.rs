@@ -86,8 +86,12 @@ pub enum PodUpdate {
     Delete {
         uid: String,
     },
-    /// A complete list: pods not in it are gone.
-    Replace(Vec<PodInfo>),
+    /// A complete list: pods not in it are gone, except the `unparsable` ones (uids
+    /// of listed objects that could not be read), which keep their last good version.
+    Replace {
+        pods: Vec<PodInfo>,
+        unparsable: Vec<String>,
+    },
 }
 
 /// Health of a pod source, shared with logs and metrics.
@@ -193,17 +197,47 @@ pub(crate) fn pods_from_values(
     stats: &SourceStats,
     source: &str,
 ) -> Vec<PodInfo> {
-    values
-        .into_iter()
-        .filter_map(|v| match PodInfo::from_json(v) {
-            Ok(p) => Some(p),
+    let PodUpdate::Replace { pods, .. } = full_list(values, stats, source) else {
+        unreachable!("full_list returns a Replace")
+    };
+    pods
+}
+
+/// A full list of the node's pods. An object that cannot be read is counted and
+/// logged, and its uid (when it has one) listed as unparsable so the pod keeps its
+/// last good version rather than being taken as deleted.
+pub(crate) fn full_list(
+    values: impl IntoIterator<Item = serde_json::Value>,
+    stats: &SourceStats,
+    source: &str,
+) -> PodUpdate {
+    let mut pods = Vec::new();
+    let mut unparsable = Vec::new();
+    for v in values {
+        let field = |f: &str| v["metadata"][f].as_str().map(str::to_string);
+        let (uid, namespace, name) = (field("uid"), field("namespace"), field("name"));
+        match PodInfo::from_json(v) {
+            Ok(p) => pods.push(p),
             Err(e) => {
                 stats.malformed();
-                tracing::warn!(source, "skipping a pod object: {e}");
-                None
+                let pod = format!(
+                    "{}/{}",
+                    namespace.as_deref().unwrap_or("?"),
+                    name.as_deref().unwrap_or("?")
+                );
+                match uid {
+                    Some(uid) => {
+                        tracing::warn!(
+                            source, pod, uid, "cannot read pod object ({e}); keeping its last good version"
+                        );
+                        unparsable.push(uid);
+                    }
+                    None => tracing::warn!(source, pod, "skipping a pod object without uid: {e}"),
+                }
             }
-        })
-        .collect()
+        }
+    }
+    PodUpdate::Replace { pods, unparsable }
 }
 
 /// Starts the source; its updates arrive on `tx`.

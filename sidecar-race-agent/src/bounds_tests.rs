@@ -1,0 +1,203 @@
+//! The agent's bounds end to end through the pipeline, metrics and the API view: what
+//! a user sees when one pod floods, a pod's removal is lost, or the pod source lists
+//! a pod it cannot read.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use crate::{
+    cgroups::{CgroupIndex, id_of},
+    detect::{DetectorConfig, Phase, State, render::Filter},
+    events::{CgroupFact, KernelEvent, Owner, SocketFact},
+    inventory::{Inventory, pod_info::PodInfo, sources::PodUpdate, store::PodStore},
+    metrics::Metrics,
+    pipeline::Pipeline,
+};
+
+const MS: u64 = 1_000_000;
+/// The pod of the fixture `classic-deployment.json` (checkout, app `a…`, proxy `b…`).
+const CHECKOUT: &str = "6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b";
+const FLOODER: &str = "0b7e4c1d-2f3a-4b5c-8d9e-1a2b3c4d5e6f";
+
+fn pod_path(uid: &str) -> String {
+    format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        uid.replace('-', "_")
+    )
+}
+
+fn container_path(uid: &str, id: &str) -> String {
+    format!("{}/cri-containerd-{id}.scope", pod_path(uid))
+}
+
+fn created(ts: u64, id: u64, path: String) -> KernelEvent {
+    KernelEvent::CgroupCreated(CgroupFact {
+        ts_boot_ns: ts,
+        cgroup_id: id,
+        level: 4,
+        path,
+        truncated: false,
+    })
+}
+
+fn socket(ts: u64, cgroup: u64, src: &str, dst: Option<&str>) -> SocketFact {
+    SocketFact {
+        ts_boot_ns: ts,
+        owner: Owner {
+            cgroup_id: cgroup,
+            pid: 7,
+            tgid: 7,
+            comm: "x".into(),
+        },
+        ipv6: false,
+        src: src.parse::<SocketAddr>().unwrap(),
+        dst: dst.map(|d| d.parse().unwrap()),
+        local_dst: None,
+        start_boot_ns: 0,
+    }
+}
+
+fn refused(ts: u64, cgroup: u64, dst: &str) -> KernelEvent {
+    KernelEvent::Refused(socket(ts, cgroup, "127.0.0.1:40000", Some(dst)))
+}
+
+fn checkout_pod() -> PodInfo {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pods/classic-deployment.json");
+    PodInfo::from_json(serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap())
+        .unwrap()
+}
+
+fn pipeline(cgroups: &Path, pods: Option<PodInfo>, cfg: DetectorConfig) -> Pipeline {
+    let mut store = PodStore::new(Duration::from_secs(600));
+    let has_source = pods.is_some();
+    if let Some(p) = pods {
+        store.apply(p);
+    }
+    let inventory = Inventory::new(CgroupIndex::new(cgroups, u64::MAX), store, has_source);
+    Pipeline::new(inventory, cfg, 0).with_metadata_wait(Duration::from_secs(10), None)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sr-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn a_flooding_neighbour_does_not_split_or_evict_a_race_in_metrics_and_api() {
+    let dir = temp_dir("flood");
+    let cfg = DetectorConfig {
+        history: 100,
+        history_per_pod: 60,
+        ..DetectorConfig::default()
+    };
+    let mut p = pipeline(&dir, Some(checkout_pod()), cfg);
+    let (app, proxy) = ("a".repeat(64), "b".repeat(64));
+    for ev in [
+        created(0, 100, pod_path(CHECKOUT)),
+        created(MS, 101, container_path(CHECKOUT, &app)),
+        created(MS, 102, container_path(CHECKOUT, &proxy)),
+        created(0, 200, pod_path(FLOODER)),
+        created(MS, 201, container_path(FLOODER, &"c".repeat(64))),
+    ] {
+        p.kernel_event(&ev);
+    }
+    let mut m = Metrics::new(false, "0.1.0", "k");
+    let now = Instant::now();
+    // 30 refusals of checkout's app to its proxy, while the neighbour dials 3,000
+    // closed local ports; ticks in between, as the agent runs.
+    let mut t = 10 * MS;
+    for n in 0..3_000u32 {
+        if n % 100 == 0 {
+            p.kernel_event(&refused(t, 101, "127.0.0.1:15001"));
+            m.record(&p.tick(t), &p, now);
+        }
+        let dst = format!("127.0.0.1:{}", 20_000 + n);
+        p.kernel_event(&refused(t, 201, &dst));
+        t += MS;
+    }
+    p.kernel_event(&KernelEvent::Listen(socket(t, 102, "0.0.0.0:15001", None)));
+    m.record(&p.tick(t + MS), &p, now);
+    let mine: Vec<_> = p
+        .incidents(&Filter::default())
+        .into_iter()
+        .filter(|v| v.pod_uid == CHECKOUT)
+        .collect();
+    assert_eq!(mine.len(), 1, "one race, not split by evictions: {mine:#?}");
+    assert_eq!(
+        (mine[0].phase, mine[0].state, mine[0].refused_count),
+        (Phase::Startup, State::Resolved, 30)
+    );
+    let om = m.encode();
+    assert!(
+        om.contains(r#"sidecar_race_refused_connections_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="app",sidecar="istio-proxy",port="15001",phase="startup"} 30"#),
+        "{om}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn detector_state_of_a_pod_whose_removal_was_lost_is_pruned() {
+    let root = temp_dir("lostrm");
+    let pod_dir = root.join(pod_path(FLOODER).trim_start_matches('/'));
+    let container = "d".repeat(64);
+    let container_dir = root.join(container_path(FLOODER, &container).trim_start_matches('/'));
+    std::fs::create_dir_all(&container_dir).unwrap();
+    let mut p = pipeline(&root, None, DetectorConfig::default());
+    let cg = id_of(&container_dir).unwrap();
+    p.kernel_event(&created(0, id_of(&pod_dir).unwrap(), pod_path(FLOODER)));
+    p.kernel_event(&created(MS, cg, container_path(FLOODER, &container)));
+    p.kernel_event(&refused(2 * MS, cg, "127.0.0.1:15001"));
+    p.tick(3 * MS);
+    assert_eq!(p.detector.tracked_pods(), 1);
+    // Still on the node: a rescan keeps it.
+    p.inventory.cgroups.scan_at(4 * MS).unwrap();
+    assert!(p.forget_gone_pods(4 * MS).is_empty());
+    assert_eq!(p.detector.tracked_pods(), 1);
+    // The pod's cgroups go away and the rmdir events are lost.
+    std::fs::remove_dir(&container_dir).unwrap();
+    std::fs::remove_dir(&pod_dir).unwrap();
+    p.inventory.cgroups.scan_at(5 * MS).unwrap();
+    p.forget_gone_pods(5 * MS);
+    assert_eq!(p.detector.tracked_pods(), 0);
+    let v = &p.incidents(&Filter::default())[0];
+    assert_eq!((v.state, v.phase), (State::Resolved, Phase::Unresolved));
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn a_pod_the_source_cannot_read_in_a_relist_keeps_its_open_race() {
+    let dir = temp_dir("unparsable");
+    let mut p = pipeline(&dir, Some(checkout_pod()), DetectorConfig::default());
+    let app = "a".repeat(64);
+    p.kernel_event(&created(0, 100, pod_path(CHECKOUT)));
+    p.kernel_event(&created(MS, 101, container_path(CHECKOUT, &app)));
+    p.kernel_event(&refused(2 * MS, 101, "127.0.0.1:15001"));
+    p.tick(3 * MS);
+    let open = |p: &Pipeline| {
+        p.incidents(&Filter::default())
+            .iter()
+            .filter(|v| v.state == State::Open)
+            .count()
+    };
+    assert_eq!(open(&p), 1);
+    // The next relist has the pod, but in a shape the agent cannot read.
+    p.pod_update(PodUpdate::Replace {
+        pods: vec![],
+        unparsable: vec![CHECKOUT.into()],
+    });
+    p.tick(4 * MS);
+    assert_eq!(open(&p), 1, "not taken as deleted");
+    // A relist without it: the pod is gone and its race ends.
+    p.pod_update(PodUpdate::Replace {
+        pods: vec![],
+        unparsable: vec![],
+    });
+    p.tick(5 * MS);
+    assert_eq!(open(&p), 0);
+    std::fs::remove_dir_all(dir).unwrap();
+}
