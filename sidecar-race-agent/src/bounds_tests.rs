@@ -201,3 +201,66 @@ fn a_pod_the_source_cannot_read_in_a_relist_keeps_its_open_race() {
     assert_eq!(open(&p), 0);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Checkout's app refuses on `ports` and a listener comes on each of `served` (its
+/// proxy): the metrics after everything settled (unresolved ones after 2 minutes).
+fn refusals_on_ports(ports: &[u16], served: &[u16], m: Metrics) -> (Metrics, String) {
+    let dir = temp_dir("ports");
+    let mut p = pipeline(&dir, Some(checkout_pod()), DetectorConfig::default());
+    let (app, proxy) = ("a".repeat(64), "b".repeat(64));
+    p.kernel_event(&created(0, 100, pod_path(CHECKOUT)));
+    p.kernel_event(&created(MS, 101, container_path(CHECKOUT, &app)));
+    p.kernel_event(&created(MS, 102, container_path(CHECKOUT, &proxy)));
+    let mut t = 10 * MS;
+    for port in ports {
+        p.kernel_event(&refused(t, 101, &format!("127.0.0.1:{port}")));
+        t += MS;
+    }
+    for port in served {
+        let addr = format!("0.0.0.0:{port}");
+        p.kernel_event(&KernelEvent::Listen(socket(t, 102, &addr, None)));
+        t += MS;
+    }
+    let mut m = m;
+    let now = Instant::now();
+    m.record(&p.tick(t), &p, now);
+    m.record(&p.tick(t + 200 * 1_000 * MS), &p, now);
+    let om = m.encode();
+    std::fs::remove_dir_all(dir).unwrap();
+    (m, om)
+}
+
+#[test]
+fn the_port_label_is_other_unless_declared_or_seen_listening() {
+    // 15001 is declared by istio-proxy; 7070 is not declared but gets a listener;
+    // 31337 is neither (a client dialing a closed port).
+    let (_, om) = refusals_on_ports(&[15001, 7070, 31337], &[15001, 7070], Metrics::new(false, "0", "k"));
+    let series = |port: &str| {
+        om.lines()
+            .filter(|l| l.starts_with("sidecar_race_refused_connections_total{"))
+            .filter(|l| l.contains(&format!(r#"port="{port}""#)))
+            .count()
+    };
+    assert_eq!((series("15001"), series("7070")), (1, 1), "{om}");
+    assert_eq!(series("31337"), 0, "{om}");
+    assert_eq!(series("other"), 1, "{om}");
+}
+
+#[test]
+fn series_beyond_the_cap_fold_into_overflow_and_are_counted() {
+    let m = Metrics::new(false, "0", "k").with_max_series(2);
+    let (_, om) = refusals_on_ports(&[7001, 7002, 7003], &[7001, 7002, 7003], m);
+    let refused: Vec<&str> = om
+        .lines()
+        .filter(|l| l.starts_with("sidecar_race_refused_connections_total{"))
+        .collect();
+    assert_eq!(refused.len(), 3, "two series and the overflow one: {om}");
+    assert!(
+        om.contains(r#"sidecar_race_refused_connections_total{namespace="overflow",workload_kind="overflow",workload="overflow",container="overflow",sidecar="overflow",port="overflow",phase="overflow"} 1"#),
+        "{om}"
+    );
+    assert!(
+        om.contains(r#"sidecar_race_series_overflow_total{metric="sidecar_race_refused_connections"} 1"#),
+        "{om}"
+    );
+}

@@ -326,6 +326,14 @@ pub struct RunArgs {
     /// Add a `pod` label to the workload metrics (more series: one per pod).
     #[arg(long, env = "SIDECAR_RACE_METRICS_POD_LABEL")]
     pub metrics_pod_label: bool,
+    /// Series kept per metric family with workload, container, sidecar or port
+    /// labels; samples beyond fold into one `overflow` series.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_MAX_SERIES_PER_METRIC",
+        default_value_t = crate::metrics_cap::DEFAULT_MAX_SERIES
+    )]
+    pub max_series_per_metric: usize,
     /// Milliseconds kernel facts are held to be put back in time order.
     #[arg(long, env = "SIDECAR_RACE_REORDER_WINDOW_MS", default_value_t = 200)]
     pub reorder_window_ms: u64,

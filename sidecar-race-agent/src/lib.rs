@@ -15,6 +15,7 @@ pub mod kernel;
 pub mod lint;
 pub mod logging;
 pub mod metrics;
+pub mod metrics_cap;
 pub mod mountinfo;
 pub mod pipeline;
 pub mod report;

@@ -38,6 +38,7 @@ async fn main() -> anyhow::Result<()> {
             commands::run::run(commands::run::RunOptions {
                 agent: args.kernel.options(),
                 metrics_pod_label: args.metrics_pod_label,
+                max_series_per_metric: args.max_series_per_metric,
                 events: args.events.then_some(args.events_per_minute),
                 listen: args.listen,
                 stats_interval: Duration::from_secs(args.stats_interval_seconds.max(1)),

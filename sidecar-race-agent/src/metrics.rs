@@ -31,8 +31,10 @@ use crate::{
 
 /// The label value of a name the agent does not know (never empty).
 const UNKNOWN: &str = "unknown";
+/// The `port` label of a port no container declares and nothing was seen listening on.
+const OTHER_PORT: &str = "other";
 
-type Labels = Vec<(&'static str, String)>;
+use crate::metrics_cap::{Labels, SeriesCap};
 
 /// A pod start, counted under the labels its workload had when it was counted, so a
 /// pod counted as affected always falls under the same labels as its start.
@@ -82,6 +84,7 @@ pub struct Metrics {
     /// The incident log's eviction count when `counted` was last pruned.
     evicted_seen: u64,
     bounds: BoundsCounters,
+    series: SeriesCap,
 }
 
 /// What the agent's bounds dropped or reordered (see SECURITY.md, agent bounds).
@@ -217,6 +220,12 @@ impl Metrics {
             "Incident log lines suppressed by the per-pod and global log budget",
             bounds.log_lines_suppressed.clone(),
         );
+        let series = SeriesCap::new(crate::metrics_cap::DEFAULT_MAX_SERIES);
+        registry.register(
+            "series_overflow",
+            "Samples folded into a family's `overflow` series because it reached --max-series-per-metric",
+            series.overflow_family(),
+        );
         Self {
             registry,
             refused,
@@ -239,7 +248,14 @@ impl Metrics {
             last: HashMap::new(),
             evicted_seen: 0,
             bounds,
+            series,
         }
+    }
+
+    /// At most `max` series per family with user-chosen labels (`--max-series-per-metric`).
+    pub fn with_max_series(mut self, max: usize) -> Self {
+        self.series.set_max(max);
+        self
     }
 
     /// The exposition, OpenMetrics text.
@@ -263,7 +279,7 @@ impl Metrics {
             match c {
                 Change::Refused(id) if p.is_settled(*id) => {
                     if let Some(inc) = p.incident(*id) {
-                        self.count_refusals(inc, &p.view(inc));
+                        self.count_refusals(inc, &p.view(inc), p);
                     }
                 }
                 Change::Opened(id) | Change::Resolved(id) => self.stuck_job(*id, p),
@@ -305,13 +321,15 @@ impl Metrics {
             let v = p.view(inc);
             let mut labels = self.workload_labels(&v);
             labels.push(("sidecar", name(&v.sidecar)));
+            let labels = self.series.labels("stuck_job_pods", labels);
             self.stuck_jobs.get_or_create(&labels).inc();
             self.stuck.insert(id, labels);
         }
     }
 
     /// Adds the refusals an incident gained since it was last counted.
-    fn count_refusals(&mut self, inc: &Incident, v: &IncidentView) {
+    fn count_refusals(&mut self, inc: &Incident, v: &IncidentView, p: &Pipeline) {
+        let port = &port_label(inc, p);
         let counted = self.counted.entry(inc.id).or_default();
         let delta = inc.refused_count.saturating_sub(*counted);
         *counted = inc.refused_count;
@@ -324,15 +342,16 @@ impl Metrics {
                 l.extend([
                     ("container", name(&v.container)),
                     ("app", name(&v.sidecar)),
-                    ("port", port(v)),
+                    ("port", port.to_string()),
                 ]);
+                let l = self.series.labels("app_not_ready_refusals", l);
                 self.app_not_ready.get_or_create(&l).inc_by(delta);
             }
             IncidentKind::StuckJob => {}
             IncidentKind::SidecarRace | IncidentKind::InitDeadlock => {
-                self.refused
-                    .get_or_create(&self.refused_labels(v))
-                    .inc_by(delta);
+                let l = self.refused_labels(v, port);
+                let l = self.series.labels("refused_connections", l);
+                self.refused.get_or_create(&l).inc_by(delta);
             }
         }
     }
@@ -340,20 +359,18 @@ impl Metrics {
     /// Final accounting of an incident, once (the pipeline says when).
     fn settle(&mut self, inc: &Incident, p: &Pipeline) {
         let v = p.view(inc);
-        self.count_refusals(inc, &v);
+        self.count_refusals(inc, &v, p);
         if !matches!(
             v.kind,
             IncidentKind::SidecarRace | IncidentKind::InitDeadlock
         ) {
             return;
         }
-        self.incidents
-            .get_or_create(&self.incident_labels(&v, true))
-            .inc();
+        let l = self.series.labels("incidents", self.incident_labels(&v, true));
+        self.incidents.get_or_create(&l).inc();
         if let Some(w) = v.race_window_seconds {
-            self.window
-                .get_or_create(&self.incident_labels(&v, false))
-                .observe(w);
+            let l = self.series.labels("window_seconds", self.incident_labels(&v, false));
+            self.window.get_or_create(&l).observe(w);
         }
         let affected = v.kind == IncidentKind::InitDeadlock || inc.phase == Phase::Startup;
         if affected
@@ -361,8 +378,9 @@ impl Metrics {
             && !start.affected
         {
             start.affected = true;
-            if let Some(labels) = &start.labels {
-                self.affected_starts.get_or_create(labels).inc();
+            if let Some(labels) = start.labels.clone() {
+                let l = self.series.labels("affected_pod_starts", labels);
+                self.affected_starts.get_or_create(&l).inc();
             }
         }
     }
@@ -391,9 +409,11 @@ impl Metrics {
             if self.pod_label {
                 labels.push(("pod", known(|p| &p.name)));
             }
-            self.pod_starts.get_or_create(&labels).inc();
+            let l = self.series.labels("pod_starts", labels.clone());
+            self.pod_starts.get_or_create(&l).inc();
             if start.affected {
-                self.affected_starts.get_or_create(&labels).inc();
+                let l = self.series.labels("affected_pod_starts", labels.clone());
+                self.affected_starts.get_or_create(&l).inc();
             }
             start.labels = Some(labels);
         }
@@ -464,12 +484,12 @@ impl Metrics {
         l
     }
 
-    fn refused_labels(&self, v: &IncidentView) -> Labels {
+    fn refused_labels(&self, v: &IncidentView, port: &str) -> Labels {
         let mut l = self.workload_labels(v);
         l.extend([
             ("container", name(&v.container)),
             ("sidecar", name(&v.sidecar)),
-            ("port", port(v)),
+            ("port", port.to_string()),
             ("phase", v.phase.as_str().to_string()),
         ]);
         l
@@ -494,9 +514,22 @@ fn name(n: &Option<String>) -> String {
     n.clone().unwrap_or_else(|| UNKNOWN.to_string())
 }
 
-fn port(v: &IncidentView) -> String {
-    v.port
-        .map_or_else(|| UNKNOWN.to_string(), |p| p.to_string())
+/// The `port` label: the port when a container of the pod declares it or a listener
+/// was seen on it, else `other` (a client can dial any of 65,535 ports).
+fn port_label(inc: &Incident, p: &Pipeline) -> String {
+    let declared = p
+        .inventory
+        .pods
+        .pod(&inc.pod_uid)
+        .is_some_and(|pod| pod.containers.iter().any(|c| c.ports.contains(&inc.port)));
+    let listened = inc.listener_ready_at.is_some()
+        || inc.listener_closed_at.is_some()
+        || p.detector.listened_on(&inc.pod_uid, inc.port);
+    if declared || listened {
+        inc.port.to_string()
+    } else {
+        OTHER_PORT.to_string()
+    }
 }
 
 /// OpenMetrics names a counter family without `_total` in HELP/TYPE; the classic format

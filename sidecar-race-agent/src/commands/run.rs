@@ -40,6 +40,8 @@ pub struct RunOptions {
     pub events: Option<u32>,
     /// Add a `pod` label to workload metrics.
     pub metrics_pod_label: bool,
+    /// Series per metric family with user-chosen labels (`--max-series-per-metric`).
+    pub max_series_per_metric: usize,
     pub listen: SocketAddr,
     pub stats_interval: Duration,
     pub detector: DetectorConfig,
@@ -73,7 +75,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         opts.metrics_pod_label,
         env!("CARGO_PKG_VERSION"),
         &env.kernel_release,
-    )));
+    )
+    .with_max_series(opts.max_series_per_metric)));
     let source_name = opts.agent.pods_from.name();
     let events = match opts.events {
         Some(per_minute) => start_events(&opts.agent, per_minute).await,

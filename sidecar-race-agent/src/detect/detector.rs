@@ -946,6 +946,13 @@ impl Detector {
         self.pod_gone(now, pod_uid, None, meta)
     }
 
+    /// Whether a listener on `port` of the pod was seen (and is still on record).
+    pub fn listened_on(&self, pod_uid: &str, port: u16) -> bool {
+        self.pods
+            .get(pod_uid)
+            .is_some_and(|p| !p.listeners.on_port(port).is_empty())
+    }
+
     /// Pods with state (for tests and stats).
     pub fn tracked_pods(&self) -> usize {
         self.pods.len()
