@@ -264,3 +264,30 @@ fn series_beyond_the_cap_fold_into_overflow_and_are_counted() {
         "{om}"
     );
 }
+
+#[test]
+fn what_the_bounds_dropped_is_exported() {
+    use crate::{log_budget::LogBudget, metrics::BoundsTotals};
+    let t0 = Instant::now();
+    let mut budget = LogBudget::new(t0);
+    let logged = (0..100).filter(|_| budget.allow(FLOODER, t0)).count() as u64;
+    let mut m = Metrics::new(false, "0", "k");
+    let totals = |suppressed| BoundsTotals {
+        incidents_evicted: 3,
+        facts_out_of_order: 2,
+        listeners_dropped: 1,
+        log_lines_suppressed: suppressed,
+    };
+    m.update_bounds(totals(budget.suppressed()));
+    m.update_bounds(totals(budget.suppressed()));
+    let om = m.encode();
+    for line in [
+        "sidecar_race_incidents_evicted_total 3".to_string(),
+        "sidecar_race_facts_out_of_order_total 2".to_string(),
+        "sidecar_race_listeners_dropped_total 1".to_string(),
+        format!("sidecar_race_log_lines_suppressed_total {}", 100 - logged),
+    ] {
+        assert!(om.lines().any(|l| l == line), "{line} in {om}");
+    }
+    assert!(logged < 100);
+}

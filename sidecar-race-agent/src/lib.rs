@@ -13,6 +13,7 @@ pub mod inventory;
 pub mod k8s_events;
 pub mod kernel;
 pub mod lint;
+pub mod log_budget;
 pub mod logging;
 pub mod metrics;
 pub mod metrics_cap;

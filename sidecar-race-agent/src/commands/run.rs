@@ -19,6 +19,7 @@ use crate::{
     detect::{Change, DetectorConfig, incident::Subject},
     events::Kind,
     http::{self, HttpState},
+    log_budget::LogBudget,
     k8s_events::{EventPublisher, notice_for},
     metrics::{BoundsTotals, Metrics},
     pipeline::{Pipeline, Step},
@@ -107,6 +108,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     tokio::pin!(signal);
     let mut stopping = false;
     let lock = || pipeline.lock().expect("pipeline lock");
+    let mut budget = LogBudget::new(Instant::now());
     let mut batch = Vec::with_capacity(BATCH);
     loop {
         let until_due = lock()
@@ -121,11 +123,11 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 batch.drain(..).for_each(|ev| p.kernel_event(&ev));
             }
             Some(update) = pod_updates.recv() => lock().pod_update(update),
-            _ = tick.tick() => advance(&mut lock(), &metrics, events.as_ref()),
+            _ = tick.tick() => advance(&mut lock(), &metrics, events.as_ref(), &mut budget),
             // A held fact (a listener coming up) reaches the detector as soon as the
             // reorder window allows, not up to a tick later.
             _ = tokio::time::sleep(until_due.unwrap_or(TICK)), if until_due.is_some() => {
-                advance(&mut lock(), &metrics, events.as_ref());
+                advance(&mut lock(), &metrics, events.as_ref(), &mut budget);
             }
             _ = totals.tick() => {
                 if let Ok(kernel) = probes.counts() {
@@ -138,8 +140,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                         source_stats.errors(),
                     );
                 }
-                let totals = bounds_totals(&lock());
+                let totals = bounds_totals(&lock(), &budget);
                 metrics.lock().expect("metrics lock").update_bounds(totals);
+                log_suppressed(&lock(), &mut budget);
             }
             _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),
             _ = &mut signal, if !stopping => {
@@ -153,7 +156,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     {
         let p = &mut *lock();
         let step = p.flush(clock::boot_now_ns());
-        log_changes(p, &step);
+        log_changes(p, &step, &mut budget);
         metrics
             .lock()
             .expect("metrics lock")
@@ -166,19 +169,24 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
 }
 
 /// What the agent's bounds dropped or reordered so far.
-fn bounds_totals(p: &Pipeline) -> BoundsTotals {
+fn bounds_totals(p: &Pipeline, budget: &LogBudget) -> BoundsTotals {
     BoundsTotals {
         incidents_evicted: p.detector.incidents().evicted(),
         facts_out_of_order: p.facts_out_of_order(),
         listeners_dropped: p.detector.listeners_dropped(),
-        log_lines_suppressed: 0,
+        log_lines_suppressed: budget.suppressed(),
     }
 }
 
 /// Releases due facts to the detector, lets time pass, and accounts for the changes.
-fn advance(p: &mut Pipeline, metrics: &Mutex<Metrics>, events: Option<&EventPublisher>) {
+fn advance(
+    p: &mut Pipeline,
+    metrics: &Mutex<Metrics>,
+    events: Option<&EventPublisher>,
+    budget: &mut LogBudget,
+) {
     let step = p.tick(clock::boot_now_ns());
-    log_changes(p, &step);
+    log_changes(p, &step, budget);
     metrics
         .lock()
         .expect("metrics lock")
@@ -239,9 +247,24 @@ fn publish(events: &EventPublisher, p: &Pipeline, step: &Step) {
     }
 }
 
+/// One line per pod whose incident log lines the budget suppressed, when due.
+fn log_suppressed(p: &Pipeline, budget: &mut LogBudget) {
+    for (pod_uid, n) in budget.summary(Instant::now()) {
+        let pod = p.inventory.pods.pod(&pod_uid);
+        let name = pod.map_or_else(|| pod_uid.clone(), |p| format!("{}/{}", p.namespace, p.name));
+        tracing::warn!(
+            pod_uid = %pod_uid,
+            suppressed = n,
+            "{n} incident log lines suppressed for pod {name}"
+        );
+    }
+}
+
 /// One structured log line per incident opened and re-phased, and one when its final
-/// accounting is due ("incident resolved": metrics and Events count it then too).
-fn log_changes(p: &Pipeline, step: &Step) {
+/// accounting is due ("incident resolved": metrics and Events count it then too),
+/// within the log budget (per pod and for the node).
+fn log_changes(p: &Pipeline, step: &Step, budget: &mut LogBudget) {
+    let now = Instant::now();
     let shown = step.changes.iter().filter_map(|c| match c {
         Change::Opened(id) => Some((*id, "incident opened")),
         Change::Rephased { id, .. } if !p.is_settled(*id) => Some((*id, "incident phase changed")),
@@ -250,6 +273,9 @@ fn log_changes(p: &Pipeline, step: &Step) {
     let settled = step.settled.iter().map(|id| (*id, "incident resolved"));
     for (id, what) in shown.chain(settled) {
         let Some(inc) = p.incident(id) else { continue };
+        if !budget.allow(&inc.pod_uid, now) {
+            continue;
+        }
         let v = p.view(inc);
         tracing::info!(
             incident = v.id,
