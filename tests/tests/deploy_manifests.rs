@@ -61,6 +61,15 @@ const AGENT_METRICS: &[&str] = &[
     "sidecar_race_unattributed_events_total",
     "sidecar_race_pod_source_errors_total",
     "sidecar_race_build_info",
+    "sidecar_race_incidents_evicted_total",
+    "sidecar_race_facts_out_of_order_total",
+    "sidecar_race_listeners_dropped_total",
+    "sidecar_race_log_lines_suppressed_total",
+    "sidecar_race_series_overflow_total",
+    // Emitted by the event stream and the Event publisher.
+    "sidecar_race_kernel_events_dropped_total",
+    "sidecar_race_kernel_records_undecodable_total",
+    "sidecar_race_k8s_events_not_posted_total",
 ];
 /// Series Prometheus itself adds for every target.
 const SCRAPE_METRICS: &[&str] = &["up"];
@@ -72,6 +81,11 @@ const ALERTS: &[&str] = &[
     "SidecarKeepsJobRunning",
     "SidecarRaceAgentDown",
     "SidecarRaceEventsLost",
+    "SidecarRaceKernelEventsDropped",
+    "SidecarRaceUndecodableRecords",
+    "SidecarRaceEventsNotPosted",
+    "SidecarRaceFactsOutOfOrder",
+    "SidecarRaceSeriesOverflow",
 ];
 
 const NAMESPACE: &str = "sidecar-race";
