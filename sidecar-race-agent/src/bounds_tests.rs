@@ -234,7 +234,11 @@ fn refusals_on_ports(ports: &[u16], served: &[u16], m: Metrics) -> (Metrics, Str
 fn the_port_label_is_other_unless_declared_or_seen_listening() {
     // 15001 is declared by istio-proxy; 7070 is not declared but gets a listener;
     // 31337 is neither (a client dialing a closed port).
-    let (_, om) = refusals_on_ports(&[15001, 7070, 31337], &[15001, 7070], Metrics::new(false, "0", "k"));
+    let (_, om) = refusals_on_ports(
+        &[15001, 7070, 31337],
+        &[15001, 7070],
+        Metrics::new(false, "0", "k"),
+    );
     let series = |port: &str| {
         om.lines()
             .filter(|l| l.starts_with("sidecar_race_refused_connections_total{"))
@@ -260,7 +264,9 @@ fn series_beyond_the_cap_fold_into_overflow_and_are_counted() {
         "{om}"
     );
     assert!(
-        om.contains(r#"sidecar_race_series_overflow_total{metric="sidecar_race_refused_connections"} 1"#),
+        om.contains(
+            r#"sidecar_race_series_overflow_total{metric="sidecar_race_refused_connections"} 1"#
+        ),
         "{om}"
     );
 }

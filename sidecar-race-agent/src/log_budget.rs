@@ -25,7 +25,10 @@ struct Bucket {
 
 impl Bucket {
     fn full(burst: f64, now: Instant) -> Self {
-        Self { tokens: burst, at: now }
+        Self {
+            tokens: burst,
+            at: now,
+        }
     }
 
     fn refill(&mut self, burst: f64, per_second: f64, now: Instant) {

@@ -366,10 +366,14 @@ impl Metrics {
         ) {
             return;
         }
-        let l = self.series.labels("incidents", self.incident_labels(&v, true));
+        let l = self
+            .series
+            .labels("incidents", self.incident_labels(&v, true));
         self.incidents.get_or_create(&l).inc();
         if let Some(w) = v.race_window_seconds {
-            let l = self.series.labels("window_seconds", self.incident_labels(&v, false));
+            let l = self
+                .series
+                .labels("window_seconds", self.incident_labels(&v, false));
             self.window.get_or_create(&l).observe(w);
         }
         let affected = v.kind == IncidentKind::InitDeadlock || inc.phase == Phase::Startup;

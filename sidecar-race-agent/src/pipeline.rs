@@ -148,7 +148,10 @@ impl Pipeline {
             .collect();
         let mut changes = Vec::new();
         for uid in gone {
-            changes.extend(self.detector.forget_pod(now_boot_ns, &uid, &self.inventory.pods));
+            changes.extend(
+                self.detector
+                    .forget_pod(now_boot_ns, &uid, &self.inventory.pods),
+            );
         }
         changes
     }

@@ -19,8 +19,8 @@ use crate::{
     detect::{Change, DetectorConfig, incident::Subject},
     events::Kind,
     http::{self, HttpState},
-    log_budget::LogBudget,
     k8s_events::{EventPublisher, notice_for},
+    log_budget::LogBudget,
     metrics::{BoundsTotals, Metrics},
     pipeline::{Pipeline, Step},
     shutdown,
@@ -72,12 +72,14 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 has_pod_source.then(|| opts.agent.source.refresh.clone()),
             ),
     ));
-    let metrics = Arc::new(Mutex::new(Metrics::new(
-        opts.metrics_pod_label,
-        env!("CARGO_PKG_VERSION"),
-        &env.kernel_release,
-    )
-    .with_max_series(opts.max_series_per_metric)));
+    let metrics = Arc::new(Mutex::new(
+        Metrics::new(
+            opts.metrics_pod_label,
+            env!("CARGO_PKG_VERSION"),
+            &env.kernel_release,
+        )
+        .with_max_series(opts.max_series_per_metric),
+    ));
     let source_name = opts.agent.pods_from.name();
     let events = match opts.events {
         Some(per_minute) => start_events(&opts.agent, per_minute).await,
@@ -251,7 +253,10 @@ fn publish(events: &EventPublisher, p: &Pipeline, step: &Step) {
 fn log_suppressed(p: &Pipeline, budget: &mut LogBudget) {
     for (pod_uid, n) in budget.summary(Instant::now()) {
         let pod = p.inventory.pods.pod(&pod_uid);
-        let name = pod.map_or_else(|| pod_uid.clone(), |p| format!("{}/{}", p.namespace, p.name));
+        let name = pod.map_or_else(
+            || pod_uid.clone(),
+            |p| format!("{}/{}", p.namespace, p.name),
+        );
         tracing::warn!(
             pod_uid = %pod_uid,
             suppressed = n,

@@ -77,7 +77,11 @@ fn a_flooding_pod_does_not_evict_its_neighbours_incident() {
         (mine[0].phase, mine[0].state, mine[0].refused_count),
         (Phase::Startup, State::Resolved, 25)
     );
-    assert_eq!(of_pod(&d, FLOODER).len(), 60, "the flooder keeps its own cap");
+    assert_eq!(
+        of_pod(&d, FLOODER).len(),
+        60,
+        "the flooder keeps its own cap"
+    );
     assert!(d.incidents().len() <= 100);
     assert_eq!(d.incidents().evicted(), 1_000 - 60);
 }
@@ -92,9 +96,8 @@ fn beyond_the_total_cap_the_pod_holding_the_most_gives_up_a_final_incident_first
     for pod in [FLOODER, NEIGHBOUR] {
         d.observe(started(0, pod), &NoMeta);
     }
-    let flooder_ports = |d: &Detector| -> Vec<u16> {
-        of_pod(d, FLOODER).iter().map(|i| i.port).collect()
-    };
+    let flooder_ports =
+        |d: &Detector| -> Vec<u16> { of_pod(d, FLOODER).iter().map(|i| i.port).collect() };
     // The flooder fills the history: one race resolved (final), three open.
     d.observe(refused(MS, FLOODER, "app", "127.0.0.1:9000"), &NoMeta);
     d.observe(up(2 * MS, FLOODER, "proxy", "0.0.0.0:9000"), &NoMeta);
@@ -103,13 +106,19 @@ fn beyond_the_total_cap_the_pod_holding_the_most_gives_up_a_final_incident_first
         d.observe(refused((3 + n as u64) * MS, FLOODER, "app", &dst), &NoMeta);
     }
     // The neighbour's race: the flooder gives up its resolved one, not an open one.
-    d.observe(refused(10 * MS, NEIGHBOUR, "app", "127.0.0.1:15001"), &NoMeta);
+    d.observe(
+        refused(10 * MS, NEIGHBOUR, "app", "127.0.0.1:15001"),
+        &NoMeta,
+    );
     assert_eq!(flooder_ports(&d), [9003, 9002, 9001]);
     // More of the flooder's: it pays itself, with its oldest open one.
     d.observe(refused(11 * MS, FLOODER, "app", "127.0.0.1:9004"), &NoMeta);
     assert_eq!(flooder_ports(&d), [9004, 9003, 9002]);
     // The neighbour's second race: the flooder still holds the most.
-    d.observe(refused(12 * MS, NEIGHBOUR, "app", "127.0.0.1:15002"), &NoMeta);
+    d.observe(
+        refused(12 * MS, NEIGHBOUR, "app", "127.0.0.1:15002"),
+        &NoMeta,
+    );
     assert_eq!(flooder_ports(&d), [9004, 9003]);
     let mine: Vec<u16> = of_pod(&d, NEIGHBOUR).iter().map(|i| i.port).collect();
     assert_eq!(mine, [15002, 15001]);
@@ -163,7 +172,10 @@ fn open_listeners_beyond_the_cap_are_counted_and_not_tracked() {
     assert_eq!(d.listeners_of(NEIGHBOUR), OPEN_LISTENERS_PER_POD);
     assert_eq!(d.listeners_dropped(), 100);
     // A race on the proxy's port still resolves once a listener made room.
-    d.observe(refused(2 * MS, NEIGHBOUR, "app", "127.0.0.1:15001"), &NoMeta);
+    d.observe(
+        refused(2 * MS, NEIGHBOUR, "app", "127.0.0.1:15001"),
+        &NoMeta,
+    );
     d.observe(down(3 * MS, NEIGHBOUR, "app", "0.0.0.0:20000"), &NoMeta);
     d.observe(up(4 * MS, NEIGHBOUR, "proxy", "0.0.0.0:15001"), &NoMeta);
     let mine = of_pod(&d, NEIGHBOUR);

@@ -495,8 +495,7 @@ impl Detector {
         if loopback
             && just_up.is_none()
             && ps.listeners.on_port(port).iter().any(|l| {
-                l.is_up_at(ts)
-                    && (is_loopback(l.addr.ip()) || l.addr.ip().is_unspecified())
+                l.is_up_at(ts) && (is_loopback(l.addr.ip()) || l.addr.ip().is_unspecified())
             })
         {
             return vec![not_a_race(NotARace::Other)];

@@ -154,10 +154,17 @@ mod tests {
         r.push(started(50));
         r.push(started(10));
         r.push(started(30));
-        assert!(r.release(1_000, false).is_empty(), "nothing a window newer yet");
+        assert!(
+            r.release(1_000, false).is_empty(),
+            "nothing a window newer yet"
+        );
         r.push(started(140));
         assert!(r.release(1_000, false).iter().map(Fact::ts).eq([10, 30]));
-        assert_eq!(r.next_due(1_000), Some(1_100), "held until idle for a window");
+        assert_eq!(
+            r.next_due(1_000),
+            Some(1_100),
+            "held until idle for a window"
+        );
         assert!(r.release(1_100, true).iter().map(Fact::ts).eq([50, 140]));
         assert!(r.is_empty());
         assert_eq!(r.next_due(1_000), None);

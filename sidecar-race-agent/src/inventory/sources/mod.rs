@@ -228,7 +228,10 @@ pub(crate) fn full_list(
                 match uid {
                     Some(uid) => {
                         tracing::warn!(
-                            source, pod, uid, "cannot read pod object ({e}); keeping its last good version"
+                            source,
+                            pod,
+                            uid,
+                            "cannot read pod object ({e}); keeping its last good version"
                         );
                         unparsable.push(uid);
                     }
