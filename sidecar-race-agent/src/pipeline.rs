@@ -140,10 +140,12 @@ impl Pipeline {
     /// Detector state of pods gone from both the pod source and the cgroup tree
     /// (their removal event was lost): their open incidents end as if removed.
     pub fn forget_gone_pods(&mut self, now_boot_ns: u64) -> Vec<Change> {
+        let with_cgroups = self.inventory.pods_with_cgroups();
+        let listed = |uid: &str| self.inventory.pods.pod(uid).is_some();
         let gone: Vec<String> = self
             .detector
             .tracked_pod_uids()
-            .filter(|uid| !self.inventory.pod_present(uid))
+            .filter(|uid| !listed(uid) && !with_cgroups.contains(*uid))
             .map(str::to_string)
             .collect();
         let mut changes = Vec::new();

@@ -9,7 +9,7 @@ pub mod sources;
 pub mod store;
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::atomic::{AtomicU64, Ordering::Relaxed},
     time::Instant,
 };
@@ -214,17 +214,15 @@ impl Inventory {
         pruned
     }
 
-    /// Whether the pod is still on the node as far as anyone knows: the pod source
-    /// reports it, or a cgroup of it exists.
-    pub fn pod_present(&self, pod_uid: &str) -> bool {
-        self.pods.pod(pod_uid).is_some()
-            || self.cgroups.live_paths().any(|path| {
-                matches!(
-                    cgroup_path::parse(path),
-                    PathInfo::Pod { pod_uid: uid } | PathInfo::PodContainer { pod_uid: uid, .. }
-                        if uid == pod_uid
-                )
+    /// Uids of the pods that have a cgroup (not removed) on the node.
+    pub fn pods_with_cgroups(&self) -> HashSet<String> {
+        self.cgroups
+            .live_paths()
+            .filter_map(|path| match cgroup_path::parse(path) {
+                PathInfo::Pod { pod_uid } | PathInfo::PodContainer { pod_uid, .. } => Some(pod_uid),
+                _ => None,
             })
+            .collect()
     }
 
     pub fn unattributed_events(&self) -> u64 {
