@@ -29,8 +29,6 @@ const DEFAULT_GRANTS: &[(&str, &str, &str)] = &[
     ("", "pods", "get"),
     ("", "pods", "list"),
     ("", "pods", "watch"),
-    ("", "events", "create"),
-    ("", "events", "patch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
 ];
@@ -60,6 +58,7 @@ const AGENT_METRICS: &[&str] = &[
     "sidecar_race_stuck_job_pods",
     "sidecar_race_unattributed_events_total",
     "sidecar_race_pod_source_errors_total",
+    "sidecar_race_k8s_events_not_posted_total",
     "sidecar_race_build_info",
 ];
 /// Series Prometheus itself adds for every target.

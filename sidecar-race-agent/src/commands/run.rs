@@ -135,6 +135,13 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                         source_stats.errors(),
                     );
                 }
+                if let Some(events) = &events {
+                    let s = &events.stats;
+                    metrics.lock().expect("metrics lock").update_events_not_posted(
+                        s.dropped.load(Relaxed),
+                        s.failed.load(Relaxed),
+                    );
+                }
             }
             _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),
             _ = &mut signal, if !stopping => {
