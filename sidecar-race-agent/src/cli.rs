@@ -253,6 +253,10 @@ pub struct RunArgs {
     /// Address for /healthz, /readyz, /metrics and /api/v1/incidents.
     #[arg(long, env = "SIDECAR_RACE_LISTEN", default_value = "0.0.0.0:9965")]
     pub listen: SocketAddr,
+    /// Serve /api/v1/incidents only on this address (e.g. 127.0.0.1:9966, reached
+    /// with `kubectl port-forward`), or `off`; default: on --listen with the others.
+    #[arg(long, env = "SIDECAR_RACE_API_LISTEN", value_name = "ADDR|off")]
+    pub api_listen: Option<crate::http::ApiListen>,
     /// Seconds between log lines with kernel event counts.
     #[arg(
         long,

@@ -41,6 +41,8 @@ pub struct RunOptions {
     /// Add a `pod` label to workload metrics.
     pub metrics_pod_label: bool,
     pub listen: SocketAddr,
+    /// `/api/v1/incidents` on its own address or off; `None`: on `listen`.
+    pub api_listen: Option<http::ApiListen>,
     pub stats_interval: Duration,
     pub detector: DetectorConfig,
     pub reorder_window: Duration,
@@ -84,16 +86,21 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let stop = stop_http.clone();
     let server = http::serve(
         opts.listen,
+        opts.api_listen,
         HttpState {
             ready: ready.clone(),
             stream: stream.stats.clone(),
             pipeline: pipeline.clone(),
             metrics: metrics.clone(),
         },
+        http::Limits::default(),
         async move { stop.notified().await },
     )
     .await
-    .with_context(|| format!("cannot listen on {}", opts.listen))?;
+    .with_context(|| match opts.api_listen {
+        Some(http::ApiListen::On(api)) => format!("cannot listen on {} and {api}", opts.listen),
+        _ => format!("cannot listen on {}", opts.listen),
+    })?;
     ready.store(true, Relaxed);
 
     let mut stats = tokio::time::interval(opts.stats_interval);
