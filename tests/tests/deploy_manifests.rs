@@ -455,7 +455,10 @@ fn network_policy_admits_only_the_monitoring_namespace_to_the_agent_port() {
     let ds = the(&default, "DaemonSet");
     assert_eq!(np["metadata"]["namespace"], NAMESPACE);
     let pod_labels = &ds["spec"]["template"]["metadata"]["labels"];
-    for (k, v) in np["spec"]["podSelector"]["matchLabels"].as_object().unwrap() {
+    for (k, v) in np["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
         assert_eq!(&pod_labels[k], v, "selects the agent's pods ({k})");
     }
     assert_eq!(np["spec"]["policyTypes"], serde_json::json!(["Ingress"]));

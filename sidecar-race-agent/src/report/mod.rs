@@ -19,7 +19,7 @@
 //! code says what to do, here and on `/api/v1/incidents`.
 
 pub mod agents;
-mod client;
+pub mod client;
 pub mod plan;
 pub mod prometheus;
 pub mod render;
@@ -63,6 +63,15 @@ pub enum ReportError {
         path: String,
         status: u16,
         body: String,
+    },
+    #[error(
+        "{what} at {url} answered {path} with more than {limit_mib} MiB, more than the report reads from one answer"
+    )]
+    TooLarge {
+        what: &'static str,
+        url: String,
+        path: String,
+        limit_mib: usize,
     },
     #[error("Prometheus at {url} rejected the query ({error_type}): {error}")]
     Prometheus {

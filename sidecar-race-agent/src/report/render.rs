@@ -376,13 +376,16 @@ mod tests {
         for format in [Format::Table, Format::Markdown] {
             let t = render(&r, format);
             assert!(
-                !t.chars().any(|c| (c.is_control() && c != '\n')
-                    || matches!(c, '\u{202a}'..='\u{202e}')),
+                !t.chars()
+                    .any(|c| (c.is_control() && c != '\n') || matches!(c, '\u{202a}'..='\u{202e}')),
                 "{format:?}: {t:?}"
             );
             assert!(t.contains(r"checkout\x1b[2J\x1b]0;pwned\x07"), "{t}");
             assert!(t.contains(r"app\x0d\x0aFAKE LINE"), "{t}");
-            assert!(t.contains(r"Move \u{202e}yxorp-oitsi\u{202c} now.\x9b31m"), "{t}");
+            assert!(
+                t.contains(r"Move \u{202e}yxorp-oitsi\u{202c} now.\x9b31m"),
+                "{t}"
+            );
             assert!(!t.lines().any(|l| l.starts_with("FAKE LINE")), "{t}");
         }
         // JSON carries the names as they are (its escaping is JSON's).
