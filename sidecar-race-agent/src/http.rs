@@ -46,7 +46,7 @@ pub struct HttpState {
     pub metrics: Arc<Mutex<Metrics>>,
 }
 
-/// Where `/api/v1/incidents` is served besides (or instead of) the main address.
+/// Where `/api/v1/incidents` is served instead of the main address (`--api-listen`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApiListen {
     /// Not at all.
