@@ -140,3 +140,51 @@ async fn the_incidents_api_can_leave_the_main_address() {
     let err = "loopback".parse::<ApiListen>().unwrap_err();
     assert!(err.contains("neither `off` nor an address"), "{err}");
 }
+
+/// Connections that send nothing (opened and left idle, or kept alive after an answer)
+/// are closed after the header-read timeout, so they cannot hold every connection slot
+/// and starve the kubelet's probes.
+#[tokio::test]
+async fn idle_connections_do_not_keep_their_slot() {
+    let server = Server::start(
+        pipeline_with_races(1),
+        Limits {
+            max_connections: 5,
+            ..limits()
+        },
+        true,
+    )
+    .await;
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(TcpStream::connect(server.addr).await.unwrap());
+    }
+    // A kept-alive connection after one answer is idle too.
+    let mut kept = TcpStream::connect(server.addr).await.unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: agent\r\n\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    let n = kept.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "the fifth connection has a slot and is answered"
+    );
+    for s in idle.iter_mut().chain(std::iter::once(&mut kept)) {
+        // Read until the server closes (the kept-alive one answers first).
+        loop {
+            match tokio::time::timeout(HEADER_TIMEOUT + MARGIN, s.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(_)) => continue,
+                Err(_) => panic!(
+                    "an idle connection was still open after {:?}",
+                    started.elapsed()
+                ),
+            }
+        }
+    }
+    // All slots are free again: the probes get in.
+    assert_eq!(get(server.addr, "/healthz").await.0, 200);
+    server.stop();
+}
