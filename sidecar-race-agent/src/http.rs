@@ -3,6 +3,7 @@
 //! others, on its own address, or off: `--api-listen`).
 
 pub mod server;
+mod write_deadline;
 
 use std::{
     convert::Infallible,

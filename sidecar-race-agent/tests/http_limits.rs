@@ -188,3 +188,37 @@ async fn idle_connections_do_not_keep_their_slot() {
     assert_eq!(get(server.addr, "/healthz").await.0, 200);
     server.stop();
 }
+
+/// A client that asks for a large answer and reads none of it is disconnected after
+/// the write timeout, so its answer slot goes to the next client.
+#[tokio::test]
+async fn a_client_that_stops_reading_gives_its_answer_slot_back() {
+    const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+    let server = Server::start(
+        pipeline_with_races(10_000),
+        Limits {
+            api_concurrency: 1,
+            write_timeout: WRITE_TIMEOUT,
+            // Long enough that only the write timeout can free the slot in time.
+            request_timeout: Duration::from_secs(60),
+            ..limits()
+        },
+        true,
+    )
+    .await;
+    // ~11 MB, far more than the socket buffers take: the server's write blocks.
+    let mut stalled = TcpStream::connect(server.addr).await.unwrap();
+    stalled
+        .write_all(b"GET /api/v1/incidents?limit=10000 HTTP/1.1\r\nHost: agent\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let next = tokio::time::timeout(
+        Duration::from_secs(45),
+        get(server.addr, "/api/v1/incidents?limit=1"),
+    )
+    .await
+    .expect("the stalled client kept the only answer slot");
+    assert_eq!(next.0, 200, "{}", next.1);
+    server.stop();
+}

@@ -5,6 +5,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use super::write_deadline::WriteDeadline;
 use axum::{
     Router,
     extract::Request,
@@ -29,6 +30,8 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// A request must be answered within this (503 otherwise).
     pub request_timeout: Duration,
+    /// A client that reads nothing of an answer for this long is disconnected.
+    pub write_timeout: Duration,
     /// Connections served at once; further ones are closed at once.
     pub max_connections: usize,
     /// A connection is closed (after its request in flight) at this age, so idle
@@ -47,6 +50,7 @@ impl Default for Limits {
         Self {
             header_read_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(10),
             max_connections: 128,
             max_connection_age: Duration::from_secs(300),
             max_header_bytes: 16 * 1024,
@@ -134,7 +138,10 @@ pub async fn serve(
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_read_timeout)
                 .max_buf_size(limits.max_header_bytes.max(8192))
-                .serve_connection(TokioIo::new(stream), service);
+                .serve_connection(
+                    TokioIo::new(WriteDeadline::new(stream, limits.write_timeout)),
+                    service,
+                );
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => return,
