@@ -133,7 +133,7 @@ pub struct PodSourceArgs {
     #[arg(long, env = "SIDECAR_RACE_KUBELET_TOKEN_FILE")]
     pub kubelet_token_file: Option<PathBuf>,
     /// Seconds between polls of the kubelet, and between checks of a pods file.
-    #[arg(long, env = "SIDECAR_RACE_PODS_POLL_SECONDS", default_value_t = 5.0)]
+    #[arg(long, env = "SIDECAR_RACE_PODS_POLL_SECONDS", default_value_t = 5.0, value_parser = parse_poll_seconds)]
     pub pods_poll_seconds: f64,
     /// Container names that are classic sidecars in every pod (site-wide, besides the
     /// built-in list and the `sidecar-race.io/sidecars` annotation), comma-separated.
@@ -254,6 +254,10 @@ pub struct RunArgs {
     /// Address for /healthz, /readyz, /metrics and /api/v1/incidents.
     #[arg(long, env = "SIDECAR_RACE_LISTEN", default_value = "0.0.0.0:9965")]
     pub listen: SocketAddr,
+    /// Serve /api/v1/incidents only on this address (e.g. 127.0.0.1:9966, reached
+    /// with `kubectl port-forward`), or `off`; default: on --listen with the others.
+    #[arg(long, env = "SIDECAR_RACE_API_LISTEN", value_name = "ADDR|off")]
+    pub api_listen: Option<crate::http::ApiListen>,
     /// Seconds between log lines with kernel event counts.
     #[arg(
         long,
@@ -276,12 +280,12 @@ pub struct RunArgs {
     #[arg(
         long,
         env = "SIDECAR_RACE_UNRESOLVED_AFTER_SECONDS",
-        default_value_t = 120.0
+        default_value_t = 120.0, value_parser = parse_seconds
     )]
     pub unresolved_after_seconds: f64,
     /// Without pod metadata, containers torn down within this many seconds after the
     /// listener went away make refusals a drain (Kubernetes' default grace period).
-    #[arg(long, env = "SIDECAR_RACE_DRAIN_GRACE_SECONDS", default_value_t = 30.0)]
+    #[arg(long, env = "SIDECAR_RACE_DRAIN_GRACE_SECONDS", default_value_t = 30.0, value_parser = parse_seconds)]
     pub drain_grace_seconds: f64,
     /// Refusals before a port's listener are a startup race only when the client
     /// container (and the serving one, when known) started at most this many seconds
@@ -289,7 +293,7 @@ pub struct RunArgs {
     #[arg(
         long,
         env = "SIDECAR_RACE_STARTUP_BOUND_SECONDS",
-        default_value_t = 120.0
+        default_value_t = 120.0, value_parser = parse_seconds
     )]
     pub startup_bound_seconds: f64,
     /// Seconds the final accounting of an incident (metrics, Event, log line) waits
@@ -298,7 +302,7 @@ pub struct RunArgs {
     #[arg(
         long,
         env = "SIDECAR_RACE_METADATA_WAIT_SECONDS",
-        default_value_t = 10.0
+        default_value_t = 10.0, value_parser = parse_seconds
     )]
     pub metadata_wait_seconds: f64,
     /// A Job pod whose app containers all finished this many seconds ago while a
@@ -306,7 +310,7 @@ pub struct RunArgs {
     #[arg(
         long,
         env = "SIDECAR_RACE_STUCK_JOB_AFTER_SECONDS",
-        default_value_t = 60.0
+        default_value_t = 60.0, value_parser = parse_seconds
     )]
     pub stuck_job_after_seconds: f64,
     /// Post Kubernetes Events (events.k8s.io/v1) on pods with races; `--events=false`
@@ -504,6 +508,33 @@ fn parse_probe_port(s: &str) -> Result<(String, u16), String> {
     Ok((name.trim().to_string(), port))
 }
 
+/// The most seconds a duration flag takes: a day is beyond any sensible setting, and
+/// keeps every derived duration far from overflowing.
+const MAX_SECONDS: f64 = 86_400.0;
+
+/// A duration in seconds: a finite number from 0 to `MAX_SECONDS`.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !v.is_finite() || !(0.0..=MAX_SECONDS).contains(&v) {
+        return Err(format!(
+            "`{s}` seconds: expected a finite number from 0 to {MAX_SECONDS}"
+        ));
+    }
+    Ok(v)
+}
+
+/// A polling interval: at least 0.1 s (the pod source would spin below).
+fn parse_poll_seconds(s: &str) -> Result<f64, String> {
+    let v = parse_seconds(s)?;
+    if v < 0.1 {
+        return Err(format!("`{s}` seconds: a poll interval is at least 0.1"));
+    }
+    Ok(v)
+}
+
 fn parse_kind(s: &str) -> Result<Kind, String> {
     Kind::from_name(s.trim()).ok_or_else(|| {
         let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
@@ -553,6 +584,37 @@ mod tests {
         assert!(help.contains("kubectl sidecar-race"), "{help}");
         assert!(!help.contains("\n  trace"), "{help}");
         assert!(parse_args(args(&["sidecar-race-agent", "run"])).is_ok());
+    }
+
+    #[test]
+    fn durations_must_be_finite_and_in_range() {
+        for bad in ["inf", "NaN", "-1", "1e300", "five"] {
+            let flag = format!("--pods-poll-seconds={bad}");
+            let err = Cli::try_parse_from(["a", "run", &flag])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("`{bad}`")), "{bad}: {err}");
+            assert!(err.contains("--pods-poll-seconds"), "{bad}: {err}");
+            let flag = format!("--metadata-wait-seconds={bad}");
+            let err = Cli::try_parse_from(["a", "run", &flag])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("`{bad}`")), "{bad}: {err}");
+        }
+        let err = Cli::try_parse_from(["a", "run", "--pods-poll-seconds", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a poll interval is at least 0.1"), "{err}");
+        let Command::Run(r) = Cli::try_parse_from(["a", "run", "--pods-poll-seconds", "0.5"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!(
+            r.kernel.pods.options().poll_interval,
+            Duration::from_millis(500)
+        );
     }
 
     #[test]

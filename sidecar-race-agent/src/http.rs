@@ -1,7 +1,12 @@
 //! The agent's HTTP endpoints: `/healthz` (the reader is alive), `/readyz` (programs
-//! attached and the cgroup index built), `/metrics`, `/api/v1/incidents`.
+//! attached and the cgroup index built), `/metrics`, `/api/v1/incidents` (with the
+//! others, on its own address, or off: `--api-listen`).
+
+pub mod server;
+mod write_deadline;
 
 use std::{
+    convert::Infallible,
     net::SocketAddr,
     sync::{
         Arc, Mutex,
@@ -12,16 +17,27 @@ use std::{
 
 use axum::{
     Json, Router,
+    body::{Body, Bytes},
     extract::{Query, State},
-    http::StatusCode,
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
     routing::get,
 };
 use serde_json::json;
+pub use server::Limits;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::{detect::render::Filter, metrics::Metrics, pipeline::Pipeline, stream::StreamStats};
 
 /// The reader wakes every second; three missed wake-ups means it is stuck.
 const READER_STALE_AFTER: Duration = Duration::from_secs(3);
+
+/// Incidents in one `/api/v1/incidents` answer without `?limit=`, and at most.
+pub const DEFAULT_LIMIT: usize = 1_000;
+pub const MAX_LIMIT: usize = 10_000;
+
+/// Answers are sent in pieces of this size, holding their API slot until sent.
+const CHUNK: usize = 64 * 1024;
 
 #[derive(Clone)]
 pub struct HttpState {
@@ -31,20 +47,66 @@ pub struct HttpState {
     pub metrics: Arc<Mutex<Metrics>>,
 }
 
+/// Where `/api/v1/incidents` is served instead of the main address (`--api-listen`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiListen {
+    /// Not at all.
+    Off,
+    /// Only on this address (e.g. 127.0.0.1:9966, for `kubectl port-forward`).
+    On(SocketAddr),
+}
+
+impl std::str::FromStr for ApiListen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "off" {
+            return Ok(ApiListen::Off);
+        }
+        s.parse()
+            .map(ApiListen::On)
+            .map_err(|e| format!("`{s}` is neither `off` nor an address like 127.0.0.1:9966 ({e})"))
+    }
+}
+
+#[derive(Clone)]
+struct Shared {
+    state: HttpState,
+    /// Slots for incidents answers being built or sent.
+    api_slots: Arc<Semaphore>,
+}
+
 /// What Prometheus asks for; prometheus-client writes OpenMetrics text.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const CLASSIC_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-pub fn router(state: HttpState) -> Router {
-    Router::new()
+/// `/healthz`, `/readyz`, `/metrics`, and `/api/v1/incidents` when `with_api`.
+pub fn router(state: HttpState, limits: Limits, with_api: bool) -> Router {
+    let mut r = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/api/v1/incidents", get(incidents))
-        .route("/metrics", get(metrics))
-        .with_state(state)
+        .route("/metrics", get(metrics));
+    if with_api {
+        r = r.route("/api/v1/incidents", get(incidents));
+    }
+    r.with_state(shared(state, limits))
 }
 
-async fn healthz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
+/// `/api/v1/incidents` alone, for its own address.
+pub fn api_router(state: HttpState, limits: Limits) -> Router {
+    Router::new()
+        .route("/api/v1/incidents", get(incidents))
+        .with_state(shared(state, limits))
+}
+
+fn shared(state: HttpState, limits: Limits) -> Shared {
+    Shared {
+        state,
+        api_slots: Arc::new(Semaphore::new(limits.api_concurrency.max(1))),
+    }
+}
+
+async fn healthz(State(Shared { state: s, .. }): State<Shared>) -> (StatusCode, &'static str) {
     if s.stream.is_alive(READER_STALE_AFTER) {
         (StatusCode::OK, "ok\n")
     } else {
@@ -55,7 +117,7 @@ async fn healthz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
     }
 }
 
-async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
+async fn readyz(State(Shared { state: s, .. }): State<Shared>) -> (StatusCode, &'static str) {
     if s.ready.load(Relaxed) && s.stream.is_alive(READER_STALE_AFTER) {
         (StatusCode::OK, "ready\n")
     } else {
@@ -63,39 +125,103 @@ async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
     }
 }
 
-async fn incidents(
-    State(s): State<HttpState>,
-    Query(filter): Query<Filter>,
-) -> Result<Json<serde_json::Value>, (StatusCode, Json<serde_json::Value>)> {
-    let bad = |msg: String| (StatusCode::BAD_REQUEST, Json(json!({"error": msg})));
-    if let Some(p) = filter.phase.as_deref()
+/// `?kind=&phase=&namespace=&state=&limit=` of `/api/v1/incidents`.
+#[derive(Debug, Default, serde::Deserialize)]
+struct IncidentsQuery {
+    kind: Option<String>,
+    phase: Option<String>,
+    namespace: Option<String>,
+    state: Option<String>,
+    limit: Option<usize>,
+}
+
+/// The `/api/v1/incidents` answer; `truncated`: more matched than `limit`.
+#[derive(serde::Serialize)]
+struct Page<'a> {
+    incidents: &'a [crate::detect::render::IncidentView],
+    truncated: bool,
+}
+
+async fn incidents(State(s): State<Shared>, Query(q): Query<IncidentsQuery>) -> Response {
+    let bad = |msg: String| (StatusCode::BAD_REQUEST, Json(json!({"error": msg}))).into_response();
+    if let Some(p) = q.phase.as_deref()
         && crate::detect::Phase::parse(p).is_none()
     {
-        return Err(bad(format!(
+        return bad(format!(
             "unknown phase `{p}`: startup, drain, steady or unresolved"
-        )));
+        ));
     }
-    if let Some(k) = filter.kind.as_deref()
+    if let Some(k) = q.kind.as_deref()
         && crate::detect::render::Kind::parse(k).is_none()
     {
-        return Err(bad(format!(
+        return bad(format!(
             "unknown kind `{k}`: sidecar_race, app_not_ready, init_deadlock or stuck_job"
-        )));
+        ));
     }
-    if let Some(st) = filter.state.as_deref()
+    if let Some(st) = q.state.as_deref()
         && st != "open"
         && st != "resolved"
     {
-        return Err(bad(format!("unknown state `{st}`: open or resolved")));
+        return bad(format!("unknown state `{st}`: open or resolved"));
     }
-    let list = s.pipeline.lock().expect("pipeline lock").incidents(&filter);
-    Ok(Json(json!({ "incidents": list })))
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return bad(format!("limit must be 1 to {MAX_LIMIT}, not {limit}"));
+    }
+    let filter = Filter {
+        kind: q.kind,
+        phase: q.phase,
+        namespace: q.namespace,
+        state: q.state,
+    };
+    // A slot bounds the answers in memory at once; it is held until the answer is sent.
+    let Ok(slot) = s.api_slots.clone().acquire_owned().await else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let pipeline = s.state.pipeline.clone();
+    // Views are built under the pipeline lock, serialized after it is released, off
+    // the async workers (health checks stay answered).
+    let json = tokio::task::spawn_blocking(move || {
+        let (list, truncated) = pipeline
+            .lock()
+            .expect("pipeline lock")
+            .incidents(&filter, limit);
+        serde_json::to_vec(&Page {
+            incidents: &list,
+            truncated,
+        })
+    })
+    .await;
+    match json {
+        Ok(Ok(bytes)) => (
+            [
+                (header::CONTENT_TYPE, "application/json".to_string()),
+                (header::CONTENT_LENGTH, bytes.len().to_string()),
+            ],
+            sent_holding(Bytes::from(bytes), slot),
+        )
+            .into_response(),
+        _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// A body of `bytes` that holds `slot` until it is sent (or the client went away).
+fn sent_holding(bytes: Bytes, slot: OwnedSemaphorePermit) -> Body {
+    let chunks: Vec<Bytes> = (0..bytes.len())
+        .step_by(CHUNK)
+        .map(|at| bytes.slice(at..(at + CHUNK).min(bytes.len())))
+        .collect();
+    let stream = futures::stream::unfold((chunks.into_iter(), slot), |(mut rest, slot)| async {
+        let chunk = rest.next()?;
+        Some((Ok::<_, Infallible>(chunk), (rest, slot)))
+    });
+    Body::from_stream(stream)
 }
 
 /// OpenMetrics for those who ask for it (Prometheus does), the classic text format
 /// otherwise (curl, promtool).
 async fn metrics(
-    State(s): State<HttpState>,
+    State(Shared { state: s, .. }): State<Shared>,
     headers: axum::http::HeaderMap,
 ) -> impl axum::response::IntoResponse {
     let wants_openmetrics = headers
@@ -117,17 +243,53 @@ async fn metrics(
     }
 }
 
-/// Binds `addr` and serves until `shutdown` completes.
+/// Binds `addr` (and the API's own address, with `api`) and serves until `shutdown`
+/// completes.
 pub async fn serve(
     addr: SocketAddr,
+    api: Option<ApiListen>,
     state: HttpState,
+    limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /healthz, /readyz, /metrics, /api/v1/incidents");
+    let api_listener = match api {
+        Some(ApiListen::On(api_addr)) => {
+            Some((tokio::net::TcpListener::bind(api_addr).await?, api_addr))
+        }
+        _ => None,
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let main = router(state.clone(), limits, api.is_none());
+    let main = tokio::spawn(server::serve(listener, main, limits, stopped()));
+    let second = api_listener.map(|(l, api_addr)| {
+        tracing::info!(%api_addr, "serving /api/v1/incidents");
+        tokio::spawn(server::serve(
+            l,
+            api_router(state, limits),
+            limits,
+            stopped(),
+        ))
+    });
+    match api {
+        None => tracing::info!(%addr, "serving /healthz, /readyz, /metrics, /api/v1/incidents"),
+        Some(_) => tracing::info!(%addr, "serving /healthz, /readyz, /metrics"),
+    }
+    if api == Some(ApiListen::Off) {
+        tracing::info!("/api/v1/incidents is off (--api-listen off)");
+    }
     Ok(tokio::spawn(async move {
-        axum::serve(listener, router(state))
-            .with_graceful_shutdown(shutdown)
-            .await
+        shutdown.await;
+        stop_tx.send_replace(true);
+        if let Some(second) = second {
+            second.await??;
+        }
+        main.await?
     }))
 }

@@ -10,7 +10,7 @@ use std::{
         Arc,
         atomic::{AtomicU64, Ordering::Relaxed},
     },
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use k8s_openapi::{
@@ -135,6 +135,7 @@ pub struct PublisherStats {
     pub updated: AtomicU64,
     /// Dropped by the rate limit or a full queue.
     pub dropped: AtomicU64,
+    /// The API server answered an error (or nothing) after the retries.
     pub failed: AtomicU64,
 }
 
@@ -195,11 +196,16 @@ impl RateLimit {
     }
 }
 
+/// An Event posted (its name follows from the key), for updating its series.
 struct Posted {
     namespace: String,
-    name: String,
     count: i32,
 }
+
+/// Tries after a transient failure (a 5xx or 429 answer, no answer at all) before an
+/// Event counts as failed.
+const RETRIES: u32 = 2;
+const RETRY_AFTER: Duration = Duration::from_millis(250);
 
 async fn post(
     client: Client,
@@ -216,43 +222,31 @@ async fn post(
             stats.dropped.fetch_add(1, Relaxed);
             continue;
         }
-        let now = MicroTime(Timestamp::now());
         let api: Api<Event> = Api::namespaced(client.clone(), &n.namespace);
-        let result = match posted.get_mut(&n.key) {
-            Some(p) => {
-                p.count += 1;
-                let patch = json!({
-                    "series": {"count": p.count, "lastObservedTime": now},
-                    "note": n.note,
-                });
-                api.patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(|_| stats.updated.fetch_add(1, Relaxed))
-            }
-            None => {
-                let name = format!("{}.{:016x}", n.pod, fnv1a(&n.key));
-                let event = event(&n, &name, &node, now);
-                let r = api.create(&PostParams::default(), &event).await;
-                if r.is_ok() {
-                    posted.insert(
-                        n.key.clone(),
-                        Posted {
-                            namespace: n.namespace.clone(),
-                            name,
-                            count: 1,
-                        },
-                    );
-                }
-                r.map(|_| stats.created.fetch_add(1, Relaxed))
-            }
-        };
-        if let Err(e) = result {
-            stats.failed.fetch_add(1, Relaxed);
-            if !warned {
-                tracing::warn!(
-                    "cannot post a Kubernetes Event ({e}); detection goes on, further failures are only counted"
+        let name = format!("{}.{:016x}", n.pod, fnv1a(&n.key));
+        let known = posted.get(&n.key).map(|p| p.count);
+        match deliver(&api, &n, &name, &node, known).await {
+            Ok((count, outcome)) => {
+                match outcome {
+                    Outcome::Created => stats.created.fetch_add(1, Relaxed),
+                    Outcome::Updated => stats.updated.fetch_add(1, Relaxed),
+                };
+                posted.insert(
+                    n.key.clone(),
+                    Posted {
+                        namespace: n.namespace.clone(),
+                        count,
+                    },
                 );
-                warned = true;
+            }
+            Err(e) => {
+                stats.failed.fetch_add(1, Relaxed);
+                if !warned {
+                    tracing::warn!(
+                        "cannot post a Kubernetes Event ({e}); detection goes on, further failures are only counted"
+                    );
+                    warned = true;
+                }
             }
         }
         // Keep the dedup table bounded: forget the oldest namespace's entries first.
@@ -260,6 +254,105 @@ async fn post(
             let ns = posted.values().next().map(|p| p.namespace.clone());
             posted.retain(|_, p| Some(&p.namespace) != ns.as_ref());
         }
+    }
+}
+
+enum Outcome {
+    Created,
+    Updated,
+}
+
+/// Posts notice `n` as Event `name`: a recurrence (`known` is the count posted so far)
+/// updates its series, a first one creates it. An Event the API server expired (404 on
+/// the update) is created again; one that exists already (409 on the create: posted
+/// before this agent restarted, or by its predecessor) has its series updated, counting
+/// on from 2 since the earlier count is not known. Returns the series count now.
+async fn deliver(
+    api: &Api<Event>,
+    n: &EventNotice,
+    name: &str,
+    node: &str,
+    known: Option<i32>,
+) -> Result<(i32, Outcome), kube::Error> {
+    if let Some(count) = known {
+        match update(api, n, name, count + 1).await {
+            Err(e) if status(&e) == Some(404) => {}
+            other => return other.map(|_| (count + 1, Outcome::Updated)),
+        }
+    }
+    match create(api, n, name, node).await {
+        Err(e) if status(&e) == Some(409) => {
+            update(api, n, name, 2).await.map(|_| (2, Outcome::Updated))
+        }
+        other => other.map(|_| (1, Outcome::Created)),
+    }
+}
+
+async fn create(
+    api: &Api<Event>,
+    n: &EventNotice,
+    name: &str,
+    node: &str,
+) -> Result<(), kube::Error> {
+    let mut attempt = 0;
+    loop {
+        let event = event(n, name, node, MicroTime(Timestamp::now()));
+        let r = api.create(&PostParams::default(), &event).await.map(drop);
+        if !retry(&r, &mut attempt).await {
+            return r;
+        }
+    }
+}
+
+async fn update(
+    api: &Api<Event>,
+    n: &EventNotice,
+    name: &str,
+    count: i32,
+) -> Result<(), kube::Error> {
+    let mut attempt = 0;
+    loop {
+        let patch = json!({
+            "series": {"count": count, "lastObservedTime": MicroTime(Timestamp::now())},
+            "note": n.note,
+        });
+        let r = api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(drop);
+        if !retry(&r, &mut attempt).await {
+            return r;
+        }
+    }
+}
+
+/// The HTTP status the API server answered with, if it answered.
+fn status(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// Whether to try again after `r` (a transient failure, tries left), after a pause.
+async fn retry(r: &Result<(), kube::Error>, attempt: &mut u32) -> bool {
+    match r {
+        Err(e) if *attempt < RETRIES && is_transient(e) => {
+            *attempt += 1;
+            tokio::time::sleep(RETRY_AFTER * *attempt).await;
+            true
+        }
+        _ => false,
+    }
+}
+
+fn is_transient(e: &kube::Error) -> bool {
+    match status(e) {
+        Some(code) => code == 429 || code >= 500,
+        None => matches!(
+            e,
+            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::HttpError(_)
+        ),
     }
 }
 

@@ -72,6 +72,7 @@ pub struct Metrics {
     stuck_jobs: Family<Labels, Gauge>,
     unattributed: Counter,
     source_errors: Family<Labels, Counter>,
+    events_not_posted: Family<Labels, Counter>,
     pod_label: bool,
     /// Refusals already counted, per settled incident id.
     counted: HashMap<u64, u64>,
@@ -122,6 +123,7 @@ impl Metrics {
         let stuck_jobs = Family::<Labels, Gauge>::default();
         let unattributed = Counter::default();
         let source_errors = Family::<Labels, Counter>::default();
+        let events_not_posted = Family::<Labels, Counter>::default();
         let build_info = Family::<Labels, Gauge<i64, std::sync::atomic::AtomicI64>>::default();
         build_info
             .get_or_create(&vec![
@@ -195,6 +197,11 @@ impl Metrics {
             source_errors.clone(),
         );
         registry.register(
+            "k8s_events_not_posted",
+            "Kubernetes Events not posted: dropped (queue full or rate limit) or failed (the API server answered an error after retries)",
+            events_not_posted.clone(),
+        );
+        registry.register(
             "build_info",
             "Agent version and kernel (always 1)",
             build_info,
@@ -241,6 +248,7 @@ impl Metrics {
             stuck_jobs,
             unattributed,
             source_errors,
+            events_not_posted,
             pod_label,
             counted: HashMap::new(),
             stuck: HashMap::new(),
@@ -466,6 +474,17 @@ impl Metrics {
             .inc_by(self.delta("bounds/listeners", t.listeners_dropped));
         b.log_lines_suppressed
             .inc_by(self.delta("bounds/log", t.log_lines_suppressed));
+    }
+
+    /// Adds what the Event publisher's totals of notices not posted gained; both
+    /// series exist (at 0) from the first call, so an alert can rate() them.
+    pub fn update_events_not_posted(&mut self, dropped: u64, failed: u64) {
+        for (reason, total) in [("dropped", dropped), ("failed", failed)] {
+            let d = self.delta(&format!("events/{reason}"), total);
+            self.events_not_posted
+                .get_or_create(&vec![("reason", reason.to_string())])
+                .inc_by(d);
+        }
     }
 
     fn delta(&mut self, key: &str, total: u64) -> u64 {
@@ -722,6 +741,33 @@ mod tests {
             normalized(&got),
             normalized(&std::fs::read_to_string(&golden).unwrap()),
             "run with UPDATE_GOLDEN=1 after a deliberate change"
+        );
+    }
+
+    #[test]
+    fn events_not_posted_are_counted_by_reason() {
+        let mut m = Metrics::new(false, "0.1.0", "6.18.0-test");
+        assert!(!m.encode().contains("k8s_events_not_posted_total{"));
+        m.update_events_not_posted(0, 0);
+        let classic = m.encode_classic();
+        assert!(
+            classic.contains(r#"sidecar_race_k8s_events_not_posted_total{reason="dropped"} 0"#),
+            "{classic}"
+        );
+        assert!(
+            classic.contains(r#"sidecar_race_k8s_events_not_posted_total{reason="failed"} 0"#),
+            "{classic}"
+        );
+        m.update_events_not_posted(5, 2);
+        m.update_events_not_posted(7, 2);
+        let classic = m.encode_classic();
+        assert!(
+            classic.contains(r#"sidecar_race_k8s_events_not_posted_total{reason="dropped"} 7"#),
+            "{classic}"
+        );
+        assert!(
+            classic.contains(r#"sidecar_race_k8s_events_not_posted_total{reason="failed"} 2"#),
+            "{classic}"
         );
     }
 

@@ -342,15 +342,34 @@ impl Pipeline {
         Some((pod_uid, client))
     }
 
-    /// Incidents as the API shows them, newest first.
-    pub fn incidents(&self, filter: &Filter) -> Vec<IncidentView> {
-        self.detector
+    /// Incidents as the API shows them, newest first, at most `limit`, and whether
+    /// more matched. Phase, state and namespace are checked before a view is built
+    /// (views are what costs), the kind (it depends on the containers' roles) after.
+    pub fn incidents(&self, filter: &Filter, limit: usize) -> (Vec<IncidentView>, bool) {
+        let pods = &self.inventory.pods;
+        let mut matching = self
+            .detector
             .incidents()
             .newest_first()
             .filter(|i| i.is_shown())
+            .filter(|i| {
+                filter
+                    .phase
+                    .as_deref()
+                    .is_none_or(|p| p == i.phase.as_str())
+                    && filter
+                        .state
+                        .as_deref()
+                        .is_none_or(|s| s == i.state.as_str())
+                    && filter.namespace.as_deref().is_none_or(|n| {
+                        pods.pod(&i.pod_uid).map(|p| p.namespace.as_str()) == Some(n)
+                    })
+            })
             .map(|i| self.view(i))
-            .filter(|v| filter.matches(v))
-            .collect()
+            .filter(|v| filter.matches(v));
+        let list: Vec<IncidentView> = matching.by_ref().take(limit).collect();
+        let more = matching.next().is_some();
+        (list, more)
     }
 
     pub fn view(&self, incident: &Incident) -> IncidentView {

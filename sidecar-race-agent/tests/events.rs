@@ -3,6 +3,7 @@
 //! recurring race (series updated), rate-limited per node.
 
 use std::{
+    collections::HashSet,
     net::SocketAddr,
     sync::{Arc, Mutex, atomic::Ordering::Relaxed},
     time::Duration,
@@ -25,12 +26,25 @@ use sidecar_race_agent::{
     k8s_events::{EventPublisher, notice_for},
 };
 
+/// The fake API server's requests, and the Events it stores (by namespace/name) as
+/// a real one does: a create of an existing name is 409, a patch of a missing one 404.
 #[derive(Default)]
 struct Seen {
     requests: Vec<(Method, String, Value)>,
+    stored: HashSet<String>,
 }
 
 type Shared = Arc<Mutex<Seen>>;
+
+fn status(code: StatusCode, reason: &str) -> (StatusCode, Json<Value>) {
+    (
+        code,
+        Json(
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": reason, "reason": reason, "code": code.as_u16()}),
+        ),
+    )
+}
 
 async fn create(
     State(s): State<Shared>,
@@ -38,10 +52,12 @@ async fn create(
     body: Bytes,
 ) -> (StatusCode, Json<Value>) {
     let v: Value = serde_json::from_slice(&body).unwrap();
-    s.lock()
-        .unwrap()
-        .requests
-        .push((Method::POST, ns, v.clone()));
+    let mut s = s.lock().unwrap();
+    s.requests.push((Method::POST, ns.clone(), v.clone()));
+    let key = format!("{ns}/{}", v["metadata"]["name"].as_str().unwrap());
+    if !s.stored.insert(key) {
+        return status(StatusCode::CONFLICT, "AlreadyExists");
+    }
     (StatusCode::CREATED, Json(v))
 }
 
@@ -49,14 +65,19 @@ async fn update(
     State(s): State<Shared>,
     Path((ns, name)): Path<(String, String)>,
     body: Bytes,
-) -> Json<Value> {
+) -> (StatusCode, Json<Value>) {
     let v: Value = serde_json::from_slice(&body).unwrap();
-    s.lock()
-        .unwrap()
-        .requests
-        .push((Method::PATCH, format!("{ns}/{name}"), v));
-    Json(
-        json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": name, "namespace": ns}}),
+    let mut s = s.lock().unwrap();
+    let key = format!("{ns}/{name}");
+    s.requests.push((Method::PATCH, key.clone(), v));
+    if !s.stored.contains(&key) {
+        return status(StatusCode::NOT_FOUND, "NotFound");
+    }
+    (
+        StatusCode::OK,
+        Json(
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": name, "namespace": ns}}),
+        ),
     )
 }
 
@@ -258,4 +279,76 @@ fn only_migration_evidence_becomes_an_event() {
     v.destination = None;
     let n = notice_for(&v).expect("a stuck Job is reported");
     assert_eq!(n.reason, "JobKeptAliveBySidecar");
+}
+
+#[tokio::test]
+async fn a_recurrence_after_the_event_expired_creates_it_again() {
+    let (addr, seen) = fake_api().await;
+    let publisher = EventPublisher::spawn(client(addr), "node-a".into(), 30);
+    let notice = notice_for(&incident(Phase::Startup, "app", 15001)).unwrap();
+    publisher.notify(notice.clone());
+    let first = wait_requests(&seen, 1).await;
+    let name = first[0].2["metadata"]["name"].as_str().unwrap().to_string();
+    // The API server's event TTL (1 h by default) passes.
+    seen.lock().unwrap().stored.clear();
+    publisher.notify(notice);
+    let requests = wait_requests(&seen, 3).await;
+    let steps: Vec<(&Method, &str)> = requests
+        .iter()
+        .map(|(m, path, body)| {
+            let name = body["metadata"]["name"].as_str().unwrap_or(path);
+            (m, name.rsplit('/').next().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (&Method::POST, name.as_str()),
+            (&Method::PATCH, name.as_str()),
+            (&Method::POST, name.as_str())
+        ],
+        "the update finds no Event (404), so the Event is created again"
+    );
+    assert!(
+        seen.lock()
+            .unwrap()
+            .stored
+            .contains(&format!("shop/{name}")),
+        "the Event exists again"
+    );
+    assert_eq!(publisher.stats.created.load(Relaxed), 2);
+    assert_eq!(publisher.stats.failed.load(Relaxed), 0);
+}
+
+#[tokio::test]
+async fn a_race_posted_before_a_restart_updates_the_existing_event() {
+    let (addr, seen) = fake_api().await;
+    let notice = notice_for(&incident(Phase::Startup, "app", 15001)).unwrap();
+    // The agent before the restart posted it.
+    let before = EventPublisher::spawn(client(addr), "node-a".into(), 30);
+    before.notify(notice.clone());
+    let first = wait_requests(&seen, 1).await;
+    let name = first[0].2["metadata"]["name"].as_str().unwrap().to_string();
+
+    let after = EventPublisher::spawn(client(addr), "node-a".into(), 30);
+    after.notify(notice.clone());
+    let requests = wait_requests(&seen, 3).await;
+    assert_eq!(requests.len(), 3, "{requests:#?}");
+    assert_eq!(requests[1].0, Method::POST);
+    assert_eq!(requests[1].2["metadata"]["name"], name.as_str());
+    let (method, path, patch) = &requests[2];
+    assert_eq!(
+        (method, path.as_str()),
+        (&Method::PATCH, format!("shop/{name}").as_str()),
+        "the create finds the Event (409), so its series is updated"
+    );
+    assert_eq!(patch["series"]["count"], 2);
+    assert_eq!(after.stats.updated.load(Relaxed), 1);
+    assert_eq!(after.stats.failed.load(Relaxed), 0);
+
+    // Its next recurrence is an update too.
+    after.notify(notice);
+    let requests = wait_requests(&seen, 4).await;
+    assert_eq!(requests[3].0, Method::PATCH);
+    assert_eq!(requests[3].2["series"]["count"], 3);
 }

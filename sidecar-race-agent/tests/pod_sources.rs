@@ -437,3 +437,61 @@ async fn file_source_rereads_on_change_and_keeps_the_last_good_pods() {
     task.abort();
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Log lines written through a tracing subscriber, for asserting what an operator sees.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn logs_of(f: impl FnOnce()) -> String {
+    let out = Captured::default();
+    let writer = out.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
+}
+
+#[tokio::test]
+async fn kubelet_insecure_warns_that_the_token_goes_to_an_unverified_server() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let opts = SourceOptions {
+        node_ip: Some("10.0.0.7".into()),
+        kubelet_port: 10250,
+        kubelet_insecure: true,
+        ..SourceOptions::default()
+    };
+    let logs = logs_of(|| {
+        kubelet::client(&opts).unwrap();
+    });
+    let line = logs
+        .lines()
+        .find(|l| l.contains("--kubelet-insecure"))
+        .unwrap_or_else(|| panic!("no warning about --kubelet-insecure in {logs:?}"));
+    assert!(line.contains("WARN"), "{line}");
+    assert!(
+        line.contains("TLS certificate is NOT verified")
+            && line.contains("token is sent to whatever answers at https://10.0.0.7:10250/"),
+        "{line}"
+    );
+
+    let verified = SourceOptions {
+        kubelet_insecure: false,
+        ..opts
+    };
+    let logs = logs_of(|| {
+        kubelet::client(&verified).unwrap();
+    });
+    assert!(!logs.contains("WARN"), "{logs}");
+}

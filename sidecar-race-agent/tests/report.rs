@@ -804,7 +804,7 @@ async fn an_unreachable_agent_is_named() {
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!("agent at {prom} answered HTTP 404 to /api/v1/incidents: (empty body)")
+        format!("agent at {prom} answered HTTP 404 to /api/v1/incidents?limit=10000: (empty body)")
     );
 }
 
@@ -1138,5 +1138,54 @@ async fn agents_via_api_and_cluster_from_a_laptop() {
     assert!(
         seen.iter().any(|(_, p)| p.contains("labelSelector=app.kubernetes.io%2Fname%3Dsidecar-race-agent")),
         "{seen:?}"
+    );
+}
+
+/// An endpoint answering without end (a misconfigured proxy, a hostile server) costs
+/// the report at most its cap in memory and ends in one clear sentence.
+#[tokio::test]
+async fn answers_larger_than_the_cap_are_refused() {
+    use sidecar_race_agent::report::client::MAX_BODY_BYTES;
+    let chunk = axum::body::Bytes::from(vec![b' '; 1 << 20]);
+    let pieces = (MAX_BODY_BYTES >> 20) + 8;
+    let endless = move || {
+        let chunk = chunk.clone();
+        async move {
+            let stream = futures::stream::iter(
+                (0..pieces).map(move |_| Ok::<_, std::convert::Infallible>(chunk.clone())),
+            );
+            axum::body::Body::from_stream(stream)
+        }
+    };
+    let router = Router::new()
+        .route("/prom/api/v1/query", get(endless.clone()))
+        .route("/api/v1/incidents", get(endless));
+    let base = format!("http://{}", serve(router).await);
+
+    let err = report::collect(&Input::Agents(vec![base.clone()]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ReportError::TooLarge { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "agent at {base} answered /api/v1/incidents?limit=10000 with more than 64 MiB, more than the report reads from one answer"
+        )
+    );
+    let err = report::collect(&Input::Prometheus {
+        url: format!("{base}/prom"),
+        range: "7d".into(),
+    })
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReportError::TooLarge {
+                what: "Prometheus",
+                ..
+            }
+        ),
+        "{err:?}"
     );
 }

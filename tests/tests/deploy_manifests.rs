@@ -29,8 +29,6 @@ const DEFAULT_GRANTS: &[(&str, &str, &str)] = &[
     ("", "pods", "get"),
     ("", "pods", "list"),
     ("", "pods", "watch"),
-    ("", "events", "create"),
-    ("", "events", "patch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
 ];
@@ -60,6 +58,7 @@ const AGENT_METRICS: &[&str] = &[
     "sidecar_race_stuck_job_pods",
     "sidecar_race_unattributed_events_total",
     "sidecar_race_pod_source_errors_total",
+    "sidecar_race_k8s_events_not_posted_total",
     "sidecar_race_build_info",
     "sidecar_race_incidents_evicted_total",
     "sidecar_race_facts_out_of_order_total",
@@ -198,6 +197,7 @@ fn every_kustomization_renders_and_the_default_install_is_the_base() {
         "PriorityClass",
         "DaemonSet",
         "Service",
+        "NetworkPolicy",
     ] {
         assert!(!of_kind(&default, k).is_empty(), "deploy/ installs no {k}");
     }
@@ -456,6 +456,34 @@ fn daemonset_keeps_to_least_privilege() {
     assert_eq!(
         ds["spec"]["template"]["spec"]["containers"][0]["args"][4],
         "kubelet"
+    );
+}
+
+/// The agent's port is open to the monitoring namespace only: /api/v1/incidents names
+/// every pod of the node. The policy selects the agent's pods, admits ingress (the
+/// kubelet's probes come from the node, always admitted), and leaves egress alone.
+#[test]
+fn network_policy_admits_only_the_monitoring_namespace_to_the_agent_port() {
+    let default = rendered(".");
+    let np = the(&default, "NetworkPolicy");
+    let ds = the(&default, "DaemonSet");
+    assert_eq!(np["metadata"]["namespace"], NAMESPACE);
+    let pod_labels = &ds["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in np["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&pod_labels[k], v, "selects the agent's pods ({k})");
+    }
+    assert_eq!(np["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
+    let port = agent_container(ds)["ports"][0]["containerPort"].clone();
+    assert_eq!(
+        np["spec"]["ingress"],
+        serde_json::json!([{
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+            "ports": [{"port": port, "protocol": "TCP"}],
+        }]),
+        "one rule: the monitoring namespace, the agent's port"
     );
 }
 
@@ -1134,6 +1162,19 @@ fn overlay_example_sets_every_knob_and_changes_nothing_else() {
     assert!(
         env.iter()
             .any(|e| e["name"] == "SIDECAR_RACE_EVENTS_PER_MINUTE" && e["value"] == "10")
+    );
+    // network policy: another monitoring namespace, and the control plane's addresses
+    let np = the(&docs, "NetworkPolicy");
+    assert_eq!(
+        np["spec"]["ingress"][0]["from"],
+        serde_json::json!([
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prometheus"}}},
+            {"ipBlock": {"cidr": "10.0.0.0/28"}},
+        ])
+    );
+    assert_eq!(
+        np["spec"]["ingress"][0]["ports"],
+        the(&base, "NetworkPolicy")["spec"]["ingress"][0]["ports"]
     );
     // The base's environment is kept (the downward API the pod source needs).
     assert!(env.iter().any(|e| e["name"] == "NODE_NAME"));

@@ -44,6 +44,8 @@ pub struct RunOptions {
     /// Series per metric family with user-chosen labels (`--max-series-per-metric`).
     pub max_series_per_metric: usize,
     pub listen: SocketAddr,
+    /// `/api/v1/incidents` on its own address or off; `None`: on `listen`.
+    pub api_listen: Option<http::ApiListen>,
     pub stats_interval: Duration,
     pub detector: DetectorConfig,
     pub reorder_window: Duration,
@@ -90,16 +92,21 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let stop = stop_http.clone();
     let server = http::serve(
         opts.listen,
+        opts.api_listen,
         HttpState {
             ready: ready.clone(),
             stream: stream.stats.clone(),
             pipeline: pipeline.clone(),
             metrics: metrics.clone(),
         },
+        http::Limits::default(),
         async move { stop.notified().await },
     )
     .await
-    .with_context(|| format!("cannot listen on {}", opts.listen))?;
+    .with_context(|| match opts.api_listen {
+        Some(http::ApiListen::On(api)) => format!("cannot listen on {} and {api}", opts.listen),
+        _ => format!("cannot listen on {}", opts.listen),
+    })?;
     ready.store(true, Relaxed);
 
     let mut stats = tokio::time::interval(opts.stats_interval);
@@ -145,6 +152,13 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 let totals = bounds_totals(&lock(), &budget);
                 metrics.lock().expect("metrics lock").update_bounds(totals);
                 log_suppressed(&lock(), &mut budget);
+                if let Some(events) = &events {
+                    let s = &events.stats;
+                    metrics.lock().expect("metrics lock").update_events_not_posted(
+                        s.dropped.load(Relaxed),
+                        s.failed.load(Relaxed),
+                    );
+                }
             }
             _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),
             _ = &mut signal, if !stopping => {

@@ -6,7 +6,10 @@
 //! the container part by the runtime (`cri-containerd-<id>.scope`, `crio-<id>.scope`,
 //! `docker-<id>.scope`, `libpod-<id>.scope`, or the bare id under cgroupfs). The kubelet may itself
 //! run nested (kind and k3d nodes are containers, rootless k3s runs under a user service), so
-//! these are searched for anywhere in the path, and the innermost pod wins.
+//! these are searched for anywhere in the path. A pod segment below another pod's container
+//! is not trusted: a pod that can write its own cgroup tree (privileged, Sysbox,
+//! Docker-in-Docker) could name one after any pod UID and spoof that pod, so such paths are
+//! `Unknown` (unattributed).
 
 /// Container runtime that made a container cgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,11 +94,10 @@ pub enum PathInfo {
 /// including "" and trailing or doubled slashes, gets an answer.
 pub fn parse(path: &str) -> PathInfo {
     let segs = segments(path);
-    // Innermost pod wins: a kind node's pods sit below the host's docker scope for the node.
-    match segs
-        .iter()
-        .rposition(|s| matches!(s, Seg::Pod(_) | Seg::BadPod))
-    {
+    // A kind node's pods sit below the host's docker scope for the node (no pod above).
+    let is_pod = |s: &Seg| matches!(s, Seg::Pod(_) | Seg::BadPod);
+    match segs.iter().position(is_pod) {
+        Some(i) if segs[i + 1..].iter().any(is_pod) => PathInfo::Unknown,
         Some(i) => in_pod(&segs[i], segs.get(i + 1)),
         None => outside_pods(&segs),
     }
@@ -546,17 +548,53 @@ mod tests {
                 format!("/kubepods-pod{UID_}.slice:crio:{ID}"),
                 pc(UID, ID, CriO),
             ),
-            // Kubernetes in a pod (kind in CI): the outer pod's container holds it all ...
+            // Kubernetes in a pod (kind in CI): the outer pod's container holds it all
+            // (pods inside it are not trusted: see `pods_below_a_pods_container_are_not_trusted`).
             (
                 format!("/kubepods/burstable/pod{UID}/{ID}/kubelet/kubepods/besteffort"),
                 pc(UID, ID, Containerd),
             ),
-            // ... until a pod appears inside, which then wins.
+        ]);
+    }
+
+    /// A container that can write its cgroup tree could name a child after another
+    /// pod's UID; attributing it to that pod would let it spoof incidents and Events.
+    #[test]
+    fn pods_below_a_pods_container_are_not_trusted() {
+        let unknown = |p: String| (p, PathInfo::Unknown);
+        check(&[
+            // cgroupfs: a kubelet's tree with a pod inside a pod's container.
+            unknown(format!(
+                "/kubepods/burstable/pod{UID}/{ID}/kubepods/pod{UID2}/{ID2}"
+            )),
+            unknown(format!(
+                "/kubepods/burstable/pod{UID}/{ID}/kubepods/besteffort/pod{UID2}"
+            )),
+            unknown(format!(
+                "/kubepods/burstable/pod{UID}/{ID}/kubelet/kubepods/besteffort/pod{UID2}/{ID2}"
+            )),
+            // systemd: the same below a cri-containerd scope.
+            unknown(format!(
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/cri-containerd-{ID}.scope/kubepods-besteffort-pod{UID2_}.slice/cri-containerd-{ID2}.scope"
+            )),
+            unknown(format!(
+                "/kubepods.slice/kubepods-pod{UID_}.slice/crio-{ID}.scope/kubepods-pod{UID2_}.slice"
+            )),
+            // The systemd-style literal name a mismatched runtime writes, nested.
+            unknown(format!(
+                "/kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{ID}.scope/kubepods-pod{UID2_}.slice:cri-containerd:{ID2}"
+            )),
+        ]);
+        // The container's own cgroups below it still belong to it, whatever their
+        // names (cgroupfs names a pod only below kubepods).
+        check(&[
             (
-                format!(
-                    "/kubepods/burstable/pod{UID}/{ID}/kubelet/kubepods/besteffort/pod{UID2}/{ID2}"
-                ),
-                pc(UID2, ID2, Containerd),
+                format!("/kubepods/burstable/pod{UID}/{ID}/sub/deeper"),
+                pc(UID, ID, Containerd),
+            ),
+            (
+                format!("/kubepods/burstable/pod{UID}/{ID}/pod{UID2}/{ID2}"),
+                pc(UID, ID, Containerd),
             ),
         ]);
     }

@@ -12,7 +12,8 @@ use super::{
 };
 use crate::detect::{Phase, render::Kind};
 
-const PATH: &str = "/api/v1/incidents";
+/// An agent's whole history (up to its most, `MAX_LIMIT`).
+const PATH: &str = "/api/v1/incidents?limit=10000"; // crate::http::MAX_LIMIT
 
 /// The fields of an incident (README, "HTTP endpoints") the report uses.
 #[derive(Debug, Clone, Deserialize, PartialEq)]

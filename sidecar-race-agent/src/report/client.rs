@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use http_body_util::BodyExt;
 use kube::client::Body;
 
 use super::ReportError;
@@ -10,6 +11,9 @@ use super::ReportError;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Range queries over a week of a large fleet can take a while.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most the report reads of one answer (Prometheus' or an agent's): an agent's
+/// full history (10,000 incidents) is ~11 MB.
+pub const MAX_BODY_BYTES: usize = 64 << 20;
 
 /// A base URL to GET paths from; `what` names it in errors ("Prometheus", "agent").
 pub(crate) struct Endpoint {
@@ -66,11 +70,22 @@ impl Endpoint {
             .await
             .map_err(|e| unreachable(root_cause(&e)))?;
         let status = res.status().as_u16();
-        let bytes = res
-            .into_body()
-            .collect_bytes()
+        let too_large = || ReportError::TooLarge {
+            what: self.what,
+            url: self.url.clone(),
+            path: path_and_query.to_string(),
+            limit_mib: MAX_BODY_BYTES >> 20,
+        };
+        let declared = res
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+            return Err(too_large());
+        }
+        let bytes = read_capped(res.into_body())
             .await
-            .map_err(|e| unreachable(root_cause(&e)))?;
+            .map_err(|e| e.map_or_else(too_large, |e| unreachable(root_cause(&e))))?;
         Ok(Answer {
             status,
             body: String::from_utf8_lossy(&bytes).into_owned(),
@@ -87,6 +102,21 @@ impl Endpoint {
             body: snippet(&answer.body),
         }
     }
+}
+
+/// A body of at most `MAX_BODY_BYTES`; `Err(None)` when it is larger.
+pub(crate) async fn read_capped(mut body: Body) -> Result<Vec<u8>, Option<kube::Error>> {
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(Some)?;
+        if let Some(data) = frame.data_ref() {
+            if bytes.len() + data.len() > MAX_BODY_BYTES {
+                return Err(None);
+            }
+            bytes.extend_from_slice(data);
+        }
+    }
+    Ok(bytes)
 }
 
 /// The innermost cause says what went wrong ("Connection refused (os error 111)");

@@ -19,7 +19,7 @@
 //! code says what to do, here and on `/api/v1/incidents`.
 
 pub mod agents;
-mod client;
+pub mod client;
 pub mod plan;
 pub mod prometheus;
 pub mod render;
@@ -63,6 +63,15 @@ pub enum ReportError {
         path: String,
         status: u16,
         body: String,
+    },
+    #[error(
+        "{what} at {url} answered {path} with more than {limit_mib} MiB, more than the report reads from one answer"
+    )]
+    TooLarge {
+        what: &'static str,
+        url: String,
+        path: String,
+        limit_mib: usize,
     },
     #[error("Prometheus at {url} rejected the query ({error_type}): {error}")]
     Prometheus {
@@ -322,7 +331,8 @@ fn workload(key: &WorkloadKey, ev: &Evidence) -> Option<WorkloadReport> {
             .map(|s| (affected as f64 / s as f64).min(1.0)),
         incidents: whole(sum(None)),
         startup_incidents: whole(sum(Some(Phase::Startup))),
-        stuck_job_pods: stuck.iter().map(|(_, n)| n).sum(),
+        // Counts from a source are not trusted to be small: sums saturate.
+        stuck_job_pods: stuck.iter().fold(0, |sum, (_, n)| sum.saturating_add(*n)),
         refusals: whole(refusals.iter().map(|r| r.count).sum()),
         race_window_p50_seconds: ev.window_p50,
         race_window_p95_seconds: ev.window_p95,
@@ -378,12 +388,18 @@ fn fixes(incidents: &[&IncidentCount], refusals: &[&RefusalCount]) -> Vec<Fix> {
                 r.port,
             ))
             .or_insert_with(|| fix(i, &r.container, r.port))
-            .refusals += whole(r.count);
+            .add_refusals(whole(r.count));
         }
     }
     let mut fixes: Vec<Fix> = out.into_values().collect();
     fixes.sort_by(|a, b| a.phase.cmp(&b.phase).then(b.refusals.cmp(&a.refusals)));
     fixes
+}
+
+impl Fix {
+    fn add_refusals(&mut self, n: u64) {
+        self.refusals = self.refusals.saturating_add(n);
+    }
 }
 
 fn fix(i: &IncidentCount, container: &str, port: u16) -> Fix {
@@ -472,6 +488,30 @@ pub fn parse_pattern(s: &str) -> Pattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A source answering absurd counts (a broken exporter, a hostile endpoint) gets a
+    /// report with saturated numbers, not a panic.
+    #[test]
+    fn huge_counts_saturate_instead_of_overflowing() {
+        let ev = Evidence {
+            incidents: vec![inc("istio-proxy", Phase::Startup, Pattern::Classic, 1e300)],
+            refusals: vec![
+                refused("istio-proxy", Phase::Startup, 15001, 1e300),
+                refused("istio-proxy", Phase::Startup, 15001, f64::INFINITY),
+            ],
+            stuck_job_pods: [("a".to_string(), 1e300), ("b".to_string(), 1e300)].into(),
+            ..Evidence::default()
+        };
+        let fleet = Fleet {
+            source: Source::Agents { urls: vec![] },
+            workloads: [(key("checkout"), ev)].into(),
+        };
+        let r = build(fleet, None);
+        let w = &r.workloads[0];
+        assert_eq!(w.stuck_job_pods, u64::MAX);
+        assert_eq!(w.fixes[0].refusals, u64::MAX);
+        assert_eq!(w.incidents, u64::MAX);
+    }
 
     fn key(name: &str) -> WorkloadKey {
         WorkloadKey {

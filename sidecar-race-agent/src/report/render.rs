@@ -59,11 +59,15 @@ const NUMERIC: [bool; 11] = [
 ];
 
 fn table(r: &Report) -> String {
-    let mut out = format!("{}\n", headline(r));
+    let mut out = format!("{}\n", printable(&headline(r)));
     if r.workloads.is_empty() {
         return out + &footer(r);
     }
-    let rows: Vec<[String; 11]> = r.workloads.iter().map(|w| cells(w, false)).collect();
+    let rows: Vec<[String; 11]> = r
+        .workloads
+        .iter()
+        .map(|w| cells(w, false).map(|c| printable(&c)))
+        .collect();
     let mut widths = HEADERS.map(str::len);
     for row in &rows {
         for (w, c) in widths.iter_mut().zip(row) {
@@ -87,16 +91,21 @@ fn table(r: &Report) -> String {
     }
     out.push_str("\nFixes:\n");
     for w in &r.workloads {
-        let _ = writeln!(out, "{}. {}", w.rank, workload_name(w));
+        let _ = writeln!(out, "{}. {}", w.rank, printable(&workload_name(w)));
         for f in &w.fixes {
-            let _ = writeln!(out, "   - {}: {}", fix_subject(f, false), f.advice);
+            let _ = writeln!(
+                out,
+                "   - {}: {}",
+                printable(&fix_subject(f, false)),
+                printable(&f.advice)
+            );
         }
     }
     out + &footer(r)
 }
 
 fn markdown(r: &Report) -> String {
-    let mut out = format!("## Sidecar race report\n\n{}\n", headline(r));
+    let mut out = format!("## Sidecar race report\n\n{}\n", printable(&headline(r)));
     if r.workloads.is_empty() {
         return out + &footer(r);
     }
@@ -116,7 +125,7 @@ fn markdown(r: &Report) -> String {
             let _ = writeln!(
                 out,
                 "   - {}: {}",
-                fix_subject(f, true),
+                printable(&fix_subject(f, true)),
                 md_escape(&f.advice)
             );
         }
@@ -270,7 +279,25 @@ fn seconds(v: Option<f64>) -> String {
 
 /// Keeps a cell a cell: `|` would split it, a newline would end the row.
 fn md_escape(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    printable(&s.replace('|', "\\|").replace('\n', " "))
+}
+
+/// Names come from users (pods, workloads, containers): control characters (terminal
+/// escapes, carriage returns, newlines) and bidirectional overrides are shown escaped
+/// (`\x1b`, `\u{202e}`) so they cannot rewrite the terminal or reorder what is read.
+pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() && (c as u32) < 0x100 {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else if c.is_control() || bidi {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -337,6 +364,33 @@ mod tests {
         assert!(row.contains(" -  "), "starts unknown: {t}");
         assert!(row.contains("1.50s"), "{t}");
         assert!(t.contains("   - startup: app → istio-proxy:15001 (classic, 12 refusals): Move"));
+    }
+
+    #[test]
+    fn control_characters_in_names_are_shown_escaped() {
+        let mut r = report();
+        let w = &mut r.workloads[0];
+        w.workload = Some("checkout\x1b[2J\x1b]0;pwned\x07".into());
+        w.fixes[0].container = Some("app\r\nFAKE LINE".into());
+        w.fixes[0].advice = "Move \u{202e}yxorp-oitsi\u{202c} now.\u{9b}31m".into();
+        for format in [Format::Table, Format::Markdown] {
+            let t = render(&r, format);
+            assert!(
+                !t.chars()
+                    .any(|c| (c.is_control() && c != '\n') || matches!(c, '\u{202a}'..='\u{202e}')),
+                "{format:?}: {t:?}"
+            );
+            assert!(t.contains(r"checkout\x1b[2J\x1b]0;pwned\x07"), "{t}");
+            assert!(t.contains(r"app\x0d\x0aFAKE LINE"), "{t}");
+            assert!(
+                t.contains(r"Move \u{202e}yxorp-oitsi\u{202c} now.\x9b31m"),
+                "{t}"
+            );
+            assert!(!t.lines().any(|l| l.starts_with("FAKE LINE")), "{t}");
+        }
+        // JSON carries the names as they are (its escaping is JSON's).
+        let j = render(&r, Format::Json);
+        assert!(j.contains(r"checkout\u001b[2J"), "{j}");
     }
 
     #[test]

@@ -47,13 +47,32 @@ pub async fn collect_with(
         let path =
             format!("/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/api/v1/incidents");
         let what = format!("pods/proxy {namespace}/{name}");
-        let request = http::Request::get(&path)
-            .body(Vec::new())
+        let request = http::Request::get(format!("{path}?limit={}", crate::http::MAX_LIMIT))
+            .body(kube::client::Body::empty())
             .map_err(|e| ReportError::Api(format!("{what}: {e}")))?;
-        let body = client
-            .request_text(request)
+        let res = client
+            .send(request)
             .await
             .map_err(|e| ReportError::Api(format!("{what}: {e}")))?;
+        let status = res.status();
+        let body = super::client::read_capped(res.into_body())
+            .await
+            .map_err(|e| match e {
+                Some(e) => ReportError::Api(format!("{what}: {e}")),
+                None => ReportError::TooLarge {
+                    what: "agent",
+                    url: what.clone(),
+                    path: path.clone(),
+                    limit_mib: super::client::MAX_BODY_BYTES >> 20,
+                },
+            })?;
+        let body = String::from_utf8_lossy(&body);
+        if !status.is_success() {
+            return Err(ReportError::Api(format!(
+                "{what}: HTTP {status}: {}",
+                super::client::snippet(&body)
+            )));
+        }
         agents::parse(&what, &body)
     });
     let lists = futures::future::try_join_all(fetches).await?;

@@ -26,6 +26,11 @@ pub fn client(opts: &SourceOptions) -> Result<Client, String> {
     let url = format!("https://{host}:{}", opts.kubelet_port)
         .parse()
         .map_err(|e| format!("bad kubelet address {ip}: {e}"))?;
+    if opts.kubelet_insecure {
+        tracing::warn!(
+            "--kubelet-insecure: the kubelet's TLS certificate is NOT verified; the service-account token is sent to whatever answers at {url} (anyone who can intercept this node's traffic to it can take the token)"
+        );
+    }
     let mut config = Config::new(url);
     config.accept_invalid_certs = opts.kubelet_insecure;
     let ca = opts.kubelet_ca.clone().or_else(|| {
