@@ -123,7 +123,7 @@ fn a_flooding_neighbour_does_not_split_or_evict_a_race_in_metrics_and_api() {
     p.kernel_event(&KernelEvent::Listen(socket(t, 102, "0.0.0.0:15001", None)));
     m.record(&p.tick(t + MS), &p, now);
     let mine: Vec<_> = p
-        .incidents(&Filter::default())
+        .incidents(&Filter::default(), usize::MAX).0
         .into_iter()
         .filter(|v| v.pod_uid == CHECKOUT)
         .collect();
@@ -164,7 +164,7 @@ fn detector_state_of_a_pod_whose_removal_was_lost_is_pruned() {
     p.inventory.cgroups.scan_at(5 * MS).unwrap();
     p.forget_gone_pods(5 * MS);
     assert_eq!(p.detector.tracked_pods(), 0);
-    let v = &p.incidents(&Filter::default())[0];
+    let v = &p.incidents(&Filter::default(), usize::MAX).0[0];
     assert_eq!((v.state, v.phase), (State::Resolved, Phase::Unresolved));
     std::fs::remove_dir_all(root).unwrap();
 }
@@ -179,7 +179,7 @@ fn a_pod_the_source_cannot_read_in_a_relist_keeps_its_open_race() {
     p.kernel_event(&refused(2 * MS, 101, "127.0.0.1:15001"));
     p.tick(3 * MS);
     let open = |p: &Pipeline| {
-        p.incidents(&Filter::default())
+        p.incidents(&Filter::default(), usize::MAX).0
             .iter()
             .filter(|v| v.state == State::Open)
             .count()
