@@ -14,8 +14,8 @@ use sidecar_race_agent::{
     },
 };
 use sidecar_race_ebpf::abi::{
-    self, AF_INET, AF_INET6, CGROUP_EVENT_SIZE, CgroupEvent, Header, SOCKET_EVENT_SIZE, SocketEvent,
-    flags, kind,
+    self, AF_INET, AF_INET6, CGROUP_EVENT_SIZE, CgroupEvent, Header, SOCKET_EVENT_SIZE,
+    SocketEvent, flags, kind,
 };
 
 fn bytes_of<T: Copy>(v: &T) -> Vec<u8> {
