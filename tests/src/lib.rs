@@ -11,5 +11,6 @@ pub mod operator;
 pub mod pod;
 pub mod root;
 pub mod scenario;
+pub mod soak;
 pub mod tools;
 pub mod vm;
