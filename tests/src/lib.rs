@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod cri;
+pub mod fake_api;
 pub mod http;
 pub mod operator;
 pub mod pod;

@@ -54,6 +54,12 @@ pub struct SoakReport {
     /// Incidents of fixed pods (false incidents).
     pub false_incidents: Vec<String>,
     pub refusals_seen: Option<f64>,
+    /// Records the full ring buffer could not take.
+    pub events_lost: Option<f64>,
+    /// Incidents in the API at the end that are not the soak's pods': the agent watches
+    /// the whole node, and on a shared machine other tests' pods count against the same
+    /// history and memory.
+    pub other_incidents: usize,
     /// Agent stderr lines that tell of a panic.
     pub panics: Vec<String>,
 }
@@ -79,9 +85,8 @@ impl SoakReport {
     }
 
     fn growth_ok(&self, f: impl Fn(&Sample) -> u64, slack: f64) -> Option<bool> {
-        self.ends(f).map(|(start, end)| {
-            end - start <= (start * MAX_GROWTH_PERCENT / 100.0).max(slack)
-        })
+        self.ends(f)
+            .map(|(start, end)| end - start <= (start * MAX_GROWTH_PERCENT / 100.0).max(slack))
     }
 
     /// Every check that failed, in words; empty when the soak passed.
@@ -140,7 +145,11 @@ impl SoakReport {
             None => "no samples",
         };
         for (name, f, slack) in [
-            ("agent RSS (KiB)", (|s: &Sample| s.rss_kib) as fn(&Sample) -> u64, 0.0),
+            (
+                "agent RSS (KiB)",
+                (|s: &Sample| s.rss_kib) as fn(&Sample) -> u64,
+                0.0,
+            ),
             ("open file descriptors", |s: &Sample| s.fds, FD_SLACK),
         ] {
             let (a, b) = self
@@ -158,7 +167,9 @@ impl SoakReport {
             "| racing pods with their resolved `startup` incident | | {} / {} | all | {} |",
             self.incidents_found,
             self.racing_pods,
-            verdict(Some(self.incidents_wrong.is_empty() && self.racing_pods > 0))
+            verdict(Some(
+                self.incidents_wrong.is_empty() && self.racing_pods > 0
+            ))
         );
         let _ = writeln!(
             t,
@@ -170,8 +181,17 @@ impl SoakReport {
         let _ = writeln!(
             t,
             "| refusals the kernel saw (storm included) | | {} | | |",
-            self.refusals_seen
-                .map_or("-".into(), |r| format!("{r:.0}"))
+            self.refusals_seen.map_or("-".into(), |r| format!("{r:.0}"))
+        );
+        let _ = writeln!(
+            t,
+            "| kernel events lost (full ring) | | {} | | |",
+            self.events_lost.map_or("-".into(), |r| format!("{r:.0}"))
+        );
+        let _ = writeln!(
+            t,
+            "| incidents of pods not the soak's (a shared node) | | {} | | |",
+            self.other_incidents
         );
         let _ = writeln!(
             t,
@@ -220,10 +240,16 @@ pub fn run(duration: Duration) -> SoakReport {
     // The storm: one pod dialing a port nobody opens, all along.
     let mut storm = SimPod::new("storm").expect("storm pod");
     let storm_app = storm.container("app").expect("storm container");
+    let storm_uid = storm.uid.clone();
     app(
         &mut storm,
         &storm_app,
-        &["--connect", "127.0.0.1:9", "--interval-ms", STORM_INTERVAL_MS],
+        &[
+            "--connect",
+            "127.0.0.1:9",
+            "--interval-ms",
+            STORM_INTERVAL_MS,
+        ],
     );
 
     let mut manifests: Vec<(String, serde_json::Value)> = Vec::new();
@@ -325,11 +351,22 @@ pub fn run(duration: Duration) -> SoakReport {
         .flat_map(|uid| of(uid))
         .map(|i| format!("{} {} {}", i["pod_uid"], i["phase"], i["state"]))
         .collect();
-    let refusals_seen = crate::http::get(&agent.addr, "/metrics").and_then(|(_, body)| {
-        body.lines()
-            .find_map(|l| l.strip_prefix("sidecar_race_kernel_events_total{kind=\"refused\"} "))
+    let metrics = crate::http::get(&agent.addr, "/metrics")
+        .map(|(_, body)| body)
+        .unwrap_or_default();
+    let metric = |series: &str| -> Option<f64> {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
             .and_then(|v| v.trim().parse().ok())
-    });
+    };
+    let refusals_seen = metric("sidecar_race_kernel_events_total{kind=\"refused\"}");
+    let events_lost = metric("sidecar_race_kernel_events_lost_total");
+    let ours: Vec<&String> = racing.iter().chain(&fixed).chain([&storm_uid]).collect();
+    let other_incidents = all
+        .iter()
+        .filter(|i| !ours.iter().any(|u| i["pod_uid"] == u.as_str()))
+        .count();
     let log = agent.stop();
     let _ = std::fs::remove_file(&pods_file);
     SoakReport {
@@ -342,10 +379,9 @@ pub fn run(duration: Duration) -> SoakReport {
         fixed_pods: fixed.len(),
         false_incidents,
         refusals_seen,
-        panics: log
-            .into_iter()
-            .filter(|l| l.contains("panicked"))
-            .collect(),
+        events_lost,
+        other_incidents,
+        panics: log.into_iter().filter(|l| l.contains("panicked")).collect(),
     }
 }
 

@@ -78,7 +78,8 @@ pub async fn watch(
                 stats.error();
                 if !failing {
                     tracing::warn!(
-                        "pod source api: {e}; retrying with backoff, attribution by cgroup continues"
+                        "pod source api: {}; retrying with backoff, attribution by cgroup continues",
+                        super::with_causes(&e)
                     );
                 }
                 failing = true;
