@@ -253,6 +253,7 @@ fn kubelet_with_a_bad_certificate_is_a_clear_error_and_detection_goes_on() {
         "0.5",
     ]);
     let line = agent.wait_log(&["pod source kubelet: GET /pods"], SETTLE);
+    eprintln!("{line}");
     assert!(
         line.to_lowercase().contains("certificate")
             && line.contains("attribution by cgroup continues"),
