@@ -265,7 +265,7 @@ pub fn run(duration: Duration) -> SoakReport {
             samples.extend(sample(agent.pid(), started.elapsed()));
             next_sample += SAMPLE_EVERY;
         }
-        let races = n % 2 == 0;
+        let races = n.is_multiple_of(2);
         let mut pod = SimPod::new(&format!("soak{n}")).expect("a simulated pod");
         let p = pod.container("proxy").expect("proxy container");
         let a = pod.container("app").expect("app container");

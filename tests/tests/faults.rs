@@ -274,7 +274,7 @@ fn pods_file_deleted_or_truncated_keeps_the_last_good_pods() {
     let source = format!("file:{}", file.display());
     let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.2"]);
     let (mut known, p1, a1, m1) = pod("filekept");
-    write_pod_list(&file, &[m1.clone()]);
+    write_pod_list(&file, std::slice::from_ref(&m1));
     agent.wait_log(&["pod source file: read", "\"pods\":1"], SETTLE);
 
     std::fs::remove_file(&file).unwrap();
