@@ -122,13 +122,9 @@ impl FakeApi {
             .count()
     }
 
-    /// A kubeconfig whose current context is this fake.
+    /// A kubeconfig whose current context is this fake (removed with the fake).
     pub fn kubeconfig(&self) -> PathBuf {
-        let path = std::env::temp_dir().join(format!(
-            "sr-fake-api-{}-{}.kubeconfig",
-            std::process::id(),
-            self.port
-        ));
+        let path = self.kubeconfig_path();
         std::fs::write(
             &path,
             format!(
@@ -141,9 +137,20 @@ impl FakeApi {
     }
 }
 
+impl FakeApi {
+    fn kubeconfig_path(&self) -> PathBuf {
+        std::env::temp_dir().join(format!(
+            "sr-fake-api-{}-{}.kubeconfig",
+            std::process::id(),
+            self.port
+        ))
+    }
+}
+
 impl Drop for FakeApi {
     fn drop(&mut self) {
         self.down();
+        let _ = std::fs::remove_file(self.kubeconfig_path());
     }
 }
 

@@ -181,7 +181,6 @@ fn api_server_returning_410_relists() {
     race(&agent, &mut pod, &p, &a);
     wait_named(&agent, &pod.uid);
     assert!(api.lists() >= 2, "410 Gone makes the agent list again");
-    api.set_mode(Mode::Healthy);
 }
 
 /// A TLS server on loopback whose certificate no CA the agent is given signs.
