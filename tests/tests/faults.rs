@@ -143,6 +143,10 @@ fn api_server_slow() {
         "the race was detected while the first list was pending"
     );
     assert_eq!(i["namespace"], Value::Null, "{i:#}");
+    agent.wait_log(
+        &["pod source api: no pod list from the API server after 10 s"],
+        SETTLE,
+    );
     agent.wait_log(&["listed this node's pods"], RECOVERY);
     wait_named(&agent, &pod.uid);
 }
