@@ -123,7 +123,8 @@ fn a_flooding_neighbour_does_not_split_or_evict_a_race_in_metrics_and_api() {
     p.kernel_event(&KernelEvent::Listen(socket(t, 102, "0.0.0.0:15001", None)));
     m.record(&p.tick(t + MS), &p, now);
     let mine: Vec<_> = p
-        .incidents(&Filter::default(), usize::MAX).0
+        .incidents(&Filter::default(), usize::MAX)
+        .0
         .into_iter()
         .filter(|v| v.pod_uid == CHECKOUT)
         .collect();
@@ -179,7 +180,8 @@ fn a_pod_the_source_cannot_read_in_a_relist_keeps_its_open_race() {
     p.kernel_event(&refused(2 * MS, 101, "127.0.0.1:15001"));
     p.tick(3 * MS);
     let open = |p: &Pipeline| {
-        p.incidents(&Filter::default(), usize::MAX).0
+        p.incidents(&Filter::default(), usize::MAX)
+            .0
             .iter()
             .filter(|v| v.state == State::Open)
             .count()

@@ -166,6 +166,11 @@ pub struct RunAgent {
 impl RunAgent {
     /// Starts `run` on a free loopback port with `args`, and waits until it is ready.
     pub fn start(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[])
+    }
+
+    /// [`RunAgent::start`] with extra environment variables (e.g. `KUBECONFIG`).
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let addr = format!("127.0.0.1:{}", crate::http::free_port());
         let mut child = Command::new(agent_binary())
             // No Events: a developer's KUBECONFIG must not receive the tests' races.
@@ -179,6 +184,7 @@ impl RunAgent {
             ])
             .args(args)
             .env("SIDECAR_RACE_LOG_FORMAT", "json")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -213,6 +219,32 @@ impl RunAgent {
     /// The agent's process id (its /proc/PID/status tells its memory).
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Waits until a log line contains every one of `needles`; returns that line.
+    pub fn wait_log(&self, needles: &[&str], timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(line) = self
+                .stderr()
+                .into_iter()
+                .find(|l| needles.iter().all(|n| l.contains(n)))
+            {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the agent did not log {needles:?} within {timeout:?}; its log:\n{}",
+                self.stderr().join("\n")
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL, as the OOM killer or a node crash ends it; nothing runs on its way out.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// `GET /api/v1/incidents?query`.

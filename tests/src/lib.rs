@@ -6,10 +6,12 @@
 
 pub mod agent;
 pub mod cri;
+pub mod fake_api;
 pub mod http;
 pub mod operator;
 pub mod pod;
 pub mod root;
 pub mod scenario;
+pub mod soak;
 pub mod tools;
 pub mod vm;

@@ -6,6 +6,7 @@ mod image;
 mod kernels;
 mod run;
 mod setup;
+mod soak;
 
 use clap::{Parser, Subcommand};
 
@@ -45,6 +46,15 @@ enum Task {
         /// target/ (the test suite runs this so the harness does not rot).
         #[arg(long)]
         smoke: bool,
+    },
+    /// Set up, build (release), run the agent under pod churn and a refusal storm for
+    /// N minutes, and check it neither grows nor loses incidents (root).
+    Soak {
+        #[arg(long, default_value_t = 30.0)]
+        minutes: f64,
+        /// Where the summary table goes (default target/soak/SOAK.md).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
     },
 }
 
@@ -94,6 +104,10 @@ fn main() -> anyhow::Result<()> {
                 true,
                 &root.join("target/bench-smoke/BENCHMARKS.md"),
             )
+        }
+        Task::Soak { minutes, out } => {
+            setup::ensure()?;
+            soak::soak(minutes, out)
         }
         Task::Demo => {
             setup::ensure()?;

@@ -6,7 +6,7 @@
 //! 3. otherwise install route 1 with apt-get.
 //!
 //! Plus `bpf-linker` (cargo install, built against Debian's LLVM 22 or 23) and the
-//! tools the root tests drive: iproute2, iptables.
+//! tools the root tests drive: iproute2, iptables, bpftool.
 //!
 //! And the checkers of `deploy/` (tests/tests/deploy_manifests.rs): `kubectl` for
 //! kustomize (Debian's `kubernetes-client` when there is no kubectl), `promtool`
@@ -55,6 +55,8 @@ pub fn ensure() -> anyhow::Result<()> {
         ("ip", "iproute2"),
         ("iptables", "iptables"),
         ("protoc", "protobuf-compiler"),
+        // The restart fault test counts the kernel's BPF programs and links with it.
+        ("bpftool", "bpftool"),
     ] {
         if !have(tool) {
             apt.want(&[package]);

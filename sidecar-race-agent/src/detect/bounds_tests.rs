@@ -125,6 +125,27 @@ fn beyond_the_total_cap_the_pod_holding_the_most_gives_up_a_final_incident_first
     assert_eq!(d.incidents().evicted(), 3);
 }
 
+/// A full history never pays with the incident it has just stored: the newcomer's
+/// refusal is counted in it, and an older incident of a pod holding as many leaves.
+#[test]
+fn a_newcomer_at_the_total_cap_keeps_its_incident() {
+    let mut d = Detector::new(DetectorConfig {
+        history: 1,
+        history_per_pod: 10,
+        ..DetectorConfig::default()
+    });
+    for pod in [FLOODER, NEIGHBOUR] {
+        d.observe(started(0, pod), &NoMeta);
+    }
+    d.observe(refused(MS, FLOODER, "app", "127.0.0.1:9000"), &NoMeta);
+    d.observe(refused(2 * MS, NEIGHBOUR, "app", "127.0.0.1:15001"), &NoMeta);
+    let mine = of_pod(&d, NEIGHBOUR);
+    assert_eq!(mine.len(), 1, "the neighbour's incident is kept");
+    assert_eq!(mine[0].refused_count, 1);
+    assert!(of_pod(&d, FLOODER).is_empty());
+    assert_eq!(d.incidents().evicted(), 1);
+}
+
 /// The agent lags: its tick comes seconds after the kernel time of the facts it holds,
 /// and the refusals from another CPU are still queued when the listener is held.
 #[test]

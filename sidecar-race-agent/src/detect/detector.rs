@@ -705,9 +705,11 @@ impl Detector {
         let Some(inc) = self.log.get(id) else {
             return vec![];
         };
-        // A container refused by its own port before it listened (its exec probe).
+        // A container refused by its own port before it listened (its exec probe). Not
+        // once the incident is `unresolved`: that phase is final and already counted.
         if let (Client::Container(client), Some(server)) = (&inc.client, &container_id)
             && client == server
+            && !inc.is_final()
         {
             return self.discard(pod_uid, id, NotARace::SelfRefusal);
         }
@@ -857,12 +859,19 @@ impl Detector {
         let Some(inc) = self.log.get_mut(id) else {
             return vec![];
         };
+        // Its refusals were counted as not a race the first time.
+        if inc.hidden == Some(Hidden::Discarded) {
+            return vec![];
+        }
         // Nothing counted it yet: accounting waits for an incident to be final, and a
         // final incident is never discarded.
         inc.hidden = Some(Hidden::Discarded);
         inc.state = State::Resolved;
         let refused = inc.refused_count;
         self.forget_open(pod_uid, id);
+        if let Some(ps) = self.pods.get_mut(pod_uid) {
+            ps.awaiting_ips.retain(|i| *i != id);
+        }
         vec![Change::NotARace { why, refused }]
     }
 

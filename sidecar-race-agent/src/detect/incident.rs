@@ -211,16 +211,19 @@ impl IncidentLog {
         let pod = incident.pod_uid.clone();
         let mut evicted = Vec::new();
         if self.held_by(&pod) >= self.per_pod {
-            evicted.extend(self.evict_from(&pod));
+            evicted.extend(self.evict_from(&pod, None));
         }
         let held = self.held_by(&pod);
         self.by_pod.entry(pod.clone()).or_default().insert(id);
         self.resize(&pod, held, held + 1);
         self.incidents.insert(id, incident);
-        if self.incidents.len() > self.capacity
-            && let Some((_, biggest)) = self.sizes.last().cloned()
-        {
-            evicted.extend(self.evict_from(&biggest));
+        if self.incidents.len() > self.capacity {
+            // The pod holding the most pays, but never with the incident just stored:
+            // its caller is about to count refusals into it.
+            let holders: Vec<String> = self.sizes.iter().rev().map(|(_, p)| p.clone()).collect();
+            if let Some(old) = holders.iter().find_map(|p| self.evict_from(p, Some(id))) {
+                evicted.push(old);
+            }
         }
         self.evicted += evicted.len() as u64;
         (id, evicted)
@@ -231,14 +234,14 @@ impl IncidentLog {
         self.by_pod.get(pod_uid).map_or(0, BTreeSet::len)
     }
 
-    /// The pod's oldest final incident, else its oldest.
-    fn evict_from(&mut self, pod: &str) -> Option<Incident> {
+    /// The pod's oldest final incident, else its oldest; never `keep`.
+    fn evict_from(&mut self, pod: &str, keep: Option<u64>) -> Option<Incident> {
         let ids = self.by_pod.get(pod)?;
-        let victim = ids
-            .iter()
-            .copied()
+        let mut candidates = ids.iter().copied().filter(|id| Some(*id) != keep);
+        let victim = candidates
+            .clone()
             .find(|id| self.incidents.get(id).is_some_and(Incident::is_final))
-            .or_else(|| ids.first().copied())?;
+            .or_else(|| candidates.next())?;
         let held = ids.len();
         let ids = self.by_pod.get_mut(pod).expect("looked up above");
         ids.remove(&victim);

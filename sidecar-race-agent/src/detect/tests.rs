@@ -896,6 +896,43 @@ fn a_container_refused_by_its_own_port_is_no_incident() {
     }));
 }
 
+/// Found by the detector's property test: an `unresolved` incident (final, already
+/// counted) was discarded as a self-refusal when its own container listened later,
+/// counting its refusals twice and taking it out of the API.
+#[test]
+fn an_unresolved_incident_stays_when_its_own_container_listens_later() {
+    let (mut d, _) = run(vec![refused(0, PROXY, "127.0.0.1:15090")], &NoMeta);
+    d.advance(120 * S, &NoMeta);
+    assert_eq!(all(&d)[0].phase, Phase::Unresolved);
+    let changes = d.observe(up(121 * S, PROXY, "0.0.0.0:15090"), &NoMeta);
+    assert!(
+        !changes.iter().any(|c| matches!(c, Change::NotARace { .. })),
+        "its refusals are counted once: {changes:?}"
+    );
+    let shown = all(&d);
+    assert_eq!(shown.len(), 1, "still in the API");
+    assert_eq!(shown[0].phase, Phase::Unresolved, "a final phase stays");
+}
+
+/// Found by the detector's property test: a refusal to a pod IP waiting for the pod's
+/// IPs, then discarded as the container's own port, was counted as not a race a second
+/// time when the pod went away.
+#[test]
+fn a_discarded_incident_is_counted_once() {
+    let mut facts = vec![refused(0, APP, "10.0.0.2:9090")];
+    facts.push(up(MS, APP, "10.0.0.2:9090"));
+    facts.push(removed(2 * MS));
+    let (_, changes) = run(facts, &NoMeta);
+    let not_a_race: u64 = changes
+        .iter()
+        .map(|c| match c {
+            Change::NotARace { refused, .. } => *refused,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(not_a_race, 1, "one refusal, counted once: {changes:?}");
+}
+
 #[test]
 fn roles_unknown_without_metadata_are_said_in_the_incident() {
     let (d, _) = run(

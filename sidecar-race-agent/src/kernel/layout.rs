@@ -49,7 +49,7 @@ pub const TRACEPOINTS: [Tracepoint; 5] = [
         name: "cgroup_mkdir",
         program: "cgroup_mkdir",
         required: false,
-        capability: "container-created events (cgroup paths are then found by rescanning)",
+        capability: "container-created events (cgroup paths are then found by rescanning; without a pod source, startup races then read as steady)",
     },
     Tracepoint {
         category: "cgroup",

@@ -16,6 +16,9 @@ use tokio::sync::mpsc;
 
 use super::{PodUpdate, SourceStats, full_list, pods_from_values};
 
+/// The first list taking longer than this is logged (once).
+const FIRST_LIST_LATE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Connects with in-cluster config or `KUBECONFIG`, then watches until `tx` closes.
 pub async fn run(node_name: Option<String>, tx: mpsc::Sender<PodUpdate>, stats: Arc<SourceStats>) {
     let client = loop {
@@ -52,7 +55,24 @@ pub async fn watch(
     futures::pin_mut!(stream);
     let mut initial: Option<Vec<serde_json::Value>> = None;
     let mut failing = false;
-    while let Some(event) = stream.next().await {
+    // A slow API server fails nothing, so say once that the first list is late.
+    let mut slow_deadline = Some(tokio::time::Instant::now() + FIRST_LIST_LATE_AFTER);
+    loop {
+        let next = match slow_deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    slow_deadline = None;
+                    tracing::warn!(
+                        "pod source api: no pod list from the API server after {} s (slow or unreachable); still waiting, attribution by cgroup continues",
+                        FIRST_LIST_LATE_AFTER.as_secs()
+                    );
+                    continue;
+                }
+            },
+            None => stream.next().await,
+        };
+        let Some(event) = next else { break };
         let update = match event {
             Ok(watcher::Event::Init) => {
                 initial = Some(Vec::new());
@@ -63,6 +83,7 @@ pub async fn watch(
                 None
             }
             Ok(watcher::Event::InitDone) => {
+                slow_deadline = None;
                 stats.synced();
                 let update = full_list(initial.take().unwrap_or_default(), &stats, "api");
                 if let PodUpdate::Replace { pods, .. } = &update {
@@ -80,7 +101,8 @@ pub async fn watch(
                 stats.error();
                 if !failing {
                     tracing::warn!(
-                        "pod source api: {e}; retrying with backoff, attribution by cgroup continues"
+                        "pod source api: {}; retrying with backoff, attribution by cgroup continues",
+                        super::with_causes(&e)
                     );
                 }
                 failing = true;

@@ -113,7 +113,7 @@ async fn fetch(client: &Client) -> Result<Vec<serde_json::Value>, String> {
     let text = client
         .request_text(req)
         .await
-        .map_err(|e| format!("GET /pods: {e}"))?;
+        .map_err(|e| format!("GET /pods: {}", super::with_causes(&e)))?;
     let list: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("/pods is not JSON: {e}"))?;
     match list.get("items") {

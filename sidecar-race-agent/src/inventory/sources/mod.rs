@@ -262,6 +262,23 @@ pub fn spawn(
     Some(handle)
 }
 
+/// An error followed by its causes, `: `-separated. kube's errors print only their top
+/// ("client error (Connect)"), hiding what an operator needs to act on, such as a
+/// kubelet certificate that does not verify.
+pub fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
