@@ -51,7 +51,7 @@ pub struct RunOptions {
 pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let agent::Agent {
         env,
-        probes,
+        mut probes,
         mut stream,
         inventory,
         mut pod_updates,
@@ -127,14 +127,20 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             _ = totals.tick() => {
                 if let Ok(kernel) = probes.counts() {
                     let p = lock();
-                    metrics.lock().expect("metrics lock").update_totals(
+                    let mut m = metrics.lock().expect("metrics lock");
+                    m.update_totals(
                         &kernel,
                         &p.counts,
                         p.inventory.unattributed_events(),
                         source_name,
                         source_stats.errors(),
                     );
+                    m.update_stream(
+                        stream.stats.dropped_in_agent.load(Relaxed),
+                        stream.stats.decode_errors.load(Relaxed),
+                    );
                 }
+                read_suppressed(&mut probes, &mut lock(), &metrics, false);
             }
             _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),
             _ = &mut signal, if !stopping => {
@@ -153,11 +159,36 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             .lock()
             .expect("metrics lock")
             .record(&step, p, Instant::now());
+        read_suppressed(&mut probes, p, &metrics, true);
     }
     log_counts(&probes, &stream, &lock(), &source_stats);
     stop_http.notify_one();
     server.await??;
     Ok(())
+}
+
+/// Adds what the kernel counted instead of sending since the last reading, and
+/// deletes the entries of removed cgroups once their final value is in.
+fn read_suppressed(
+    probes: &mut crate::kernel::probes::Probes,
+    p: &mut Pipeline,
+    metrics: &Mutex<Metrics>,
+    last: bool,
+) {
+    match probes.suppressed() {
+        Ok(counts) => {
+            let reading = p.read_suppressed(&counts, last);
+            metrics
+                .lock()
+                .expect("metrics lock")
+                .add_suppressed(&reading.deltas);
+            reading
+                .forget
+                .iter()
+                .for_each(|id| probes.forget_suppressed(*id));
+        }
+        Err(e) => tracing::warn!("cannot read suppressed refusal counts: {e}"),
+    }
 }
 
 /// Releases due facts to the detector, lets time pass, and accounts for the changes.
