@@ -210,6 +210,11 @@ impl RunAgent {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The agent's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `GET /api/v1/incidents?query`.
     pub fn incidents(&self, query: &str) -> Vec<Value> {
         let path = if query.is_empty() {
