@@ -185,3 +185,48 @@ fn wait_until<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Records the agent decoded but could not hand to its pipeline (a full channel) are
+/// counted in `/metrics`, not silently gone.
+#[test]
+fn records_dropped_on_a_full_pipeline_are_counted() {
+    if !is_root_or_skip("records_dropped_on_a_full_pipeline_are_counted") {
+        return;
+    }
+    // A one-event channel and no refusal budget: a burst of refusals overflows it.
+    let agent = RunAgent::start(&[
+        "--pods-from",
+        "none",
+        "--channel-capacity",
+        "1",
+        "--refusal-burst",
+        "0",
+    ]);
+    let mut pod = SimPod::new("drop").unwrap();
+    let c = pod.container("app").unwrap();
+    app_done(
+        &mut pod,
+        &c,
+        &[
+            "--connect",
+            "127.0.0.1:15001",
+            "--interval-ms",
+            "0",
+            "--attempts",
+            "5000",
+        ],
+    );
+    let dropped = wait_until(|| {
+        let n = sum(&metrics(&agent), "sidecar_race_kernel_events_dropped_total");
+        (n > 0).then_some(n)
+    });
+    assert!(
+        dropped.is_some(),
+        "no dropped records counted:\n{}",
+        metrics(&agent)
+    );
+    assert!(
+        metrics(&agent).contains("sidecar_race_kernel_records_undecodable_total 0"),
+        "every record decoded"
+    );
+}
