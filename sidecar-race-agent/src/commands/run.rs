@@ -303,10 +303,12 @@ fn log_counts(
             let seen: BTreeMap<&str, u64> =
                 counts.iter().map(|(k, c)| (k.name(), c.seen)).collect();
             let lost: u64 = counts.values().map(|c| c.lost).sum();
+            let suppressed: u64 = counts.values().map(|c| c.suppressed).sum();
             let delivered: u64 = Kind::ALL.iter().map(|k| stats.delivered(*k)).sum();
             tracing::info!(
                 ?seen,
                 lost_in_kernel = lost,
+                suppressed_in_kernel = suppressed,
                 delivered,
                 dropped_in_agent = stats.dropped_in_agent.load(Relaxed),
                 cgroups = p.inventory.cgroups.len(),
