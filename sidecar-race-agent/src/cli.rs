@@ -556,6 +556,11 @@ mod tests {
         };
         assert_eq!(r.listen.to_string(), "0.0.0.0:9965");
         assert_eq!(r.kernel.ring_buffer_bytes, 1 << 20);
+        assert_eq!(
+            r.kernel.options().probes.refusal_budget,
+            sidecar_race_ebpf::layout::RefusalBudget::new(200, 100)
+        );
+        assert!(Cli::try_parse_from(["a", "run", "--refusal-refill-per-second", "0"]).is_err());
         let Command::Run(r) = Cli::try_parse_from([
             "a",
             "run",
