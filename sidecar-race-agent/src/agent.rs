@@ -93,7 +93,9 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         source,
     })?;
     let ring = probes.ring.take().expect("ring buffer taken once");
-    let stream = EventStream::spawn(ring, opts.channel_capacity).map_err(StartError::Stream)?;
+    let control = probes.control.take().expect("control ring taken once");
+    let stream =
+        EventStream::spawn(ring, control, opts.channel_capacity).map_err(StartError::Stream)?;
     tracing::info!(
         kernel = %env.kernel_release,
         tracefs = %env.tracefs.root().display(),

@@ -175,6 +175,13 @@ impl CgroupIndex {
             .map(|e| e.path.as_str())
     }
 
+    /// Whether the kernel removed cgroup `id` (and the index still remembers it).
+    pub fn is_removed(&self, id: u64) -> bool {
+        self.entries
+            .get(&id)
+            .is_some_and(|e| e.removed_at.is_some())
+    }
+
     pub fn path(&self, id: u64) -> Option<&str> {
         self.entries.get(&id).map(|e| e.path.as_str())
     }

@@ -101,6 +101,13 @@ pub struct KernelArgs {
     /// are dropped and counted.
     #[arg(long, env = "SIDECAR_RACE_CHANNEL_CAPACITY", default_value_t = 65_536)]
     pub channel_capacity: usize,
+    /// Refusal records one container (cgroup) may send at once; beyond its budget the
+    /// kernel counts its refusals instead of sending them. 0: no budget.
+    #[arg(long, env = "SIDECAR_RACE_REFUSAL_BURST", default_value_t = sidecar_race_ebpf::layout::REFUSAL_BURST)]
+    pub refusal_burst: u32,
+    /// Refusal records per second one container may send once its burst is spent.
+    #[arg(long, env = "SIDECAR_RACE_REFUSAL_REFILL_PER_SECOND", default_value_t = sidecar_race_ebpf::layout::REFUSAL_REFILL_PER_SECOND, value_parser = clap::value_parser!(u32).range(1..))]
+    pub refusal_refill_per_second: u32,
     /// Seconds a removed cgroup or deleted pod stays resolvable (late and drain-time
     /// events still attribute).
     #[arg(long, env = "SIDECAR_RACE_GRACE_SECONDS", default_value_t = 600)]
@@ -169,6 +176,10 @@ impl KernelArgs {
             cgroup_root: self.cgroup_root.clone(),
             probes: ProbeOptions {
                 ring_buffer_bytes: self.ring_buffer_bytes,
+                refusal_budget: sidecar_race_ebpf::layout::RefusalBudget::new(
+                    self.refusal_burst,
+                    self.refusal_refill_per_second,
+                ),
                 ..ProbeOptions::default()
             },
             channel_capacity: self.channel_capacity.max(1),
@@ -624,6 +635,11 @@ mod tests {
         };
         assert_eq!(r.listen.to_string(), "0.0.0.0:9965");
         assert_eq!(r.kernel.ring_buffer_bytes, 1 << 20);
+        assert_eq!(
+            r.kernel.options().probes.refusal_budget,
+            sidecar_race_ebpf::layout::RefusalBudget::new(200, 100)
+        );
+        assert!(Cli::try_parse_from(["a", "run", "--refusal-refill-per-second", "0"]).is_err());
         let Command::Run(r) = Cli::try_parse_from([
             "a",
             "run",

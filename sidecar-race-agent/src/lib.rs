@@ -22,6 +22,7 @@ pub mod pipeline;
 pub mod report;
 pub mod shutdown;
 pub mod stream;
+pub mod suppressed;
 pub mod trace_record;
 pub mod trace_view;
 

@@ -27,6 +27,7 @@ use crate::{
     inventory::pod_info::PodInfo,
     kernel::probes::KindCounts,
     pipeline::{Pipeline, PipelineCounts, Step},
+    suppressed::Owner,
 };
 
 /// The label value of a name the agent does not know (never empty).
@@ -73,6 +74,9 @@ pub struct Metrics {
     unattributed: Counter,
     source_errors: Family<Labels, Counter>,
     events_not_posted: Family<Labels, Counter>,
+    refusals_suppressed: Family<Labels, Counter>,
+    kernel_dropped: Counter,
+    kernel_undecodable: Counter,
     pod_label: bool,
     /// Refusals already counted, per settled incident id.
     counted: HashMap<u64, u64>,
@@ -124,6 +128,9 @@ impl Metrics {
         let unattributed = Counter::default();
         let source_errors = Family::<Labels, Counter>::default();
         let events_not_posted = Family::<Labels, Counter>::default();
+        let refusals_suppressed = Family::<Labels, Counter>::default();
+        let kernel_dropped = Counter::default();
+        let kernel_undecodable = Counter::default();
         let build_info = Family::<Labels, Gauge<i64, std::sync::atomic::AtomicI64>>::default();
         build_info
             .get_or_create(&vec![
@@ -202,6 +209,21 @@ impl Metrics {
             events_not_posted.clone(),
         );
         registry.register(
+            "refusals_suppressed",
+            "Refusals over their container's budget: counted in the kernel, not sent one by one",
+            refusals_suppressed.clone(),
+        );
+        registry.register(
+            "kernel_events_dropped",
+            "Kernel records decoded but dropped because the agent's pipeline was full",
+            kernel_dropped.clone(),
+        );
+        registry.register(
+            "kernel_records_undecodable",
+            "Kernel records the agent could not decode",
+            kernel_undecodable.clone(),
+        );
+        registry.register(
             "build_info",
             "Agent version and kernel (always 1)",
             build_info,
@@ -249,6 +271,9 @@ impl Metrics {
             unattributed,
             source_errors,
             events_not_posted,
+            refusals_suppressed,
+            kernel_dropped,
+            kernel_undecodable,
             pod_label,
             counted: HashMap::new(),
             stuck: HashMap::new(),
@@ -487,6 +512,32 @@ impl Metrics {
         }
     }
 
+    /// Adds the agent's own losses: records dropped on a full pipeline, and records
+    /// that could not be decoded (both totals since start).
+    pub fn update_stream(&mut self, dropped: u64, undecodable: u64) {
+        let d = self.delta("dropped", dropped);
+        self.kernel_dropped.inc_by(d);
+        let d = self.delta("undecodable", undecodable);
+        self.kernel_undecodable.inc_by(d);
+    }
+
+    /// Adds suppressed refusals, per owner (already deltas).
+    pub fn add_suppressed(&mut self, deltas: &[(Owner, u64)]) {
+        for (o, n) in deltas {
+            let mut l = vec![
+                ("namespace", name(&o.namespace)),
+                ("workload_kind", name(&o.workload_kind)),
+                ("workload", name(&o.workload)),
+            ];
+            if self.pod_label {
+                l.push(("pod", name(&o.pod)));
+            }
+            l.push(("container", name(&o.container)));
+            let l = self.series.labels("refusals_suppressed", l);
+            self.refusals_suppressed.get_or_create(&l).inc_by(*n);
+        }
+    }
+
     fn delta(&mut self, key: &str, total: u64) -> u64 {
         let last = self.last.entry(key.to_string()).or_default();
         let d = total.saturating_sub(*last);
@@ -722,8 +773,22 @@ mod tests {
             now + POD_START_NAME_WAIT + Duration::from_secs(1),
         );
         let kernel = [
-            (Kind::Refused, KindCounts { seen: 4, lost: 1 }),
-            (Kind::Listen, KindCounts { seen: 2, lost: 0 }),
+            (
+                Kind::Refused,
+                KindCounts {
+                    seen: 4,
+                    lost: 1,
+                    suppressed: 0,
+                },
+            ),
+            (
+                Kind::Listen,
+                KindCounts {
+                    seen: 2,
+                    lost: 0,
+                    suppressed: 0,
+                },
+            ),
         ]
         .into_iter()
         .collect();
@@ -731,6 +796,16 @@ mod tests {
         m.update_totals(&kernel, &p.counts, 3, "api", 2);
         // Totals only ever grow: a smaller total later adds nothing.
         m.update_totals(&kernel, &PipelineCounts::default(), 1, "api", 1);
+        m.update_stream(5, 1);
+        m.update_stream(4, 1);
+        let app = crate::suppressed::Owner {
+            namespace: Some("shop".into()),
+            workload_kind: Some("Deployment".into()),
+            workload: Some("checkout".into()),
+            pod: Some("checkout-7d4b9c8f5-x2k8q".into()),
+            container: Some("app".into()),
+        };
+        m.add_suppressed(&[(app.clone(), 300), (Default::default(), 2), (app, 20)]);
         let got = m.encode();
         let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/metrics/golden.openmetrics");

@@ -23,6 +23,8 @@ use crate::{
         cgroup_path::{self, PathInfo},
         sources::PodUpdate,
     },
+    kernel::probes::SuppressedCounts,
+    suppressed::{Reading, Suppressed},
 };
 
 /// Counts of what did not become an incident, for logs and metrics.
@@ -46,6 +48,9 @@ pub struct Step {
     pub settled: Vec<u64>,
 }
 
+/// Suppressed counts of a pod without incidents are kept this long.
+const SUPPRESSED_MEMORY: Duration = Duration::from_secs(600);
+
 /// How often at most an unknown pod makes the pod source re-read at once.
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
 
@@ -67,6 +72,8 @@ pub struct Pipeline {
     /// Asks the pod source to re-read now (a pod it has not reported showed up).
     refresh: Option<Arc<Notify>>,
     last_refresh: Option<Instant>,
+    /// Refusals the kernel counted instead of sending, per cgroup and client.
+    pub suppressed: Suppressed,
 }
 
 impl Pipeline {
@@ -84,6 +91,7 @@ impl Pipeline {
             metadata_wait_ns: 0,
             refresh: None,
             last_refresh: None,
+            suppressed: Suppressed::default(),
         }
     }
 
@@ -373,7 +381,29 @@ impl Pipeline {
     }
 
     pub fn view(&self, incident: &Incident) -> IncidentView {
-        view(incident, &self.inventory.pods, &wall)
+        let mut v = view(incident, &self.inventory.pods, &wall);
+        v.refusals_suppressed = self
+            .suppressed
+            .of_client(&incident.pod_uid, &incident.client);
+        v
+    }
+
+    /// Takes a reading of the kernel's suppressed-refusal counts (`last`: the final
+    /// one, nothing waits for names any more).
+    pub fn read_suppressed(&mut self, counts: &SuppressedCounts, last: bool) -> Reading {
+        let wait = Duration::from_nanos(self.metadata_wait_ns);
+        let now = Instant::now();
+        let reading = self
+            .suppressed
+            .read(counts, &mut self.inventory, now, wait, last);
+        let pods: HashSet<&str> = self
+            .detector
+            .incidents()
+            .newest_first()
+            .map(|i| i.pod_uid.as_str())
+            .collect();
+        self.suppressed.retain_pods(&pods, now, SUPPRESSED_MEMORY);
+        reading
     }
 
     pub fn incident(&self, id: u64) -> Option<&Incident> {

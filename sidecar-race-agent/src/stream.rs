@@ -1,6 +1,7 @@
 //! The ring-buffer reader: decodes records and hands them to the pipeline through a
 //! bounded channel. A full channel drops and counts; it never blocks the reader, so
-//! the kernel side keeps draining.
+//! the kernel side keeps draining. Two rings: control records (cgroups, listeners),
+//! drained first on every wake-up, and refusals.
 
 use std::{
     sync::{
@@ -64,11 +65,18 @@ pub struct EventStream {
 }
 
 impl EventStream {
-    /// Starts the reader on the current tokio runtime.
-    pub fn spawn(ring: RingBuf<MapData>, capacity: usize) -> std::io::Result<Self> {
-        // SAFETY: the ring buffer owns its map fd and keeps it open, unchanged, for as
+    /// Starts the reader of the refusal ring `ring` and the `control` ring on the
+    /// current tokio runtime.
+    pub fn spawn(
+        ring: RingBuf<MapData>,
+        control: RingBuf<MapData>,
+        capacity: usize,
+    ) -> std::io::Result<Self> {
+        // SAFETY: a ring buffer owns its map fd and keeps it open, unchanged, for as
         // long as it lives, and the AsyncFd owns the ring buffer.
         let fd = unsafe { AsyncFd::register(ring) }.map_err(|e| e.into_parts().1)?;
+        // SAFETY: as above.
+        let mut control = unsafe { AsyncFd::register(control) }.map_err(|e| e.into_parts().1)?;
         let (tx, rx) = mpsc::channel(capacity);
         let (shutdown, mut shutdown_rx) = watch::channel(false);
         let stats = Arc::new(StreamStats::default());
@@ -81,10 +89,25 @@ impl EventStream {
                     .store(clock::boot_now_ns(), Relaxed);
                 tokio::select! {
                     _ = shutdown_rx.changed() => {
+                        drain(control.get_mut(), &tx, &reader_stats);
                         drain(fd.get_mut(), &tx, &reader_stats);
                         break;
                     }
+                    ready = control.readable_mut() => {
+                        match ready {
+                            Ok(mut guard) => {
+                                drain(guard.get_inner_mut(), &tx, &reader_stats);
+                                guard.clear_ready();
+                            }
+                            Err(e) => {
+                                tracing::error!("control ring buffer poll failed: {e}");
+                                break;
+                            }
+                        }
+                    }
                     ready = tokio::time::timeout(HEARTBEAT, fd.readable_mut()) => {
+                        // Cgroups and listeners first: a refusal's container is then known.
+                        drain(control.get_mut(), &tx, &reader_stats);
                         match ready {
                             Ok(Ok(mut guard)) => {
                                 let n = drain(guard.get_inner_mut(), &tx, &reader_stats);

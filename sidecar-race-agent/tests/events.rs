@@ -132,6 +132,7 @@ fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
         listener_closed_at: None,
         race_window_seconds: Some(1.5),
         advice: "Move istio-proxy from containers to initContainers with restartPolicy: Always and give it a startupProbe that tests port 15001, so app starts only once istio-proxy serves.".into(),
+        refusals_suppressed: 0,
     }
 }
 

@@ -29,15 +29,27 @@ pub mod flags {
     pub const PATH_TRUNCATED: u8 = 1 << 2;
 }
 
+/// Cgroups whose suppressed refusals the kernel counts one by one (the `SUPPRESSED`
+/// map); the agent deletes a cgroup's entry once it has read its final value.
+pub const SUPPRESSED_CGROUPS: u32 = 16_384;
+/// Cgroups the refusal budget remembers (an LRU: a forgotten one starts afresh).
+pub const BUDGET_CGROUPS: u32 = 16_384;
+/// Bytes of the ring for control records (cgroups, listeners), which refusals never use.
+pub const CONTROL_RING_BYTES: u32 = 256 * 1024;
+
 /// Address families as the kernel numbers them.
 pub const AF_INET: u16 = 2;
 pub const AF_INET6: u16 = 10;
 
 /// Per-CPU counter slots. `seen` counts every event the kernel wanted to send (for
 /// `REFUSED` that is every refusal), `lost` those the full ring buffer could not take.
+/// Refusals over their cgroup's budget are not sent: `SUPPRESSED` counts them all,
+/// `SUPPRESSED_UNKEYED` those the per-cgroup map had no room for.
 pub mod counter {
     use super::kind;
-    pub const SLOTS: u32 = 2 * kind::COUNT as u32;
+    pub const SUPPRESSED: u32 = 2 * kind::COUNT as u32;
+    pub const SUPPRESSED_UNKEYED: u32 = SUPPRESSED + 1;
+    pub const SLOTS: u32 = SUPPRESSED_UNKEYED + 1;
     pub const fn seen(kind: u8) -> u32 {
         kind as u32
     }

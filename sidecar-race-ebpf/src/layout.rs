@@ -64,9 +64,61 @@ pub struct Config {
     /// Hierarchy id of cgroup v2 in `cgroup_mkdir`'s `root` field (0: the default hierarchy).
     pub cgroup2_hierarchy: i32,
     pub _pad: u32,
+    /// The per-cgroup refusal budget, see [`RefusalBudget`].
+    pub refusal_budget: RefusalBudget,
 }
 
-const _: () = assert!(core::mem::size_of::<Config>() == 64);
+const _: () = assert!(core::mem::size_of::<Config>() == 80);
+
+/// Refusal records a cgroup (a container) may send in one burst, by default.
+pub const REFUSAL_BURST: u32 = 200;
+/// Refusal records a cgroup may send per second once its burst is spent, by default.
+pub const REFUSAL_REFILL_PER_SECOND: u32 = 100;
+
+/// A token bucket per cgroup for refusal records, as a GCRA: one timestamp per
+/// cgroup (its "theoretical arrival time"). Refusals beyond it are counted per cgroup
+/// in the kernel instead of sent, so one container cannot fill the ring for the rest.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefusalBudget {
+    /// Nanoseconds one record costs (1 s / refill rate); 0 turns the budget off.
+    pub interval_ns: u64,
+    /// How far ahead of now a cgroup may run: (burst - 1) intervals.
+    pub tolerance_ns: u64,
+}
+
+impl RefusalBudget {
+    pub const OFF: RefusalBudget = RefusalBudget {
+        interval_ns: 0,
+        tolerance_ns: 0,
+    };
+
+    /// `burst` records at once, then `per_second`; a burst of 0 is no budget at all.
+    pub const fn new(burst: u32, per_second: u32) -> RefusalBudget {
+        if burst == 0 || per_second == 0 {
+            return RefusalBudget::OFF;
+        }
+        let interval_ns = 1_000_000_000 / per_second as u64;
+        RefusalBudget {
+            interval_ns,
+            tolerance_ns: (burst as u64 - 1) * interval_ns,
+        }
+    }
+
+    /// Whether a record at `now` fits, given the cgroup's `tat` (0: none yet), and the
+    /// `tat` to store after it. Shared by the kernel programs and the unit tests.
+    #[inline(always)]
+    pub const fn admit(&self, tat: u64, now: u64) -> Option<u64> {
+        if self.interval_ns == 0 {
+            return Some(0);
+        }
+        if tat > now.saturating_add(self.tolerance_ns) {
+            return None;
+        }
+        let base = if tat > now { tat } else { now };
+        Some(base + self.interval_ns)
+    }
+}
 
 const M: u16 = MISSING;
 
@@ -101,6 +153,7 @@ impl Config {
         cgroup_rmdir: CgroupDir::UNSET,
         cgroup2_hierarchy: 0,
         _pad: 0,
+        refusal_budget: RefusalBudget::OFF,
     };
 }
 
@@ -111,4 +164,43 @@ impl CgroupDir {
         id: M,
         path_loc: M,
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_burst_passes_then_the_refill_rate() {
+        let b = RefusalBudget::new(3, 10);
+        let (mut tat, now) = (0, 5 * S);
+        let mut admitted = 0;
+        for _ in 0..10 {
+            if let Some(t) = b.admit(tat, now) {
+                tat = t;
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 3, "the burst, all at once");
+        assert_eq!(b.admit(tat, now + S / 10 - 1), None);
+        assert!(b.admit(tat, now + S / 10).is_some(), "one more per 100 ms");
+        // A second later the whole burst is back, not more.
+        let later = now + 2 * S;
+        let n = (0..10)
+            .scan(tat, |t, _| {
+                Some(b.admit(*t, later).inspect(|next| *t = *next))
+            })
+            .flatten()
+            .count();
+        assert_eq!(n, 3);
+    }
+
+    #[test]
+    fn a_burst_of_zero_is_no_budget() {
+        let b = RefusalBudget::new(0, 100);
+        assert_eq!(b, RefusalBudget::OFF);
+        assert!((0..1000).all(|i| b.admit(0, i).is_some()));
+    }
 }

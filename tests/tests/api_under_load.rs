@@ -43,7 +43,18 @@ fn fifty_clients_reading_the_history_lose_no_kernel_event() {
     if !is_root_or_skip("fifty_clients_reading_the_history_lose_no_kernel_event") {
         return;
     }
-    let agent = RunAgent::start(&["--pods-from", "none", "--unresolved-after-seconds", "1"]);
+    // One pod makes the whole history here, so its per-pod cap and its refusal budget
+    // are lifted: this test is about the HTTP side, not about fairness.
+    let agent = RunAgent::start(&[
+        "--pods-from",
+        "none",
+        "--unresolved-after-seconds",
+        "1",
+        "--incident-history-per-pod",
+        "10000",
+        "--refusal-burst",
+        "0",
+    ]);
     let mut pod = SimPod::new("apiload").unwrap();
     let app = pod.container("app").unwrap();
     let last = 20_000 + PORTS - 1;

@@ -19,7 +19,15 @@ fn counters_stay_exact_when_the_ring_buffer_overflows() {
         return;
     }
     let page = 4096.to_string();
-    let agent = TraceAgent::start(&["--kinds", "refused", "--ring-buffer-bytes", &page]);
+    // No refusal budget: every refusal is offered to the ring, which must overflow.
+    let agent = TraceAgent::start(&[
+        "--kinds",
+        "refused",
+        "--ring-buffer-bytes",
+        &page,
+        "--refusal-burst",
+        "0",
+    ]);
     let mut pod = SimPod::new("ring").unwrap();
     let c = pod.container("app").unwrap();
 
@@ -72,4 +80,5 @@ fn counters_stay_exact_when_the_ring_buffer_overflows() {
         "a one-page ring holds a few dozen records, lost only {lost}"
     );
     assert_eq!(summary["dropped_in_agent"], 0);
+    assert_eq!(refused["suppressed"], 0, "no budget, nothing suppressed");
 }

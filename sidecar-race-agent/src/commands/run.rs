@@ -56,7 +56,7 @@ pub struct RunOptions {
 pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let agent::Agent {
         env,
-        probes,
+        mut probes,
         mut stream,
         inventory,
         mut pod_updates,
@@ -141,12 +141,17 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             _ = totals.tick() => {
                 if let Ok(kernel) = probes.counts() {
                     let p = lock();
-                    metrics.lock().expect("metrics lock").update_totals(
+                    let mut m = metrics.lock().expect("metrics lock");
+                    m.update_totals(
                         &kernel,
                         &p.counts,
                         p.inventory.unattributed_events(),
                         source_name,
                         source_stats.errors(),
+                    );
+                    m.update_stream(
+                        stream.stats.dropped_in_agent.load(Relaxed),
+                        stream.stats.decode_errors.load(Relaxed),
                     );
                 }
                 let totals = bounds_totals(&lock(), &budget);
@@ -159,6 +164,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                         s.failed.load(Relaxed),
                     );
                 }
+                read_suppressed(&mut probes, &mut lock(), &metrics, false);
             }
             _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),
             _ = &mut signal, if !stopping => {
@@ -177,6 +183,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             .lock()
             .expect("metrics lock")
             .record(&step, p, Instant::now());
+        read_suppressed(&mut probes, p, &metrics, true);
     }
     log_counts(&probes, &stream, &lock(), &source_stats);
     stop_http.notify_one();
@@ -191,6 +198,30 @@ fn bounds_totals(p: &Pipeline, budget: &LogBudget) -> BoundsTotals {
         facts_out_of_order: p.facts_out_of_order(),
         listeners_dropped: p.detector.listeners_dropped(),
         log_lines_suppressed: budget.suppressed(),
+    }
+}
+
+/// Adds what the kernel counted instead of sending since the last reading, and
+/// deletes the entries of removed cgroups once their final value is in.
+fn read_suppressed(
+    probes: &mut crate::kernel::probes::Probes,
+    p: &mut Pipeline,
+    metrics: &Mutex<Metrics>,
+    last: bool,
+) {
+    match probes.suppressed() {
+        Ok(counts) => {
+            let reading = p.read_suppressed(&counts, last);
+            metrics
+                .lock()
+                .expect("metrics lock")
+                .add_suppressed(&reading.deltas);
+            reading
+                .forget
+                .iter()
+                .for_each(|id| probes.forget_suppressed(*id));
+        }
+        Err(e) => tracing::warn!("cannot read suppressed refusal counts: {e}"),
     }
 }
 
@@ -332,10 +363,12 @@ fn log_counts(
             let seen: BTreeMap<&str, u64> =
                 counts.iter().map(|(k, c)| (k.name(), c.seen)).collect();
             let lost: u64 = counts.values().map(|c| c.lost).sum();
+            let suppressed: u64 = counts.values().map(|c| c.suppressed).sum();
             let delivered: u64 = Kind::ALL.iter().map(|k| stats.delivered(*k)).sum();
             tracing::info!(
                 ?seen,
                 lost_in_kernel = lost,
+                suppressed_in_kernel = suppressed,
                 delivered,
                 dropped_in_agent = stats.dropped_in_agent.load(Relaxed),
                 cgroups = p.inventory.cgroups.len(),

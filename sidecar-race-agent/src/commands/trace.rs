@@ -128,7 +128,7 @@ fn summary(agent: &agent::Agent) -> anyhow::Result<()> {
         .map(|(k, c)| {
             (
                 k.name().to_string(),
-                json!({"seen": c.seen, "lost": c.lost, "delivered": stats.delivered(*k)}),
+                json!({"seen": c.seen, "lost": c.lost, "suppressed": c.suppressed, "delivered": stats.delivered(*k)}),
             )
         })
         .collect();

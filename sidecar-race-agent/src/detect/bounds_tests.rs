@@ -138,7 +138,10 @@ fn a_newcomer_at_the_total_cap_keeps_its_incident() {
         d.observe(started(0, pod), &NoMeta);
     }
     d.observe(refused(MS, FLOODER, "app", "127.0.0.1:9000"), &NoMeta);
-    d.observe(refused(2 * MS, NEIGHBOUR, "app", "127.0.0.1:15001"), &NoMeta);
+    d.observe(
+        refused(2 * MS, NEIGHBOUR, "app", "127.0.0.1:15001"),
+        &NoMeta,
+    );
     let mine = of_pod(&d, NEIGHBOUR);
     assert_eq!(mine.len(), 1, "the neighbour's incident is kept");
     assert_eq!(mine[0].refused_count, 1);

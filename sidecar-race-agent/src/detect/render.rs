@@ -89,6 +89,9 @@ pub struct IncidentView {
     pub apps_finished_at: Option<String>,
     pub race_window_seconds: Option<f64>,
     pub advice: String,
+    /// Refusals of the client container the kernel counted instead of sending (over
+    /// its refusal budget); when > 0, `refused_count` is a lower bound.
+    pub refusals_suppressed: u64,
 }
 
 /// Renders `inc`; `wall` turns kernel boot-clock ns into RFC 3339.
@@ -183,6 +186,8 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         apps_finished_at: (!refusals).then(|| wall(inc.first_refused_at)),
         race_window_seconds: inc.race_window_ns().map(|ns| ns as f64 / 1e9),
         advice,
+        // Known to the pipeline, which reads the kernel's counts.
+        refusals_suppressed: 0,
     }
 }
 

@@ -5,10 +5,13 @@ use std::collections::BTreeMap;
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{MapData, PerCpuArray, RingBuf},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::TracePoint,
 };
-use sidecar_race_ebpf::{abi::counter, layout::Config};
+use sidecar_race_ebpf::{
+    abi::{counter, kind},
+    layout::{Config, REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND, RefusalBudget},
+};
 use thiserror::Error;
 
 use super::layout::{KernelLayout, TRACEPOINTS, Tracepoint};
@@ -62,6 +65,8 @@ pub struct ProbeOptions {
     pub ring_buffer_bytes: u32,
     /// Hierarchy id of cgroup v2 in the cgroup tracepoints (0 on every kernel today).
     pub cgroup2_hierarchy: i32,
+    /// Refusal records each cgroup may send; the rest are counted in the kernel.
+    pub refusal_budget: RefusalBudget,
 }
 
 impl Default for ProbeOptions {
@@ -69,6 +74,7 @@ impl Default for ProbeOptions {
         Self {
             ring_buffer_bytes: 1 << 20,
             cgroup2_hierarchy: 0,
+            refusal_budget: RefusalBudget::new(REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND),
         }
     }
 }
@@ -87,13 +93,27 @@ pub struct KindCounts {
     pub seen: u64,
     /// Those the full ring buffer could not take.
     pub lost: u64,
+    /// Refusals over their cgroup's budget: counted in the kernel, not sent.
+    pub suppressed: u64,
+}
+
+/// Refusals the kernel counted instead of sending, per cgroup id (monotonic while the
+/// entry lives), and those it had no per-cgroup room for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SuppressedCounts {
+    pub by_cgroup: Vec<(u64, u64)>,
+    pub unkeyed: u64,
 }
 
 pub struct Probes {
     // Keeps programs and links alive.
     _ebpf: Ebpf,
+    /// Refusals.
     pub ring: Option<RingBuf<MapData>>,
+    /// Control records: cgroups and listeners.
+    pub control: Option<RingBuf<MapData>>,
     counters: PerCpuArray<MapData, u64>,
+    suppressed: BpfHashMap<MapData, u64, u64>,
     pub attached: Vec<Tracepoint>,
     pub degraded: Vec<Degraded>,
 }
@@ -109,6 +129,7 @@ impl Probes {
         }
         let mut config = layout.config;
         config.cgroup2_hierarchy = opts.cgroup2_hierarchy;
+        config.refusal_budget = opts.refusal_budget;
         let config_bytes = config_bytes(&config);
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config_bytes, true)
@@ -131,26 +152,34 @@ impl Probes {
                 }),
             }
         }
-        let ring = RingBuf::try_from(
-            ebpf.take_map("EVENTS")
-                .ok_or_else(|| ProbeError::Missing("EVENTS map".into()))?,
-        )
-        .map_err(|cause| ProbeError::Map {
-            name: "EVENTS",
-            cause,
+        let ring =
+            RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|cause| ProbeError::Map {
+                name: "EVENTS",
+                cause,
+            })?;
+        let control =
+            RingBuf::try_from(take(&mut ebpf, "CONTROL")?).map_err(|cause| ProbeError::Map {
+                name: "CONTROL",
+                cause,
+            })?;
+        let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?).map_err(|cause| {
+            ProbeError::Map {
+                name: "COUNTERS",
+                cause,
+            }
         })?;
-        let counters = PerCpuArray::try_from(
-            ebpf.take_map("COUNTERS")
-                .ok_or_else(|| ProbeError::Missing("COUNTERS map".into()))?,
-        )
-        .map_err(|cause| ProbeError::Map {
-            name: "COUNTERS",
-            cause,
+        let suppressed = BpfHashMap::try_from(take(&mut ebpf, "SUPPRESSED")?).map_err(|cause| {
+            ProbeError::Map {
+                name: "SUPPRESSED",
+                cause,
+            }
         })?;
         Ok(Self {
             _ebpf: ebpf,
             ring: Some(ring),
+            control: Some(control),
             counters,
+            suppressed,
             attached,
             degraded,
         })
@@ -176,11 +205,49 @@ impl Probes {
                     KindCounts {
                         seen: sum(counter::seen(k.code()))?,
                         lost: sum(counter::lost(k.code()))?,
+                        suppressed: if k.code() == kind::REFUSED {
+                            sum(counter::SUPPRESSED)?
+                        } else {
+                            0
+                        },
                     },
                 ))
             })
             .collect()
     }
+
+    /// The per-cgroup suppressed counts as they are now.
+    pub fn suppressed(&self) -> Result<SuppressedCounts, ProbeError> {
+        let map_err = |cause| ProbeError::Map {
+            name: "SUPPRESSED",
+            cause,
+        };
+        let by_cgroup = self
+            .suppressed
+            .iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(map_err)?;
+        let unkeyed = self
+            .counters
+            .get(&counter::SUPPRESSED_UNKEYED, 0)
+            .map_err(|cause| ProbeError::Map {
+                name: "COUNTERS",
+                cause,
+            })?
+            .iter()
+            .sum();
+        Ok(SuppressedCounts { by_cgroup, unkeyed })
+    }
+
+    /// Deletes a removed cgroup's entry, once its final value was read.
+    pub fn forget_suppressed(&mut self, cgroup_id: u64) {
+        let _ = self.suppressed.remove(&cgroup_id);
+    }
+}
+
+fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, ProbeError> {
+    ebpf.take_map(name)
+        .ok_or_else(|| ProbeError::Missing(format!("{name} map")))
 }
 
 fn attach(ebpf: &mut Ebpf, tp: &Tracepoint) -> Result<(), ProbeError> {

@@ -10,7 +10,7 @@ use sidecar_race_ebpf::{
     layout::CgroupDir,
 };
 
-use super::{EVENTS, config, count, field, now_boot_ns};
+use super::{CONTROL, config, count, field, now_boot_ns};
 
 #[tracepoint]
 pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
@@ -34,7 +34,7 @@ fn emit(ctx: &TracePointContext, l: &CgroupDir, hierarchy: i32, k: u8) -> Result
         return Ok(0); // a cgroup v1 hierarchy: ids there are not the ones sockets carry
     }
     count(counter::seen(k));
-    let Some(mut entry) = EVENTS.reserve::<CgroupEvent>(0) else {
+    let Some(mut entry) = CONTROL.reserve::<CgroupEvent>(0) else {
         count(counter::lost(k));
         return Ok(0);
     };

@@ -6,7 +6,7 @@ use sidecar_race_ebpf::{
     layout::InetSockSetState,
 };
 
-use super::{EVENTS, LISTENING, ListenOwner, count, current_owner, field, now_boot_ns};
+use super::{CONTROL, LISTENING, ListenOwner, count, current_owner, field, now_boot_ns};
 
 #[inline(always)]
 pub fn started(ctx: &TracePointContext, l: &InetSockSetState, sk: u64) -> Result<u32, u32> {
@@ -46,7 +46,7 @@ fn emit(
     event_flags: u8,
 ) -> Result<u32, u32> {
     count(counter::seen(k));
-    let Some(mut entry) = EVENTS.reserve::<SocketEvent>(0) else {
+    let Some(mut entry) = CONTROL.reserve::<SocketEvent>(0) else {
         count(counter::lost(k));
         return Ok(0);
     };

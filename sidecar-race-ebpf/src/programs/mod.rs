@@ -1,5 +1,6 @@
 //! One file per kernel concern; the shared maps, config and helpers live here.
 
+mod budget;
 mod cgroups;
 mod connect;
 mod ctx_load;
@@ -9,11 +10,11 @@ mod reset;
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, generated},
     macros::map,
-    maps::{LruHashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::TracePointContext,
 };
 use sidecar_race_ebpf::{
-    abi::{ClientEnd, Owner, counter},
+    abi::{BUDGET_CGROUPS, CONTROL_RING_BYTES, ClientEnd, Owner, SUPPRESSED_CGROUPS, counter},
     layout::{Config, MISSING},
 };
 
@@ -21,9 +22,22 @@ use sidecar_race_ebpf::{
 #[unsafe(no_mangle)]
 static CONFIG: Config = Config::UNSET;
 
-/// Ring buffer to the agent. Its size is set by the agent at load time.
+/// Ring buffer of refusals to the agent. Its size is set by the agent at load time.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// Ring buffer of control records (cgroup mkdir/rmdir, listen, listen_closed): no
+/// refusal storm can take its room.
+#[map]
+static CONTROL: RingBuf = RingBuf::with_byte_size(CONTROL_RING_BYTES, 0);
+
+/// Refusal budget per cgroup id: its GCRA "theoretical arrival time" (boot ns).
+#[map]
+static BUDGET: LruHashMap<u64, u64> = LruHashMap::with_max_entries(BUDGET_CGROUPS, 0);
+
+/// Refusals over budget per cgroup id, exact (atomic adds); the agent reads and deletes.
+#[map]
+static SUPPRESSED: HashMap<u64, u64> = HashMap::with_max_entries(SUPPRESSED_CGROUPS, 0);
 
 /// Exact per-CPU counts (seen / lost per kind), independent of the ring buffer.
 #[map]

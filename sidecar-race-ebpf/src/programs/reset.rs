@@ -8,8 +8,8 @@ use sidecar_race_ebpf::abi::{
 };
 
 use super::{
-    CONNECTING, EVENTS, LOCAL_REFUSALS, LocalRefusal, config, count, ctx_load::load_u64, field,
-    now_boot_ns,
+    CONNECTING, EVENTS, LOCAL_REFUSALS, LocalRefusal, budget, config, count, ctx_load::load_u64,
+    field, now_boot_ns,
 };
 
 /// A local refusal older than this is not the one a reset just delivered.
@@ -36,6 +36,13 @@ fn try_receive_reset(ctx: &TracePointContext) -> Result<u32, u32> {
         port: field(ctx, l.sport)?,
         _pad: [0; 6],
     };
+    // SAFETY: `pending` points into a map value valid for this program run (RCU).
+    let cgroup_id = unsafe { (*pending).owner.cgroup_id };
+    if !budget::admit(cgroup_id, now) {
+        budget::suppress(cgroup_id);
+        let _ = LOCAL_REFUSALS.remove(&client);
+        return Ok(0);
+    }
     let Some(mut entry) = EVENTS.reserve::<SocketEvent>(0) else {
         count(counter::lost(kind::REFUSED));
         return Ok(0);

@@ -23,9 +23,42 @@ impl Latency {
     }
 }
 
+/// What a storm of refusals next to the races cost, and how it was accounted.
+#[derive(Debug, Default, PartialEq)]
+pub struct Storm {
+    /// Refusals the flooding pod made.
+    pub refused: u64,
+    /// Of which `/metrics` shows delivered (in incidents) and suppressed.
+    pub delivered: u64,
+    pub suppressed: u64,
+    /// Records the rings could not take during the storm.
+    pub lost: u64,
+    pub cpu_percent: f64,
+}
+
+impl Storm {
+    /// Every refusal of the flooder accounted for, none lost.
+    pub fn exact(&self) -> bool {
+        self.delivered + self.suppressed == self.refused && self.lost == 0
+    }
+}
+
 pub fn measure(bin: &Path, races: usize) -> anyhow::Result<Latency> {
-    let out = Command::new(bin.join("sr-latency"))
-        .arg(races.to_string())
+    Ok(run(bin, races, None)?.0)
+}
+
+/// Races during `secs` of a neighbour refusing as fast as it can.
+pub fn measure_storm(bin: &Path, races: usize, secs: f64) -> anyhow::Result<(Latency, Storm)> {
+    run(bin, races, Some(secs))
+}
+
+fn run(bin: &Path, races: usize, storm: Option<f64>) -> anyhow::Result<(Latency, Storm)> {
+    let mut cmd = Command::new(bin.join("sr-latency"));
+    cmd.arg(races.to_string());
+    if let Some(secs) = storm {
+        cmd.args(["--storm", &secs.to_string()]);
+    }
+    let out = cmd
         .env("SIDECAR_RACE_AGENT_BIN", bin.join("sidecar-race-agent"))
         .output()
         .context("run sr-latency")?;
@@ -36,7 +69,29 @@ pub fn measure(bin: &Path, races: usize) -> anyhow::Result<Latency> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(parse(&String::from_utf8_lossy(&out.stdout)))
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    Ok((parse(&stdout), parse_storm(&stdout)))
+}
+
+fn parse_storm(stdout: &str) -> Storm {
+    let mut s = Storm::default();
+    for line in stdout.lines() {
+        let Some((key, v)) = line.split_once(' ') else {
+            continue;
+        };
+        let n = |v: &str| v.trim().parse::<u64>().unwrap_or(0);
+        match key {
+            "storm_refused" => s.refused = n(v),
+            "storm_accounted" => {
+                let (d, sup) = v.split_once(' ').unwrap_or((v, "0"));
+                (s.delivered, s.suppressed) = (n(d), n(sup));
+            }
+            "storm_lost" => s.lost = n(v),
+            "storm_cpu_percent" => s.cpu_percent = v.trim().parse().unwrap_or(0.0),
+            _ => {}
+        }
+    }
+    s
 }
 
 fn parse(stdout: &str) -> Latency {
@@ -64,5 +119,24 @@ mod tests {
         assert_eq!(l.samples, vec![270.5, 280.0, 300.0]);
         assert_eq!(l.missed, 1);
         assert_eq!(l.percentiles(), Some((280.0, 300.0, 300.0)));
+    }
+
+    #[test]
+    fn parses_the_storm() {
+        let s = parse_storm(
+            "latency_ms 250\nmissed 0\nstorm_refused 1000\nstorm_accounted 300 700\nstorm_lost 0\nstorm_cpu_percent 12.5\n",
+        );
+        assert_eq!(
+            s,
+            Storm {
+                refused: 1000,
+                delivered: 300,
+                suppressed: 700,
+                lost: 0,
+                cpu_percent: 12.5
+            }
+        );
+        assert!(s.exact());
+        assert!(!Storm { lost: 1, ..s }.exact());
     }
 }

@@ -1,0 +1,198 @@
+//! Refusals the kernel counted instead of sending, because their container went over
+//! its refusal budget. The kernel keeps one monotonic count per cgroup; every second
+//! (and at the final flush) the agent reads them, turns them into deltas, attributes
+//! each to its pod and container, and remembers the totals per incident client so an
+//! incident can say its count is a lower bound.
+
+use std::{
+    collections::{HashMap, HashSet},
+    time::{Duration, Instant},
+};
+
+use crate::{
+    detect::Client,
+    inventory::{
+        Inventory,
+        cgroup_path::{self, PathInfo},
+    },
+    kernel::probes::SuppressedCounts,
+};
+
+/// Who suppressed refusals belong to; `None` where unknown.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub namespace: Option<String>,
+    pub workload_kind: Option<String>,
+    pub workload: Option<String>,
+    pub pod: Option<String>,
+    pub container: Option<String>,
+}
+
+/// What one reading adds: counts per owner, and the cgroups whose kernel entries may
+/// now be deleted (removed cgroups whose final value was just read).
+#[derive(Debug, Default)]
+pub struct Reading {
+    pub deltas: Vec<(Owner, u64)>,
+    pub forget: Vec<u64>,
+}
+
+struct Tracked {
+    /// The kernel's value at the last reading.
+    read: u64,
+    /// Read but not yet attributed: waiting for the pod source to name the container.
+    held: u64,
+    first_seen: Instant,
+}
+
+#[derive(Default)]
+pub struct Suppressed {
+    cgroups: HashMap<u64, Tracked>,
+    /// Totals per incident client (pod uid, client), for the incident view, and when
+    /// they last grew.
+    by_client: HashMap<(String, Client), (u64, Instant)>,
+    unkeyed: u64,
+}
+
+impl Suppressed {
+    /// Takes one reading of the kernel's counts. A cgroup whose pod or container the
+    /// pod source has not named yet is held up to `wait` (not when `last`).
+    pub fn read(
+        &mut self,
+        counts: &SuppressedCounts,
+        inventory: &mut Inventory,
+        now: Instant,
+        wait: Duration,
+        last: bool,
+    ) -> Reading {
+        let mut out = Reading::default();
+        let unkeyed = counts.unkeyed.saturating_sub(self.unkeyed);
+        self.unkeyed = self.unkeyed.max(counts.unkeyed);
+        if unkeyed > 0 {
+            out.deltas.push((Owner::default(), unkeyed));
+        }
+        for &(cgroup_id, value) in &counts.by_cgroup {
+            let t = self.cgroups.entry(cgroup_id).or_insert(Tracked {
+                read: 0,
+                held: 0,
+                first_seen: now,
+            });
+            t.held += value.saturating_sub(t.read);
+            t.read = t.read.max(value);
+            let info = inventory
+                .cgroups
+                .resolve(cgroup_id)
+                .map_or(PathInfo::Unknown, cgroup_path::parse);
+            let names = inventory.names(info.clone());
+            let pod = names
+                .pod_uid
+                .as_deref()
+                .and_then(|uid| inventory.pods.pod(uid));
+            let named = pod.is_some() && !names.lacks_container_name();
+            let may_wait = inventory.has_pod_source
+                && !last
+                && now.duration_since(t.first_seen) < wait
+                && !matches!(info, PathInfo::Host | PathInfo::Unknown);
+            if t.held > 0 && (named || !may_wait) {
+                if let Some(key) = client_key(&info, cgroup_id) {
+                    let e = self.by_client.entry(key).or_insert((0, now));
+                    *e = (e.0 + t.held, now);
+                }
+                let owner = Owner {
+                    namespace: names.namespace.clone(),
+                    workload_kind: pod.map(|p| p.workload.kind.clone()),
+                    workload: pod.map(|p| p.workload.name.clone()),
+                    pod: names.pod.clone(),
+                    container: names.container.clone(),
+                };
+                out.deltas.push((owner, t.held));
+                t.held = 0;
+            }
+            if t.held == 0 && inventory.cgroups.is_removed(cgroup_id) {
+                self.cgroups.remove(&cgroup_id);
+                out.forget.push(cgroup_id);
+            }
+        }
+        out
+    }
+
+    /// Refusals of this incident client that the kernel counted instead of sending.
+    pub fn of_client(&self, pod_uid: &str, client: &Client) -> u64 {
+        self.by_client
+            .get(&(pod_uid.to_string(), client.clone()))
+            .map_or(0, |(n, _)| *n)
+    }
+
+    /// Keeps client totals of pods that still have incidents, or that grew within
+    /// `memory` before `now` (their incidents may not exist yet).
+    pub fn retain_pods(&mut self, pods: &HashSet<&str>, now: Instant, memory: Duration) {
+        self.by_client.retain(|(uid, _), (_, at)| {
+            pods.contains(uid.as_str()) || now.duration_since(*at) < memory
+        });
+    }
+}
+
+/// The incident client a cgroup's refusals belong to, as the pipeline keys them.
+fn client_key(info: &PathInfo, cgroup_id: u64) -> Option<(String, Client)> {
+    match info {
+        PathInfo::PodContainer {
+            pod_uid,
+            container_id,
+            ..
+        } => Some((pod_uid.clone(), Client::Container(container_id.clone()))),
+        PathInfo::Pod { pod_uid } => Some((pod_uid.clone(), Client::Cgroup(cgroup_id))),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{cgroups::CgroupIndex, inventory::store::PodStore};
+
+    const UID: &str = "6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b";
+
+    fn inventory() -> Inventory {
+        let dir = std::env::temp_dir().join(format!("sr-suppressed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cgroups = CgroupIndex::new(&dir, u64::MAX);
+        let pod = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+            UID.replace('-', "_")
+        );
+        cgroups.created(
+            11,
+            &format!("{pod}/cri-containerd-{}.scope", "a".repeat(64)),
+        );
+        Inventory::new(cgroups, PodStore::new(Duration::from_secs(600)), false)
+    }
+
+    fn counts(by_cgroup: &[(u64, u64)], unkeyed: u64) -> SuppressedCounts {
+        SuppressedCounts {
+            by_cgroup: by_cgroup.to_vec(),
+            unkeyed,
+        }
+    }
+
+    #[test]
+    fn deltas_add_up_to_the_kernel_counts_and_removed_cgroups_are_forgotten() {
+        let mut inv = inventory();
+        let mut s = Suppressed::default();
+        let now = Instant::now();
+        let wait = Duration::from_secs(10);
+        let r = s.read(&counts(&[(11, 500)], 2), &mut inv, now, wait, false);
+        assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 502);
+        assert!(r.forget.is_empty(), "a live cgroup keeps its entry");
+        let r = s.read(&counts(&[(11, 800)], 2), &mut inv, now, wait, false);
+        assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 300);
+        inv.cgroups.removed(11, "", 1);
+        let r = s.read(&counts(&[(11, 801)], 2), &mut inv, now, wait, false);
+        assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 1);
+        assert_eq!(r.forget, vec![11], "read its final value, then delete");
+        let client = Client::Container("a".repeat(64));
+        assert_eq!(s.of_client(UID, &client), 801);
+        // An entry the kernel makes again after the delete counts from zero.
+        let r = s.read(&counts(&[(11, 3)], 2), &mut inv, now, wait, false);
+        assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 3);
+        assert_eq!(s.of_client(UID, &client), 804);
+    }
+}

@@ -1,0 +1,74 @@
+//! A noisy neighbour: refuses as fast as it can, in one thread across a range of
+//! closed local ports and in another in a tight loop on one closed port, for a given
+//! time. Writes how many connects were refused (ECONNREFUSED) to `--out`.
+
+use std::{
+    net::{Ipv4Addr, SocketAddr, TcpStream},
+    sync::atomic::{AtomicU64, Ordering::Relaxed},
+    time::{Duration, Instant},
+};
+
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+static OTHER_ERRORS: AtomicU64 = AtomicU64::new(0);
+
+fn main() {
+    let (mut first, mut last, mut hot) = (16_000u16, 25_999u16, 9_999u16);
+    let (mut seconds, mut out) = (3.0f64, None::<String>);
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let v = args.next().unwrap_or_else(|| usage(&a));
+        match a.as_str() {
+            "--ports" => {
+                let (a, b) = v.split_once('-').unwrap_or_else(|| usage("--ports"));
+                first = a.parse().unwrap_or_else(|_| usage("--ports"));
+                last = b.parse().unwrap_or_else(|_| usage("--ports"));
+            }
+            "--hot" => hot = v.parse().unwrap_or_else(|_| usage("--hot")),
+            "--seconds" => seconds = v.parse().unwrap_or_else(|_| usage("--seconds")),
+            "--out" => out = Some(v),
+            _ => usage(&a),
+        }
+    }
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut port = first;
+            while Instant::now() < until {
+                dial(port);
+                port = if port >= last { first } else { port + 1 };
+            }
+        });
+        s.spawn(|| {
+            while Instant::now() < until {
+                dial(hot);
+            }
+        });
+    });
+    let refused = REFUSED.load(Relaxed);
+    println!(
+        "sr-flood: {refused} refused, {} other errors",
+        OTHER_ERRORS.load(Relaxed)
+    );
+    if let Some(out) = out {
+        std::fs::write(out, refused.to_string()).expect("write --out");
+    }
+}
+
+fn dial(port: u16) {
+    let to = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    match TcpStream::connect_timeout(&to, Duration::from_secs(1)) {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            REFUSED.fetch_add(1, Relaxed);
+        }
+        _ => {
+            OTHER_ERRORS.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+fn usage(at: &str) -> ! {
+    eprintln!(
+        "sr-flood: bad argument {at}\nusage: sr-flood [--ports FIRST-LAST] [--hot PORT] [--seconds S] [--out PATH]"
+    );
+    std::process::exit(2)
+}
