@@ -149,6 +149,30 @@ fn a_newcomer_at_the_total_cap_keeps_its_incident() {
     assert_eq!(d.incidents().evicted(), 1);
 }
 
+/// Among pods holding as many incidents, the oldest incident leaves first: a node that
+/// sees one race per pod start keeps its newest races, whatever the pods' uids.
+#[test]
+fn among_equal_holders_the_oldest_incident_leaves_first() {
+    let mut d = Detector::new(DetectorConfig {
+        history: 2,
+        history_per_pod: 10,
+        ..DetectorConfig::default()
+    });
+    let pods = [
+        "aaaaaaaa-0000-4000-8000-000000000001",
+        "ffffffff-0000-4000-8000-000000000002",
+        "77777777-0000-4000-8000-000000000003",
+    ];
+    for (n, pod) in pods.into_iter().enumerate() {
+        let t = (n as u64 + 1) * 10 * MS;
+        d.observe(started(t, pod), &NoMeta);
+        d.observe(refused(t + MS, pod, "app", "127.0.0.1:15001"), &NoMeta);
+    }
+    assert!(of_pod(&d, pods[0]).is_empty(), "the oldest race left");
+    assert_eq!(of_pod(&d, pods[1]).len(), 1);
+    assert_eq!(of_pod(&d, pods[2]).len(), 1);
+}
+
 /// The agent lags: its tick comes seconds after the kernel time of the facts it holds,
 /// and the refusals from another CPU are still queued when the listener is held.
 #[test]

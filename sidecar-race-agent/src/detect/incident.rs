@@ -1,6 +1,7 @@
 //! Incidents and their bounded history.
 
 use std::{
+    cmp::Reverse,
     collections::{BTreeMap, BTreeSet, HashMap},
     net::SocketAddr,
 };
@@ -171,18 +172,27 @@ impl Incident {
 
 /// Incidents by id, bounded in total and per pod. Eviction is fair between pods: a
 /// pod at its own cap makes room among its own incidents, and beyond the total cap
-/// the pod holding the most gives one up. Either way the victim is that pod's oldest
-/// final incident, or its oldest open one when it has no final one; so a pod within
-/// its fair share (total / pods) never loses anything to a flooding neighbour.
+/// the pod holding the most gives one up (among pods holding as many, the one with the
+/// oldest incident). Either way the victim is that pod's oldest final incident, or its
+/// oldest open one when it has no final one; so a pod within its fair share (total /
+/// pods) never loses anything to a flooding neighbour, and among equals the oldest
+/// incidents go first.
 pub struct IncidentLog {
     incidents: BTreeMap<u64, Incident>,
     by_pod: HashMap<String, BTreeSet<u64>>,
-    /// (incidents held, pod uid): the last one holds the most.
-    sizes: BTreeSet<(usize, String)>,
+    /// (incidents held, oldest id reversed, pod uid): the last one pays next.
+    holders: BTreeSet<Holder>,
     capacity: usize,
     per_pod: usize,
     next_id: u64,
     evicted: u64,
+}
+
+type Holder = (usize, Reverse<u64>, String);
+
+fn holder(pod: &str, ids: &BTreeSet<u64>) -> Option<Holder> {
+    let oldest = *ids.first()?;
+    Some((ids.len(), Reverse(oldest), pod.to_string()))
 }
 
 impl IncidentLog {
@@ -190,7 +200,7 @@ impl IncidentLog {
         Self {
             incidents: BTreeMap::new(),
             by_pod: HashMap::new(),
-            sizes: BTreeSet::new(),
+            holders: BTreeSet::new(),
             capacity: capacity.max(1),
             per_pod: per_pod.max(1),
             next_id: 1,
@@ -213,17 +223,20 @@ impl IncidentLog {
         if self.held_by(&pod) >= self.per_pod {
             evicted.extend(self.evict_from(&pod, None));
         }
-        let held = self.held_by(&pod);
-        self.by_pod.entry(pod.clone()).or_default().insert(id);
-        self.resize(&pod, held, held + 1);
+        self.change(&pod, |ids| {
+            ids.insert(id);
+        });
         self.incidents.insert(id, incident);
         if self.incidents.len() > self.capacity {
-            // The pod holding the most pays, but never with the incident just stored:
-            // its caller is about to count refusals into it.
-            let holders: Vec<String> = self.sizes.iter().rev().map(|(_, p)| p.clone()).collect();
-            if let Some(old) = holders.iter().find_map(|p| self.evict_from(p, Some(id))) {
-                evicted.push(old);
-            }
+            // The next holder pays, but never with the incident just stored: its
+            // caller is about to count refusals into it.
+            let payer = self
+                .holders
+                .iter()
+                .rev()
+                .find(|(held, _, p)| *held > 1 || *p != pod)
+                .map(|(_, _, p)| p.clone());
+            evicted.extend(payer.and_then(|p| self.evict_from(&p, Some(id))));
         }
         self.evicted += evicted.len() as u64;
         (id, evicted)
@@ -242,22 +255,26 @@ impl IncidentLog {
             .clone()
             .find(|id| self.incidents.get(id).is_some_and(Incident::is_final))
             .or_else(|| candidates.next())?;
-        let held = ids.len();
-        let ids = self.by_pod.get_mut(pod).expect("looked up above");
-        ids.remove(&victim);
-        if ids.is_empty() {
-            self.by_pod.remove(pod);
-        }
-        self.resize(pod, held, held - 1);
+        self.change(pod, |ids| {
+            ids.remove(&victim);
+        });
         self.incidents.remove(&victim)
     }
 
-    fn resize(&mut self, pod: &str, from: usize, to: usize) {
-        if from > 0 {
-            self.sizes.remove(&(from, pod.to_string()));
+    /// Changes the ids `pod` holds, keeping its place among the holders.
+    fn change(&mut self, pod: &str, f: impl FnOnce(&mut BTreeSet<u64>)) {
+        let ids = self.by_pod.entry(pod.to_string()).or_default();
+        if let Some(old) = holder(pod, ids) {
+            self.holders.remove(&old);
         }
-        if to > 0 {
-            self.sizes.insert((to, pod.to_string()));
+        f(ids);
+        match holder(pod, ids) {
+            Some(new) => {
+                self.holders.insert(new);
+            }
+            None => {
+                self.by_pod.remove(pod);
+            }
         }
     }
 
