@@ -2,89 +2,22 @@
 //! a user sees when one pod floods, a pod's removal is lost, or the pod source lists
 //! a pod it cannot read.
 
-use std::{
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    time::{Duration, Instant},
-};
+use std::time::Instant;
 
 use crate::{
-    cgroups::{CgroupIndex, id_of},
+    cgroups::id_of,
     detect::{DetectorConfig, Phase, State, render::Filter},
-    events::{CgroupFact, KernelEvent, Owner, SocketFact},
-    inventory::{Inventory, pod_info::PodInfo, sources::PodUpdate, store::PodStore},
+    events::KernelEvent,
+    inventory::sources::PodUpdate,
     metrics::Metrics,
     pipeline::Pipeline,
+    test_facts::*,
 };
 
-const MS: u64 = 1_000_000;
-/// The pod of the fixture `classic-deployment.json` (checkout, app `a…`, proxy `b…`).
-const CHECKOUT: &str = "6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b";
-const FLOODER: &str = "0b7e4c1d-2f3a-4b5c-8d9e-1a2b3c4d5e6f";
-
-fn pod_path(uid: &str) -> String {
-    format!(
-        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
-        uid.replace('-', "_")
-    )
-}
-
-fn container_path(uid: &str, id: &str) -> String {
-    format!("{}/cri-containerd-{id}.scope", pod_path(uid))
-}
-
-fn created(ts: u64, id: u64, path: String) -> KernelEvent {
-    KernelEvent::CgroupCreated(CgroupFact {
-        ts_boot_ns: ts,
-        cgroup_id: id,
-        level: 4,
-        path,
-        truncated: false,
-    })
-}
-
-fn socket(ts: u64, cgroup: u64, src: &str, dst: Option<&str>) -> SocketFact {
-    SocketFact {
-        ts_boot_ns: ts,
-        owner: Owner {
-            cgroup_id: cgroup,
-            pid: 7,
-            tgid: 7,
-            comm: "x".into(),
-        },
-        ipv6: false,
-        src: src.parse::<SocketAddr>().unwrap(),
-        dst: dst.map(|d| d.parse().unwrap()),
-        local_dst: None,
-        start_boot_ns: 0,
-    }
-}
+const FLOODER: &str = OTHER_POD;
 
 fn refused(ts: u64, cgroup: u64, dst: &str) -> KernelEvent {
     KernelEvent::Refused(socket(ts, cgroup, "127.0.0.1:40000", Some(dst)))
-}
-
-fn checkout_pod() -> PodInfo {
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/pods/classic-deployment.json");
-    PodInfo::from_json(serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap())
-        .unwrap()
-}
-
-fn pipeline(cgroups: &Path, pods: Option<PodInfo>, cfg: DetectorConfig) -> Pipeline {
-    let mut store = PodStore::new(Duration::from_secs(600));
-    let has_source = pods.is_some();
-    if let Some(p) = pods {
-        store.apply(p);
-    }
-    let inventory = Inventory::new(CgroupIndex::new(cgroups, u64::MAX), store, has_source);
-    Pipeline::new(inventory, cfg, 0).with_metadata_wait(Duration::from_secs(10), None)
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sr-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]

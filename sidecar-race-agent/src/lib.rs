@@ -28,3 +28,5 @@ pub mod trace_view;
 
 #[cfg(test)]
 mod bounds_tests;
+#[cfg(test)]
+mod test_facts;

@@ -634,76 +634,25 @@ pub fn openmetrics_to_classic(om: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::{net::SocketAddr, path::PathBuf};
+    use std::path::PathBuf;
 
     use super::*;
     use crate::{
-        cgroups::CgroupIndex,
         detect::DetectorConfig,
-        events::{CgroupFact, KernelEvent, Owner, SocketFact},
-        inventory::{Inventory, pod_info::PodInfo, sources::PodUpdate, store::PodStore},
+        events::KernelEvent,
+        inventory::sources::PodUpdate,
+        test_facts::{
+            CHECKOUT as UID, MS, OTHER_POD as UID2, checkout_pod, container_path, created,
+            pipeline, pod_path, socket, temp_dir,
+        },
     };
-
-    const MS: u64 = 1_000_000;
-    const UID: &str = "6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b";
-    /// A second pod, with no metadata.
-    const UID2: &str = "0b7e4c1d-2f3a-4b5c-8d9e-1a2b3c4d5e6f";
-
-    fn pod_path(uid: &str) -> String {
-        format!(
-            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
-            uid.replace('-', "_")
-        )
-    }
-
-    fn container_path(uid: &str, id: &str) -> String {
-        format!("{}/cri-containerd-{id}.scope", pod_path(uid))
-    }
-
-    fn created(ts: u64, id: u64, path: String) -> KernelEvent {
-        KernelEvent::CgroupCreated(CgroupFact {
-            ts_boot_ns: ts,
-            cgroup_id: id,
-            level: 4,
-            path,
-            truncated: false,
-        })
-    }
-
-    fn socket(ts: u64, cgroup: u64, src: &str, dst: Option<&str>) -> SocketFact {
-        SocketFact {
-            ts_boot_ns: ts,
-            owner: Owner {
-                cgroup_id: cgroup,
-                pid: 7,
-                tgid: 7,
-                comm: "x".into(),
-            },
-            ipv6: false,
-            src: src.parse::<SocketAddr>().unwrap(),
-            dst: dst.map(|d| d.parse().unwrap()),
-            local_dst: None,
-            start_boot_ns: 0,
-        }
-    }
 
     /// Two pods race at start; one has metadata (a Deployment), one has none. Returns
     /// the pipeline after its first step (3 s): the pod without metadata still waits
     /// for names.
     fn scenario() -> (Pipeline, Step) {
-        let dir = std::env::temp_dir().join(format!("sr-metrics-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut pods = PodStore::new(Duration::from_secs(600));
-        let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pods/classic-deployment.json");
-        let pod = PodInfo::from_json(
-            serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap(),
-        )
-        .unwrap();
-        pods.apply(pod);
-        let inventory = Inventory::new(CgroupIndex::new(&dir, u64::MAX), pods, true);
-        let mut p = Pipeline::new(inventory, DetectorConfig::default(), 0)
-            .with_metadata_wait(Duration::from_secs(10), None);
+        let dir = temp_dir("metrics");
+        let mut p = pipeline(&dir, Some(checkout_pod()), DetectorConfig::default());
         let (a, b) = ("a".repeat(64), "b".repeat(64));
         let events = vec![
             created(0, 100, pod_path(UID)),

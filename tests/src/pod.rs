@@ -351,6 +351,15 @@ impl SimPod {
 }
 
 /// Writes pods as a `kubectl get pods -o json` PodList, atomically (rename).
+/// An empty pods file under the temp dir, per process, and the `--pods-from` value
+/// that reads it: the agent's file source, filled as a test creates its pods.
+pub fn empty_pods_file(name: &str) -> (PathBuf, String) {
+    let path = std::env::temp_dir().join(format!("sr-{name}-pods-{}.json", std::process::id()));
+    write_pod_list(&path, &[]);
+    let source = format!("file:{}", path.display());
+    (path, source)
+}
+
 pub fn write_pod_list(path: &Path, pods: &[serde_json::Value]) {
     let list =
         serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods});

@@ -12,7 +12,7 @@ use std::{
 
 use crate::{
     agent::RunAgent,
-    pod::{Declared, SimPod, write_pod_list},
+    pod::{Declared, SimPod, empty_pods_file, write_pod_list},
     scenario::{app, app_done, proxy},
 };
 
@@ -227,10 +227,7 @@ fn sample(pid: u32, at: Duration) -> Option<Sample> {
 /// [`crate::agent::agent_binary`]); the first quarter is warm-up.
 pub fn run(duration: Duration) -> SoakReport {
     let warm_up = duration / 4;
-    let tag = std::process::id();
-    let pods_file = std::env::temp_dir().join(format!("sr-soak-pods-{tag}.json"));
-    write_pod_list(&pods_file, &[]);
-    let source = format!("file:{}", pods_file.display());
+    let (pods_file, source) = empty_pods_file("soak");
     // Deleted pods and removed cgroups are kept 20 s (not 10 min), and the history is
     // small, so the run reaches its steady state within the warm-up.
     let agent = RunAgent::start(&[

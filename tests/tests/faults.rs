@@ -333,12 +333,10 @@ fn tracefs_without(hidden: &str) -> PathBuf {
     fake
 }
 
-#[test]
-fn a_missing_tracepoint_degrades_one_capability_and_the_rest_works() {
-    if !is_root_or_skip("a_missing_tracepoint_degrades_one_capability_and_the_rest_works") {
-        return;
-    }
-    let tracefs = tracefs_without("tcp_send_reset");
+/// An agent whose tracefs lacks `category:name`, once it has said so; and that tracefs
+/// (to remove) and the sentence.
+fn agent_without(category: &str, name: &str) -> (RunAgent, PathBuf, String) {
+    let tracefs = tracefs_without(name);
     let agent = RunAgent::start(&[
         "--pods-from",
         "none",
@@ -346,9 +344,20 @@ fn a_missing_tracepoint_degrades_one_capability_and_the_rest_works() {
         tracefs.to_str().unwrap(),
     ]);
     let line = agent.wait_log(
-        &["degraded: tracepoint tcp:tcp_send_reset is unusable"],
+        &[&format!(
+            "degraded: tracepoint {category}:{name} is unusable"
+        )],
         SETTLE,
     );
+    (agent, tracefs, line)
+}
+
+#[test]
+fn a_missing_tracepoint_degrades_one_capability_and_the_rest_works() {
+    if !is_root_or_skip("a_missing_tracepoint_degrades_one_capability_and_the_rest_works") {
+        return;
+    }
+    let (agent, tracefs, line) = agent_without("tcp", "tcp_send_reset");
     assert!(
         line.contains("this kernel does not have it") && line.contains("local_dst"),
         "{line}"
@@ -363,17 +372,7 @@ fn without_cgroup_mkdir_new_containers_are_found_by_rescanning() {
     if !is_root_or_skip("without_cgroup_mkdir_new_containers_are_found_by_rescanning") {
         return;
     }
-    let tracefs = tracefs_without("cgroup_mkdir");
-    let agent = RunAgent::start(&[
-        "--pods-from",
-        "none",
-        "--tracefs",
-        tracefs.to_str().unwrap(),
-    ]);
-    let line = agent.wait_log(
-        &["degraded: tracepoint cgroup:cgroup_mkdir is unusable"],
-        SETTLE,
-    );
+    let (agent, tracefs, line) = agent_without("cgroup", "cgroup_mkdir");
     assert!(line.contains("found by rescanning"), "{line}");
     assert_only_degraded(&agent, "cgroup_mkdir");
     // A pod that appears after the agent started: no creation event, yet its race is

@@ -13,7 +13,9 @@ use std::{
 use sidecar_race_tests::{
     agent::RunAgent,
     http::get,
-    pod::{Decl, Declared, SimPod, require_binary, sibling_binary, write_pod_list},
+    pod::{
+        Decl, Declared, SimPod, empty_pods_file, require_binary, sibling_binary, write_pod_list,
+    },
     root::is_root_or_skip,
     scenario::{app_done, proxy},
 };
@@ -29,9 +31,7 @@ fn a_flooding_pod_does_not_blind_detection_for_its_neighbour() {
         return;
     }
     let ns = format!("isolation-{}", std::process::id());
-    let pods_file = std::env::temp_dir().join(format!("sr-isolation-{}.json", std::process::id()));
-    write_pod_list(&pods_file, &[]);
-    let source = format!("file:{}", pods_file.display());
+    let (pods_file, source) = empty_pods_file("isolation");
     let agent = RunAgent::start(&[
         "--pods-from",
         &source,

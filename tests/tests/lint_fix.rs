@@ -16,7 +16,7 @@ use std::{
 use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::{RunAgent, agent_binary},
-    pod::{SimContainer, SimPod, write_pod_list},
+    pod::{SimContainer, SimPod, empty_pods_file, write_pod_list},
     root::is_root_or_skip,
     scenario::{app_done, proxy},
     tools::{on_path, run, validate_strictly},
@@ -268,10 +268,7 @@ fn fixed_pod_gets_no_incident_on_the_real_kernel() {
         15001
     );
 
-    let pods_file =
-        std::env::temp_dir().join(format!("sr-lint-fix-pods-{}.json", std::process::id()));
-    write_pod_list(&pods_file, &[]);
-    let source = format!("file:{}", pods_file.display());
+    let (pods_file, source) = empty_pods_file("lint-fix");
     let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
     let mut pods = Vec::new();
     let mut uids = Vec::new();

@@ -27,7 +27,7 @@ use sidecar_race_tests::{
     agent::{RunAgent, agent_binary},
     http::{free_port, get},
     operator::{DiscoveredPod, pod_monitor_scrape_config, service_monitor_scrape_config},
-    pod::{Declared, SimPod, write_pod_list},
+    pod::{Declared, SimPod, empty_pods_file, write_pod_list},
     root::{have, is_root_or_skip},
     scenario::{app_done, proxy},
 };
@@ -260,9 +260,7 @@ fn prometheus_sees_the_race_and_the_report_ranks_it_first() {
 }
 
 fn scrape_and_check(monitor: Monitor) {
-    let pods_file = std::env::temp_dir().join(format!("sr-e2e-pods-{}.json", std::process::id()));
-    write_pod_list(&pods_file, &[]);
-    let source = format!("file:{}", pods_file.display());
+    let (pods_file, source) = empty_pods_file("e2e");
     let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
     // Scraped as the Prometheus Operator scrapes the shipped PodMonitor (or
     // ServiceMonitor): its honor_labels, and the agent pod's namespace, pod, container,

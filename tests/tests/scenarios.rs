@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sidecar_race_tests::{
     agent::RunAgent,
-    pod::{Declared, SimPod, write_pod_list},
+    pod::{Declared, SimPod, empty_pods_file, write_pod_list},
     root::{have, is_root_or_skip},
     scenario::{app, app_done, proxy},
 };
@@ -33,10 +33,7 @@ fn classic_startup_race_is_one_startup_incident_with_the_right_window() {
     if !is_root_or_skip("classic_startup_race_is_one_startup_incident_with_the_right_window") {
         return;
     }
-    let pods_file =
-        std::env::temp_dir().join(format!("sr-scn-startup-{}.json", std::process::id()));
-    write_pod_list(&pods_file, &[]);
-    let source = format!("file:{}", pods_file.display());
+    let (pods_file, source) = empty_pods_file("scn-startup");
     // The agent watches before the pod starts (it would not call a race in a pod it
     // found running a startup race).
     let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sidecar_race_tests::{
     agent::RunAgent,
-    pod::{Declared, SimPod, write_pod_list},
+    pod::{Declared, SimPod, empty_pods_file, write_pod_list},
     root::is_root_or_skip,
     scenario::{app_done, proxy},
 };
@@ -23,12 +23,7 @@ fn main() -> anyhow::Result<()> {
     if !is_root_or_skip("the demo") {
         std::process::exit(1);
     }
-    let pods_file = std::env::temp_dir().join(format!(
-        "sidecar-race-demo-pods-{}.json",
-        std::process::id()
-    ));
-    write_pod_list(&pods_file, &[]);
-    let source = format!("file:{}", pods_file.display());
+    let (pods_file, source) = empty_pods_file("demo");
     println!("== starting the agent: sidecar-race-agent run --pods-from {source}");
     let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.2"]);
     println!("   serving http://{}/api/v1/incidents", agent.addr);

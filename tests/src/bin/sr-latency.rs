@@ -20,7 +20,9 @@ use sidecar_race_agent::clock;
 use sidecar_race_tests::{
     agent::RunAgent,
     http::get,
-    pod::{Decl, Declared, SimPod, require_binary, sibling_binary, write_pod_list},
+    pod::{
+        Decl, Declared, SimPod, empty_pods_file, require_binary, sibling_binary, write_pod_list,
+    },
     root::is_root_or_skip,
     scenario::{app, proxy},
 };
@@ -36,10 +38,7 @@ fn main() -> anyhow::Result<()> {
         (None, _) => None,
         _ => anyhow::bail!("usage: sr-latency RACES [--storm SECONDS]"),
     };
-    let pods_file =
-        std::env::temp_dir().join(format!("sr-latency-pods-{}.json", std::process::id()));
-    write_pod_list(&pods_file, &[]);
-    let source = format!("file:{}", pods_file.display());
+    let (pods_file, source) = empty_pods_file("latency");
     let agent = RunAgent::start(&[
         "--pods-from",
         &source,
