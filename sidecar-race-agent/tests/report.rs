@@ -240,7 +240,11 @@ fn incident(
 }
 
 async fn fake_agent(incidents: Vec<Value>) -> String {
-    let body = json!({ "incidents": incidents });
+    fake_agent_answering(json!({ "incidents": incidents })).await
+}
+
+/// An agent whose `/api/v1/incidents` answers `body`.
+async fn fake_agent_answering(body: Value) -> String {
     let router = Router::new().route(
         "/api/v1/incidents",
         get(move || {
@@ -1188,4 +1192,34 @@ async fn answers_larger_than_the_cap_are_refused() {
         ),
         "{err:?}"
     );
+}
+
+/// An agent that holds more incidents than one answer carries says so (`truncated`);
+/// the report still ranks what it got and warns that it saw only the newest.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_truncated_agent_answer_is_reported_as_a_warning() {
+    let body = json!({
+        "incidents": [incident(
+            1,
+            "checkout-1",
+            "shop",
+            "Deployment",
+            "checkout",
+            ("app", "istio-proxy", "classic", 15001),
+            ("startup", 12, Some(1.2)),
+        )],
+        "truncated": true,
+    });
+    let url = fake_agent_answering(body).await;
+    let out = binary(&["report", "--agent", &url, "--format", "json"], &[]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "warning: agent {url} holds more incidents than one answer carries; the report uses its newest 1"
+        )),
+        "{stderr}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json_names(&v), ["checkout"], "{v:#}");
 }

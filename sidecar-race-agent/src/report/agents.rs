@@ -50,6 +50,9 @@ pub struct WorkloadRef {
 #[derive(Deserialize)]
 struct IncidentList {
     incidents: Vec<AgentIncident>,
+    /// More matched than one answer carries (agents before the limit lack it).
+    #[serde(default)]
+    truncated: bool,
 }
 
 /// Reads every agent's incidents (all of them, or the first failure).
@@ -81,6 +84,12 @@ pub fn parse(url: &str, body: &str) -> Result<Vec<AgentIncident>, ReportError> {
         path: PATH.into(),
         reason: format!("not an incident list ({e})"),
     })?;
+    if list.truncated {
+        eprintln!(
+            "warning: agent {url} holds more incidents than one answer carries; the report uses its newest {}",
+            list.incidents.len()
+        );
+    }
     Ok(list.incidents)
 }
 
