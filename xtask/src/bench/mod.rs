@@ -4,6 +4,8 @@
 //! Nothing here is a timed assertion.
 
 mod agent;
+mod bpf_stats;
+mod cpu;
 mod dial;
 mod fleet;
 mod latency;
@@ -15,13 +17,23 @@ use std::{fmt::Write as _, path::Path, time::Duration};
 
 use anyhow::{Context, bail};
 
-use self::{agent::Agent, dial::dial, peer::Bpftrace, scale::SimulatedPods, stats::Spread};
+use self::{
+    agent::Agent,
+    bpf_stats::{ProgStats, StatsOn},
+    dial::{Run, dial},
+    peer::Bpftrace,
+    scale::SimulatedPods,
+    stats::Spread,
+};
 
 /// How much to measure.
 struct Plan {
     smoke: bool,
     connects: u32,
     rounds: usize,
+    /// Rounds of the successful-connect rows, and how long each run in them lasts.
+    success_rounds: usize,
+    round: Duration,
     scale_pods: usize,
     scale: Duration,
     index_cgroups: usize,
@@ -34,6 +46,8 @@ const FULL: Plan = Plan {
     smoke: false,
     connects: 20_000,
     rounds: 7,
+    success_rounds: 15,
+    round: Duration::from_secs(2),
     scale_pods: 110,
     scale: Duration::from_secs(60),
     index_cgroups: 1_000,
@@ -45,6 +59,8 @@ const SMOKE: Plan = Plan {
     smoke: true,
     connects: 300,
     rounds: 1,
+    success_rounds: 2,
+    round: Duration::from_millis(200),
     scale_pods: 5,
     scale: Duration::from_secs(1),
     index_cgroups: 20,
@@ -79,9 +95,43 @@ pub fn bench(bin: &Path, smoke: bool, out: &Path) -> anyhow::Result<()> {
         &ok.agent,
         3,
     ));
+    rows.push(row(
+        "successful connects: CPU time per connect, bare / with the agent",
+        &ok.cpu_ratio,
+        3,
+    ));
+    rows.push(row(
+        "successful connects: bare loop CPU per connect (µs)",
+        &ok.bare_cpu_us,
+        1,
+    ));
+    rows.push(row(
+        "successful connects: the agent's eBPF run time per connect (ns, bpf_stats)",
+        &ok.prog_ns,
+        0,
+    ));
+    rows.push(row(
+        "successful connects: eBPF program runs per connect",
+        &ok.prog_runs,
+        1,
+    ));
+    rows.push(row(
+        "successful connects: bare CPU / (bare CPU + eBPF run time), per connect",
+        &ok.estimate,
+        3,
+    ));
     if let Some(s) = Spread::of(&ok.agent) {
         verdicts.push(verdict(
-            &format!("successful connects ≥ {TARGET_SUCCESS_RATIO}× bare"),
+            &format!("successful connects ≥ {TARGET_SUCCESS_RATIO}× bare (throughput)"),
+            s.median >= TARGET_SUCCESS_RATIO,
+            format!("median {:.3}", s.median),
+        ));
+    }
+    if let Some(s) = Spread::of(&ok.estimate) {
+        verdicts.push(verdict(
+            &format!(
+                "successful connects ≥ {TARGET_SUCCESS_RATIO}× bare (the programs' own cost, bpf_stats)"
+            ),
             s.median >= TARGET_SUCCESS_RATIO,
             format!("median {:.3}", s.median),
         ));
@@ -247,42 +297,71 @@ pub fn bench(bin: &Path, smoke: bool, out: &Path) -> anyhow::Result<()> {
 struct Successful {
     agent: Vec<f64>,
     peer: Option<Vec<f64>>,
+    cpu_ratio: Vec<f64>,
+    bare_cpu_us: Vec<f64>,
+    prog_ns: Vec<f64>,
+    prog_runs: Vec<f64>,
+    estimate: Vec<f64>,
 }
 
 /// Bare, agent and (when installed) bpftrace, rotating which goes first each round;
-/// each ratio is bare time / measured time of the same round.
+/// each ratio is bare / measured of the same round. The connect count is set so a
+/// bare run lasts `plan.round`. With the agent, its programs' run time comes from
+/// `kernel.bpf_stats_enabled`.
 fn successful(bin: &Path, plan: &Plan) -> anyhow::Result<Successful> {
     let peer = Bpftrace::available();
-    let mut agent_r = Vec::new();
-    let mut peer_r = Vec::new();
-    for round in 0..plan.rounds {
-        let mut bare = None;
-        let mut with = None;
-        let mut traced = None;
+    let _stats = StatsOn::enable()?;
+    let calibration = dial(bin, true, plan.connects)?;
+    let per_connect = calibration.wall.as_secs_f64() / f64::from(plan.connects);
+    let n = ((plan.round.as_secs_f64() / per_connect) as u32).clamp(100, 1_000_000);
+    eprintln!(
+        "bench: {n} connects per run, {} rounds",
+        plan.success_rounds
+    );
+    let mut r = Successful {
+        agent: Vec::new(),
+        peer: peer.then(Vec::new),
+        cpu_ratio: Vec::new(),
+        bare_cpu_us: Vec::new(),
+        prog_ns: Vec::new(),
+        prog_runs: Vec::new(),
+        estimate: Vec::new(),
+    };
+    for round in 0..plan.success_rounds {
+        let mut bare: Option<Run> = None;
+        let mut with: Option<(Run, ProgStats)> = None;
+        let mut traced: Option<Run> = None;
         for step in 0..3 {
             match (round + step) % 3 {
-                0 => bare = Some(dial(bin, true, plan.connects)?),
+                0 => bare = Some(dial(bin, true, n)?),
                 1 => {
-                    let _agent = Agent::start(bin, &["--pods-from", "none"])?;
-                    with = Some(dial(bin, true, plan.connects)?);
+                    let agent = Agent::start(bin, &["--pods-from", "none"])?;
+                    let before = ProgStats::of(agent.pid())?;
+                    let run = dial(bin, true, n)?;
+                    with = Some((run, ProgStats::of(agent.pid())?.since(before)));
                 }
                 _ if peer => {
                     let _bt = Bpftrace::start()?;
-                    traced = Some(dial(bin, true, plan.connects)?);
+                    traced = Some(dial(bin, true, n)?);
                 }
                 _ => {}
             }
         }
-        let bare = bare.expect("measured").as_secs_f64();
-        agent_r.push(bare / with.expect("measured").as_secs_f64());
-        if let Some(t) = traced {
-            peer_r.push(bare / t.as_secs_f64());
+        let (bare, (with, progs)) = (bare.expect("measured"), with.expect("measured"));
+        let n = f64::from(n);
+        r.agent.push(bare.wall.as_secs_f64() / with.wall.as_secs_f64());
+        r.cpu_ratio.push(bare.cpu.as_secs_f64() / with.cpu.as_secs_f64());
+        let bare_ns = bare.cpu.as_secs_f64() * 1e9 / n;
+        let prog_ns = progs.run_time_ns as f64 / n;
+        r.bare_cpu_us.push(bare_ns / 1e3);
+        r.prog_ns.push(prog_ns);
+        r.prog_runs.push(progs.run_cnt as f64 / n);
+        r.estimate.push(bare_ns / (bare_ns + prog_ns));
+        if let (Some(p), Some(t)) = (r.peer.as_mut(), traced) {
+            p.push(bare.wall.as_secs_f64() / t.wall.as_secs_f64());
         }
     }
-    Ok(Successful {
-        agent: agent_r,
-        peer: peer.then_some(peer_r),
-    })
+    Ok(r)
 }
 
 struct Refusals {
@@ -301,21 +380,21 @@ fn refusals(bin: &Path, plan: &Plan) -> anyhow::Result<Refusals> {
     for round in 0..plan.rounds {
         let mut bare = None;
         if round % 2 == 0 {
-            bare = Some(dial(bin, false, plan.connects)?);
+            bare = Some(dial(bin, false, plan.connects)?.wall);
         }
         // No refusal budget: this row measures what each delivered record costs (the
         // storm row below measures the budget).
         let agent = Agent::start(bin, &["--pods-from", "none", "--refusal-burst", "0"])?;
         let cpu0 = agent.cpu()?;
         let seen0 = wait_metric(&agent, SERIES, |_| true)?;
-        let with = dial(bin, false, plan.connects)?;
+        let with = dial(bin, false, plan.connects)?.wall;
         // Totals are copied into the metrics every second; wait for this run's.
         let want = seen0 + f64::from(plan.connects);
         let seen = wait_metric(&agent, SERIES, |v| v >= want)?;
         let cpu = agent.cpu()? - cpu0;
         drop(agent);
         if round % 2 == 1 {
-            bare = Some(dial(bin, false, plan.connects)?);
+            bare = Some(dial(bin, false, plan.connects)?.wall);
         }
         r.ratio
             .push(bare.expect("measured").as_secs_f64() / with.as_secs_f64());
@@ -434,13 +513,22 @@ fn render(plan: &Plan, rows: &[Vec<String>], verdicts: &[Vec<String>]) -> String
     let _ = writeln!(
         s,
         "## Method\n\n\
-         - Workload: `sr-app` dials a loopback port {} times as fast as it can (one process, \
+         - Workload: `sr-app` dials a loopback port as fast as it can (one process, \
          one connect at a time, each closed with a reset so TIME_WAIT does not pile up), to a \
-         listener (successful) or to a closed port (refused).\n\
-         - Each round measures bare, with the agent (`run --pods-from none --events=false`, \
-         {} build) and with the peer, rotating which goes first; a ratio is bare time / \
-         measured time **of the same round** (throughput relative to bare, 1.00 = free). {} \
-         rounds; every figure is min / **median** / max over rounds.\n\
+         listener (successful) or to a closed port (refused). The client and the accepting \
+         thread are both pinned to CPU {cpu} (sched_setaffinity), the agent is not.\n\
+         - Successful connects: {sr} rounds; each round runs bare, with the agent \
+         (`run --pods-from none --events=false`, {build} build) and with the peer, rotating \
+         which goes first, each run as many connects as a bare run makes in about {secs} s \
+         (calibrated once). A ratio is bare / measured **of the same round** (1.00 = free): \
+         wall time (throughput), and the CPU time of client + accepting thread. The \
+         noise-robust figure: with `kernel.bpf_stats_enabled`, the run time the kernel \
+         accounts to the agent's programs (`run_time_ns` in their fdinfo) per connect, \
+         against the bare loop's CPU time per connect of the same round; it leaves out the \
+         tracepoint's own dispatch before the program runs.\n\
+         - Refused connects: {n} connects per run; each round measures bare and with the \
+         agent, alternating which goes first; {rounds} rounds. Every figure is \
+         min / **median** / max over rounds.\n\
          - Agent CPU is its user + system time from /proc (10 ms ticks) over the run, after \
          the kernel's refusal count in `/metrics` reached this run's total.\n\
          - Storm: `sr-latency --storm` runs startup races (as the latency row) while \
@@ -448,9 +536,12 @@ fn render(plan: &Plan, rows: &[Vec<String>], verdicts: &[Vec<String>]) -> String
          closed ports, and one port in a tight loop), with the default refusal budget.\n\
          - This is a shared 2-core machine with other engineers' builds and tests running: \
          absolute times are noisy, so only same-round ratios are compared.\n",
-        plan.connects,
-        if plan.smoke { "debug" } else { "release" },
-        plan.rounds
+        cpu = cpu::loop_cpu(),
+        sr = plan.success_rounds,
+        secs = plan.round.as_secs_f64(),
+        n = plan.connects,
+        build = if plan.smoke { "debug" } else { "release" },
+        rounds = plan.rounds
     );
     table(&mut s, &["figure", "min / **median** / max"], rows);
     let _ = writeln!(s, "\n## Targets (issue #12)\n");
