@@ -19,7 +19,7 @@ use anyhow::{Context, bail};
 
 use self::{
     agent::Agent,
-    bpf_stats::{ProgStats, StatsOn},
+    bpf_stats::{ProgStats, Stats},
     dial::{Run, dial},
     peer::Bpftrace,
     scale::SimulatedPods,
@@ -310,7 +310,7 @@ struct Successful {
 /// `kernel.bpf_stats_enabled`.
 fn successful(bin: &Path, plan: &Plan) -> anyhow::Result<Successful> {
     let peer = Bpftrace::available();
-    let _stats = StatsOn::enable()?;
+    let _off = Stats::set(false)?;
     let calibration = dial(bin, true, plan.connects)?;
     let per_connect = calibration.wall.as_secs_f64() / f64::from(plan.connects);
     let n = ((plan.round.as_secs_f64() / per_connect) as u32).clamp(100, 1_000_000);
@@ -329,16 +329,20 @@ fn successful(bin: &Path, plan: &Plan) -> anyhow::Result<Successful> {
     };
     for round in 0..plan.success_rounds {
         let mut bare: Option<Run> = None;
-        let mut with: Option<(Run, ProgStats)> = None;
+        let mut with: Option<(Run, ProgStats, u32)> = None;
         let mut traced: Option<Run> = None;
         for step in 0..3 {
             match (round + step) % 3 {
                 0 => bare = Some(dial(bin, true, n)?),
                 1 => {
                     let agent = Agent::start(bin, &["--pods-from", "none"])?;
-                    let before = ProgStats::of(agent.pid())?;
                     let run = dial(bin, true, n)?;
-                    with = Some((run, ProgStats::of(agent.pid())?.since(before)));
+                    // The programs' own cost, in a shorter run with statistics on.
+                    let _on = Stats::set(true)?;
+                    let before = ProgStats::of(agent.pid())?;
+                    dial(bin, true, n / 4)?;
+                    let progs = ProgStats::of(agent.pid())?.since(before);
+                    with = Some((run, progs, n / 4));
                 }
                 _ if peer => {
                     let _bt = Bpftrace::start()?;
@@ -347,15 +351,15 @@ fn successful(bin: &Path, plan: &Plan) -> anyhow::Result<Successful> {
                 _ => {}
             }
         }
-        let (bare, (with, progs)) = (bare.expect("measured"), with.expect("measured"));
-        let n = f64::from(n);
+        let (bare, (with, progs, counted)) = (bare.expect("measured"), with.expect("measured"));
+        let (n, counted) = (f64::from(n), f64::from(counted));
         r.agent.push(bare.wall.as_secs_f64() / with.wall.as_secs_f64());
         r.cpu_ratio.push(bare.cpu.as_secs_f64() / with.cpu.as_secs_f64());
         let bare_ns = bare.cpu.as_secs_f64() * 1e9 / n;
-        let prog_ns = progs.run_time_ns as f64 / n;
+        let prog_ns = progs.run_time_ns as f64 / counted;
         r.bare_cpu_us.push(bare_ns / 1e3);
         r.prog_ns.push(prog_ns);
-        r.prog_runs.push(progs.run_cnt as f64 / n);
+        r.prog_runs.push(progs.run_cnt as f64 / counted);
         r.estimate.push(bare_ns / (bare_ns + prog_ns));
         if let (Some(p), Some(t)) = (r.peer.as_mut(), traced) {
             p.push(bare.wall.as_secs_f64() / t.wall.as_secs_f64());
@@ -522,10 +526,12 @@ fn render(plan: &Plan, rows: &[Vec<String>], verdicts: &[Vec<String>]) -> String
          which goes first, each run as many connects as a bare run makes in about {secs} s \
          (calibrated once). A ratio is bare / measured **of the same round** (1.00 = free): \
          wall time (throughput), and the CPU time of client + accepting thread. The \
-         noise-robust figure: with `kernel.bpf_stats_enabled`, the run time the kernel \
-         accounts to the agent's programs (`run_time_ns` in their fdinfo) per connect, \
-         against the bare loop's CPU time per connect of the same round; it leaves out the \
-         tracepoint's own dispatch before the program runs.\n\
+         noise-robust figure: after the agent's throughput run, a quarter as many connects \
+         with `kernel.bpf_stats_enabled` (off for all throughput runs: it reads the clock \
+         twice per program run), the run time the kernel accounts to the agent's programs \
+         (`run_time_ns` in their fdinfo) per connect, against the bare loop's CPU time per \
+         connect of the same round; it leaves out the tracepoint's own dispatch before the \
+         program runs, and counts other processes' connects on the machine too.\n\
          - Refused connects: {n} connects per run; each round measures bare and with the \
          agent, alternating which goes first; {rounds} rounds. Every figure is \
          min / **median** / max over rounds.\n\
