@@ -6,8 +6,8 @@ use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 
 use super::{
     CONNECTING, IPPROTO_TCP, PendingConnect, TCP_CLOSE, TCP_LISTEN, TCP_SYN_SENT, config,
-    ctx_load::{load_i32, load_u16, load_u64},
-    current_owner, field, listen, now_boot_ns,
+    ctx_load::{load_addr16, load_i32, load_u16, load_u64},
+    current_owner, listen, now_boot_ns,
 };
 
 #[tracepoint]
@@ -35,9 +35,9 @@ fn try_set_state(ctx: &TracePointContext) -> Result<u32, u32> {
     if new == TCP_SYN_SENT {
         let pending = PendingConnect {
             owner: current_owner(),
-            dst_addr: field(ctx, l.daddr_v6)?,
-            dst_port: field(ctx, l.dport)?,
-            family: field(ctx, l.family)?,
+            dst_addr: load_addr16(ctx, l.daddr_v6)?,
+            dst_port: load_u16(ctx, l.dport)?,
+            family: load_u16(ctx, l.family)?,
             _pad: 0,
             start_boot_ns: now_boot_ns(),
         };
