@@ -353,8 +353,10 @@ fn successful(bin: &Path, plan: &Plan) -> anyhow::Result<Successful> {
         }
         let (bare, (with, progs, counted)) = (bare.expect("measured"), with.expect("measured"));
         let (n, counted) = (f64::from(n), f64::from(counted));
-        r.agent.push(bare.wall.as_secs_f64() / with.wall.as_secs_f64());
-        r.cpu_ratio.push(bare.cpu.as_secs_f64() / with.cpu.as_secs_f64());
+        r.agent
+            .push(bare.wall.as_secs_f64() / with.wall.as_secs_f64());
+        r.cpu_ratio
+            .push(bare.cpu.as_secs_f64() / with.cpu.as_secs_f64());
         let bare_ns = bare.cpu.as_secs_f64() * 1e9 / n;
         let prog_ns = progs.run_time_ns as f64 / counted;
         r.bare_cpu_us.push(bare_ns / 1e3);
@@ -612,20 +614,36 @@ up to 512 events per wakeup under one lock, and a cgroup id's parsed path is cac
 Measured that way: 4.0–8.2 µs per refusal before, 0.6–0.8 µs after. Counts stay exact: \
 they are the kernel's per-CPU counters, independent of the ring buffer.\n\
 - **Successful connects**: the program on `inet_sock_set_state` runs on every TCP state \
-change (about six per connect and close). It now filters on the old and new state first, \
-with direct context loads (a `match` over the legal offsets, each arm one load with the \
-offset as an immediate; the verifier knows the frozen config and keeps one arm) instead \
-of four `bpf_probe_read_kernel` calls; only SYN_SENT and LISTEN transitions read more. \
-What remains per connect is one map insert and one delete, plus the tracepoint's own \
-cost, which a bare kernel without any program does not pay and a peer pays as well. \
-With `kernel.bpf_stats_enabled`, the program's own cost fell from 112–119 ns to \
-76–86 ns per run (10,000 connects, alternated 3×). **Why the 0.97 target is not shown \
-to hold:** on this shared 2-core machine the throughput ratio is dominated by what else \
-runs: two full runs of this table during the rework gave medians of 1.014 (spread \
-0.743–1.712) and 0.721 (0.663–0.882) for the agent, with the bpftrace peer at 0.857 \
-and 0.767 in the same rounds. The agent stays ahead of the peer, and its kernel-side \
-cost per connect (≈6 runs × ~80 ns ≈ 0.5 µs, against ~30–50 µs per loopback connect \
-and close here) is about 1 %; a quiet machine is needed to resolve the ratio itself.\n\n\
+change (six per connect and close: three on each end). It filters on the old and new state \
+first, with direct context loads (a `match` over the legal offsets, each arm one load with \
+the offset as an immediate; the verifier knows the frozen config and keeps one arm); only \
+SYN_SENT and LISTEN transitions do more. Measured per program run with bpf_stats (debug \
+agent, same eBPF object, 10,000 connects per run, alternated, medians of 4–5): a program \
+that returns at once costs 30 ns per run on this VM, almost all of it the statistics' own \
+two clock reads; the state filter adds 1 ns; the whole program 81–94 ns, so the cost is in \
+the two runs per connect that insert and delete the SYN_SENT entry. \
+Changes and their effect: (1) `kernel.bpf_stats_enabled` had been left on on this \
+machine, and with it every program run reads the paravirtual clock twice \
+(`pvclock_clocksource_read` was 2 % of the loop's CPU in `perf`): the throughput runs now \
+turn it off and only a separate quarter-length run turns it on; earlier throughput \
+figures paid for it. (2) The SYN_SENT entry reads the destination address, port and \
+family by direct context loads instead of three `bpf_probe_read_kernel` calls: 93.7 → \
+81.8 ns per run (medians of 5 alternated runs), about 70 ns per connect. (3) Map type of \
+the SYN_SENT table, tried and not kept: LRU (kept) 89, plain hash 90, per-CPU LRU lists \
+102 ns per run, no difference beyond noise. \
+**`tp_btf`: not done.** `perf` (statistics off, loop pinned to one CPU) puts the \
+tracefs tracepoint's own dispatch — filling the trace record \
+(`perf_trace_inet_sock_set_state`, `perf_trace_buf_alloc`) and `trace_call_bpf` — at \
+about 1.9 % of the loop CPU's samples, as much as the program itself, and a BTF \
+tracepoint would skip the record. But its arguments are `struct sock *`, and Rust eBPF \
+has no CO-RE: the socket fields (ports, addresses, family, protocol) need offsets the \
+agent would read from `/sys/kernel/btf/vmlinux` itself (aya 0.14 does not expose member \
+offsets), plus a second program and a fallback, checked on the three kernels of the \
+matrix. That did not fit this round; it is the next step for this target. \
+The loop with a Rust server costs 15–25 µs of CPU per connect here; the bpf_stats \
+figure in the table (which counts the statistics' own clock reads, ~30 ns per run, but not \
+the dispatch) is the noise-robust estimate of the programs' share.
+
 - **Detection latency** is bounded below by the reorder window (200 ms): a fact is \
 held that long so records from other CPUs can be put back in order. The daemon used to \
 release held facts only on its 100 ms tick, so a resolution waited 200–300 ms plus \
@@ -633,4 +651,4 @@ scheduling (p99 346 ms over 1,000 races, missing the 300 ms target); it now also
 when the oldest held fact falls due (rounded up to 10 ms, so a storm wakes it at most \
 100 times a second).\n\n\
 ## Not measured yet\n\n\
-- `tp_btf`: not tried; the tracefs path is the only one.\n";
+- `tp_btf`: estimated from `perf` above, not built.\n";
