@@ -631,15 +631,19 @@ family by direct context loads instead of three `bpf_probe_read_kernel` calls: 9
 81.8 ns per run (medians of 5 alternated runs), about 70 ns per connect. (3) Map type of \
 the SYN_SENT table, tried and not kept: LRU (kept) 89, plain hash 90, per-CPU LRU lists \
 102 ns per run, no difference beyond noise. \
-**`tp_btf`: not done.** `perf` (statistics off, loop pinned to one CPU) puts the \
-tracefs tracepoint's own dispatch — filling the trace record \
+**`tp_btf`: built, tested, reverted.** `perf` (statistics off, loop pinned to one CPU) \
+put the tracefs tracepoint's own dispatch — filling the trace record \
 (`perf_trace_inet_sock_set_state`, `perf_trace_buf_alloc`) and `trace_call_bpf` — at \
-about 1.9 % of the loop CPU's samples, as much as the program itself, and a BTF \
-tracepoint would skip the record. But its arguments are `struct sock *`, and Rust eBPF \
-has no CO-RE: the socket fields (ports, addresses, family, protocol) need offsets the \
-agent would read from `/sys/kernel/btf/vmlinux` itself (aya 0.14 does not expose member \
-offsets), plus a second program and a fallback, checked on the three kernels of the \
-matrix. That did not fit this round; it is the next step for this target. \
+about 1.9 % of the loop CPU's samples, as much as the program itself; a BTF tracepoint \
+gets the socket and both states as arguments and fills no record. Rust eBPF has no \
+CO-RE, so the agent read the socket field offsets from `/sys/kernel/btf/vmlinux` itself \
+(aya 0.14 does not expose member offsets), with the tracefs program as fallback. A root \
+test comparing both hooks field by field passed on the host (6.18), and the kernel \
+matrix passed on 5.10 and 6.12, but on Debian 6.1 every refused connect's destination \
+port came out byte-swapped (15001 as 39226) and the cause was not found in the time \
+left, so the change was reverted (git history: `tp_btf on inet_sock_set_state`). Its \
+saving could not be measured either: this machine's other agents keep a tracefs program \
+on the same tracepoint, so the record is filled anyway. \
 The loop with a Rust server costs 15–25 µs of CPU per connect here; the bpf_stats \
 figure in the table (which counts the statistics' own clock reads, ~30 ns per run, but not \
 the dispatch) is the noise-robust estimate of the programs' share.
@@ -651,4 +655,4 @@ scheduling (p99 346 ms over 1,000 races, missing the 300 ms target); it now also
 when the oldest held fact falls due (rounded up to 10 ms, so a storm wakes it at most \
 100 times a second).\n\n\
 ## Not measured yet\n\n\
-- `tp_btf`: estimated from `perf` above, not built.\n";
+- `tp_btf`: what it saves, once it gives the same records on 6.1 (see above).\n";
