@@ -631,19 +631,21 @@ family by direct context loads instead of three `bpf_probe_read_kernel` calls: 9
 81.8 ns per run (medians of 5 alternated runs), about 70 ns per connect. (3) Map type of \
 the SYN_SENT table, tried and not kept: LRU (kept) 89, plain hash 90, per-CPU LRU lists \
 102 ns per run, no difference beyond noise. \
-**`tp_btf`: built, tested, reverted.** `perf` (statistics off, loop pinned to one CPU) \
+**`tp_btf`** (`--tp-btf`, on by default where `/sys/kernel/btf/vmlinux` exists; the \
+tracefs tracepoint stays the fallback): `perf` (statistics off, loop pinned to one CPU) \
 put the tracefs tracepoint's own dispatch — filling the trace record \
 (`perf_trace_inet_sock_set_state`, `perf_trace_buf_alloc`) and `trace_call_bpf` — at \
-about 1.9 % of the loop CPU's samples, as much as the program itself; a BTF tracepoint \
+about 1.9 % of the loop CPU's samples, as much as the program itself. The BTF tracepoint \
 gets the socket and both states as arguments and fills no record. Rust eBPF has no \
-CO-RE, so the agent read the socket field offsets from `/sys/kernel/btf/vmlinux` itself \
-(aya 0.14 does not expose member offsets), with the tracefs program as fallback. A root \
-test comparing both hooks field by field passed on the host (6.18), and the kernel \
-matrix passed on 5.10 and 6.12, but on Debian 6.1 every refused connect's destination \
-port came out byte-swapped (15001 as 39226) and the cause was not found in the time \
-left, so the change was reverted (git history: `tp_btf on inet_sock_set_state`). Its \
-saving could not be measured either: this machine's other agents keep a tracefs program \
-on the same tracepoint, so the record is filled anyway. \
+CO-RE, so the agent reads the socket field offsets from the kernel's BTF itself (aya \
+0.14 does not expose member offsets), and the program reads only what a SYN_SENT or \
+LISTEN transition needs, with `bpf_probe_read_kernel`: so the program alone is a little \
+dearer (bpf_stats, 4 alternated runs: tracefs 94, tp_btf 102 ns per run, medians) while \
+the dispatch it saves is not in bpf_stats. A root test runs both hooks side by side and \
+compares every event field; the kernel matrix runs on tp_btf on 5.10, 6.1 and 6.12. On \
+the Debian 6.1 guest, the 16-bit byte swap (`be16`) of a port gave the port unswapped \
+(5.10, 6.12 and the host were right); the program now swaps ports with a 32-bit swap, \
+right on all three. TP_BTF_EFFECT \
 The loop with a Rust server costs 15–25 µs of CPU per connect here; the bpf_stats \
 figure in the table (which counts the statistics' own clock reads, ~30 ns per run, but not \
 the dispatch) is the noise-robust estimate of the programs' share.
@@ -655,4 +657,4 @@ scheduling (p99 346 ms over 1,000 races, missing the 300 ms target); it now also
 when the oldest held fact falls due (rounded up to 10 ms, so a storm wakes it at most \
 100 times a second).\n\n\
 ## Not measured yet\n\n\
-- `tp_btf`: what it saves, once it gives the same records on 6.1 (see above).\n";
+- The successful-connect rows with tp_btf on a quiet machine (see above).\n";
