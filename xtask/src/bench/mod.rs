@@ -645,7 +645,8 @@ the dispatch it saves is not in bpf_stats. A root test runs both hooks side by s
 compares every event field; the kernel matrix runs on tp_btf on 5.10, 6.1 and 6.12. On \
 the Debian 6.1 guest, the 16-bit byte swap (`be16`) of a port gave the port unswapped \
 (5.10, 6.12 and the host were right); the program now swaps ports with a 32-bit swap, \
-right on all three. TP_BTF_EFFECT \
+right on all three. Its saving could not be measured while other agents on this \
+machine keep a tracefs program on the same tracepoint (the record is filled anyway). \
 The loop with a Rust server costs 15–25 µs of CPU per connect here; the bpf_stats \
 figure in the table (which counts the statistics' own clock reads, ~30 ns per run, but not \
 the dispatch) is the noise-robust estimate of the programs' share.
