@@ -15,7 +15,7 @@ use crate::{
         store::PodStore,
     },
     kernel::{
-        probes::{ProbeError, ProbeOptions, Probes},
+        probes::{ProbeError, ProbeOptions, Probes, SetStateHook},
         requirements::{self, Environment, Locations, MissingRequirements},
     },
     stream::EventStream,
@@ -102,8 +102,12 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         cgroup2 = %env.cgroup2.display(),
         cgroups = cgroups.len(),
         attached = ?probes.attached.iter().map(|t| t.name).collect::<Vec<_>>(),
+        set_state_hook = %probes.set_state_hook,
         "watching the kernel"
     );
+    if let SetStateHook::Tracepoint { why_not_btf } = &probes.set_state_hook {
+        tracing::info!("inet_sock_set_state through tracefs, not tp_btf: {why_not_btf}");
+    }
     let (tx, pod_updates) = mpsc::channel(64);
     let source_stats = Arc::new(SourceStats::default());
     let has_pod_source = sources::spawn(

@@ -112,6 +112,17 @@ pub struct KernelArgs {
     /// events still attribute).
     #[arg(long, env = "SIDECAR_RACE_GRACE_SECONDS", default_value_t = 600)]
     pub grace_seconds: u64,
+    /// Hook TCP state changes with the BTF tracepoint where the kernel has BTF (cheaper
+    /// per state change); `--tp-btf=false` keeps the tracefs tracepoint.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_TP_BTF",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub tp_btf: bool,
     #[command(flatten)]
     pub pods: PodSourceArgs,
 }
@@ -180,6 +191,7 @@ impl KernelArgs {
                     self.refusal_burst,
                     self.refusal_refill_per_second,
                 ),
+                set_state_btf: self.tp_btf,
                 ..ProbeOptions::default()
             },
             channel_capacity: self.channel_capacity.max(1),

@@ -52,6 +52,30 @@ pub struct CgroupDir {
     pub path_loc: u16,
 }
 
+/// Byte offsets of socket fields from a `struct sock *`, read by the agent from the
+/// kernel's BTF, for the BTF tracepoint (`tp_btf`) on `inet_sock_set_state`, whose
+/// arguments are the socket and the two states rather than a filled record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SockFields {
+    /// `sk_protocol` (u16).
+    pub protocol: u16,
+    /// `skc_family` (u16).
+    pub family: u16,
+    /// `skc_dport` (network order).
+    pub dport: u16,
+    /// `skc_daddr` (4 bytes).
+    pub daddr: u16,
+    /// `skc_v6_daddr` (16 bytes).
+    pub v6_daddr: u16,
+    /// `inet_sock.inet_sport` (network order).
+    pub sport: u16,
+    /// `inet_sock.inet_saddr` (4 bytes).
+    pub saddr: u16,
+    /// `skc_v6_rcv_saddr` (16 bytes).
+    pub v6_saddr: u16,
+}
+
 /// Everything the programs need to know about this kernel, as a read-only global.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,9 +90,11 @@ pub struct Config {
     pub _pad: u32,
     /// The per-cgroup refusal budget, see [`RefusalBudget`].
     pub refusal_budget: RefusalBudget,
+    /// For the `tp_btf` program; unset when it is not used.
+    pub sock: SockFields,
 }
 
-const _: () = assert!(core::mem::size_of::<Config>() == 80);
+const _: () = assert!(core::mem::size_of::<Config>() == 96);
 
 /// Refusal records a cgroup (a container) may send in one burst, by default.
 pub const REFUSAL_BURST: u32 = 200;
@@ -154,6 +180,16 @@ impl Config {
         cgroup2_hierarchy: 0,
         _pad: 0,
         refusal_budget: RefusalBudget::OFF,
+        sock: SockFields {
+            protocol: M,
+            family: M,
+            dport: M,
+            daddr: M,
+            v6_daddr: M,
+            sport: M,
+            saddr: M,
+            v6_saddr: M,
+        },
     };
 }
 

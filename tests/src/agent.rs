@@ -88,6 +88,11 @@ impl TraceAgent {
         );
     }
 
+    /// Log lines printed so far.
+    pub fn log(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
     /// Events printed so far that match `pred`.
     pub fn events(&self, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
         self.lines

@@ -224,6 +224,8 @@ fn assert_trace(run: &GuestRun, label: &str, has_socketless_send_reset: bool) {
         .find(|l| l["message"] == "watching the kernel")
         .unwrap_or_else(|| panic!("trace never watched the kernel: {messages:?}"));
     let attached = ready["attached"].as_str().unwrap_or_default();
+    // Debian's kernels (5.10 on) ship BTF, so TCP state changes use the BTF tracepoint.
+    assert_eq!(ready["set_state_hook"], "tp_btf", "{label}: {messages:?}");
     let degraded: Vec<&&str> = messages
         .iter()
         .filter(|m| m.starts_with("degraded"))
@@ -519,9 +521,11 @@ fn assert_least_privilege(run: &GuestRun, label: &str, memcg_accounting: bool) {
             )
             && e.lines().count() == 2
     };
+    // inet_sock_set_state is on tp_btf (no perf_event_open), so the first tracefs
+    // tracepoint refused is tcp_receive_reset.
     let perf_restricted = |e: &str| {
         e == format!(
-            "cannot attach inet_sock_set_state on sock:inet_sock_set_state: \
+            "cannot attach tcp_receive_reset on tcp:tcp_receive_reset: \
              `perf_event_open_trace_point` failed: Permission denied (os error 13); this kernel \
              restricts perf_event_open (kernel.perf_event_paranoid is {paranoid}, a Debian/Ubuntu \
              hardening) to CAP_SYS_ADMIN: run `sysctl kernel.perf_event_paranoid=2` on the node, \

@@ -1,6 +1,7 @@
 //! Everything that touches the kernel: tracefs formats, the layout handed to the
 //! programs, loading/attaching, and start-up requirements.
 
+pub mod btf;
 pub mod layout;
 pub mod probes;
 pub mod requirements;

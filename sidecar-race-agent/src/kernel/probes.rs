@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
-    programs::TracePoint,
+    programs::{BtfTracePoint, TracePoint},
 };
 use sidecar_race_ebpf::{
     abi::{counter, kind},
@@ -14,7 +14,10 @@ use sidecar_race_ebpf::{
 };
 use thiserror::Error;
 
-use super::layout::{KernelLayout, TRACEPOINTS, Tracepoint};
+use super::{
+    btf,
+    layout::{KernelLayout, TRACEPOINTS, Tracepoint},
+};
 use crate::events::Kind;
 
 /// The object built by `build.rs` from `sidecar-race-ebpf`.
@@ -67,6 +70,8 @@ pub struct ProbeOptions {
     pub cgroup2_hierarchy: i32,
     /// Refusal records each cgroup may send; the rest are counted in the kernel.
     pub refusal_budget: RefusalBudget,
+    /// Try the BTF tracepoint for `inet_sock_set_state` before the tracefs one.
+    pub set_state_btf: bool,
 }
 
 impl Default for ProbeOptions {
@@ -75,6 +80,7 @@ impl Default for ProbeOptions {
             ring_buffer_bytes: 1 << 20,
             cgroup2_hierarchy: 0,
             refusal_budget: RefusalBudget::new(REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND),
+            set_state_btf: true,
         }
     }
 }
@@ -116,7 +122,30 @@ pub struct Probes {
     suppressed: BpfHashMap<MapData, u64, u64>,
     pub attached: Vec<Tracepoint>,
     pub degraded: Vec<Degraded>,
+    /// Which hook serves `inet_sock_set_state`.
+    pub set_state_hook: SetStateHook,
 }
+
+/// How `inet_sock_set_state` is hooked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetStateHook {
+    /// The BTF tracepoint: the states are arguments, no trace record is filled.
+    TpBtf,
+    /// The tracefs tracepoint, and why the BTF one was not used.
+    Tracepoint { why_not_btf: String },
+}
+
+impl std::fmt::Display for SetStateHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SetStateHook::TpBtf => "tp_btf",
+            SetStateHook::Tracepoint { .. } => "tracepoint",
+        })
+    }
+}
+
+/// The program on the BTF tracepoint; the tracefs one is `inet_sock_set_state`.
+const SET_STATE_BTF: &str = "inet_sock_set_state_btf";
 
 impl Probes {
     /// Loads and attaches every usable tracepoint. Fails only when a required one
@@ -130,6 +159,16 @@ impl Probes {
         let mut config = layout.config;
         config.cgroup2_hierarchy = opts.cgroup2_hierarchy;
         config.refusal_budget = opts.refusal_budget;
+        let sock = if opts.set_state_btf {
+            std::fs::read(btf::VMLINUX)
+                .map_err(|e| format!("{}: {e}", btf::VMLINUX))
+                .and_then(|data| btf::sock_fields(&data).map_err(|e| e.to_string()))
+        } else {
+            Err("turned off".to_string())
+        };
+        if let Ok(fields) = sock {
+            config.sock = fields;
+        }
         let config_bytes = config_bytes(&config);
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config_bytes, true)
@@ -139,7 +178,15 @@ impl Probes {
 
         let mut attached = Vec::new();
         let mut degraded = Vec::new();
+        let set_state_hook = match sock.and_then(|_| attach_btf(&mut ebpf)) {
+            Ok(()) => SetStateHook::TpBtf,
+            Err(why_not_btf) => SetStateHook::Tracepoint { why_not_btf },
+        };
         for tp in TRACEPOINTS {
+            if tp.program == "inet_sock_set_state" && set_state_hook == SetStateHook::TpBtf {
+                attached.push(tp);
+                continue;
+            }
             if !layout.is_usable(tp.program) {
                 continue; // reported by the layout already
             }
@@ -182,6 +229,7 @@ impl Probes {
             suppressed,
             attached,
             degraded,
+            set_state_hook,
         })
     }
 
@@ -248,6 +296,23 @@ impl Probes {
 fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, ProbeError> {
     ebpf.take_map(name)
         .ok_or_else(|| ProbeError::Missing(format!("{name} map")))
+}
+
+/// Loads and attaches the BTF tracepoint program; the reason as text when it cannot.
+fn attach_btf(ebpf: &mut Ebpf) -> Result<(), String> {
+    let btf = aya::Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", chain(&e)))?;
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut(SET_STATE_BTF)
+        .ok_or_else(|| format!("no program {SET_STATE_BTF}"))?
+        .try_into()
+        .map_err(|e| chain(&e))?;
+    program
+        .load("inet_sock_set_state", &btf)
+        .map_err(|e| format!("load: {}", chain(&e)))?;
+    program
+        .attach()
+        .map_err(|e| format!("attach: {}", chain(&e)))?;
+    Ok(())
 }
 
 fn attach(ebpf: &mut Ebpf, tp: &Tracepoint) -> Result<(), ProbeError> {

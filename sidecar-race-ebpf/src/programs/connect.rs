@@ -1,43 +1,78 @@
-//! `sock:inet_sock_set_state`: SYN_SENT entry/exit for the connect path, LISTEN
-//! entry/exit for listeners. A successful connect costs one map insert and one
-//! delete, and sends nothing to userspace.
+//! `inet_sock_set_state`: SYN_SENT entry/exit for the connect path, LISTEN entry/exit
+//! for listeners. A successful connect costs one map insert and one delete, and sends
+//! nothing to userspace. Two hooks with one body: the BTF tracepoint where the kernel
+//! has BTF (the states are arguments, and no trace record is filled for each of the
+//! node's state changes), else the tracefs tracepoint.
 
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
+};
 
 use super::{
     CONNECTING, IPPROTO_TCP, PendingConnect, TCP_CLOSE, TCP_LISTEN, TCP_SYN_SENT, config,
-    ctx_load::{load_i32, load_u16, load_u64},
-    current_owner, field, listen, now_boot_ns,
+    ctx_load::{load_i32, load_u64},
+    current_owner, listen, now_boot_ns,
+    set_state::{SetStateSource, Sock},
 };
 
 #[tracepoint]
 pub fn inet_sock_set_state(ctx: TracePointContext) -> u32 {
-    match try_set_state(&ctx) {
+    let states = (|| {
+        Ok::<_, u32>((
+            load_i32(&ctx, config!(set_state.oldstate))?,
+            load_i32(&ctx, config!(set_state.newstate))?,
+        ))
+    })();
+    let Ok((old, new)) = states else {
+        return 0;
+    };
+    if !ours(old, new) {
+        return 0;
+    }
+    let Ok(sk) = load_u64(&ctx, config!(set_state.skaddr)) else {
+        return 0;
+    };
+    match changed(&ctx, sk, old, new) {
         Ok(r) | Err(r) => r,
     }
 }
 
+#[btf_tracepoint(function = "inet_sock_set_state")]
+pub fn inet_sock_set_state_btf(ctx: BtfTracePointContext) -> u32 {
+    // (const struct sock *sk, const int oldstate, const int newstate)
+    let (old, new): (i32, i32) = (ctx.arg(1), ctx.arg(2));
+    if !ours(old, new) {
+        return 0;
+    }
+    let sk: u64 = ctx.arg(0);
+    match changed(&Sock(sk), sk, old, new) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// Earliest filter, on the two states only: most state changes on a node
+/// (established, closing, time-wait) are none of ours.
 #[inline(always)]
-fn try_set_state(ctx: &TracePointContext) -> Result<u32, u32> {
-    // Earliest filter: the two states, by direct loads, before anything else. Most
-    // state changes on a node (established, closing, time-wait) are none of ours.
-    let old = load_i32(ctx, config!(set_state.oldstate))?;
-    let new = load_i32(ctx, config!(set_state.newstate))?;
-    let ours = new == TCP_SYN_SENT
+fn ours(old: i32, new: i32) -> bool {
+    new == TCP_SYN_SENT
         || old == TCP_SYN_SENT
         || new == TCP_LISTEN
-        || (old == TCP_LISTEN && new == TCP_CLOSE);
-    if !ours || load_u16(ctx, config!(set_state.protocol))? != IPPROTO_TCP {
+        || (old == TCP_LISTEN && new == TCP_CLOSE)
+}
+
+#[inline(always)]
+fn changed<S: SetStateSource>(src: &S, sk: u64, old: i32, new: i32) -> Result<u32, u32> {
+    if src.protocol()? != IPPROTO_TCP {
         return Ok(0);
     }
-    let sk = load_u64(ctx, config!(set_state.skaddr))?;
-    let l = config!(set_state);
     if new == TCP_SYN_SENT {
+        let to = src.remote()?;
         let pending = PendingConnect {
             owner: current_owner(),
-            dst_addr: field(ctx, l.daddr_v6)?,
-            dst_port: field(ctx, l.dport)?,
-            family: field(ctx, l.family)?,
+            dst_addr: to.addr,
+            dst_port: to.port,
+            family: to.family,
             _pad: 0,
             start_boot_ns: now_boot_ns(),
         };
@@ -46,11 +81,11 @@ fn try_set_state(ctx: &TracePointContext) -> Result<u32, u32> {
         let _ = CONNECTING.remove(&sk);
     }
     if new == TCP_LISTEN {
-        listen::started(ctx, &l, sk)?;
+        listen::started(src, sk)?;
     } else if old == TCP_LISTEN && new == TCP_CLOSE {
         // Only a real close: a child socket cloned from a listener also leaves LISTEN
         // (to SYN_RECV), in the connecting task's context.
-        listen::stopped(ctx, &l, sk)?;
+        listen::stopped(src, sk)?;
     }
     Ok(0)
 }

@@ -1,46 +1,43 @@
 //! Listeners coming up (`listen`) and going away (`listen_closed`).
 
-use aya_ebpf::programs::TracePointContext;
-use sidecar_race_ebpf::{
-    abi::{SocketEvent, counter, flags, kind},
-    layout::InetSockSetState,
+use sidecar_race_ebpf::abi::{SocketEvent, counter, flags, kind};
+
+use super::{
+    CONTROL, LISTENING, ListenOwner, count, current_owner, now_boot_ns, set_state::SetStateSource,
 };
 
-use super::{CONTROL, LISTENING, ListenOwner, count, current_owner, field, now_boot_ns};
-
 #[inline(always)]
-pub fn started(ctx: &TracePointContext, l: &InetSockSetState, sk: u64) -> Result<u32, u32> {
+pub fn started<S: SetStateSource>(src: &S, sk: u64) -> Result<u32, u32> {
     let owner = ListenOwner {
         owner: current_owner(),
         start_boot_ns: now_boot_ns(),
     };
     let _ = LISTENING.insert(&sk, &owner, 0);
-    emit(ctx, l, kind::LISTEN, &owner, 0)
+    emit(src, kind::LISTEN, &owner, 0)
 }
 
 #[inline(always)]
-pub fn stopped(ctx: &TracePointContext, l: &InetSockSetState, sk: u64) -> Result<u32, u32> {
+pub fn stopped<S: SetStateSource>(src: &S, sk: u64) -> Result<u32, u32> {
     // The closing task may not be the one that listened (fd passed on, exit of
     // another thread): prefer the owner recorded at listen().
     // SAFETY: the value is copied out before any other map operation.
     let recorded = unsafe { LISTENING.get(&sk) }.copied();
     let _ = LISTENING.remove(&sk);
     match recorded {
-        Some(owner) => emit(ctx, l, kind::LISTEN_CLOSED, &owner, flags::OWNER_FROM_START),
+        Some(owner) => emit(src, kind::LISTEN_CLOSED, &owner, flags::OWNER_FROM_START),
         None => {
             let owner = ListenOwner {
                 owner: current_owner(),
                 start_boot_ns: 0,
             };
-            emit(ctx, l, kind::LISTEN_CLOSED, &owner, 0)
+            emit(src, kind::LISTEN_CLOSED, &owner, 0)
         }
     }
 }
 
 #[inline(always)]
-fn emit(
-    ctx: &TracePointContext,
-    l: &InetSockSetState,
+fn emit<S: SetStateSource>(
+    src: &S,
     k: u8,
     owner: &ListenOwner,
     event_flags: u8,
@@ -60,9 +57,10 @@ fn emit(
         (*ev).header.ts_boot_ns = now_boot_ns();
         (*ev).owner = owner.owner;
         (*ev).start_boot_ns = owner.start_boot_ns;
-        (*ev).family = field(ctx, l.family).unwrap_or(0);
-        (*ev).src_addr = field(ctx, l.saddr_v6).unwrap_or([0; 16]);
-        (*ev).src_port = field(ctx, l.sport).unwrap_or(0);
+        let local = src.local();
+        (*ev).family = local.family;
+        (*ev).src_addr = local.addr;
+        (*ev).src_port = local.port;
     }
     entry.submit(0);
     Ok(0)

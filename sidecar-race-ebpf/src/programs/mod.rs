@@ -6,6 +6,7 @@ mod connect;
 mod ctx_load;
 mod listen;
 mod reset;
+mod set_state;
 
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, generated},

@@ -49,6 +49,10 @@ impl Agent {
         Ok(agent)
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// User + system CPU time so far.
     pub fn cpu(&self) -> anyhow::Result<Duration> {
         cpu_of(self.child.id())

@@ -1,0 +1,124 @@
+//! The socket fields of an `inet_sock_set_state` event, from either hook: the tracefs
+//! tracepoint's record (offsets from its `format` file), or the socket itself behind a
+//! BTF tracepoint (offsets from the kernel's BTF). Both give the same values as the
+//! tracefs record: host-order ports, and IPv4 addresses in their v4-mapped form.
+
+use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::TracePointContext};
+use sidecar_race_ebpf::{
+    abi::{AF_INET6, v4_mapped},
+    layout::MISSING,
+};
+
+use super::{
+    config,
+    ctx_load::{load_addr16, load_u16},
+    field,
+};
+
+/// One end of the socket: family, address (v6 form), host-order port.
+pub struct End {
+    pub family: u16,
+    pub addr: [u8; 16],
+    pub port: u16,
+}
+
+pub trait SetStateSource {
+    fn protocol(&self) -> Result<u16, u32>;
+    /// The remote end (where a connect goes).
+    fn remote(&self) -> Result<End, u32>;
+    /// The local end (where a listener listens).
+    fn local(&self) -> End;
+}
+
+impl SetStateSource for TracePointContext {
+    #[inline(always)]
+    fn protocol(&self) -> Result<u16, u32> {
+        load_u16(self, config!(set_state.protocol))
+    }
+
+    #[inline(always)]
+    fn remote(&self) -> Result<End, u32> {
+        let l = config!(set_state);
+        Ok(End {
+            addr: load_addr16(self, l.daddr_v6)?,
+            port: load_u16(self, l.dport)?,
+            family: load_u16(self, l.family)?,
+        })
+    }
+
+    #[inline(always)]
+    fn local(&self) -> End {
+        let l = config!(set_state);
+        End {
+            family: field(self, l.family).unwrap_or(0),
+            addr: field(self, l.saddr_v6).unwrap_or([0; 16]),
+            port: field(self, l.sport).unwrap_or(0),
+        }
+    }
+}
+
+/// Network to host order of a port, by a 32-bit swap and the upper half: the Debian
+/// 6.1 guest of the kernel matrix ran the 16-bit swap (`be16`) of the BTF program as a
+/// no-op (every destination port came out byte-swapped; 5.10, 6.12 and the host were
+/// right), while the 32-bit swap is right everywhere. `black_box` keeps LLVM from
+/// folding this back into `be16`.
+#[inline(always)]
+fn ntohs(v: u16) -> u16 {
+    let wide = core::hint::black_box(u32::from(v) << 16);
+    u32::from_be(wide) as u16
+}
+
+/// The `struct sock *` argument of the BTF tracepoint.
+pub struct Sock(pub u64);
+
+impl Sock {
+    #[inline(always)]
+    fn read<T>(&self, offset: u16) -> Result<T, u32> {
+        if offset == MISSING {
+            return Err(0);
+        }
+        // SAFETY: a kernel read at an offset of `struct sock` taken from this kernel's
+        // BTF; bpf_probe_read_kernel checks the access.
+        unsafe { bpf_probe_read_kernel((self.0 + u64::from(offset)) as *const T) }.map_err(|_| 0)
+    }
+
+    /// The v6-form address as the tracefs record stores it: the v6 field for an
+    /// AF_INET6 socket, else the v4-mapped IPv4 address.
+    #[inline(always)]
+    fn addr(&self, family: u16, v6: u16, v4: u16) -> Result<[u8; 16], u32> {
+        if family == AF_INET6 {
+            self.read(v6)
+        } else {
+            Ok(v4_mapped(self.read(v4)?))
+        }
+    }
+}
+
+impl SetStateSource for Sock {
+    #[inline(always)]
+    fn protocol(&self) -> Result<u16, u32> {
+        self.read(config!(sock.protocol))
+    }
+
+    #[inline(always)]
+    fn remote(&self) -> Result<End, u32> {
+        let f = config!(sock);
+        let family = self.read(f.family)?;
+        Ok(End {
+            family,
+            addr: self.addr(family, f.v6_daddr, f.daddr)?,
+            port: ntohs(self.read(f.dport)?),
+        })
+    }
+
+    #[inline(always)]
+    fn local(&self) -> End {
+        let f = config!(sock);
+        let family = self.read(f.family).unwrap_or(0);
+        End {
+            family,
+            addr: self.addr(family, f.v6_saddr, f.saddr).unwrap_or([0; 16]),
+            port: ntohs(self.read(f.sport).unwrap_or(0)),
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Pinning and CPU time of the measured loop: on a shared 2-core machine the loop runs
+//! on one fixed CPU (client and server alike), so rounds differ less by where the
+//! scheduler happened to put them; and CPU time, unlike wall time, does not count
+//! other people's processes.
+
+use std::time::Duration;
+
+/// The CPU the connect loop and its server run on: the last one (CPU 0 takes most
+/// interrupts and housekeeping).
+pub fn loop_cpu() -> usize {
+    std::thread::available_parallelism().map_or(0, |n| n.get() - 1)
+}
+
+/// Pins the calling thread (or, in a child before exec, the process) to `cpu`.
+/// Only async-signal-safe calls, so it may run in `pre_exec`.
+pub fn pin_current(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes within it; sched_setaffinity
+    // with pid 0 affects only the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// CPU time of the calling thread so far (nanosecond clock, not ticks).
+pub fn thread_cpu() -> Duration {
+    clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// User + system time of all waited-for children so far.
+pub fn children_cpu() -> Duration {
+    // SAFETY: getrusage fills the zeroed struct we pass.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn clock(id: libc::clockid_t) -> Duration {
+    // SAFETY: clock_gettime fills the zeroed timespec we pass.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(id, &mut ts);
+        ts
+    };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
