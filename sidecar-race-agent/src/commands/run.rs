@@ -139,30 +139,32 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 advance(&mut lock(), &metrics, events.as_ref(), &mut budget);
             }
             _ = totals.tick() => {
-                if let Ok(kernel) = probes.counts() {
+                {
+                    // One hold of each lock for every total the metrics copy.
                     let p = lock();
                     let mut m = metrics.lock().expect("metrics lock");
-                    m.update_totals(
-                        &kernel,
-                        &p.counts,
-                        p.inventory.unattributed_events(),
-                        source_name,
-                        source_stats.errors(),
-                    );
-                    m.update_stream(
-                        stream.stats.dropped_in_agent.load(Relaxed),
-                        stream.stats.decode_errors.load(Relaxed),
-                    );
-                }
-                let totals = bounds_totals(&lock(), &budget);
-                metrics.lock().expect("metrics lock").update_bounds(totals);
-                log_suppressed(&lock(), &mut budget);
-                if let Some(events) = &events {
-                    let s = &events.stats;
-                    metrics.lock().expect("metrics lock").update_events_not_posted(
-                        s.dropped.load(Relaxed),
-                        s.failed.load(Relaxed),
-                    );
+                    if let Ok(kernel) = probes.counts() {
+                        m.update_totals(
+                            &kernel,
+                            &p.counts,
+                            p.inventory.unattributed_events(),
+                            source_name,
+                            source_stats.errors(),
+                        );
+                        m.update_stream(
+                            stream.stats.dropped_in_agent.load(Relaxed),
+                            stream.stats.decode_errors.load(Relaxed),
+                        );
+                    }
+                    m.update_bounds(bounds_totals(&p, &budget));
+                    if let Some(events) = &events {
+                        let s = &events.stats;
+                        m.update_events_not_posted(
+                            s.dropped.load(Relaxed),
+                            s.failed.load(Relaxed),
+                        );
+                    }
+                    log_suppressed(&p, &mut budget);
                 }
                 read_suppressed(&mut probes, &mut lock(), &metrics, false);
             }
