@@ -16,8 +16,8 @@ use std::{fs, path::Path, process::Command};
 use anyhow::{Context, bail};
 
 use crate::{
+    host::{Apt, have, package_installed},
     run::{checked, output, workspace_root},
-    setup::Apt,
 };
 
 /// (label, meta package, Debian suite): the meta package's `Depends` names the real
@@ -36,17 +36,17 @@ pub const KERNELS_DIR: &str = "target/kernels";
 
 /// The tools the tier needs, from Debian, when missing.
 pub fn want_tools(apt: &mut Apt) {
-    if !crate::setup::have("qemu-system-x86_64") {
+    if !have("qemu-system-x86_64") {
         apt.want(&["qemu-system-x86"]);
     }
-    if !crate::setup::package_installed("busybox-static") {
+    if !package_installed("busybox-static") {
         apt.want(&["busybox-static"]);
     }
     // `nft` (with the libraries ldd lists) goes into the VM for the REDIRECT rule.
-    if !crate::setup::have("nft") {
+    if !have("nft") {
         apt.want(&["nftables"]);
     }
-    if !crate::setup::have("xz") {
+    if !have("xz") {
         apt.want(&["xz-utils"]);
     }
 }

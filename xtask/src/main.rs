@@ -2,6 +2,7 @@
 //! nothing that needs the eBPF toolchain, so it can install that toolchain.
 
 mod bench;
+mod host;
 mod image;
 mod kernels;
 mod run;

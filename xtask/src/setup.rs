@@ -30,7 +30,10 @@ use std::{
 
 use anyhow::{Context, bail};
 
-use crate::run::{checked, output, succeeds, workspace_root};
+use crate::{
+    host::{Apt, have},
+    run::{checked, output, succeeds, workspace_root},
+};
 
 const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
 const DEBIAN_BPF_CORE: &str = "/usr/lib/rustlib/bpfel-unknown-none/lib";
@@ -135,63 +138,6 @@ pub fn ensure() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// apt-get packages to install, with one `apt-get update` at most.
-#[derive(Default)]
-pub struct Apt {
-    wanted: Vec<String>,
-    updated: bool,
-}
-
-impl Apt {
-    pub fn want(&mut self, packages: &[&str]) {
-        for p in packages {
-            if !self.wanted.iter().any(|w| w == p) {
-                self.wanted.push(p.to_string());
-            }
-        }
-    }
-
-    pub fn update(&mut self) -> anyhow::Result<()> {
-        if !self.updated {
-            if !have("apt-get") {
-                bail!(
-                    "missing {}, and this is not a Debian/Ubuntu machine (no apt-get): install them by hand",
-                    self.wanted.join(", ")
-                );
-            }
-            checked(Command::new("apt-get").args(["update", "-q"]))?;
-            self.updated = true;
-        }
-        Ok(())
-    }
-
-    /// Index of the first package apt knows about.
-    fn first_available(&mut self, packages: &[String]) -> Option<usize> {
-        self.update().ok()?;
-        packages.iter().position(|p| {
-            output(Command::new("apt-cache").args(["policy", p]))
-                .is_some_and(|o| o.contains("Candidate:") && !o.contains("Candidate: (none)"))
-        })
-    }
-
-    fn install(&mut self) -> anyhow::Result<()> {
-        if self.wanted.is_empty() {
-            return Ok(());
-        }
-        self.update()?;
-        eprintln!("xtask: installing {}", self.wanted.join(" "));
-        checked(
-            Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(&self.wanted)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )
-        .context("apt-get install failed (are you root?)")?;
-        self.wanted.clear();
-        Ok(())
-    }
-}
-
 fn install_bpf_linker(llvm_major: u32) -> anyhow::Result<()> {
     eprintln!(
         "xtask: building bpf-linker {BPF_LINKER_VERSION} against LLVM {llvm_major} (about a minute)"
@@ -284,13 +230,4 @@ fn ensure_kubernetes_validate() -> anyhow::Result<()> {
             )),
     )
     .context("pip install kubernetes-validate failed (is PyPI reachable?)")
-}
-
-pub fn package_installed(package: &str) -> bool {
-    output(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))
-        .is_some_and(|s| s.ends_with("installed") && !s.contains("not-installed"))
-}
-
-pub fn have(tool: &str) -> bool {
-    succeeds(Command::new("sh").args(["-c", &format!("command -v {tool}")]))
 }
