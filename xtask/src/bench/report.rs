@@ -1,0 +1,405 @@
+//! The reporting half of `cargo xtask bench`: turns the measured samples into the rows
+//! and verdicts of BENCHMARKS.md and renders it with the machine, the method and the
+//! notes.
+
+use std::fmt::Write as _;
+
+use super::{
+    Plan, REORDER_WINDOW_MS, TARGET_SCALE_CPU_PERCENT, TARGET_SCALE_RSS_MIB, TARGET_SUCCESS_RATIO,
+    TARGET_US_PER_REFUSAL, cpu, fleet,
+    latency::{Latency, Storm},
+    measure::{Refusals, Scale, Successful},
+    stats::Spread,
+};
+
+/// The report's two tables, filled part by part as the bench runs.
+#[derive(Default)]
+pub struct Report {
+    rows: Vec<Vec<String>>,
+    verdicts: Vec<Vec<String>>,
+}
+
+impl Report {
+    pub fn successful(&mut self, ok: &Successful) {
+        for (name, samples, digits) in [
+            (
+                "successful connects: throughput with the agent / bare",
+                &ok.agent,
+                3,
+            ),
+            (
+                "successful connects: CPU time per connect, bare / with the agent",
+                &ok.cpu_ratio,
+                3,
+            ),
+            (
+                "successful connects: bare loop CPU per connect (µs)",
+                &ok.bare_cpu_us,
+                1,
+            ),
+            (
+                "successful connects: the agent's eBPF run time per connect (ns, bpf_stats)",
+                &ok.prog_ns,
+                0,
+            ),
+            (
+                "successful connects: eBPF program runs per connect",
+                &ok.prog_runs,
+                1,
+            ),
+            (
+                "successful connects: bare CPU / (bare CPU + eBPF run time), per connect",
+                &ok.estimate,
+                3,
+            ),
+        ] {
+            self.rows.push(row(name, samples, digits));
+        }
+        if let Some(s) = Spread::of(&ok.agent) {
+            self.verdicts.push(verdict(
+                &format!("successful connects ≥ {TARGET_SUCCESS_RATIO}× bare (throughput)"),
+                s.median >= TARGET_SUCCESS_RATIO,
+                format!("median {:.3}", s.median),
+            ));
+        }
+        if let Some(s) = Spread::of(&ok.estimate) {
+            self.verdicts.push(verdict(
+                &format!(
+                    "successful connects ≥ {TARGET_SUCCESS_RATIO}× bare (the programs' own cost, bpf_stats)"
+                ),
+                s.median >= TARGET_SUCCESS_RATIO,
+                format!("median {:.3}", s.median),
+            ));
+        }
+        match &ok.peer {
+            Some(p) => self.rows.push(row(
+                "peer: bpftrace SYN_SENT map (same tracepoint), throughput / bare",
+                p,
+                3,
+            )),
+            None => self.rows.push(vec![
+                "peer: bpftrace".into(),
+                "skipped: bpftrace not installed".into(),
+            ]),
+        }
+    }
+
+    pub fn refused(&mut self, plan: &Plan, refused: &Refusals) {
+        self.rows.push(row(
+            "refused connects: throughput with the agent / bare",
+            &refused.ratio,
+            3,
+        ));
+        self.rows.push(row(
+            "refused connects: agent CPU per refusal (µs)",
+            &refused.us_per_refusal,
+            2,
+        ));
+        self.rows.push(vec![
+            "refused connects: kernel count in `/metrics` exact".into(),
+            format!(
+                "{} of {} rounds ({} refusals each)",
+                refused.exact_rounds, plan.rounds, plan.connects
+            ),
+        ]);
+        if let Some(s) = Spread::of(&refused.us_per_refusal) {
+            self.verdicts.push(verdict(
+                &format!("refusals ≤ {TARGET_US_PER_REFUSAL} µs of agent CPU each, counts exact"),
+                s.median <= TARGET_US_PER_REFUSAL && refused.exact_rounds == plan.rounds,
+                format!(
+                    "median {:.2} µs, exact in {}/{} rounds",
+                    s.median, refused.exact_rounds, plan.rounds
+                ),
+            ));
+        }
+    }
+
+    pub fn node_scale(&mut self, plan: &Plan, sc: &Scale) {
+        self.rows.push(vec![
+            format!(
+                "node scale: {} pods (cgroups + pods file), 10 connects/s for {} s: agent CPU",
+                plan.scale_pods,
+                plan.scale.as_secs()
+            ),
+            format!("{:.2} % of a core", sc.cpu_percent),
+        ]);
+        self.rows.push(vec![
+            "node scale: agent RSS now / peak".into(),
+            format!("{:.1} MiB / {:.1} MiB", sc.rss_mib, sc.peak_mib),
+        ]);
+        self.verdicts.push(verdict(
+            &format!(
+                "node scale: CPU ≤ {TARGET_SCALE_CPU_PERCENT} %, peak RSS ≤ {TARGET_SCALE_RSS_MIB} MiB"
+            ),
+            sc.cpu_percent <= TARGET_SCALE_CPU_PERCENT && sc.peak_mib <= TARGET_SCALE_RSS_MIB,
+            format!("{:.2} %, {:.1} MiB", sc.cpu_percent, sc.peak_mib),
+        ));
+    }
+
+    /// Start-to-ready times (ms), without and with `plan.index_cgroups` more cgroups.
+    pub fn start_up(&mut self, plan: &Plan, plain: &[f64], many: &[f64]) {
+        self.rows.push(row("agent start to ready (ms)", plain, 0));
+        self.rows.push(row(
+            &format!(
+                "agent start to ready with {} more cgroups (ms; the index walks them)",
+                plan.index_cgroups
+            ),
+            many,
+            0,
+        ));
+    }
+
+    pub fn latency(&mut self, lat: &Latency) {
+        match lat.percentiles() {
+            Some((p50, p99, max)) => {
+                self.rows.push(vec![
+                    format!(
+                        "detection latency, listener up → incident resolved in the API ({} races)",
+                        lat.samples.len()
+                    ),
+                    format!("p50 {p50:.0} ms, p99 {p99:.0} ms, max {max:.0} ms"),
+                ]);
+                self.verdicts.push(verdict(
+                    &format!(
+                        "detection latency p99 ≤ reorder window ({REORDER_WINDOW_MS:.0} ms) + 100 ms"
+                    ),
+                    p99 <= REORDER_WINDOW_MS + 100.0 && lat.missed == 0,
+                    format!(
+                        "p99 {p99:.0} ms, {} races not resolved within 10 s",
+                        lat.missed
+                    ),
+                ));
+            }
+            None => self.rows.push(vec![
+                "detection latency".into(),
+                format!("no race resolved ({} missed)", lat.missed),
+            ]),
+        }
+    }
+
+    /// The storm row: `secs` of refusals next to startup races measured as `lat`.
+    pub fn storm(&mut self, secs: u64, lat: &Latency, storm: &Storm) {
+        self.rows.push(vec![
+            format!(
+                "storm: one pod refusing as fast as it can for {secs} s: refusals, lost records"
+            ),
+            format!(
+                "{} refusals ({} delivered + {} suppressed), {} lost",
+                storm.refused, storm.delivered, storm.suppressed, storm.lost
+            ),
+        ]);
+        self.rows.push(vec![
+            "storm: agent CPU".into(),
+            format!("{:.1} % of a core", storm.cpu_percent),
+        ]);
+        let detected = match lat.percentiles() {
+            Some((p50, p99, _)) => format!("p50 {p50:.0} ms, p99 {p99:.0} ms"),
+            None => "none resolved".into(),
+        };
+        self.rows.push(vec![
+            format!(
+                "storm: detection latency of the neighbour's races ({} races, {} missed)",
+                lat.samples.len(),
+                lat.missed
+            ),
+            detected.clone(),
+        ]);
+        self.verdicts.push(verdict(
+            "storm: the flooder's refusals exact in `/metrics`, no record lost, every race resolved",
+            storm.exact() && lat.missed == 0 && !lat.samples.is_empty(),
+            format!(
+                "{} of {} accounted, {} lost, {} missed, {detected}",
+                storm.delivered + storm.suppressed,
+                storm.refused,
+                storm.lost,
+                lat.missed
+            ),
+        ));
+    }
+
+    /// BENCHMARKS.md: machine, method, the figures, the verdicts and the notes.
+    pub fn render(&self, plan: &Plan) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "# Benchmarks\n");
+        let _ = writeln!(
+            s,
+            "Generated by `cargo xtask bench{}` (as root); do not edit by hand. {}\n",
+            if plan.smoke { " --smoke" } else { "" },
+            if plan.smoke {
+                "**Smoke run: too few samples to mean anything; it only proves the harness runs.**"
+            } else {
+                ""
+            }
+        );
+        let _ = writeln!(s, "## Machine\n\n{}\n", machine());
+        s.push_str(&method(plan));
+        table(&mut s, &["figure", "min / **median** / max"], &self.rows);
+        let _ = writeln!(s, "\n## Targets (issue #12)\n");
+        table(&mut s, &["target", "measured", "verdict"], &self.verdicts);
+        let _ = writeln!(s, "\n{}", NOTES);
+        let _ = writeln!(
+            s,
+            "\n## Fleet arithmetic (on paper)\n\n{}",
+            fleet::section()
+        );
+        s
+    }
+}
+
+fn row(name: &str, samples: &[f64], digits: usize) -> Vec<String> {
+    let shown = Spread::of(samples).map_or("no samples".into(), |s| s.show(digits));
+    vec![name.into(), shown]
+}
+
+fn verdict(target: &str, holds: bool, measured: String) -> Vec<String> {
+    vec![
+        target.into(),
+        measured,
+        if holds { "holds" } else { "missed" }.into(),
+    ]
+}
+
+/// The "Method" section: how each figure was measured, with this run's plan.
+fn method(plan: &Plan) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "## Method\n\n\
+         - Workload: `sr-app` dials a loopback port as fast as it can (one process, \
+         one connect at a time, each closed with a reset so TIME_WAIT does not pile up), to a \
+         listener (successful) or to a closed port (refused). The client and the accepting \
+         thread are both pinned to CPU {cpu} (sched_setaffinity), the agent is not.\n\
+         - Successful connects: {sr} rounds; each round runs bare, with the agent \
+         (`run --pods-from none --events=false`, {build} build) and with the peer, rotating \
+         which goes first, each run as many connects as a bare run makes in about {secs} s \
+         (calibrated once). A ratio is bare / measured **of the same round** (1.00 = free): \
+         wall time (throughput), and the CPU time of client + accepting thread. The \
+         noise-robust figure: after the agent's throughput run, a quarter as many connects \
+         with `kernel.bpf_stats_enabled` (off for all throughput runs: it reads the clock \
+         twice per program run), the run time the kernel accounts to the agent's programs \
+         (`run_time_ns` in their fdinfo) per connect, against the bare loop's CPU time per \
+         connect of the same round; it leaves out the tracepoint's own dispatch before the \
+         program runs, and counts other processes' connects on the machine too.\n\
+         - Refused connects: {n} connects per run; each round measures bare and with the \
+         agent, alternating which goes first; {rounds} rounds. Every figure is \
+         min / **median** / max over rounds.\n\
+         - Agent CPU is its user + system time from /proc (10 ms ticks) over the run, after \
+         the kernel's refusal count in `/metrics` reached this run's total.\n\
+         - Storm: `sr-latency --storm` runs startup races (as the latency row) while \
+         `sr-flood` in another pod refuses as fast as it can (two threads: thousands of \
+         closed ports, and one port in a tight loop), with the default refusal budget.\n\
+         - This is a shared 2-core machine with other engineers' builds and tests running: \
+         absolute times are noisy, so only same-round ratios are compared.\n",
+        cpu = cpu::loop_cpu(),
+        sr = plan.success_rounds,
+        secs = plan.round.as_secs_f64(),
+        n = plan.connects,
+        build = if plan.smoke { "debug" } else { "release" },
+        rounds = plan.rounds
+    );
+    s
+}
+
+fn table(s: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    let _ = writeln!(s, "| {} |", head.join(" | "));
+    let _ = writeln!(s, "|{}", "---|".repeat(head.len()));
+    for r in rows {
+        let _ = writeln!(s, "| {} |", r.join(" | "));
+    }
+}
+
+fn machine() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpuinfo = read("/proc/cpuinfo");
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|(_, v)| v.trim())
+        })
+        .unwrap_or("unknown CPU");
+    let cores = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    let mem_gib = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("MemTotal:")?
+                .split_whitespace()
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
+    format!(
+        "{cores} × {model}, {mem_gib:.0} GiB, kernel {}",
+        read("/proc/sys/kernel/osrelease").trim()
+    )
+}
+
+/// What the profiles showed, and what is not measured yet.
+const NOTES: &str = "## What the profiles showed\n\n\
+- **Refusal path** (`perf record -g` on the release agent during 50,000 refusals to a \
+closed port, before the rework): most of the agent's CPU was waking up and switching \
+threads once per record — `finish_task_switch` 35 %, futex and epoll waits, \
+`try_to_wake_up` — while decoding, attribution and the pipeline together were a few \
+percent. The reader now pauses 1 ms after a drain that found records (the kernel's \
+ring-buffer wakeups are adaptive, so none fire while records queue), the daemon takes \
+up to 512 events per wakeup under one lock, and a cgroup id's parsed path is cached. \
+Measured that way: 4.0–8.2 µs per refusal before, 0.6–0.8 µs after. Counts stay exact: \
+they are the kernel's per-CPU counters, independent of the ring buffer.\n\
+- **Successful connects**: the program on `inet_sock_set_state` runs on every TCP state \
+change (six per connect and close: three on each end). It filters on the old and new state \
+first, with direct context loads (a `match` over the legal offsets, each arm one load with \
+the offset as an immediate; the verifier knows the frozen config and keeps one arm); only \
+SYN_SENT and LISTEN transitions do more. Measured per program run with bpf_stats (debug \
+agent, same eBPF object, 10,000 connects per run, alternated, medians of 4–5): a program \
+that returns at once costs 30 ns per run on this VM, almost all of it the statistics' own \
+two clock reads; the state filter adds 1 ns; the whole program 81–94 ns, so the cost is in \
+the two runs per connect that insert and delete the SYN_SENT entry. \
+Changes and their effect: (1) `kernel.bpf_stats_enabled` had been left on on this \
+machine, and with it every program run reads the paravirtual clock twice \
+(`pvclock_clocksource_read` was 2 % of the loop's CPU in `perf`): the throughput runs now \
+turn it off and only a separate quarter-length run turns it on; earlier throughput \
+figures paid for it. (2) The SYN_SENT entry reads the destination address, port and \
+family by direct context loads instead of three `bpf_probe_read_kernel` calls: 93.7 → \
+81.8 ns per run (medians of 5 alternated runs), about 70 ns per connect. (3) Map type of \
+the SYN_SENT table, tried and not kept: LRU (kept) 89, plain hash 90, per-CPU LRU lists \
+102 ns per run, no difference beyond noise. \
+**`tp_btf`** (`--tp-btf`, on by default where `/sys/kernel/btf/vmlinux` exists; the \
+tracefs tracepoint stays the fallback): `perf` (statistics off, loop pinned to one CPU) \
+put the tracefs tracepoint's own dispatch — filling the trace record \
+(`perf_trace_inet_sock_set_state`, `perf_trace_buf_alloc`) and `trace_call_bpf` — at \
+about 1.9 % of the loop CPU's samples, as much as the program itself. The BTF tracepoint \
+gets the socket and both states as arguments and fills no record. Rust eBPF has no \
+CO-RE, so the agent reads the socket field offsets from the kernel's BTF itself (aya \
+0.14 does not expose member offsets), and the program reads only what a SYN_SENT or \
+LISTEN transition needs, with `bpf_probe_read_kernel`: so the program alone is a little \
+dearer (bpf_stats, 4 alternated runs: tracefs 94, tp_btf 102 ns per run, medians) while \
+the dispatch it saves is not in bpf_stats. A root test runs both hooks side by side and \
+compares every event field; the kernel matrix runs on tp_btf on 5.10, 6.1 and 6.12. On \
+the Debian 6.1 guest, the 16-bit byte swap (`be16`) of a port gave the port unswapped \
+(5.10, 6.12 and the host were right); the program now swaps ports with a 32-bit swap, \
+right on all three. Measured once the machine was quiet (no other agent attached, \
+`perf` on the pinned loop's CPU, 30,000 connects, alternated 3×): the whole \
+tracepoint — dispatch and program — took 3.53 / 3.95 / 4.54 % of the loop's samples \
+with tracefs and 3.00 / 3.11 / 3.26 % with tp_btf (min / median / max), about a fifth \
+of the hook's cost. \
+The loop with a Rust server costs 15–25 µs of CPU per connect here; the bpf_stats \
+figure in the table (which counts the statistics' own clock reads, ~30 ns per run, but not \
+the dispatch) is the noise-robust estimate of the programs' share.
+
+- **Detection latency** is bounded below by the reorder window (200 ms): a fact is \
+held that long so records from other CPUs can be put back in order. The daemon used to \
+release held facts only on its 100 ms tick, so a resolution waited 200–300 ms plus \
+scheduling (p99 346 ms over 1,000 races, missing the 300 ms target); it now also wakes \
+when the oldest held fact falls due (rounded up to 10 ms, so a storm wakes it at most \
+100 times a second).\n\n\
+- **Why the two verdicts of the 0.97 target can differ**: the throughput and CPU-time \
+ratios compare the loop with and without the agent; the bpf_stats row adds the programs' \
+measured run time to the bare loop's CPU. That run time includes the statistics' own two \
+clock reads per run (~30 ns, measured with a program that returns at once) at about nine \
+runs per connect, roughly 0.3 µs of a 15–25 µs connect: the bpf_stats row is an upper \
+bound on the cost and misses by about that much where the measured ratios hold.\n";
