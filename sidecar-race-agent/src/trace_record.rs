@@ -1,5 +1,5 @@
 //! The `trace` output: one JSON object per kernel event (a public interface: field
-//! names are documented in the README and kept stable).
+//! names are documented in docs/reference.md and kept stable).
 
 use serde::Serialize;
 

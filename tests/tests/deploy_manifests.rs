@@ -17,11 +17,11 @@ use std::{
 use serde_json::Value;
 use sidecar_race_tests::tools::{on_path, run, validate_strictly, venv_bin, workspace};
 
-/// The capabilities the agent's container adds, and nothing else. deploy/README.md
+/// The capabilities the agent's container adds, and nothing else. SECURITY.md
 /// ("Privileges") says why each is needed; change both together.
 const AGENT_CAPABILITIES: &[&str] = &["BPF", "PERFMON"];
 
-/// The only host paths the agent mounts, both read-only (deploy/README.md, "Privileges").
+/// The only host paths the agent mounts, both read-only (SECURITY.md, "Privileges").
 const HOST_PATHS: &[&str] = &["/sys/fs/cgroup", "/sys/kernel/tracing"];
 
 /// What the default install's ClusterRole may grant: (API group, resource, verb).
@@ -316,7 +316,7 @@ fn assert_least_privilege(docs: &[Value], what: &str) {
     assert_eq!(
         host_volumes.values().copied().collect::<BTreeSet<_>>(),
         HOST_PATHS.iter().copied().collect(),
-        "{what}: host paths mounted (see deploy/README.md, Privileges)"
+        "{what}: host paths mounted (see SECURITY.md, Privileges)"
     );
 
     let expected_caps: BTreeSet<&str> = AGENT_CAPABILITIES.iter().copied().collect();
@@ -342,7 +342,7 @@ fn assert_least_privilege(docs: &[Value], what: &str) {
             .unwrap_or_default();
         assert_eq!(
             add, expected_caps,
-            "{what}/{cname}: capabilities.add must be exactly AGENT_CAPABILITIES (deploy/README.md)"
+            "{what}/{cname}: capabilities.add must be exactly AGENT_CAPABILITIES (SECURITY.md, Privileges)"
         );
         assert_eq!(
             sc.get("readOnlyRootFilesystem"),

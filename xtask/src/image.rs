@@ -255,7 +255,7 @@ pub fn image(reference: Option<String>) -> anyhow::Result<Built> {
         "os": "linux",
         "config": {
             // uid 0 without capabilities: the DaemonSet adds only BPF and PERFMON
-            // (reading root-owned tracefs files needs uid 0; see deploy/README.md).
+            // (reading root-owned tracefs files needs uid 0; see SECURITY.md, "Privileges").
             "User": "0:0",
             "Entrypoint": [format!("/{BINARY}")],
             "Cmd": ["run"],

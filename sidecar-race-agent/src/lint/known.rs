@@ -1,7 +1,7 @@
 //! What lint knows about particular sidecars and meshes: the ports a proxy serves
 //! through a redirect (no client names them), the readiness endpoint that says it
-//! serves (better than a TCP connect), and the meshes' annotations. The README's
-//! "Lint" section documents each entry; change both together.
+//! serves (better than a TCP connect), and the meshes' annotations. docs/reference.md's
+//! `lint` section documents each entry; change both together.
 
 use super::workload::Workload;
 use crate::inventory::{pod_info::ContainerInfo, sidecars::repository_name};

@@ -15,7 +15,7 @@ use crate::detect::{Phase, render::Kind};
 /// An agent's whole history (up to its most, `MAX_LIMIT`).
 const PATH: &str = "/api/v1/incidents?limit=10000"; // crate::http::MAX_LIMIT
 
-/// The fields of an incident (README, "HTTP endpoints") the report uses.
+/// The fields of an incident (docs/reference.md, "HTTP endpoints") the report uses.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct AgentIncident {
     /// Absent from older agents: sidecar races only.

@@ -28,7 +28,7 @@ fn pod_json_size() -> (u64, usize) {
     (sizes.iter().sum::<u64>() / sizes.len() as u64, sizes.len())
 }
 
-/// Worst-case series per node (README, Metrics) for W workloads with C clients and
+/// Worst-case series per node (docs/reference.md, "Metrics") for W workloads with C clients and
 /// S sidecars each, P ports per sidecar.
 fn series(w: u64, c: u64, s: u64, p: u64) -> u64 {
     let refused = w * c * s * p * 4;
@@ -65,7 +65,7 @@ pub fn section() -> String {
     let worst = series(PODS_PER_NODE, 2, 2, 1);
     let _ = writeln!(
         out,
-        "\nMetric series per node, worst case by the README's formula: {typical} for 50 workloads \
+        "\nMetric series per node, worst case by the formula in docs/reference.md: {typical} for 50 workloads \
          with 2 clients, 2 sidecars and 1 port each; {worst} if all {PODS_PER_NODE} pods were \
          separate such workloads, racing in every phase. At {NODES} nodes: {:.1} M and {:.1} M \
          series. Without races only the starts and the ~10 health series exist: {} per node, \
@@ -83,8 +83,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn series_formula_matches_the_readme_example() {
-        // README: "For 50 workloads with 2 clients, 2 sidecars and 1 port each:
+    fn series_formula_matches_the_documented_example() {
+        // docs/reference.md, "Metrics": "For 50 workloads with 2 clients, 2 sidecars and 1 port each:
         // ≤ 800 + 1,600 + 6,800 + 100" plus ~10 health series.
         assert_eq!(series(50, 2, 2, 1), 800 + 1_600 + 6_800 + 100 + 10);
     }
