@@ -18,141 +18,20 @@
 use std::{
     io::Write,
     path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::{RunAgent, agent_binary},
-    http::{free_port, get},
+    http::get,
     operator::{DiscoveredPod, pod_monitor_scrape_config, service_monitor_scrape_config},
     pod::{Declared, SimPod, empty_pods_file, write_pod_list},
+    prometheus::{Prometheus, encode},
     root::{have, is_root_or_skip},
     scenario::{app_done, proxy},
 };
-
-struct Prometheus {
-    child: Child,
-    addr: String,
-    dir: PathBuf,
-}
-
-impl Prometheus {
-    /// Prometheus with the shipped rules (evaluated every second instead of every
-    /// minute, so the test need not wait) and one scrape job, `scrape` (a
-    /// `scrape_configs` entry).
-    fn start(scrape: &Value) -> Self {
-        let dir = std::env::temp_dir().join(format!("sr-prometheus-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let rules = std::fs::read_to_string(repo().join("deploy/monitoring/rules.yaml")).unwrap();
-        assert!(
-            rules.contains("  interval: 1m\n"),
-            "rules.yaml evaluates every minute"
-        );
-        let fast = dir.join("rules.yaml");
-        std::fs::write(&fast, rules.replace("  interval: 1m\n", "  interval: 1s\n")).unwrap();
-        // JSON is YAML: the scrape job goes in as generated.
-        let config = json!({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [fast.display().to_string()],
-            "scrape_configs": [scrape],
-        });
-        std::fs::write(dir.join("prometheus.yml"), config.to_string()).unwrap();
-        let addr = format!("127.0.0.1:{}", free_port());
-        let child = Command::new("prometheus")
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
-            .spawn()
-            .expect(
-                "start prometheus (Debian package `prometheus`; `cargo xtask setup` installs it)",
-            );
-        let p = Prometheus { child, addr, dir };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while get(&p.addr, "/-/ready").map(|r| r.0) != Some(200) {
-            assert!(
-                Instant::now() < deadline,
-                "prometheus not ready: {}",
-                p.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        p
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
-    }
-
-    /// Instant query; the result vector.
-    fn query(&self, promql: &str) -> Vec<Value> {
-        let path = format!("/api/v1/query?query={}", encode(promql));
-        let (status, body) = get(&self.addr, &path).expect("prometheus answers");
-        assert_eq!(status, 200, "{body}");
-        let v: Value = serde_json::from_str(&body).unwrap();
-        v["data"]["result"].as_array().unwrap().clone()
-    }
-
-    /// The single value of `promql`, once it has one (scrapes and rules take a moment).
-    /// Waits until `promql` has the value `want` (the scrape after the agent counted).
-    fn wait_value(&self, promql: &str, want: f64, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let v = self
-                .query(promql)
-                .first()
-                .map(|v| v["value"][1].as_str().unwrap().parse::<f64>().unwrap());
-            if v == Some(want) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{promql} is {v:?}, not {want}, after {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-
-    fn value(&self, promql: &str, timeout: Duration) -> f64 {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(v) = self.query(promql).first() {
-                return v["value"][1].as_str().unwrap().parse().unwrap();
-            }
-            assert!(Instant::now() < deadline, "no value for {promql}");
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
 
 /// A pod of Deployment `name`: `racing` starts app and proxy together with a slow
 /// proxy; otherwise the proxy serves first.
