@@ -262,17 +262,44 @@ fn classic_startup_race() {
 
 #[test]
 fn ordered_start_gives_no_incident() {
+    // A native sidecar's exec startupProbe dials its own port until it listens; the
+    // kubelet starts the app only then, so the app connects at once.
     let meta = meta_with(checkout(Role::NativeSidecar, None));
-    let (d, changes) = run(
-        vec![started(0), up(100 * MS, PROXY, "0.0.0.0:15001")],
-        &meta,
-    );
+    let ordered = vec![
+        started(0),
+        container_started(0, PROXY),
+        refused(50 * MS, PROXY, "127.0.0.1:15001"),
+        up(100 * MS, PROXY, "0.0.0.0:15001"),
+        container_started(200 * MS, APP),
+    ];
+    let (d, changes) = run(ordered, &meta);
     assert!(d.incidents().is_empty());
     assert_eq!(
         changes,
-        vec![Change::PodStarted {
-            pod_uid: POD.into()
-        }]
+        vec![
+            Change::PodStarted {
+                pod_uid: POD.into()
+            },
+            Change::NotARace {
+                why: NotARace::SelfRefusal,
+                refused: 1
+            },
+        ]
+    );
+    // The same start with the app first: refused before the proxy listens, a race.
+    let reversed = vec![
+        started(0),
+        container_started(0, APP),
+        refused(50 * MS, APP, "127.0.0.1:15001"),
+        container_started(60 * MS, PROXY),
+        up(100 * MS, PROXY, "0.0.0.0:15001"),
+    ];
+    let (d, _) = run(reversed, &meta);
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1, "{incs:?}");
+    assert_eq!(
+        (incs[0].phase, incs[0].state),
+        (Phase::Startup, State::Resolved)
     );
 }
 
