@@ -7,6 +7,8 @@ use std::{
 
 use anyhow::{Context, bail};
 
+use crate::skipped;
+
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -33,9 +35,13 @@ pub fn checked(cmd: &mut Command) -> anyhow::Result<()> {
 }
 
 /// Runs a `cargo test` command, passing its output through, and ends with one plain
-/// line that sums every test binary's result: `tests: N passed, N failed`.
+/// line that sums every test binary's result: `tests: N passed, N failed, N skipped`,
+/// after a line per reason tests skipped for.
 pub fn tests(cmd: &mut Command) -> anyhow::Result<()> {
     use std::io::{BufRead, BufReader};
+    let skips = workspace_root().join("target/test-skips");
+    skipped::fresh(&skips).with_context(|| format!("cannot empty {}", skips.display()))?;
+    cmd.env(skipped::DIR_ENV, &skips);
     eprintln!("xtask: running {}", show(cmd));
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -52,7 +58,11 @@ pub fn tests(cmd: &mut Command) -> anyhow::Result<()> {
         }
     }
     let status = child.wait()?;
-    println!("tests: {passed} passed, {failed} failed");
+    let skipped =
+        skipped::by_reason(&skips).with_context(|| format!("cannot read {}", skips.display()))?;
+    for line in skipped::summary(passed, failed, &skipped) {
+        println!("{line}");
+    }
     if !status.success() {
         bail!("{} failed ({status})", show(cmd));
     }
