@@ -6,6 +6,7 @@
 //! the commands of the docs (`docs`).
 
 pub mod agent;
+pub mod bench_verdicts;
 pub mod cri;
 pub mod docs;
 pub mod fake_api;

@@ -1,9 +1,10 @@
 //! `cargo xtask bench --smoke`: the benchmark harness end to end in a few seconds, so
-//! it does not rot. Asserts that it ran and wrote every row; never a timing.
+//! it does not rot. Asserts that it ran, wrote every row, and that every target's
+//! verdict follows from the figures in its row; never a timing.
 
 use std::{path::PathBuf, process::Command};
 
-use sidecar_race_tests::root::is_root_or_skip;
+use sidecar_race_tests::{bench_verdicts, root::is_root_or_skip};
 
 #[test]
 fn bench_smoke_writes_every_row() {
@@ -47,5 +48,27 @@ fn bench_smoke_writes_every_row() {
     assert!(
         !text.contains("no samples"),
         "a figure had no samples:\n{text}"
+    );
+    let targets: Vec<String> = bench_verdicts::target_rows(&text)
+        .into_iter()
+        .map(|[target, ..]| target)
+        .collect();
+    for target in [
+        "successful connects ≥ 0.97× bare (throughput)",
+        "successful connects ≥ 0.97× bare (the programs' own cost, bpf_stats)",
+        "refusals ≤",
+        "node scale:",
+        "detection latency p99 ≤",
+        "storm:",
+    ] {
+        assert!(
+            targets.iter().any(|t| t.starts_with(target)),
+            "no target row `{target}`: {targets:#?}"
+        );
+    }
+    assert_eq!(
+        bench_verdicts::inconsistent_verdicts(&text),
+        Vec::<String>::new(),
+        "verdicts that do not follow from their figures:\n{text}"
     );
 }
