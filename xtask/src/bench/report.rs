@@ -339,67 +339,93 @@ fn machine() -> String {
     )
 }
 
-/// What the profiles showed, and what is not measured yet.
-const NOTES: &str = "## What the profiles showed\n\n\
-- **Refusal path** (`perf record -g` on the release agent during 50,000 refusals to a \
-closed port, before the rework): most of the agent's CPU was waking up and switching \
-threads once per record — `finish_task_switch` 35 %, futex and epoll waits, \
-`try_to_wake_up` — while decoding, attribution and the pipeline together were a few \
-percent. The reader now pauses 1 ms after a drain that found records (the kernel's \
-ring-buffer wakeups are adaptive, so none fire while records queue), the daemon takes \
-up to 512 events per wakeup under one lock, and a cgroup id's parsed path is cached. \
-Measured that way: 4.0–8.2 µs per refusal before, 0.6–0.8 µs after. Counts stay exact: \
-they are the kernel's per-CPU counters, independent of the ring buffer.\n\
-- **Successful connects**: the program on `inet_sock_set_state` runs on every TCP state \
-change (six per connect and close: three on each end). It filters on the old and new state \
-first, with direct context loads (a `match` over the legal offsets, each arm one load with \
-the offset as an immediate; the verifier knows the frozen config and keeps one arm); only \
-SYN_SENT and LISTEN transitions do more. Measured per program run with bpf_stats (debug \
-agent, same eBPF object, 10,000 connects per run, alternated, medians of 4–5): a program \
-that returns at once costs 30 ns per run on this VM, almost all of it the statistics' own \
-two clock reads; the state filter adds 1 ns; the whole program 81–94 ns, so the cost is in \
-the two runs per connect that insert and delete the SYN_SENT entry. \
-Changes and their effect: (1) `kernel.bpf_stats_enabled` had been left on on this \
-machine, and with it every program run reads the paravirtual clock twice \
-(`pvclock_clocksource_read` was 2 % of the loop's CPU in `perf`): the throughput runs now \
-turn it off and only a separate quarter-length run turns it on; earlier throughput \
-figures paid for it. (2) The SYN_SENT entry reads the destination address, port and \
-family by direct context loads instead of three `bpf_probe_read_kernel` calls: 93.7 → \
-81.8 ns per run (medians of 5 alternated runs), about 70 ns per connect. (3) Map type of \
-the SYN_SENT table, tried and not kept: LRU (kept) 89, plain hash 90, per-CPU LRU lists \
-102 ns per run, no difference beyond noise. \
-**`tp_btf`** (`--tp-btf`, on by default where `/sys/kernel/btf/vmlinux` exists; the \
-tracefs tracepoint stays the fallback): `perf` (statistics off, loop pinned to one CPU) \
-put the tracefs tracepoint's own dispatch — filling the trace record \
-(`perf_trace_inet_sock_set_state`, `perf_trace_buf_alloc`) and `trace_call_bpf` — at \
-about 1.9 % of the loop CPU's samples, as much as the program itself. The BTF tracepoint \
-gets the socket and both states as arguments and fills no record. Rust eBPF has no \
-CO-RE, so the agent reads the socket field offsets from the kernel's BTF itself (aya \
-0.14 does not expose member offsets), and the program reads only what a SYN_SENT or \
-LISTEN transition needs, with `bpf_probe_read_kernel`: so the program alone is a little \
-dearer (bpf_stats, 4 alternated runs: tracefs 94, tp_btf 102 ns per run, medians) while \
-the dispatch it saves is not in bpf_stats. A root test runs both hooks side by side and \
-compares every event field; the kernel matrix runs on tp_btf on 5.10, 6.1 and 6.12. On \
-the Debian 6.1 guest, the 16-bit byte swap (`be16`) of a port gave the port unswapped \
-(5.10, 6.12 and the host were right); the program now swaps ports with a 32-bit swap, \
-right on all three. Measured once the machine was quiet (no other agent attached, \
-`perf` on the pinned loop's CPU, 30,000 connects, alternated 3×): the whole \
-tracepoint — dispatch and program — took 3.53 / 3.95 / 4.54 % of the loop's samples \
-with tracefs and 3.00 / 3.11 / 3.26 % with tp_btf (min / median / max), about a fifth \
-of the hook's cost. \
-The loop with a Rust server costs 15–25 µs of CPU per connect here; the bpf_stats \
-figure in the table (which counts the statistics' own clock reads, ~30 ns per run, but not \
-the dispatch) is the noise-robust estimate of the programs' share.
-
+/// What the profiles showed: how the costs were found and cut, with the figures of
+/// those one-off runs dated and labelled as history (the tables hold this run's).
+const NOTES: &str = "## What the profiles showed (history)\n\
+\n\
+How the costs above were found and cut. The figures in this section are history, not \
+this run's: one-off profiling runs measured on 2026-11-30 on a 2 × Intel Xeon, 24 \
+GiB VM with kernel 6.18.44, kept to explain the design. This run's figures are the \
+tables above.\n\
+\n\
+- **Refusal path** (`perf record -g` on the release agent during 50,000 refusals to \
+a closed port, before the rework): most of the agent's CPU was waking up and \
+switching threads once per record — `finish_task_switch` 35 %, futex and epoll \
+waits, `try_to_wake_up` — while decoding, attribution and the pipeline together were \
+a few percent. The reader now pauses 1 ms after a drain that found records (the \
+kernel's ring-buffer wakeups are adaptive, so none fire while records queue), the \
+daemon takes up to 512 events per wakeup under one lock, and a cgroup id's parsed \
+path is cached. Measured on 2026-11-30: 4.0–8.2 µs per refusal before, 0.6–0.8 µs \
+after. Counts stay exact: they are the kernel's per-CPU counters, independent of the \
+ring buffer.\n\
+- **Successful connects**: the program on `inet_sock_set_state` runs on every TCP \
+state change (six per connect and close: three on each end). It filters on the old \
+and new state first, with direct context loads (a `match` over the legal offsets, \
+each arm one load with the offset as an immediate; the verifier knows the frozen \
+config and keeps one arm); only SYN_SENT and LISTEN transitions do more. Measured on \
+2026-11-30 per program run with bpf_stats (debug agent, same eBPF object, 10,000 \
+connects per run, alternated, medians of 4–5): a program that returns at once cost \
+30 ns per run on that VM, almost all of it the statistics' own two clock reads; the \
+state filter adds 1 ns; the whole program 81–94 ns, so the cost is in the two runs \
+per connect that insert and delete the SYN_SENT entry. Changes and their effect: (1) \
+`kernel.bpf_stats_enabled` had been left on on that machine, and with it every \
+program run reads the paravirtual clock twice (`pvclock_clocksource_read` was 2 % of \
+the loop's CPU in `perf`): the throughput runs now turn it off and only a separate \
+quarter-length run turns it on; earlier throughput figures paid for it. (2) The \
+SYN_SENT entry reads the destination address, port and family by direct context \
+loads instead of three `bpf_probe_read_kernel` calls: 93.7 → 81.8 ns per run \
+(medians of 5 alternated runs), about 70 ns per connect. (3) Map type of the \
+SYN_SENT table, tried and not kept: LRU (kept) 89, plain hash 90, per-CPU LRU lists \
+102 ns per run, no difference beyond noise. **`tp_btf`** (`--tp-btf`, on by default \
+where `/sys/kernel/btf/vmlinux` exists; the tracefs tracepoint stays the fallback): \
+`perf` (statistics off, loop pinned to one CPU) put the tracefs tracepoint's own \
+dispatch — filling the trace record (`perf_trace_inet_sock_set_state`, \
+`perf_trace_buf_alloc`) and `trace_call_bpf` — at about 1.9 % of the loop CPU's \
+samples, as much as the program itself. The BTF tracepoint gets the socket and both \
+states as arguments and fills no record. Rust eBPF has no CO-RE, so the agent reads \
+the socket field offsets from the kernel's BTF itself (aya 0.14 does not expose \
+member offsets), and the program reads only what a SYN_SENT or LISTEN transition \
+needs, with `bpf_probe_read_kernel`: so the program alone is a little dearer \
+(bpf_stats, 4 alternated runs: tracefs 94, tp_btf 102 ns per run, medians) while the \
+dispatch it saves is not in bpf_stats. A root test runs both hooks side by side and \
+compares every event field; the kernel matrix runs on tp_btf on 5.10, 6.1 and 6.12. \
+On the Debian 6.1 guest, the 16-bit byte swap (`be16`) of a port gave the port \
+unswapped (5.10, 6.12 and the host were right); the program now swaps ports with a \
+32-bit swap, right on all three. Measured on 2026-11-30 once the machine was quiet \
+(no other agent attached, `perf` on the pinned loop's CPU, 30,000 connects, \
+alternated 3×): the whole tracepoint — dispatch and program — took 3.53 / 3.95 / \
+4.54 % of the loop's samples with tracefs and 3.00 / 3.11 / 3.26 % with tp_btf (min \
+/ median / max), about a fifth of the hook's cost. The loop with a Rust server cost \
+15–25 µs of CPU per connect on that VM; the bpf_stats figure in the table (which \
+counts the statistics' own clock reads, ~30 ns per run, but not the dispatch) is the \
+noise-robust estimate of the programs' share.\n\
+\n\
 - **Detection latency** is bounded below by the reorder window (200 ms): a fact is \
-held that long so records from other CPUs can be put back in order. The daemon used to \
-release held facts only on its 100 ms tick, so a resolution waited 200–300 ms plus \
-scheduling (p99 346 ms over 1,000 races, missing the 300 ms target); it now also wakes \
-when the oldest held fact falls due (rounded up to 10 ms, so a storm wakes it at most \
-100 times a second).\n\n\
-- **Why the two verdicts of the 0.97 target can differ**: the throughput and CPU-time \
-ratios compare the loop with and without the agent; the bpf_stats row adds the programs' \
-measured run time to the bare loop's CPU. That run time includes the statistics' own two \
-clock reads per run (~30 ns, measured with a program that returns at once) at about nine \
-runs per connect, roughly 0.3 µs of a 15–25 µs connect: the bpf_stats row is an upper \
-bound on the cost and misses by about that much where the measured ratios hold.\n";
+held that long so records from other CPUs can be put back in order. The daemon used \
+to release held facts only on its 100 ms tick, so a resolution waited 200–300 ms \
+plus scheduling (measured on 2026-11-30: p99 346 ms over 1,000 races, missing the \
+300 ms target); it now also wakes when the oldest held fact falls due (rounded up to \
+10 ms, so a storm wakes it at most 100 times a second).\n\
+\n\
+- **Why the two verdicts of the 0.97 target can differ**: the throughput and \
+CPU-time ratios compare the loop with and without the agent; the bpf_stats row adds \
+the programs' measured run time to the bare loop's CPU. That run time includes the \
+statistics' own two clock reads per run (~30 ns on 2026-11-30, measured with a \
+program that returns at once) at about nine runs per connect, roughly 0.3 µs of a \
+15–25 µs connect on that VM: the bpf_stats row is an upper bound on the cost and \
+misses by about that much where the measured ratios hold.\n\
+";
+
+#[cfg(test)]
+mod tests {
+    /// The committed report's notes are what this generator writes (edited by hand
+    /// without a full bench run, they must not drift from it).
+    #[test]
+    fn the_committed_report_carries_these_notes() {
+        let committed = include_str!("../../../BENCHMARKS.md");
+        assert!(
+            committed.contains(super::NOTES),
+            "BENCHMARKS.md's notes differ from report.rs's NOTES"
+        );
+    }
+}
