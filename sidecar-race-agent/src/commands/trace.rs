@@ -35,6 +35,9 @@ pub async fn run(
     attribution_wait: Duration,
     view: View,
 ) -> anyhow::Result<()> {
+    // Before the start, so a Ctrl-C while it loads still ends with the summary.
+    let signal = shutdown::signal();
+    tokio::pin!(signal);
     let mut agent = agent::start(&opts)?;
     let mut out = Output {
         writer: io::BufWriter::new(io::stdout().lock()),
@@ -46,8 +49,6 @@ pub async fn run(
         out.flush();
     }
     let mut pending: Pending<(KernelEvent, Option<String>)> = Pending::new(attribution_wait);
-    let signal = shutdown::signal();
-    tokio::pin!(signal);
     let mut tick = tokio::time::interval(PENDING_TICK);
     let mut stopping = false;
     while !out.broken {
