@@ -160,6 +160,9 @@ pub fn of(kind: &'static str, cgroup_id: u64) -> impl Fn(&Value) -> bool {
     move |v| v["kind"] == kind && v["cgroup_id"] == cgroup_id
 }
 
+/// Well past the agent's reorder window (200 ms) and late-refusal window (100 ms).
+const QUIET: Duration = Duration::from_secs(1);
+
 /// `sidecar-race-agent run …` in the background, talked to over HTTP.
 pub struct RunAgent {
     child: Child,
@@ -301,12 +304,37 @@ impl RunAgent {
         }
     }
 
-    /// The one incident of `pod_uid` once it is resolved (panics on none or several).
+    /// The one incident of `pod_uid` once it is resolved; panics on none, or on a
+    /// second one showing up while the agent's reorder and late-refusal windows pass.
     pub fn one_resolved(&self, pod_uid: &str, timeout: Duration) -> Value {
+        self.one_resolved_holding(pod_uid, 0, timeout)
+    }
+
+    /// [`RunAgent::one_resolved`] once the pod's incidents hold at least `refused`
+    /// refusals (all the client counted, so none is left to make another incident).
+    pub fn one_resolved_holding(&self, pod_uid: &str, refused: u64, timeout: Duration) -> Value {
+        let held = |i: &[Value]| {
+            i.iter()
+                .map(|i| i["refused_count"].as_u64().unwrap_or(0))
+                .sum::<u64>()
+        };
         let found = self.wait_incidents(pod_uid, timeout, |i| {
-            i.iter().any(|i| i["state"] == "resolved")
+            i.iter().any(|i| i["state"] == "resolved") && held(i) >= refused
         });
-        assert_eq!(found.len(), 1, "expected one incident: {found:#?}");
+        assert!(
+            found.iter().any(|i| i["state"] == "resolved") && held(&found) >= refused,
+            "no resolved incident holding {refused} refusals within {timeout:?}: {found:#?}"
+        );
+        // Facts still held back for ordering, or a late refusal, would show up by now.
+        let deadline = Instant::now() + QUIET;
+        let found = loop {
+            let now = self.incidents_of(pod_uid);
+            assert_eq!(now.len(), 1, "expected one incident: {now:#?}");
+            if Instant::now() >= deadline {
+                break now;
+            }
+            thread::sleep(Duration::from_millis(100));
+        };
         found.into_iter().next().unwrap()
     }
 

@@ -3,6 +3,7 @@
 
 use std::{
     process::Command,
+    sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
@@ -31,21 +32,49 @@ pub fn app_done(pod: &mut SimPod, c: &SimContainer, args: &[&str]) {
     assert!(pod.wait(pid).expect("wait sr-app").success());
 }
 
+/// Runs `sr-app` to completion; how many of its connects were refused, as it counted.
+pub fn app_refused(pod: &mut SimPod, c: &SimContainer, args: &[&str]) -> u64 {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let out = std::env::temp_dir().join(format!(
+        "sr-app-{}-{}.out",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut cmd = Command::new(require_binary(&sibling_binary("sr-app")));
+    cmd.args(args)
+        .stdout(std::fs::File::create(&out).expect("sr-app output file"));
+    let pid = pod.spawn(c, cmd).expect("start sr-app");
+    assert!(pod.wait(pid).expect("wait sr-app").success());
+    let text = std::fs::read_to_string(&out).expect("sr-app output");
+    let _ = std::fs::remove_file(&out);
+    refused_in(&text).unwrap_or_else(|| panic!("no refusal count in sr-app's output: {text}"))
+}
+
+/// sr-app's last line: `… after N refused attempts, …` or `…: N refused, …`.
+fn refused_in(text: &str) -> Option<u64> {
+    let line = text.lines().last()?;
+    let n = match line.split_once(" after ") {
+        Some((_, rest)) => rest.split(' ').next()?,
+        None => line.rsplit_once(": ")?.1.split(' ').next()?,
+    };
+    n.parse().ok()
+}
+
 /// The classic startup race inside `pod`: the proxy in `p` listens on
 /// `127.0.0.1:15001` only after `delay_ms`, the app in `a` dials it at once every 50 ms
-/// until it connects.
-pub fn late_proxy_race(pod: &mut SimPod, p: &SimContainer, a: &SimContainer, delay_ms: u64) {
+/// until it connects. Returns how many of the app's connects were refused.
+pub fn late_proxy_race(pod: &mut SimPod, p: &SimContainer, a: &SimContainer, delay_ms: u64) -> u64 {
     let delay = delay_ms.to_string();
     proxy(
         pod,
         p,
         &["--listen", "127.0.0.1:15001", "--delay-ms", &delay],
     );
-    app_done(
+    app_refused(
         pod,
         a,
         &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
-    );
+    )
 }
 
 /// A classic startup race in a new pod `name` (the proxy listens 1 s late, the app
@@ -75,4 +104,16 @@ pub fn assert_startup_race_detected(addr: &str, name: &str) {
     assert_eq!(incident["phase"], "startup", "{incident:#}");
     assert_eq!(incident["container_id"], a.id.as_str());
     assert_eq!(incident["sidecar_container_id"], p.id.as_str());
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_the_refusals_sr_app_counted() {
+        let connected = "sr-app: connected to 127.0.0.1:15001 after 19 refused attempts, 1003 ms\n";
+        assert_eq!(super::refused_in(connected), Some(19));
+        let gave_up = "sr-app: 15 attempts to 127.0.0.1:15001: 6 refused, 9 connected\n";
+        assert_eq!(super::refused_in(gave_up), Some(6));
+        assert_eq!(super::refused_in(""), None);
+    }
 }

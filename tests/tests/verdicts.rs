@@ -14,7 +14,7 @@ use sidecar_race_tests::{
     http::get,
     pod::{Decl, Declared, SimContainer, SimPod, write_pod_list},
     root::is_root_or_skip,
-    scenario::{app, app_done, late_proxy_race, proxy},
+    scenario::{app, app_done, app_refused, late_proxy_race, proxy},
 };
 
 const SETTLE: Duration = Duration::from_secs(10);
@@ -173,24 +173,25 @@ fn a_sidecar_probing_its_own_port_is_no_incident() {
         &p,
         &["--listen", "127.0.0.1:15001", "--delay-ms", "800"],
     );
-    app_done(
+    let refused = app_refused(
         &mut pod,
         &p,
         &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
     );
-    std::thread::sleep(Duration::from_secs(1));
-    assert!(agent.incidents_of(&pod.uid).is_empty());
-    // Counted where they belong (copied into /metrics every second).
+    assert!(refused >= 5, "the probe was refused {refused} times");
+    // Counted where they belong (copied into /metrics every second): the agent has
+    // seen them all, and made no incident of them.
     let deadline = Instant::now() + SETTLE;
     loop {
         let line = wait_metric(&agent, "sidecar_race_self_refusals_total", SETTLE);
         let n: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-        if n >= 5.0 {
+        if n >= refused as f64 {
             break;
         }
-        assert!(Instant::now() < deadline, "{line}");
+        assert!(Instant::now() < deadline, "{line}, {refused} refused");
         std::thread::sleep(Duration::from_millis(200));
     }
+    assert!(agent.incidents_of(&pod.uid).is_empty());
 }
 
 #[test]
@@ -204,8 +205,9 @@ fn containers_started_after_the_agent_in_an_existing_pod_race_at_startup() {
     let agent = RunAgent::start(&["--pods-from", "none"]);
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
-    late_proxy_race(&mut pod, &p, &a, 1000);
-    let i = agent.one_resolved(&pod.uid, SETTLE);
+    let refused = late_proxy_race(&mut pod, &p, &a, 1000);
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    assert_eq!(i["refused_count"], refused, "{i:#}");
     assert_eq!(
         (i["phase"].as_str(), i["kind"].as_str()),
         (Some("startup"), Some("sidecar_race"))
@@ -235,7 +237,7 @@ fn a_sidecar_restarted_while_the_app_exits_is_steady_never_drain() {
     );
     std::thread::sleep(Duration::from_millis(200));
     // The app keeps working through the outage, then exits (its cgroup removed).
-    app_done(
+    let refused = app_refused(
         &mut pod,
         &a,
         &[
@@ -250,11 +252,17 @@ fn a_sidecar_restarted_while_the_app_exits_is_steady_never_drain() {
     );
     pod.remove_container(&a).unwrap();
     assert!(pod.wait(first).unwrap().success());
-    std::thread::sleep(Duration::from_millis(600));
-    let during = agent.incidents_of(&pod.uid);
+    assert!(refused > 0, "the app was never refused during the outage");
+    // Once every refusal the app counted is in the pod's incidents:
+    let during = agent.wait_incidents(&pod.uid, SETTLE, |i| {
+        i.iter()
+            .map(|i| i["refused_count"].as_u64().unwrap_or(0))
+            .sum::<u64>()
+            >= refused
+    });
     assert!(
-        during.iter().all(|i| i["phase"] != "drain"),
-        "not a drain while the pod runs: {during:#?}"
+        !during.is_empty() && during.iter().all(|i| i["phase"] != "drain"),
+        "an incident of the {refused} refusals, not a drain while the pod runs: {during:#?}"
     );
     // The kubelet restarts the proxy: listening again 0.5 s later.
     let p2 = pod.container("proxy-restarted").unwrap();
@@ -417,7 +425,7 @@ fn dual_stack_loopback_dialing_is_one_startup_incident_resolved() {
         &p,
         &["--listen", "127.0.0.1:15001", "--delay-ms", "1000"],
     );
-    app_done(
+    let refused = app_refused(
         &mut pod,
         &a,
         &[
@@ -429,13 +437,18 @@ fn dual_stack_loopback_dialing_is_one_startup_incident_resolved() {
             "50",
         ],
     );
-    let i = agent.one_resolved(&pod.uid, SETTLE);
+    // The last ::1 attempt may come once 127.0.0.1 listens: a fallback, not the race.
+    let i = agent.one_resolved_holding(&pod.uid, refused - 1, SETTLE);
     assert_eq!(
         (i["phase"].as_str(), i["state"].as_str()),
         (Some("startup"), Some("resolved")),
         "{i:#}"
     );
-    assert!(i["refused_count"].as_u64().unwrap() >= 20, "{i:#}");
+    let counted = i["refused_count"].as_u64().unwrap();
+    assert!(
+        counted >= 20 && counted + 1 >= refused,
+        "{refused} refused: {i:#}"
+    );
 }
 
 #[test]
@@ -453,8 +466,8 @@ fn a_pods_file_written_after_the_race_still_labels_the_metrics() {
     let mut pod = SimPod::new("late").unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
-    late_proxy_race(&mut pod, &p, &a, 1000);
-    let i = agent.one_resolved(&pod.uid, SETTLE);
+    let refused = late_proxy_race(&mut pod, &p, &a, 1000);
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
     assert!(i["namespace"].is_null(), "the pod is not known yet: {i:#}");
     std::thread::sleep(Duration::from_secs(2));
     pods.write(&[pod.app_and_proxy_manifest("shop", "late-writer", &a, &p, Declared::App)]);
