@@ -35,6 +35,7 @@ pub async fn run(args: LintArgs) -> anyhow::Result<i32> {
         }
     };
     if let Some(mode) = args.fix {
+        opts.namespaces = lint::namespaces(&sources);
         return fix(mode, &sources, &workloads, &errors, &opts);
     }
     let mut outcome = lint::lint(&workloads, &opts);

@@ -72,6 +72,9 @@ pub struct Options {
     /// Mesh-wide native-injection defaults per injector id: read from the cluster
     /// (`--cluster`) or assumed (`--assume-native-mesh`); absent: classic, assumed.
     pub mesh_defaults: BTreeMap<String, injection::MeshDefault>,
+    /// Namespaces' labels and annotations by name (Namespace objects in the input),
+    /// for `--fix`, which analyses one object at a time.
+    pub namespaces: BTreeMap<String, injection::NamespaceMeta>,
 }
 
 impl Options {
@@ -104,6 +107,16 @@ impl Outcome {
     pub fn worst(&self) -> Option<Severity> {
         self.findings.iter().map(|f| f.severity).max()
     }
+}
+
+/// The labels and annotations of the Namespace objects in `sources`.
+pub fn namespaces(sources: &[input::Source]) -> BTreeMap<String, injection::NamespaceMeta> {
+    sources
+        .iter()
+        .filter_map(|s| input::objects(s).ok())
+        .flatten()
+        .filter_map(|o| workload::namespace(&o.node))
+        .collect()
 }
 
 /// The workloads of `sources` (with the labels of Namespace objects among them),
