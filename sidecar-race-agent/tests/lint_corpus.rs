@@ -230,6 +230,18 @@ fn after_the_fix_only_what_the_fix_cannot_do_is_left() {
         let path = entry.unwrap().path();
         let file = path.file_name().unwrap().to_str().unwrap().to_string();
         let fixed = lint(&["--fix", &file], None);
+        let before = findings(&[&file], None);
+        assert!(
+            !before.is_empty(),
+            "{file}: every vendor example has a finding"
+        );
+        let only_injected = before.iter().all(|(_, id, ..)| id == "SR011");
+        let original = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            fixed == original,
+            only_injected,
+            "{file}: --fix changes it unless it cannot"
+        );
         let left = findings(&["-"], Some(&fixed));
         assert!(
             left.iter().all(|(_, id, ..)| id == "SR011"),
