@@ -80,13 +80,32 @@ async fn answer(State(seen): State<Seen>, method: Method, uri: Uri) -> Json<Valu
     Json(body)
 }
 
-async fn fake_api_server() -> (SocketAddr, Seen) {
-    let seen: Seen = Arc::default();
-    let app = Router::new().fallback(answer).with_state(seen.clone());
+/// Every request was a GET, and each of `paths` was asked (query aside).
+fn assert_read_only_and_asked(seen: &[(Method, String)], paths: &[&str]) {
+    assert!(
+        seen.iter().all(|(m, _)| m == Method::GET),
+        "read-only: {seen:?}"
+    );
+    for path in paths {
+        assert!(
+            seen.iter().any(|(_, p)| p.split('?').next() == Some(*path)),
+            "{path} not asked: {seen:?}"
+        );
+    }
+}
+
+/// Serves `app` on a free loopback port.
+async fn serve(app: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (addr, seen)
+    addr
+}
+
+async fn fake_api_server() -> (SocketAddr, Seen) {
+    let seen: Seen = Arc::default();
+    let app = Router::new().fallback(answer).with_state(seen.clone());
+    (serve(app).await, seen)
 }
 
 async fn lint(addr: SocketAddr, args: &[&str]) -> Output {
@@ -158,25 +177,19 @@ async fn lints_the_clusters_workloads_with_read_only_lists() {
         "no file for cluster objects"
     );
     let first = seen.lock().unwrap().clone();
-    assert!(
-        first.iter().all(|(m, _)| m == Method::GET),
-        "read-only: {first:?}"
+    assert_read_only_and_asked(
+        &first,
+        &[
+            "/version",
+            "/apis/apps/v1/deployments",
+            "/apis/apps/v1/statefulsets",
+            "/apis/apps/v1/daemonsets",
+            "/apis/apps/v1/replicasets",
+            "/apis/batch/v1/jobs",
+            "/apis/batch/v1/cronjobs",
+            "/api/v1/pods",
+        ],
     );
-    for path in [
-        "/version",
-        "/apis/apps/v1/deployments",
-        "/apis/apps/v1/statefulsets",
-        "/apis/apps/v1/daemonsets",
-        "/apis/apps/v1/replicasets",
-        "/apis/batch/v1/jobs",
-        "/apis/batch/v1/cronjobs",
-        "/api/v1/pods",
-    ] {
-        assert!(
-            first.iter().any(|(_, p)| p.split('?').next() == Some(path)),
-            "{path} not listed: {first:?}"
-        );
-    }
 
     // --kube-version wins over the cluster's; -n lists one namespace.
     let out = lint(
@@ -302,10 +315,7 @@ async fn mesh_api_server(
         seen: seen.clone(),
     };
     let app = Router::new().fallback(mesh_answer).with_state(state);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (addr, seen)
+    (serve(app).await, seen)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -341,21 +351,14 @@ async fn live_namespace_labels_and_the_meshes_own_defaults_decide_injection() {
     );
     assert_eq!((f[1].0.as_str(), f[1].1.as_str()), ("voting", "SR009"));
     assert!(f[1].2.contains("proxy.nativeSidecar=unset"), "{f:?}");
-    let seen = seen.lock().unwrap().clone();
-    assert!(
-        seen.iter().all(|(m, _)| m == Method::GET),
-        "read-only: {seen:?}"
+    assert_read_only_and_asked(
+        &seen.lock().unwrap(),
+        &[
+            "/api/v1/namespaces",
+            "/apis/apps/v1/namespaces/istio-system/deployments",
+            "/api/v1/namespaces/linkerd/configmaps/linkerd-config",
+        ],
     );
-    for read in [
-        "/api/v1/namespaces",
-        "/apis/apps/v1/namespaces/istio-system/deployments",
-        "/api/v1/namespaces/linkerd/configmaps/linkerd-config",
-    ] {
-        assert!(
-            seen.iter().any(|(_, p)| p.split('?').next() == Some(read)),
-            "{read}: {seen:?}"
-        );
-    }
 
     // Istio 1.27 (native by default) and Linkerd's proxy.nativeSidecar: nothing to flag.
     let (addr, _) = mesh_api_server("1.27.1", Some(true)).await;

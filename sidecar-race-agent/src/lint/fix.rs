@@ -28,7 +28,7 @@ pub fn fix(w: &Workload, opts: &Options) -> Option<Node> {
     let template = node.at_mut(w.template_path)?;
     let mut changed = false;
     let spec = template.get_mut("spec")?;
-    for s in sidecars_to_move(w, opts) {
+    for s in sidecars_to_move(w) {
         changed |= move_to_init(w, s, opts, spec);
     }
     for s in w
@@ -61,7 +61,7 @@ pub fn fix(w: &Workload, opts: &Options) -> Option<Node> {
 }
 
 /// Classic sidecars the fix makes native, in their order in `containers`.
-fn sidecars_to_move<'a>(w: &'a Workload, _opts: &Options) -> Vec<&'a ContainerInfo> {
+fn sidecars_to_move(w: &Workload) -> Vec<&ContainerInfo> {
     let waited_for: Vec<u16> = w
         .info
         .containers

@@ -89,7 +89,7 @@ impl<'a> Flags<'a> {
 
     /// A boolean flag: `--flag`, `--flag=true`, or its env var set to `true`.
     fn on(&self, flag: &str) -> bool {
-        self.words.iter().any(|w| *w == flag) || self.value(flag) == Some("true")
+        self.words.contains(&flag) || self.value(flag) == Some("true")
     }
 
     fn env_name(&self, flag: &str) -> Option<String> {
@@ -270,10 +270,9 @@ pub fn ready_endpoint(c: &ContainerInfo, t: Option<&Container>) -> Option<Endpoi
 /// The sidecar listens for the app on loopback only (its default, or its listen
 /// flag): a kubelet `tcpSocket` probe, sent to the pod IP, cannot reach it.
 pub fn listens_on_loopback(c: &ContainerInfo, t: Option<&Container>) -> bool {
-    let Some(listen) = sidecar(c).and_then(|s| s.listen.as_ref()) else {
+    let Some((s, listen)) = sidecar(c).and_then(|s| Some((s, s.listen.as_ref()?))) else {
         return false;
     };
-    let s = sidecar(c).expect("checked");
     let address = t
         .and_then(|t| Flags::of(t, env_prefix(s)).value(&listen.flag))
         .unwrap_or(&listen.default);
