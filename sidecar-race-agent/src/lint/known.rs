@@ -254,12 +254,15 @@ pub fn ready_endpoint(c: &ContainerInfo, t: Option<&Container>) -> Option<Endpoi
         });
     }
     let path = s.ready_on_serving_port.as_ref()?;
-    let listen = s.listen.as_ref()?;
-    let address = flags.value(&listen.flag).unwrap_or(&listen.default);
-    if loopback(address_host(address)) {
+    if listens_on_loopback(c, Some(t)) {
         return None;
     }
-    let port = address_port(address).or(s.default_port)?;
+    let listen = s.listen.as_ref()?;
+    let port = flags
+        .value(&listen.flag)
+        .and_then(address_port)
+        .or_else(|| c.ports.first().copied())
+        .or(s.default_port)?;
     Some(Endpoint {
         port,
         path: path.clone(),
@@ -267,16 +270,18 @@ pub fn ready_endpoint(c: &ContainerInfo, t: Option<&Container>) -> Option<Endpoi
     })
 }
 
-/// The sidecar listens for the app on loopback only (its default, or its listen
-/// flag): a kubelet `tcpSocket` probe, sent to the pod IP, cannot reach it.
+/// The sidecar listens for the app on loopback only (its listen flag says so, or
+/// it is unset, its default is loopback and the container declares no port: a
+/// declared port suggests a config file sets the address): a kubelet probe, sent to
+/// the pod IP, cannot reach it.
 pub fn listens_on_loopback(c: &ContainerInfo, t: Option<&Container>) -> bool {
     let Some((s, listen)) = sidecar(c).and_then(|s| Some((s, s.listen.as_ref()?))) else {
         return false;
     };
-    let address = t
-        .and_then(|t| Flags::of(t, env_prefix(s)).value(&listen.flag))
-        .unwrap_or(&listen.default);
-    loopback(address_host(address))
+    match t.and_then(|t| Flags::of(t, env_prefix(s)).value(&listen.flag)) {
+        Some(address) => loopback(address_host(address)),
+        None => c.ports.is_empty() && loopback(address_host(&listen.default)),
+    }
 }
 
 pub const LINKERD_NATIVE: &str = "config.beta.linkerd.io/proxy-enable-native-sidecar";
