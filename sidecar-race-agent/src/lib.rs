@@ -2,6 +2,7 @@
 //! into evidence of sidecar startup and drain races.
 
 pub mod agent;
+pub mod catalog;
 pub mod cgroups;
 pub mod cli;
 pub mod clock;

@@ -326,6 +326,12 @@ fn fix_in_place_rewrites_the_file() {
 
 #[test]
 fn probe_port_evidence_and_known_endpoints() {
+    // Evidence names the port of a sidecar without a readiness endpoint ...
+    let pool = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: app\n    image: app:1\n  - name: db-proxy\n    image: pgbouncer:1\n    ports: [{containerPort: 6432}]\n";
+    let (_, fixed) = lint(&["--fix", "--probe-port", "db-proxy=6543", "-"], Some(pool));
+    assert!(fixed.contains("tcpSocket:\n        port: 6543"), "{fixed}");
+    // ... but cloud-sql-proxy listens on 127.0.0.1, out of the kubelet's reach: its
+    // own /startup endpoint, turned on by its flags, is the probe.
     let (_, fixed) = lint(
         &[
             "--fix",
@@ -336,7 +342,8 @@ fn probe_port_evidence_and_known_endpoints() {
         None,
     );
     assert!(
-        fixed.contains("tcpSocket:\n            port: 6543"),
+        fixed.contains("- --health-check\n        - --http-address=0.0.0.0\n")
+            && fixed.contains("httpGet:\n            path: /startup\n            port: 9090"),
         "{fixed}"
     );
     let (_, fixed) = lint(&["--fix", "istio-injected-deployment.yaml"], None);

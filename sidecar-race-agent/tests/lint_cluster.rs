@@ -1,7 +1,8 @@
 //! `lint --cluster` against a fake API server at the HTTP level, through kube's real
 //! client and the user's kubeconfig (`KUBECONFIG`): read-only lists of every workload
 //! kind, objects owned by another workload skipped, the cluster's version used for
-//! SR010 unless `--kube-version` says otherwise.
+//! SR010 unless `--kube-version` says otherwise; the live namespaces' labels and the
+//! meshes' own native-sidecar defaults (istiod, linkerd-config) decide injection.
 
 mod common;
 
@@ -79,13 +80,32 @@ async fn answer(State(seen): State<Seen>, method: Method, uri: Uri) -> Json<Valu
     Json(body)
 }
 
-async fn fake_api_server() -> (SocketAddr, Seen) {
-    let seen: Seen = Arc::default();
-    let app = Router::new().fallback(answer).with_state(seen.clone());
+/// Every request was a GET, and each of `paths` was asked (query aside).
+fn assert_read_only_and_asked(seen: &[(Method, String)], paths: &[&str]) {
+    assert!(
+        seen.iter().all(|(m, _)| m == Method::GET),
+        "read-only: {seen:?}"
+    );
+    for path in paths {
+        assert!(
+            seen.iter().any(|(_, p)| p.split('?').next() == Some(*path)),
+            "{path} not asked: {seen:?}"
+        );
+    }
+}
+
+/// Serves `app` on a free loopback port.
+async fn serve(app: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (addr, seen)
+    addr
+}
+
+async fn fake_api_server() -> (SocketAddr, Seen) {
+    let seen: Seen = Arc::default();
+    let app = Router::new().fallback(answer).with_state(seen.clone());
+    (serve(app).await, seen)
 }
 
 async fn lint(addr: SocketAddr, args: &[&str]) -> Output {
@@ -157,25 +177,19 @@ async fn lints_the_clusters_workloads_with_read_only_lists() {
         "no file for cluster objects"
     );
     let first = seen.lock().unwrap().clone();
-    assert!(
-        first.iter().all(|(m, _)| m == Method::GET),
-        "read-only: {first:?}"
+    assert_read_only_and_asked(
+        &first,
+        &[
+            "/version",
+            "/apis/apps/v1/deployments",
+            "/apis/apps/v1/statefulsets",
+            "/apis/apps/v1/daemonsets",
+            "/apis/apps/v1/replicasets",
+            "/apis/batch/v1/jobs",
+            "/apis/batch/v1/cronjobs",
+            "/api/v1/pods",
+        ],
     );
-    for path in [
-        "/version",
-        "/apis/apps/v1/deployments",
-        "/apis/apps/v1/statefulsets",
-        "/apis/apps/v1/daemonsets",
-        "/apis/apps/v1/replicasets",
-        "/apis/batch/v1/jobs",
-        "/apis/batch/v1/cronjobs",
-        "/api/v1/pods",
-    ] {
-        assert!(
-            first.iter().any(|(_, p)| p.split('?').next() == Some(path)),
-            "{path} not listed: {first:?}"
-        );
-    }
 
     // --kube-version wins over the cluster's; -n lists one namespace.
     let out = lint(
@@ -231,4 +245,129 @@ async fn cluster_patches_and_unreachable_clusters() {
         err.contains("error: cannot read the API server's version"),
         "{err}"
     );
+}
+
+fn corpus(name: &str, kind: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/lint-corpus")
+        .join(name);
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(path).unwrap()).unwrap();
+    docs.into_iter().find(|d| d["kind"] == kind).unwrap()
+}
+
+/// A cluster with Istio and Linkerd: namespaces labelled for injection, istiod of
+/// `istio_tag`, Linkerd's values with `linkerd_native` (absent: unset).
+#[derive(Clone)]
+struct Mesh {
+    istio_tag: &'static str,
+    linkerd_native: Option<bool>,
+    seen: Seen,
+}
+
+async fn mesh_answer(State(mesh): State<Mesh>, method: Method, uri: Uri) -> Json<Value> {
+    mesh.seen.lock().unwrap().push((method, uri.to_string()));
+    let path = uri.path();
+    let body = match path {
+        "/version" => json!({"major": "1", "minor": "33", "gitVersion": "v1.33.1"}),
+        "/apis/apps/v1/deployments" => list(
+            "Deployment",
+            vec![
+                corpus("istio-namespace.yaml", "Deployment"),
+                corpus("linkerd.yaml", "Deployment"),
+            ],
+        ),
+        "/api/v1/namespaces" => list(
+            "Namespace",
+            vec![
+                corpus("istio-namespace.yaml", "Namespace"),
+                corpus("linkerd.yaml", "Namespace"),
+            ],
+        ),
+        "/apis/apps/v1/namespaces/istio-system/deployments" => list(
+            "Deployment",
+            vec![json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "istiod", "namespace": "istio-system", "labels": {"app": "istiod"}},
+                "spec": {"selector": {"matchLabels": {"app": "istiod"}}, "template": {"spec": {"containers": [
+                    {"name": "discovery", "image": format!("docker.io/istio/pilot:{}", mesh.istio_tag)}]}}}})],
+        ),
+        "/api/v1/namespaces/linkerd/configmaps/linkerd-config" => {
+            let native = mesh
+                .linkerd_native
+                .map_or(String::new(), |n| format!("  nativeSidecar: {n}\n"));
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "linkerd-config", "namespace": "linkerd"},
+                "data": {"values": format!("linkerdVersion: edge-26.5.2\nproxy:\n  logLevel: warn\n{native}")}})
+        }
+        _ => list("Object", vec![]),
+    };
+    Json(body)
+}
+
+async fn mesh_api_server(
+    istio_tag: &'static str,
+    linkerd_native: Option<bool>,
+) -> (SocketAddr, Seen) {
+    let seen: Seen = Arc::default();
+    let state = Mesh {
+        istio_tag,
+        linkerd_native,
+        seen: seen.clone(),
+    };
+    let app = Router::new().fallback(mesh_answer).with_state(state);
+    (serve(app).await, seen)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn live_namespace_labels_and_the_meshes_own_defaults_decide_injection() {
+    // Istio 1.24 and a Linkerd without nativeSidecar: classic, as the cluster says.
+    let (addr, seen) = mesh_api_server("1.24.2", None).await;
+    let out = lint(
+        addr,
+        &["--cluster", "--format", "json", "--fail-on", "none"],
+    )
+    .await;
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let f: Vec<(String, String, String)> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let s = |k: &str| f[k].as_str().unwrap().to_string();
+            (s("name"), s("id"), s("reason"))
+        })
+        .collect();
+    assert_eq!(f.len(), 2, "{f:?}");
+    assert_eq!(
+        (f[0].0.as_str(), f[0].1.as_str()),
+        ("productpage-v1", "SR009")
+    );
+    assert!(
+        f[0].2.contains(
+            "the cluster's default: istiod 1.24.2, ENABLE_NATIVE_SIDECARS unset: off by default"
+        ),
+        "{f:?}"
+    );
+    assert_eq!((f[1].0.as_str(), f[1].1.as_str()), ("voting", "SR009"));
+    assert!(f[1].2.contains("proxy.nativeSidecar=unset"), "{f:?}");
+    assert_read_only_and_asked(
+        &seen.lock().unwrap(),
+        &[
+            "/api/v1/namespaces",
+            "/apis/apps/v1/namespaces/istio-system/deployments",
+            "/api/v1/namespaces/linkerd/configmaps/linkerd-config",
+        ],
+    );
+
+    // Istio 1.27 (native by default) and Linkerd's proxy.nativeSidecar: nothing to flag.
+    let (addr, _) = mesh_api_server("1.27.1", Some(true)).await;
+    let out = lint(addr, &["--cluster", "--format", "json"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(findings(&out), vec![]);
 }

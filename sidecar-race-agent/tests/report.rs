@@ -980,10 +980,12 @@ async fn manifests_join_the_evidence_into_a_migration_plan() {
             .contains("path: /healthz/ready"),
         "Istio's readiness endpoint"
     );
-    // ledger's proxy declares 9801 first, but clients were refused on 5432.
+    // ledger's proxy: clients were refused on 5432, where it listens on loopback; its
+    // --http-port=9801 serves /startup once --health-check turns it on.
     let ledger = patch_of("/ledger")["patch"].as_str().unwrap();
     assert!(
-        ledger.contains("tcpSocket:\n            port: 5432"),
+        ledger.contains("path: /startup\n            port: 9801")
+            && ledger.contains("- --health-check\n"),
         "{ledger}"
     );
     assert!(

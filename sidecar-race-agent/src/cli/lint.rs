@@ -75,6 +75,11 @@ pub struct LintArgs {
     /// `--fix=in-place` rewrites the files, `--fix=patch` prints kustomize patches.
     #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, require_equals = true, default_missing_value = "stdout")]
     pub fix: Option<FixMode>,
+    /// Meshes assumed to inject native sidecars by default (`istio,linkerd`); without
+    /// it (and without --cluster, which reads their configuration) injection is
+    /// assumed classic.
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(crate::lint::injection::assumable_meshes()))]
+    pub assume_native_mesh: Vec<String>,
 }
 
 impl LintArgs {
@@ -83,6 +88,7 @@ impl LintArgs {
             kube_version: self.kube_version,
             probe_ports: self.probe_port.iter().cloned().collect(),
             site_sidecars: clean_names(&self.sidecar_names),
+            ..Default::default()
         }
     }
 }

@@ -16,6 +16,7 @@ pub const EXIT_FINDINGS: i32 = 1;
 
 pub async fn run(args: LintArgs) -> anyhow::Result<i32> {
     let mut opts = args.options();
+    opts.assume_native(&args.assume_native_mesh);
     let loaded = if args.cluster {
         from_cluster(&args, &mut opts).await
     } else {
@@ -34,6 +35,7 @@ pub async fn run(args: LintArgs) -> anyhow::Result<i32> {
         }
     };
     if let Some(mode) = args.fix {
+        opts.namespaces = lint::namespaces(&sources);
         return fix(mode, &sources, &workloads, &errors, &opts);
     }
     let mut outcome = lint::lint(&workloads, &opts);
@@ -57,6 +59,9 @@ async fn from_cluster(args: &LintArgs, opts: &mut lint::Options) -> Result<Loade
                 .map_err(|e| e.to_string())?,
         );
     }
+    // The meshes' own defaults win over what --assume-native-mesh assumes.
+    opts.mesh_defaults
+        .extend(lint::mesh_config::read(&client).await);
     let (workloads, errors) =
         lint::cluster::workloads(&client, args.namespace.as_deref(), &opts.site_sidecars)
             .await

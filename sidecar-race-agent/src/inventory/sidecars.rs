@@ -6,54 +6,22 @@
 //! 1. the pod annotation `sidecar-race.io/sidecars: "a,b"` names it;
 //! 2. the mesh injected it: Istio's `sidecar.istio.io/status` lists it, or Linkerd's
 //!    `linkerd.io/proxy-version` is set and it is `linkerd-proxy`;
-//! 3. its name is a well-known sidecar's ([`KNOWN_NAMES`]), or is `proxy`/`sidecar` or
-//!    ends in `-proxy`/`-sidecar`;
-//! 4. its image is a well-known sidecar's ([`KNOWN_IMAGES`], the repository's last path
-//!    segment, without tag or digest);
+//! 3. its name is a well-known sidecar's (a container name in the known-sidecars
+//!    table, [`crate::catalog`]), or is `proxy`/`sidecar` or ends in `-proxy`/`-sidecar`;
+//! 4. its image is a well-known sidecar's (an image in that table: the repository's
+//!    last path segment, without tag or digest);
 //! 5. the site-wide list (`--sidecar-names`) names it.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::catalog::CATALOG;
+
 /// The pod annotation that declares classic sidecars explicitly.
 pub const ANNOTATION: &str = "sidecar-race.io/sidecars";
 const ISTIO_STATUS: &str = "sidecar.istio.io/status";
 const LINKERD_VERSION: &str = "linkerd.io/proxy-version";
-
-/// Container names of well-known proxies and agents that run beside an app.
-pub const KNOWN_NAMES: &[&str] = &[
-    "istio-proxy",
-    "linkerd-proxy",
-    "envoy",
-    "envoy-sidecar",
-    "consul-dataplane",
-    "kuma-sidecar",
-    "daprd",
-    "cloud-sql-proxy",
-    "cloudsql-proxy",
-    "alloydb-auth-proxy",
-    "oauth2-proxy",
-    "vault-agent",
-    "otc-container",
-    "fluent-bit",
-    "fluentd",
-];
-
-/// Image repositories (last path segment) of well-known sidecars.
-pub const KNOWN_IMAGES: &[&str] = &[
-    "proxyv2",
-    "envoy",
-    "cloud-sql-proxy",
-    "gce-proxy",
-    "alloydb-auth-proxy",
-    "oauth2-proxy",
-    "consul-dataplane",
-    "kuma-dp",
-    "daprd",
-    "fluent-bit",
-    "fluentd",
-];
 
 /// Why a container counts as a classic sidecar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -142,7 +110,7 @@ pub fn split_names(list: &str) -> impl Iterator<Item = &str> {
 }
 
 fn known_name(name: &str) -> bool {
-    KNOWN_NAMES.contains(&name)
+    CATALOG.container_names().any(|n| n == name)
         || matches!(name, "proxy" | "sidecar")
         || name.ends_with("-proxy")
         || name.ends_with("-sidecar")
@@ -156,7 +124,8 @@ pub fn repository_name(image: &str) -> &str {
 }
 
 fn known_image(image: &str) -> bool {
-    KNOWN_IMAGES.contains(&repository_name(image))
+    let repo = repository_name(image);
+    CATALOG.image_names().any(|n| n == repo)
 }
 
 #[cfg(test)]
@@ -174,7 +143,18 @@ mod tests {
     #[test]
     fn well_known_names_and_images() {
         let none = PodSidecarHints::default();
-        for name in KNOWN_NAMES {
+        for name in [
+            "istio-proxy",
+            "linkerd-proxy",
+            "daprd",
+            "cloud-sql-proxy",
+            "vault-agent",
+            "consul-dataplane",
+            "otc-container",
+        ] {
+            assert_eq!(none.recognise(name, None), Some(Evidence::Name), "{name}");
+        }
+        for name in CATALOG.container_names() {
             assert_eq!(none.recognise(name, None), Some(Evidence::Name), "{name}");
         }
         assert_eq!(none.recognise("auth-proxy", None), Some(Evidence::Name));

@@ -1,13 +1,15 @@
 //! `lint --cluster` / `report --cluster`: the workloads of a live cluster, read with
 //! the user's kubeconfig through read-only lists (Deployments, StatefulSets,
 //! DaemonSets, ReplicaSets without an owner, Jobs without an owner, CronJobs and bare
-//! Pods), and the cluster's version for `SR010`.
+//! Pods), their namespaces' labels (injection), and the cluster's version for `SR010`.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
         apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet},
         batch::v1::{CronJob, Job},
-        core::v1::Pod,
+        core::v1::{Namespace, Pod},
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -15,7 +17,7 @@ use kube::{Api, Client, Resource, api::ListParams};
 use serde::{Serialize, de::DeserializeOwned};
 use thiserror::Error;
 
-use super::{KubeVersion, node::Node, workload};
+use super::{KubeVersion, injection::NamespaceMeta, node::Node, workload};
 
 #[derive(Debug, Error)]
 pub enum ClusterError {
@@ -150,5 +152,24 @@ pub async fn workloads(
             Err(e) => errors.push(e.to_string()),
         }
     }
+    workload::attach_namespaces(&mut out, &namespaces(client, namespace).await);
     Ok((out, errors))
+}
+
+/// The live namespaces' labels and annotations (injectors read them); a namespace
+/// that cannot be read counts as unlabelled.
+async fn namespaces(client: &Client, only: Option<&str>) -> BTreeMap<String, NamespaceMeta> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let found = match only {
+        Some(ns) => api.get_opt(ns).await.ok().flatten().into_iter().collect(),
+        None => api
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default(),
+    };
+    found
+        .iter()
+        .filter_map(|ns| workload::namespace(&node(ns)))
+        .collect()
 }

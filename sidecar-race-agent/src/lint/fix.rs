@@ -3,19 +3,21 @@
 //! - Each classic sidecar that serves a port, runs in a Job's pod or is waited for by
 //!   an init container moves from `containers` to `initContainers` (before the first
 //!   init container that dials it, else last) with `restartPolicy: Always`, and gets
-//!   a `startupProbe` ([`rules::probe_for`]) unless it has one. A `preStop` hook that
-//!   only sleeps goes: the kubelet now stops the sidecar after the app.
+//!   a `startupProbe` ([`rules::probe_for`]) unless it has one (with the flags that
+//!   turn its readiness endpoint on, when it has one only when asked; none when no
+//!   port to probe is known). A `preStop` hook that only sleeps goes: the kubelet now
+//!   stops the sidecar after the app.
 //! - A native sidecar without a startupProbe gets one; one probing a port clients do
 //!   not use gets it pointed at the right one.
 //! - An app container's `sleep N && …` wrapper goes, leaving its own command.
-//! - A pod that a mesh injects gets the mesh's native-sidecar annotation.
+//! - A pod that an injector adds a classic sidecar to gets the injector's
+//!   native-sidecar annotation, where it has one.
 
 use super::{
-    Options,
-    known::{self, Mesh},
+    Options, injection, known,
     node::Node,
     refs,
-    rules::{self, ProbeSpec, Rule},
+    rules::{self, ProbePlan, ProbeSpec, Rule},
     workload::Workload,
 };
 use crate::inventory::pod_info::{ContainerInfo, Role};
@@ -42,16 +44,16 @@ pub fn fix(w: &Workload, opts: &Options) -> Option<Node> {
             changed |= unwrap_sleep(w, &app.name, spec);
         }
     }
-    for mesh in known::meshes(w) {
-        if mesh == Mesh::Linkerd && !super::ignores(w, Rule::PreStopSleep) {
+    for inj in injection::injections(w, opts) {
+        if inj.injector.id == "linkerd" && !super::ignores(w, Rule::PreStopSleep) {
             changed |= drop_linkerd_wait(template);
         }
-        let proxy_native = w.info.role(mesh.proxy_container()) == Some(Role::NativeSidecar);
-        if !known::native_mode(w, mesh)
-            && !proxy_native
+        let native = &inj.injector.native;
+        if let (Some(key), Some(value)) = (&native.annotation, &native.value)
+            && !inj.mode.native()
             && !super::ignores(w, Rule::MeshNativeSidecarMode)
         {
-            set_native_annotation(template, mesh);
+            set_annotation(template, key, value);
             changed = true;
         }
     }
@@ -73,9 +75,10 @@ fn sidecars_to_move(w: &Workload) -> Vec<&ContainerInfo> {
         .iter()
         .filter(|c| c.role == Role::ClassicSidecar)
         .filter(|c| {
-            let served = rules::served_ports(c);
+            let served = rules::served_ports(w, c);
+            let serves = !served.is_empty() || known::sidecar(c).is_some_and(known::serves_app);
             let wanted = |rule: Rule| !super::ignores(w, rule);
-            (!served.is_empty() && wanted(Rule::ClassicSidecarServesPort))
+            (serves && wanted(Rule::ClassicSidecarServesPort))
                 || (w.is_job() && wanted(Rule::JobWithClassicSidecar))
                 || (served.iter().any(|p| waited_for.contains(p))
                     && wanted(Rule::InitWaitsForContainer))
@@ -88,7 +91,7 @@ fn probe_node(p: &ProbeSpec) -> Node {
         ProbeSpec::Http { port, path } => (
             "httpGet",
             Node::map(vec![
-                ("path", Node::str(*path)),
+                ("path", Node::str(path)),
                 ("port", Node::UInt(u64::from(*port))),
             ]),
         ),
@@ -123,10 +126,8 @@ fn move_to_init(w: &Workload, s: &ContainerInfo, opts: &Options, spec: &mut Node
         "name"
     };
     c.set_after(after, "restartPolicy", Node::str("Always"));
-    if c.get("startupProbe").is_none()
-        && let Some(p) = rules::probe_for(w, s, opts)
-    {
-        c.set("startupProbe", probe_node(&p));
+    if c.get("startupProbe").is_none() {
+        give_probe(&mut c, rules::probe_for(w, s, opts));
     }
     if rules::container(w, &s.name)
         .and_then(refs::prestop_sleep)
@@ -138,7 +139,7 @@ fn move_to_init(w: &Workload, s: &ContainerInfo, opts: &Options, spec: &mut Node
             c.remove("lifecycle");
         }
     }
-    let served = rules::served_ports(s);
+    let served = rules::served_ports(w, s);
     let inits = spec.map_entry_seq("initContainers");
     // Before the first init container that dials it, else after the others.
     let at = inits
@@ -155,7 +156,7 @@ fn move_to_init(w: &Workload, s: &ContainerInfo, opts: &Options, spec: &mut Node
 }
 
 fn probe_native(w: &Workload, s: &ContainerInfo, opts: &Options, spec: &mut Node) -> bool {
-    if rules::served_ports(s).is_empty() {
+    if rules::served_ports(w, s).is_empty() && !known::sidecar(s).is_some_and(known::serves_app) {
         return false;
     }
     let wrong_port = s.startup_probe.as_ref().is_some_and(|p| {
@@ -169,17 +170,34 @@ fn probe_native(w: &Workload, s: &ContainerInfo, opts: &Options, spec: &mut Node
     }
     // For a wrong port, clients dial another port of it: probe_for picks the
     // readiness endpoint, the evidence or that port.
-    let probe = rules::probe_for(w, s, opts);
-    let (Some(probe), Some(inits)) = (
-        probe,
-        spec.get_mut("initContainers").and_then(Node::as_seq_mut),
-    ) else {
+    let Some(inits) = spec.get_mut("initContainers").and_then(Node::as_seq_mut) else {
         return false;
     };
     let Some(i) = named_index(inits, &s.name) else {
         return false;
     };
-    inits[i].set("startupProbe", probe_node(&probe));
+    give_probe(&mut inits[i], rules::probe_for(w, s, opts))
+}
+
+/// Sets the planned startupProbe on container `c`, with the args it needs; false
+/// when no port to probe is known.
+fn give_probe(c: &mut Node, plan: ProbePlan) -> bool {
+    let ProbePlan::Add(probe, args) = plan else {
+        return false;
+    };
+    if !args.is_empty() {
+        let list = match c.get_mut("args").and_then(Node::as_seq_mut) {
+            Some(list) => list,
+            None => {
+                c.set("args", Node::Seq(Vec::new()));
+                c.get_mut("args")
+                    .and_then(Node::as_seq_mut)
+                    .expect("just set")
+            }
+        };
+        list.extend(args.into_iter().map(Node::Str));
+    }
+    c.set("startupProbe", probe_node(&probe));
     true
 }
 
@@ -205,11 +223,11 @@ fn unwrap_sleep(w: &Workload, app: &str, spec: &mut Node) -> bool {
     true
 }
 
-fn set_native_annotation(template: &mut Node, mesh: Mesh) {
+fn set_annotation(template: &mut Node, key: &str, value: &str) {
     template
         .map_entry("metadata")
         .map_entry("annotations")
-        .set(mesh.native_annotation(), Node::str("true"));
+        .set(key, Node::str(value));
 }
 
 /// Drops Linkerd's preStop sleep annotation (SR006) from the pod template.

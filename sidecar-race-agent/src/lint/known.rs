@@ -1,158 +1,293 @@
-//! What lint knows about particular sidecars and meshes: the ports a proxy serves
-//! through a redirect (no client names them), the readiness endpoint that says it
-//! serves (better than a TCP connect), and the meshes' annotations. docs/reference.md's
-//! `lint` section documents each entry; change both together.
+//! What lint knows about particular sidecars, read from the known-sidecars table
+//! ([`crate::catalog`]): the ports a sidecar serves (redirects, fixed ports, its own
+//! flags), the readiness endpoint that says it serves (better than a TCP connect),
+//! and Istio's and Linkerd's annotations the mesh rules read. docs/lint.md documents
+//! the table.
+
+use k8s_openapi::api::core::v1::Container;
 
 use super::workload::Workload;
-use crate::inventory::{pod_info::ContainerInfo, sidecars::repository_name};
+use crate::{
+    catalog::{CATALOG, Sidecar},
+    inventory::{pod_info::ContainerInfo, sidecars::repository_name},
+};
 
-/// A well-known proxy.
-#[derive(Debug)]
-pub struct Proxy {
-    /// Container names and image repositories it is known by.
-    pub names: &'static [&'static str],
-    /// Ports the app reaches through an iptables redirect, without naming them.
-    pub redirect_ports: &'static [u16],
-    /// An HTTP endpoint that answers 200 once the proxy serves: (port, path).
-    pub ready: Option<(u16, &'static str)>,
-    /// The endpoint's port is configurable: count it only when the container
-    /// declares that port (Envoy's admin listener).
-    pub ready_if_declared: bool,
-}
-
-pub const PROXIES: &[Proxy] = &[
-    Proxy {
-        names: &["istio-proxy", "proxyv2"],
-        redirect_ports: &[15001, 15006],
-        ready: Some((15021, "/healthz/ready")),
-        ready_if_declared: false,
-    },
-    Proxy {
-        names: &["linkerd-proxy"],
-        redirect_ports: &[4140, 4143],
-        ready: Some((4191, "/ready")),
-        ready_if_declared: false,
-    },
-    Proxy {
-        names: &[
-            "envoy",
-            "envoy-sidecar",
-            "consul-dataplane",
-            "kuma-sidecar",
-            "kuma-dp",
-        ],
-        redirect_ports: &[],
-        ready: Some((9901, "/ready")),
-        ready_if_declared: true,
-    },
-    Proxy {
-        names: &[
-            "cloud-sql-proxy",
-            "cloudsql-proxy",
-            "gce-proxy",
-            "alloydb-auth-proxy",
-        ],
-        redirect_ports: &[],
-        ready: None,
-        ready_if_declared: false,
-    },
-    Proxy {
-        names: &["oauth2-proxy"],
-        redirect_ports: &[],
-        ready: None,
-        ready_if_declared: false,
-    },
-];
-
-/// The well-known proxy `c` is, by name first, then image (Linkerd's image repository
-/// is just `proxy`, so the image counts only for names no other proxy uses).
-pub fn proxy(c: &ContainerInfo) -> Option<&'static Proxy> {
-    PROXIES
+/// The known sidecar `c` is, by name first, then image.
+pub fn sidecar(c: &ContainerInfo) -> Option<&'static Sidecar> {
+    let sidecars = &CATALOG.sidecars;
+    sidecars
         .iter()
-        .find(|p| p.names.contains(&c.name.as_str()))
+        .find(|s| s.containers.contains(&c.name))
         .or_else(|| {
             let repo = repository_name(c.image.as_deref()?);
-            (repo != "proxy")
-                .then(|| PROXIES.iter().find(|p| p.names.contains(&repo)))
-                .flatten()
+            sidecars.iter().find(|s| s.images.iter().any(|i| i == repo))
         })
 }
 
-/// The readiness endpoint of `c`, when it is a known proxy that has one (for Envoy:
-/// when it declares the admin port).
-pub fn ready_endpoint(c: &ContainerInfo) -> Option<(u16, &'static str)> {
-    let p = proxy(c)?;
-    p.ready
-        .filter(|(port, _)| !p.ready_if_declared || c.ports.contains(port))
+/// The sidecar serves the app (a proxy, or an agent with a listener the app may
+/// use), as against one that only ships logs or telemetry.
+pub fn serves_app(s: &Sidecar) -> bool {
+    !(s.redirect_ports.is_empty()
+        && s.ports.is_empty()
+        && s.port_flags.is_empty()
+        && s.address_flags.is_empty()
+        && s.ready.is_none()
+        && s.health.is_none())
 }
 
-/// A service mesh that injects its proxy at admission.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mesh {
-    Istio,
-    Linkerd,
+/// The ports a known sidecar gets by redirect (no client names them).
+pub fn redirect_ports(c: &ContainerInfo) -> &'static [u16] {
+    sidecar(c).map_or(&[], |s| &s.redirect_ports)
 }
 
-impl Mesh {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mesh::Istio => "Istio",
-            Mesh::Linkerd => "Linkerd",
+/// A container's command line and environment, as its flags read them.
+struct Flags<'a> {
+    words: Vec<&'a str>,
+    env: Vec<(&'a str, &'a str)>,
+    env_prefix: Option<&'a str>,
+}
+
+impl<'a> Flags<'a> {
+    fn of(c: &'a Container, env_prefix: Option<&'a str>) -> Self {
+        let words = c
+            .command
+            .iter()
+            .flatten()
+            .chain(c.args.iter().flatten())
+            .map(String::as_str)
+            .collect();
+        let env = c
+            .env
+            .iter()
+            .flatten()
+            .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?)))
+            .collect();
+        Flags {
+            words,
+            env,
+            env_prefix,
         }
     }
 
-    pub fn proxy_container(self) -> &'static str {
-        match self {
-            Mesh::Istio => "istio-proxy",
-            Mesh::Linkerd => "linkerd-proxy",
+    /// `--flag=v`, `--flag v`, or the env var the sidecar maps the flag to
+    /// (`CSQL_PROXY_HTTP_PORT` for `--http-port`).
+    fn value(&self, flag: &str) -> Option<&'a str> {
+        for (i, w) in self.words.iter().enumerate() {
+            if let Some(v) = w.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+                return Some(v);
+            }
+            if *w == flag
+                && let Some(next) = self.words.get(i + 1)
+                && !next.starts_with('-')
+            {
+                return Some(next);
+            }
         }
+        let var = self.env_name(flag)?;
+        self.env.iter().find(|(k, _)| *k == var).map(|(_, v)| *v)
     }
 
-    /// The pod annotation that makes the mesh inject its proxy as a native sidecar
-    /// (Istio 1.25+ `sidecar.istio.io/nativeSidecar`; Linkerd 2.15+, beta key from 2.16).
-    pub fn native_annotation(self) -> &'static str {
-        match self {
-            Mesh::Istio => ISTIO_NATIVE,
-            Mesh::Linkerd => LINKERD_NATIVE,
+    /// A boolean flag: `--flag`, `--flag=true`, or its env var set to `true`.
+    fn on(&self, flag: &str) -> bool {
+        self.words.contains(&flag) || self.value(flag) == Some("true")
+    }
+
+    fn env_name(&self, flag: &str) -> Option<String> {
+        let name = flag.trim_start_matches('-');
+        let prefix = self.env_prefix?;
+        (flag.starts_with("--") && !name.is_empty())
+            .then(|| format!("{prefix}{}", name.to_uppercase().replace('-', "_")))
+    }
+
+    /// Positional words (not flags, not a flag's value).
+    fn positional(&self) -> Vec<&'a str> {
+        let mut out = Vec::new();
+        let mut skip = false;
+        for w in &self.words {
+            if std::mem::take(&mut skip) {
+                continue;
+            }
+            if w.starts_with('-') {
+                skip = !w.contains('=') && !is_switch(w);
+            } else {
+                out.push(*w);
+            }
         }
+        out
     }
 }
 
-pub const ISTIO_NATIVE: &str = "sidecar.istio.io/nativeSidecar";
-pub const LINKERD_NATIVE: &str = "config.beta.linkerd.io/proxy-enable-native-sidecar";
-const LINKERD_NATIVE_ALPHA: &str = "config.alpha.linkerd.io/proxy-enable-native-sidecar";
-const ISTIO_INJECT: &str = "sidecar.istio.io/inject";
-const LINKERD_INJECT: &str = "linkerd.io/inject";
-const ISTIO_STATUS: &str = "sidecar.istio.io/status";
-const LINKERD_VERSION: &str = "linkerd.io/proxy-version";
-pub const ISTIO_PROXY_CONFIG: &str = "proxy.istio.io/config";
-/// Linkerd's preStop sleep for its proxy (not to be used with native sidecars).
-pub const LINKERD_WAIT_BEFORE_EXIT: &str = "config.alpha.linkerd.io/proxy-wait-before-exit-seconds";
+/// Flags that take no value in the sidecars the table knows.
+fn is_switch(w: &str) -> bool {
+    matches!(
+        w,
+        "--health-check"
+            | "--structured-logs"
+            | "--auto-iam-authn"
+            | "--private-ip"
+            | "--psc"
+            | "--quiet"
+            | "--debug-logs"
+            | "--prometheus"
+            | "--run-connection-test"
+    )
+}
 
-/// The meshes this workload's pods get a proxy from: already injected (the
-/// annotations injection leaves), or asked for on the template.
-pub fn meshes(w: &Workload) -> Vec<Mesh> {
-    let mut out = Vec::new();
-    let istio_asked = w.labels.get(ISTIO_INJECT).map(String::as_str) == Some("true")
-        || w.annotation(ISTIO_INJECT) == Some("true");
-    if istio_asked || w.annotation(ISTIO_STATUS).is_some() {
-        out.push(Mesh::Istio);
+/// The port in `host:port` (or `http://host:port`).
+fn address_port(v: &str) -> Option<u16> {
+    v.rsplit(':').next()?.trim_end_matches('/').parse().ok()
+}
+
+fn loopback(host: &str) -> bool {
+    matches!(host, "localhost" | "127.0.0.1" | "::1" | "[::1]")
+}
+
+/// The host in `host:port`, or the whole value.
+fn address_host(v: &str) -> &str {
+    let v = v
+        .trim_start_matches("http://")
+        .trim_start_matches("https://");
+    match v.rsplit_once(':') {
+        Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => v,
     }
-    let linkerd_asked = matches!(w.annotation(LINKERD_INJECT), Some("enabled" | "ingress"));
-    if linkerd_asked || w.annotation(LINKERD_VERSION).is_some() {
-        out.push(Mesh::Linkerd);
+}
+
+fn env_prefix(s: &Sidecar) -> Option<&str> {
+    s.env_prefix.as_deref()
+}
+
+/// The ports `c` (known sidecar `s`, typed `t`) serves per its own flags: the port
+/// flags and per-instance `?port=` (the proxy counts up from the base port for
+/// instances without their own), an address flag's port, else its default port.
+pub fn flag_ports(s: &Sidecar, t: &Container) -> Vec<u16> {
+    let flags = Flags::of(t, env_prefix(s));
+    let mut out: Vec<u16> = s.ports.clone();
+    let base = s
+        .port_flags
+        .iter()
+        .find_map(|f| flags.value(f))
+        .and_then(|v| v.parse::<u16>().ok());
+    if let Some(param) = &s.instance_port_param {
+        let instances: Vec<&str> = flags
+            .positional()
+            .into_iter()
+            .filter(|w| w.contains(':') || w.starts_with("projects/"))
+            .collect();
+        let mut next = base.or(s.default_port);
+        for inst in &instances {
+            let own = inst.split_once('?').and_then(|(_, q)| {
+                q.split('&').find_map(|kv| {
+                    let (k, v) = kv.split_once('=')?;
+                    (k == param).then(|| v.parse::<u16>().ok()).flatten()
+                })
+            });
+            match own {
+                Some(p) => out.push(p),
+                None => {
+                    if let Some(p) = next {
+                        out.push(p);
+                        next = p.checked_add(1);
+                    }
+                }
+            }
+        }
+        if instances.is_empty() {
+            out.extend(base);
+        }
+    } else {
+        out.extend(base);
     }
+    for f in &s.address_flags {
+        out.extend(flags.value(f).and_then(address_port));
+    }
+    if out.is_empty() && s.instance_port_param.is_none() {
+        out.extend(s.default_port);
+    }
+    out.sort_unstable();
+    out.dedup();
     out
 }
 
-/// The template already asks the mesh for a native sidecar.
-pub fn native_mode(w: &Workload, mesh: Mesh) -> bool {
-    let on = |key| w.annotation(key) == Some("true");
-    match mesh {
-        Mesh::Istio => on(ISTIO_NATIVE),
-        Mesh::Linkerd => on(LINKERD_NATIVE) || on(LINKERD_NATIVE_ALPHA),
+/// A readiness endpoint of a known sidecar.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub port: u16,
+    pub path: String,
+    /// Flags `--fix` must add so that the sidecar serves it where the kubelet reaches
+    /// it (empty when it already does).
+    pub add_args: Vec<String>,
+}
+
+/// The readiness endpoint of `c` (typed `t`): a fixed one (for Envoy: when it
+/// declares the admin port), the one its flags turn on (`--health-check`), or a path
+/// on its serving port. `add_args` says what the fix must add for the health endpoint
+/// a sidecar serves only when asked; `None` when none is known or reachable.
+pub fn ready_endpoint(c: &ContainerInfo, t: Option<&Container>) -> Option<Endpoint> {
+    let s = sidecar(c)?;
+    if let Some(r) = &s.ready {
+        return (!r.only_if_declared || c.ports.contains(&r.port)).then(|| Endpoint {
+            port: r.port,
+            path: r.path.clone(),
+            add_args: Vec::new(),
+        });
+    }
+    let t = t?;
+    let flags = Flags::of(t, env_prefix(s));
+    if let Some(h) = &s.health {
+        let port = flags
+            .value(&h.port_flag)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(h.default_port);
+        let mut add_args = Vec::new();
+        if !flags.on(&h.enable_flag) {
+            add_args.push(h.enable_flag.clone());
+        }
+        let address = flags.value(&h.address_flag).unwrap_or(&h.default_address);
+        if loopback(address) {
+            add_args.push(format!("{}=0.0.0.0", h.address_flag));
+        }
+        return Some(Endpoint {
+            port,
+            path: h.path.clone(),
+            add_args,
+        });
+    }
+    let path = s.ready_on_serving_port.as_ref()?;
+    if listens_on_loopback(c, Some(t)) {
+        return None;
+    }
+    let listen = s.listen.as_ref()?;
+    let port = flags
+        .value(&listen.flag)
+        .and_then(address_port)
+        .or_else(|| c.ports.first().copied())
+        .or(s.default_port)?;
+    Some(Endpoint {
+        port,
+        path: path.clone(),
+        add_args: Vec::new(),
+    })
+}
+
+/// The sidecar listens for the app on loopback only (its listen flag says so, or
+/// it is unset, its default is loopback and the container declares no port: a
+/// declared port suggests a config file sets the address): a kubelet probe, sent to
+/// the pod IP, cannot reach it.
+pub fn listens_on_loopback(c: &ContainerInfo, t: Option<&Container>) -> bool {
+    let Some((s, listen)) = sidecar(c).and_then(|s| Some((s, s.listen.as_ref()?))) else {
+        return false;
+    };
+    match t.and_then(|t| Flags::of(t, env_prefix(s)).value(&listen.flag)) {
+        Some(address) => loopback(address_host(address)),
+        None => c.ports.is_empty() && loopback(address_host(&listen.default)),
     }
 }
+
+pub const LINKERD_NATIVE: &str = "config.beta.linkerd.io/proxy-enable-native-sidecar";
+pub const ISTIO_PROXY_CONFIG: &str = "proxy.istio.io/config";
+/// Linkerd's preStop sleep for its proxy (not to be used with native sidecars).
+pub const LINKERD_WAIT_BEFORE_EXIT: &str = "config.alpha.linkerd.io/proxy-wait-before-exit-seconds";
 
 /// Istio's `holdApplicationUntilProxyStarts`, set per pod in `proxy.istio.io/config`
 /// (YAML or JSON), or as the injected `pilot-agent wait` postStart hook.
@@ -172,4 +307,87 @@ pub fn istio_holds_application(w: &Workload) -> bool {
             .is_some_and(|cmd| cmd.join(" ").contains("pilot-agent wait"))
     });
     in_config || hook
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn typed(v: serde_json::Value) -> Container {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn info(t: &Container) -> ContainerInfo {
+        ContainerInfo {
+            name: t.name.clone(),
+            role: crate::inventory::pod_info::Role::ClassicSidecar,
+            sidecar_by: None,
+            image: t.image.clone(),
+            ports: Vec::new(),
+            startup_probe: None,
+            readiness_probe: None,
+        }
+    }
+
+    #[test]
+    fn ports_from_the_sidecars_own_flags() {
+        let csql = CATALOG.sidecar("cloud-sql-proxy").unwrap();
+        let one = typed(serde_json::json!({"name": "cloud-sql-proxy",
+            "args": ["--structured-logs", "--port=5432", "p:r:orders"]}));
+        assert_eq!(flag_ports(csql, &one), [5432]);
+        let many = typed(serde_json::json!({"name": "cloud-sql-proxy",
+            "args": ["-p", "6000", "p:r:a", "p:r:b?port=7000", "p:r:c"]}));
+        assert_eq!(flag_ports(csql, &many), [6000, 6001, 7000]);
+        let unknown = typed(serde_json::json!({"name": "cloud-sql-proxy", "args": ["p:r:a"]}));
+        assert!(
+            flag_ports(csql, &unknown).is_empty(),
+            "no default: MySQL or Postgres?"
+        );
+        let env = typed(
+            serde_json::json!({"name": "cloud-sql-proxy", "args": ["p:r:a"],
+            "env": [{"name": "CSQL_PROXY_PORT", "value": "3306"}]}),
+        );
+        assert_eq!(flag_ports(csql, &env), [3306]);
+        let alloy = CATALOG.sidecar("alloydb-auth-proxy").unwrap();
+        let a = typed(serde_json::json!({"name": "alloydb-auth-proxy",
+            "args": ["projects/p/locations/r/clusters/c/instances/i"]}));
+        assert_eq!(flag_ports(alloy, &a), [5432]);
+        let oauth = CATALOG.sidecar("oauth2-proxy").unwrap();
+        let o = typed(serde_json::json!({"name": "oauth2-proxy",
+            "args": ["--http-address=0.0.0.0:4181", "--upstream=http://127.0.0.1:8080"]}));
+        assert_eq!(flag_ports(oauth, &o), [4181]);
+    }
+
+    #[test]
+    fn readiness_endpoints_from_flags() {
+        let on = typed(
+            serde_json::json!({"name": "cloud-sql-proxy", "image": "gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.14.1",
+            "args": ["--health-check", "--http-address=0.0.0.0", "--http-port", "9191", "p:r:a"]}),
+        );
+        assert_eq!(
+            ready_endpoint(&info(&on), Some(&on)),
+            Some(Endpoint {
+                port: 9191,
+                path: "/startup".into(),
+                add_args: vec![]
+            })
+        );
+        let off = typed(serde_json::json!({"name": "cloud-sql-proxy", "args": ["p:r:a"]}));
+        assert_eq!(
+            ready_endpoint(&info(&off), Some(&off)).unwrap().add_args,
+            ["--health-check", "--http-address=0.0.0.0"]
+        );
+        assert!(listens_on_loopback(&info(&off), Some(&off)));
+        let oauth = typed(
+            serde_json::json!({"name": "oauth2-proxy", "args": ["--http-address=0.0.0.0:4180"]}),
+        );
+        assert_eq!(
+            ready_endpoint(&info(&oauth), Some(&oauth)).unwrap().path,
+            "/ping"
+        );
+        let local = typed(
+            serde_json::json!({"name": "oauth2-proxy", "args": ["--http-address=127.0.0.1:4180"]}),
+        );
+        assert_eq!(ready_endpoint(&info(&local), Some(&local)), None);
+    }
 }

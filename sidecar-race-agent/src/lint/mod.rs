@@ -5,8 +5,10 @@
 
 pub mod cluster;
 pub mod fix;
+pub mod injection;
 pub mod input;
 pub mod known;
+pub mod mesh_config;
 pub mod node;
 pub mod refs;
 pub mod render;
@@ -67,6 +69,27 @@ pub struct Options {
     pub probe_ports: BTreeMap<String, u16>,
     /// Site-wide classic sidecar names (`--sidecar-names`).
     pub site_sidecars: Vec<String>,
+    /// Mesh-wide native-injection defaults per injector id: read from the cluster
+    /// (`--cluster`) or assumed (`--assume-native-mesh`); absent: classic, assumed.
+    pub mesh_defaults: BTreeMap<String, injection::MeshDefault>,
+    /// Namespaces' labels and annotations by name (Namespace objects in the input),
+    /// for `--fix`, which analyses one object at a time.
+    pub namespaces: BTreeMap<String, injection::NamespaceMeta>,
+}
+
+impl Options {
+    /// `--assume-native-mesh` ids: each mesh is assumed to inject native sidecars.
+    pub fn assume_native(&mut self, meshes: &[String]) {
+        for id in meshes {
+            self.mesh_defaults.insert(
+                id.clone(),
+                injection::MeshDefault {
+                    native: true,
+                    source: format!("--assume-native-mesh={id}"),
+                },
+            );
+        }
+    }
 }
 
 /// Every finding of a run, after suppression.
@@ -86,14 +109,27 @@ impl Outcome {
     }
 }
 
-/// The workloads of `sources`, and what could not be read.
+/// The labels and annotations of the Namespace objects in `sources`.
+pub fn namespaces(sources: &[input::Source]) -> BTreeMap<String, injection::NamespaceMeta> {
+    sources
+        .iter()
+        .filter_map(|s| input::objects(s).ok())
+        .flatten()
+        .filter_map(|o| workload::namespace(&o.node))
+        .collect()
+}
+
+/// The workloads of `sources` (with the labels of Namespace objects among them),
+/// and what could not be read.
 pub fn load(sources: &[input::Source], opts: &Options) -> (Vec<Workload>, Vec<String>) {
     let mut workloads = Vec::new();
     let mut errors = Vec::new();
+    let mut namespaces = BTreeMap::new();
     for source in sources {
         match input::objects(source) {
             Ok(objects) => {
                 for o in objects {
+                    namespaces.extend(workload::namespace(&o.node));
                     match workload::analyse(o.node, Some(o.location), &opts.site_sidecars) {
                         Ok(Some(w)) => workloads.push(w),
                         Ok(None) => {}
@@ -104,6 +140,7 @@ pub fn load(sources: &[input::Source], opts: &Options) -> (Vec<Workload>, Vec<St
             Err(e) => errors.push(e.to_string()),
         }
     }
+    workload::attach_namespaces(&mut workloads, &namespaces);
     (workloads, errors)
 }
 

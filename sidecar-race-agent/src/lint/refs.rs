@@ -29,6 +29,20 @@ pub fn dialed_ports(c: &Container) -> BTreeSet<u16> {
     out
 }
 
+/// `c` names a loopback host without a port (`DB_HOST=127.0.0.1`, `--db-host=localhost`):
+/// it dials whatever serves there, on a port it leaves to a default.
+pub fn names_loopback_host(c: &Container) -> bool {
+    let env = c.env.iter().flatten().filter_map(|e| e.value.as_deref());
+    let args = c
+        .command
+        .iter()
+        .flatten()
+        .chain(c.args.iter().flatten())
+        .filter_map(|a| a.split_once('=').map(|(_, v)| v));
+    env.chain(args)
+        .any(|v| LOCAL_HOSTS.contains(&v.trim()) && v.trim() != "0.0.0.0")
+}
+
 fn leading_port(s: &str) -> Option<u16> {
     let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
     let rest = &s[digits.len()..];
@@ -220,6 +234,18 @@ mod tests {
             dialed_ports(&iptables).is_empty(),
             "a port number alone is no dial"
         );
+    }
+
+    #[test]
+    fn loopback_hosts_without_ports() {
+        let host = container(serde_json::json!({"name": "app",
+            "env": [{"name": "DB_HOST", "value": "127.0.0.1"}, {"name": "DB_NAME", "value": "orders"}]}));
+        assert!(names_loopback_host(&host));
+        let flag = container(serde_json::json!({"name": "app", "args": ["--db-host=localhost"]}));
+        assert!(names_loopback_host(&flag));
+        let remote = container(serde_json::json!({"name": "app",
+            "env": [{"name": "DB_HOST", "value": "10.0.0.7"}, {"name": "BIND", "value": "0.0.0.0"}]}));
+        assert!(!names_loopback_host(&remote));
     }
 
     #[test]

@@ -57,7 +57,8 @@ pub fn fixed_source(source: &Source, opts: &Options) -> Result<(String, usize), 
 }
 
 fn fix_object(node: &Node, opts: &Options) -> Option<Node> {
-    let w = workload::analyse(node.clone(), None, &opts.site_sidecars).ok()??;
+    let mut w = workload::analyse(node.clone(), None, &opts.site_sidecars).ok()??;
+    workload::attach_namespaces(std::slice::from_mut(&mut w), &opts.namespaces);
     fix::fix(&w, opts)
 }
 

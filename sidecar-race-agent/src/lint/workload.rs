@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use thiserror::Error;
 
-use super::{input::Location, node::Node};
+use super::{injection::NamespaceMeta, input::Location, node::Node};
 use crate::inventory::pod_info::{PodInfo, Workload as WorkloadName};
 
 #[derive(Debug, Error)]
@@ -52,6 +52,9 @@ pub struct Workload {
     pub annotations: BTreeMap<String, String>,
     /// The pod template's labels (Istio's injection label lives there).
     pub labels: BTreeMap<String, String>,
+    /// Its namespace's labels and annotations, when the input or the cluster has
+    /// the Namespace (injectors read them).
+    pub namespace_meta: Option<NamespaceMeta>,
 }
 
 impl Workload {
@@ -72,7 +75,7 @@ impl Workload {
     }
 }
 
-fn string_map(node: Option<&Node>) -> BTreeMap<String, String> {
+pub fn string_map(node: Option<&Node>) -> BTreeMap<String, String> {
     let Some(Node::Map(entries)) = node else {
         return BTreeMap::new();
     };
@@ -89,6 +92,30 @@ fn string_map(node: Option<&Node>) -> BTreeMap<String, String> {
             Some((k.clone(), value))
         })
         .collect()
+}
+
+/// The labels and annotations of a `Namespace` object: (its name, them).
+pub fn namespace(node: &Node) -> Option<(String, NamespaceMeta)> {
+    if node.get("kind").and_then(Node::as_str) != Some("Namespace") {
+        return None;
+    }
+    let name = node.at(&["metadata", "name"]).and_then(Node::as_str)?;
+    Some((
+        name.to_string(),
+        NamespaceMeta {
+            labels: string_map(node.at(&["metadata", "labels"])),
+            annotations: string_map(node.at(&["metadata", "annotations"])),
+        },
+    ))
+}
+
+/// Gives each workload its namespace's labels and annotations from `namespaces`.
+pub fn attach_namespaces(workloads: &mut [Workload], namespaces: &BTreeMap<String, NamespaceMeta>) {
+    for w in workloads {
+        if let Some(ns) = w.namespace.as_ref().and_then(|n| namespaces.get(n)) {
+            w.namespace_meta = Some(ns.clone());
+        }
+    }
 }
 
 /// The workload in `node`, or `None` for kinds without a pod template (Services …).
@@ -163,5 +190,6 @@ pub fn analyse(
         info,
         annotations,
         labels,
+        namespace_meta: None,
     }))
 }

@@ -8,10 +8,10 @@ use crate::{
     lint::{Options, known, refs, workload::Workload},
 };
 
-/// The startupProbe `lint --fix` gives a sidecar.
+/// A startupProbe `lint --fix` gives a sidecar.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeSpec {
-    Http { port: u16, path: &'static str },
+    Http { port: u16, path: String },
     Tcp { port: u16 },
 }
 
@@ -20,6 +20,33 @@ impl std::fmt::Display for ProbeSpec {
         match self {
             ProbeSpec::Http { port, path } => write!(f, "httpGet {path} on port {port}"),
             ProbeSpec::Tcp { port } => write!(f, "tcpSocket on port {port}"),
+        }
+    }
+}
+
+/// What `--fix` does about a sidecar's startupProbe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbePlan {
+    /// It has its own startupProbe: kept.
+    Keep,
+    /// It gets this probe, after adding these args (flags that turn its readiness
+    /// endpoint on where the kubelet reaches it).
+    Add(ProbeSpec, Vec<String>),
+    /// No port to probe is known: the reason, said plainly.
+    Unknown(String),
+}
+
+impl ProbePlan {
+    /// The clause a finding's fix text adds: what --fix does about the probe.
+    pub fn clause(&self, name: &str) -> String {
+        match self {
+            ProbePlan::Keep => format!(", keeping {name}'s own startupProbe"),
+            ProbePlan::Add(p, args) if args.is_empty() => format!(" and a startupProbe ({p})"),
+            ProbePlan::Add(p, args) => format!(
+                " and a startupProbe ({p}), adding {} to its args so that it serves that endpoint to the kubelet",
+                args.join(" ")
+            ),
+            ProbePlan::Unknown(why) => format!("; {why}"),
         }
     }
 }
@@ -34,17 +61,33 @@ pub fn container<'a>(w: &'a Workload, name: &str) -> Option<&'a Container> {
         .find(|c| c.name == name)
 }
 
-/// Ports `c` serves: declared, plus the ports a known proxy gets by redirect.
-pub fn served_ports(c: &ContainerInfo) -> Vec<u16> {
+/// Ports `c` serves: declared, the ports a known proxy gets by redirect, and those a
+/// known sidecar's own flags name.
+pub fn served_ports(w: &Workload, c: &ContainerInfo) -> Vec<u16> {
     let mut ports = c.ports.clone();
-    if let Some(p) = known::proxy(c) {
-        ports.extend(p.redirect_ports.iter().filter(|p| !c.ports.contains(p)));
+    let mut more: Vec<u16> = known::redirect_ports(c).to_vec();
+    if let (Some(s), Some(t)) = (known::sidecar(c), container(w, &c.name)) {
+        more.extend(known::flag_ports(s, t));
+    }
+    for p in more {
+        if !ports.contains(&p) {
+            ports.push(p);
+        }
     }
     ports
 }
 
-/// Other containers that dial `port` (command, args, env) or probe it.
+/// Other containers that dial `port` of `server` (command, args, env) or probe it;
+/// beside a known sidecar, an app that names only a loopback host (`DB_HOST=127.0.0.1`)
+/// dials it too.
 pub fn dialers(w: &Workload, server: &str, port: u16) -> Vec<String> {
+    let known_server = w
+        .info
+        .containers
+        .iter()
+        .find(|c| c.name == server)
+        .and_then(known::sidecar)
+        .is_some_and(|s| s.redirect_ports.is_empty());
     w.info
         .containers
         .iter()
@@ -54,7 +97,11 @@ pub fn dialers(w: &Workload, server: &str, port: u16) -> Vec<String> {
                 .into_iter()
                 .flatten()
                 .any(|p| p.port() == Some(port));
-            probes || container(w, &c.name).is_some_and(|t| refs::dialed_ports(t).contains(&port))
+            probes
+                || container(w, &c.name).is_some_and(|t| {
+                    refs::dialed_ports(t).contains(&port)
+                        || (known_server && c.role == Role::App && refs::names_loopback_host(t))
+                })
         })
         .map(|c| c.name.clone())
         .collect()
@@ -62,7 +109,7 @@ pub fn dialers(w: &Workload, server: &str, port: u16) -> Vec<String> {
 
 /// The ports of `sidecar` that other containers dial.
 pub(super) fn dialed(w: &Workload, sidecar: &ContainerInfo) -> Vec<u16> {
-    served_ports(sidecar)
+    served_ports(w, sidecar)
         .into_iter()
         .filter(|p| !dialers(w, &sidecar.name, *p).is_empty())
         .collect()
@@ -70,22 +117,50 @@ pub(super) fn dialed(w: &Workload, sidecar: &ContainerInfo) -> Vec<u16> {
 
 /// The startupProbe for `sidecar`: its documented readiness endpoint, else the port
 /// clients were seen dialing (evidence), else the one they name, else its first.
-pub fn probe_for(w: &Workload, sidecar: &ContainerInfo, opts: &Options) -> Option<ProbeSpec> {
-    if let Some((port, path)) = known::ready_endpoint(sidecar) {
-        return Some(ProbeSpec::Http { port, path });
+/// A TCP connect is no probe for a sidecar that listens on loopback only.
+pub fn probe_for(w: &Workload, sidecar: &ContainerInfo, opts: &Options) -> ProbePlan {
+    let typed = container(w, &sidecar.name);
+    if let Some(e) = known::ready_endpoint(sidecar, typed) {
+        return ProbePlan::Add(
+            ProbeSpec::Http {
+                port: e.port,
+                path: e.path,
+            },
+            e.add_args,
+        );
     }
     let port = opts
         .probe_ports
         .get(&sidecar.name)
         .copied()
         .or_else(|| dialed(w, sidecar).first().copied())
-        .or_else(|| sidecar.ports.first().copied())?;
-    Some(ProbeSpec::Tcp { port })
+        .or_else(|| served_ports(w, sidecar).first().copied());
+    match port {
+        Some(_) if known::listens_on_loopback(sidecar, typed) => ProbePlan::Unknown(format!(
+            "{} listens on loopback only, where a kubelet probe cannot reach it: no startupProbe is added; give it one that checks it serves",
+            sidecar.name
+        )),
+        Some(port) => ProbePlan::Add(ProbeSpec::Tcp { port }, Vec::new()),
+        None => ProbePlan::Unknown(format!(
+            "the port to probe is unknown (no declared port, no flag naming one, no client seen dialing one): no startupProbe is added; pass --probe-port {}=PORT",
+            sidecar.name
+        )),
+    }
+}
+
+/// The plan for a sidecar that may already have a startupProbe.
+pub fn probe_plan(w: &Workload, sidecar: &ContainerInfo, opts: &Options) -> ProbePlan {
+    if sidecar.startup_probe.is_some() {
+        ProbePlan::Keep
+    } else {
+        probe_for(w, sidecar, opts)
+    }
 }
 
 pub(super) fn list(ports: &[u16]) -> String {
     let words: Vec<String> = ports.iter().map(u16::to_string).collect();
     match words.len() {
+        0 => "no port lint can see".into(),
         1 => format!("port {}", words[0]),
         _ => format!("ports {}", words.join(", ")),
     }
@@ -93,8 +168,4 @@ pub(super) fn list(ports: &[u16]) -> String {
 
 pub(super) fn names(names: &[String]) -> String {
     names.join(", ")
-}
-
-pub(super) fn probe_clause(probe: Option<&ProbeSpec>) -> String {
-    probe.map_or_else(String::new, |p| format!(" and a startupProbe ({p})"))
 }

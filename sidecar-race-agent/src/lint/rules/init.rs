@@ -23,7 +23,7 @@ pub(super) fn init_waits(w: &Workload, out: &mut Vec<Finding>) {
                 .info
                 .containers
                 .iter()
-                .find(|c| c.role.in_containers() && served_ports(c).contains(&port))
+                .find(|c| c.role.in_containers() && served_ports(w, c).contains(&port))
             else {
                 continue;
             };

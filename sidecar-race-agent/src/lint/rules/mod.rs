@@ -4,7 +4,8 @@
 //!
 //! One module per family of findings: `sidecars` (SR001–SR004: classic and native
 //! sidecars that serve ports), `sleeps` (SR005, SR006: sleeps that guess at ordering),
-//! `init` (SR007), `meshes` (SR006 for Linkerd, SR008, SR009), `version` (SR010);
+//! `init` (SR007), `meshes` (SR006 for Linkerd, SR008, SR009, SR011: injected
+//! sidecars), `version` (SR010);
 //! `evidence` holds what they share: who serves and who dials a port, the probe to add.
 
 mod evidence;
@@ -16,7 +17,7 @@ mod version;
 
 use serde::Serialize;
 
-pub use self::evidence::{ProbeSpec, container, dialers, probe_for, served_ports};
+pub use self::evidence::{ProbePlan, ProbeSpec, container, dialers, probe_for, served_ports};
 use super::{Options, input::Location, workload::Workload};
 use crate::inventory::pod_info::{ContainerInfo, Role};
 
@@ -50,10 +51,11 @@ pub enum Rule {
     IstioHoldApplication,
     MeshNativeSidecarMode,
     ClusterTooOld,
+    InjectedClassicSidecar,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 10] = [
+    pub const ALL: [Rule; 11] = [
         Rule::ClassicSidecarServesPort,
         Rule::JobWithClassicSidecar,
         Rule::NativeSidecarWithoutStartupProbe,
@@ -64,6 +66,7 @@ impl Rule {
         Rule::IstioHoldApplication,
         Rule::MeshNativeSidecarMode,
         Rule::ClusterTooOld,
+        Rule::InjectedClassicSidecar,
     ];
 
     pub fn id(self) -> &'static str {
@@ -78,6 +81,7 @@ impl Rule {
             Rule::IstioHoldApplication => "SR008",
             Rule::MeshNativeSidecarMode => "SR009",
             Rule::ClusterTooOld => "SR010",
+            Rule::InjectedClassicSidecar => "SR011",
         }
     }
 
@@ -93,6 +97,7 @@ impl Rule {
             Rule::IstioHoldApplication => "istio-hold-application",
             Rule::MeshNativeSidecarMode => "mesh-native-sidecar-mode",
             Rule::ClusterTooOld => "cluster-too-old",
+            Rule::InjectedClassicSidecar => "injected-classic-sidecar",
         }
     }
 
@@ -189,7 +194,7 @@ pub fn check(w: &Workload, opts: &Options) -> Vec<Finding> {
     }
     sleeps::sleep_hacks(w, &classic, &mut out);
     init::init_waits(w, &mut out);
-    meshes::meshes(w, &mut out);
+    meshes::meshes(w, opts, &mut out);
     if let Some(v) = opts.kube_version {
         version::cluster_version(w, v, !out.is_empty(), &mut out);
     }

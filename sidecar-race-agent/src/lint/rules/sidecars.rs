@@ -3,7 +3,7 @@
 
 use super::{
     Finding, Rule, Severity,
-    evidence::{dialed, dialers, list, names, probe_clause, probe_for, served_ports},
+    evidence::{ProbePlan, container, dialed, dialers, list, names, probe_plan, served_ports},
 };
 use crate::{
     inventory::pod_info::{ContainerInfo, ProbeTarget},
@@ -17,9 +17,10 @@ pub(super) fn classic_sidecar(
     out: &mut Vec<Finding>,
 ) {
     let by = s.sidecar_by.map_or("name", |e| e.as_str());
-    let served = served_ports(s);
-    let probe = probe_for(w, s, opts);
-    if !served.is_empty() {
+    let served = served_ports(w, s);
+    let serves_app = known::sidecar(s).is_some_and(known::serves_app);
+    if !served.is_empty() || serves_app {
+        let plan = probe_plan(w, s, opts);
         let mut evidence = Vec::new();
         let mut clients = Vec::new();
         for port in &served {
@@ -29,8 +30,7 @@ pub(super) fn classic_sidecar(
                 clients.extend(d);
             }
         }
-        let proxy = known::proxy(s).is_some();
-        if proxy {
+        if serves_app {
             evidence.push(format!("{} is a known proxy", s.name));
         }
         let severity = if evidence.is_empty() {
@@ -59,7 +59,7 @@ pub(super) fn classic_sidecar(
                 format!(
                     "Move {} to initContainers with restartPolicy: Always{}, so the app starts once it serves and it stops after the app",
                     s.name,
-                    probe_clause(probe.as_ref())
+                    plan.clause(&s.name)
                 ),
             ),
         );
@@ -87,12 +87,23 @@ pub(super) fn native_sidecar(
     opts: &Options,
     out: &mut Vec<Finding>,
 ) {
-    let served = served_ports(s);
-    if served.is_empty() {
+    let served = served_ports(w, s);
+    if served.is_empty() && !known::sidecar(s).is_some_and(known::serves_app) {
         return;
     }
     let Some(probe) = &s.startup_probe else {
-        let spec = probe_for(w, s, opts);
+        let fix = match probe_plan(w, s, opts) {
+            ProbePlan::Add(p, args) if args.is_empty() => {
+                format!("Give {} a startupProbe ({p}); --fix adds it", s.name)
+            }
+            ProbePlan::Add(p, args) => format!(
+                "Give {} a startupProbe ({p}) and add {} to its args so that it serves that endpoint to the kubelet; --fix does both",
+                s.name,
+                args.join(" ")
+            ),
+            ProbePlan::Unknown(why) => format!("Give {} a startupProbe: {why}", s.name),
+            ProbePlan::Keep => unreachable!("it has no startupProbe"),
+        };
         out.push(
             Finding::new(
                 w,
@@ -106,7 +117,7 @@ pub(super) fn native_sidecar(
                     s.name,
                     list(&served)
                 ),
-                format!("Give {} a startupProbe{}", s.name, spec.map_or_else(String::new, |p| format!(" ({p})"))),
+                fix,
             ),
         );
         return;
@@ -115,21 +126,22 @@ pub(super) fn native_sidecar(
         return;
     };
     // The documented readiness endpoint, asked over HTTP, is right whatever the port.
+    let endpoint = known::ready_endpoint(s, container(w, &s.name));
     let ready_endpoint = matches!(
-        (probe, known::ready_endpoint(s)),
-        (ProbeTarget::HttpGet { port: Some(p), path: Some(path) }, Some((rp, rpath)))
-            if *p == rp && path == rpath
+        (probe, &endpoint),
+        (ProbeTarget::HttpGet { port: Some(p), path: Some(path) }, Some(e))
+            if *p == e.port && *path == e.path
     );
     let dialed = dialed(w, s);
     // What clients use: the ports they are seen dialing, else a mesh proxy's redirect
     // ports, else what it declares.
-    let redirect = known::proxy(s).map_or(&[][..], |p| p.redirect_ports);
+    let redirect = known::redirect_ports(s);
     let clients_use = if !dialed.is_empty() {
         dialed
     } else if !redirect.is_empty() {
         redirect.to_vec()
     } else {
-        s.ports.clone()
+        served
     };
     if ready_endpoint || clients_use.is_empty() || clients_use.contains(&port) {
         return;
@@ -147,10 +159,10 @@ pub(super) fn native_sidecar(
                 s.name,
                 list(&clients_use)
             ),
-            match known::ready_endpoint(s) {
-                Some((rp, path)) => format!(
-                    "Make {}'s startupProbe an httpGet of {path} on port {rp}, which answers once it serves",
-                    s.name
+            match endpoint {
+                Some(e) => format!(
+                    "Make {}'s startupProbe an httpGet of {} on port {}, which answers once it serves",
+                    s.name, e.path, e.port
                 ),
                 None => format!(
                     "Point {}'s startupProbe at port {}",

@@ -1,0 +1,141 @@
+//! Sidecars injected at admission, which appear in no template: which injectors
+//! ([`crate::catalog`]'s `injectors`) will add one to a workload's pods (pod
+//! annotations and labels, the marks injection leaves, the namespace's labels and
+//! annotations), and whether they inject it as a native sidecar (the pod's
+//! annotation, else the mesh-wide default read from the cluster or assumed with
+//! `--assume-native-mesh`).
+
+use std::collections::BTreeMap;
+
+use super::{Options, workload::Workload};
+use crate::{
+    catalog::{CATALOG, Injector, switched},
+    inventory::pod_info::Role,
+};
+
+/// A namespace's labels and annotations (from a Namespace object in the input, or
+/// the live cluster's).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceMeta {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A mesh-wide default for native injection, and where it was learnt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeshDefault {
+    pub native: bool,
+    /// `istiod 1.27.2 (ENABLE_NATIVE_SIDECARS unset)`, `--assume-native-mesh` …
+    pub source: String,
+}
+
+/// How the injected sidecar will run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Native: the pod asks for it, or the template already has it native.
+    NativeByPod,
+    /// Native by the mesh-wide default (its source).
+    NativeByDefault(String),
+    /// Classic, per the mesh default read from the cluster (its source).
+    ClassicByDefault(String),
+    /// Classic: the pod's annotation turns native mode off.
+    ClassicByPod,
+    /// Classic, assumed: the mesh's defaults were not read.
+    ClassicAssumed,
+}
+
+impl Mode {
+    pub fn native(&self) -> bool {
+        matches!(self, Mode::NativeByPod | Mode::NativeByDefault(_))
+    }
+
+    /// The clause a finding adds on where "classic" comes from.
+    pub fn why_classic(&self, injector: &Injector) -> String {
+        match self {
+            Mode::ClassicByDefault(source) => format!(" (the cluster's default: {source})"),
+            Mode::ClassicAssumed if injector.native.supported => format!(
+                " (assumed: without --cluster lint does not see {}'s mesh-wide default; --assume-native-mesh={} if it injects native sidecars)",
+                injector.name, injector.id
+            ),
+            _ => String::new(),
+        }
+    }
+}
+
+/// One injector that adds its sidecar to the workload's pods.
+#[derive(Debug, Clone)]
+pub struct Injection {
+    pub injector: &'static Injector,
+    pub mode: Mode,
+}
+
+/// The pod's annotations and labels together (injectors read either).
+fn pod_meta(w: &Workload) -> BTreeMap<String, String> {
+    let mut meta = w.labels.clone();
+    meta.extend(w.annotations.clone());
+    meta
+}
+
+fn injects(i: &Injector, w: &Workload) -> bool {
+    let pod = pod_meta(w);
+    if i.injected_marks
+        .iter()
+        .any(|m| w.annotations.contains_key(m))
+    {
+        return true;
+    }
+    if switched(&i.disable, &pod) {
+        return false;
+    }
+    if switched(&i.pod_annotations, &w.annotations) || switched(&i.pod_labels, &w.labels) {
+        return true;
+    }
+    w.namespace_meta.as_ref().is_some_and(|ns| {
+        switched(&i.namespace_labels, &ns.labels)
+            || switched(&i.namespace_annotations, &ns.annotations)
+    })
+}
+
+/// The pod's own answer to "native?": its native annotation (or an alias), or the
+/// injected container already in initContainers with restartPolicy: Always.
+fn pod_says_native(i: &Injector, w: &Workload) -> Option<bool> {
+    if w.info.role(&i.container) == Some(Role::NativeSidecar) {
+        return Some(true);
+    }
+    let n = &i.native;
+    let want = n.value.as_deref()?;
+    n.annotation
+        .iter()
+        .chain(&n.annotation_aliases)
+        .find_map(|key| w.annotation(key))
+        .map(|v| v == want)
+}
+
+/// The injectors that add a sidecar to `w`'s pods, and how.
+pub fn injections(w: &Workload, opts: &Options) -> Vec<Injection> {
+    CATALOG
+        .injectors
+        .iter()
+        .filter(|i| injects(i, w))
+        .map(|i| {
+            let mode = match (pod_says_native(i, w), opts.mesh_defaults.get(&i.id)) {
+                (Some(true), _) => Mode::NativeByPod,
+                (Some(false), _) => Mode::ClassicByPod,
+                (None, None) => Mode::ClassicAssumed,
+                (None, Some(d)) if d.native => Mode::NativeByDefault(d.source.clone()),
+                (None, Some(d)) => Mode::ClassicByDefault(d.source.clone()),
+            };
+            Injection { injector: i, mode }
+        })
+        .collect()
+}
+
+/// `--assume-native-mesh` values: the injectors that can inject native sidecars.
+pub fn assumable_meshes() -> Vec<&'static str> {
+    CATALOG
+        .injectors
+        .iter()
+        .filter(|i| i.native.supported)
+        .map(|i| i.id.as_str())
+        .collect()
+}
