@@ -192,3 +192,41 @@ pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Optio
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+/// The kubelet's cgroup root on the node (xtask/src/cluster: `cgroupRoot`).
+const CGROUP_ROOT: &str = "sidecar-race-cluster";
+
+/// Pids of a container, from its cgroup (`.../pod<uid>/<container id>`) in the v1
+/// `pids` hierarchy or the v2 tree.
+pub fn container_pids(container_id: &str) -> Vec<u32> {
+    fn find(dir: &std::path::Path, id: &str) -> Option<PathBuf> {
+        for e in std::fs::read_dir(dir).ok()?.flatten() {
+            if !e.file_type().ok()?.is_dir() {
+                continue;
+            }
+            if e.file_name().to_str() == Some(id) {
+                return Some(e.path());
+            }
+            if let Some(p) = find(&e.path(), id) {
+                return Some(p);
+            }
+        }
+        None
+    }
+    [
+        "/sys/fs/cgroup/pids",
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup",
+    ]
+    .iter()
+    .filter_map(|m| find(&std::path::Path::new(m).join(CGROUP_ROOT), container_id))
+    .find_map(|dir| {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).ok()?;
+        let pids: Vec<u32> = procs
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        (!pids.is_empty()).then_some(pids)
+    })
+    .unwrap_or_default()
+}

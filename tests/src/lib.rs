@@ -5,6 +5,7 @@
 //! Prometheus Operator generates (`operator`).
 
 pub mod agent;
+pub mod bpf;
 pub mod cluster;
 pub mod cri;
 pub mod fake_api;

@@ -14,7 +14,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::incidents_at,
-    cluster::{BUSYBOX_IMAGE, cluster, condition, container_id, container_status, wait_until},
+    bpf::{bpf_ids_of, bpftool_ids},
+    cluster::{
+        AGENT_NAMESPACE, AGENT_SELECTOR, BUSYBOX_IMAGE, cluster, condition, container_id,
+        container_pids, container_status, wait_until,
+    },
     http::get,
 };
 
@@ -24,6 +28,12 @@ fn fresh_namespace(base: &str) -> String {
     let ns = format!("{base}-{}", std::process::id());
     cluster().namespace(&ns);
     ns
+}
+
+/// Resolved, with the client container named (the kubelet pod source learns container
+/// IDs from its next poll of /pods, up to --pods-poll-seconds after the race).
+fn named_and_resolved(i: &Value) -> bool {
+    i["state"] == "resolved" && i["container"].is_string()
 }
 
 /// The agent's incidents for one pod UID.
@@ -141,7 +151,7 @@ fn case1_classic_sidecar_late_listener_in_a_deployment() {
     let incident = wait_until("the startup incident", Duration::from_secs(30), || {
         incidents_of(&addr, &pod_uid)
             .into_iter()
-            .find(|i| i["state"] == "resolved")
+            .find(named_and_resolved)
     });
     eprintln!("incident: {incident:#}");
     let all = incidents_of(&addr, &pod_uid);
@@ -248,7 +258,7 @@ fn case2_native_sidecar_with_a_startup_probe_has_no_race_and_without_one_gets_th
         || {
             incidents_of(&addr, &uid(&unprobed))
                 .into_iter()
-                .find(|i| i["state"] == "resolved")
+                .find(named_and_resolved)
         },
     );
     eprintln!("incident: {race:#}");
@@ -299,7 +309,7 @@ fn case6_a_proxy_dialing_the_app_before_it_listens_is_app_not_ready_and_no_incid
         || {
             incidents_of(&addr, &uid(&pod))
                 .into_iter()
-                .find(|i| i["state"] == "resolved")
+                .find(named_and_resolved)
         },
     );
     eprintln!("incident: {i:#}");
@@ -371,4 +381,271 @@ fn the_agent_runs_as_the_daemonset_says_on_the_pinned_kubernetes() {
     assert!(container_status(&pod, "agent")["ready"] == true, "{pod:#}");
     let (status, body) = get(&c.agent_addr(), "/readyz").expect("the agent answers on its pod IP");
     assert_eq!(status, 200, "{body}");
+}
+
+/// The line of `metric` (name and labels) in the agent's /metrics, once it is there.
+fn wait_metric(addr: &str, series: &str) -> String {
+    wait_until(
+        &format!("{series} in /metrics"),
+        Duration::from_secs(30),
+        || {
+            metrics(addr)
+                .lines()
+                .find(|l| l.rsplit_once(' ').is_some_and(|(s, _)| s == series))
+                .map(str::to_string)
+        },
+    )
+}
+
+/// A classic late-listener Deployment `checkout` in a fresh namespace and its startup
+/// incident as the agent at `addr` reports it.
+fn classic_race(base: &str) -> (String, Value, Value) {
+    let c = cluster();
+    let ns = fresh_namespace(base);
+    let mut proxy = shell("proxy", &late_listener(15001, 2));
+    proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
+    c.apply(&deployment(
+        &ns,
+        "checkout",
+        json!({"containers": [shell("app", &dialer(15001)), proxy]}),
+    ));
+    let pod = running_pod(&ns, "checkout");
+    let refused = refused_printed(&ns, &name(&pod), "app");
+    let addr = c.agent_addr();
+    let incident = wait_until("the startup incident", Duration::from_secs(30), || {
+        incidents_of(&addr, &uid(&pod))
+            .into_iter()
+            .find(named_and_resolved)
+    });
+    assert_eq!(incident["refused_count"], refused, "{incident:#}");
+    (ns, pod, incident)
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case4_a_job_kept_alive_by_its_classic_sidecar_is_stuck_until_deleted() {
+    let c = cluster();
+    let addr = c.agent_addr();
+    let ns = &fresh_namespace("batch");
+    let mut proxy = shell(
+        "cloud-sql-proxy",
+        "trap 'exit 0' TERM; nc -ll -p 5432 -e /bin/true & wait",
+    );
+    proxy["ports"] = json!([{"containerPort": 5432, "name": "sql"}]);
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "reindex", "namespace": ns},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+            "containers": [shell("app", "sleep 1; echo done"), proxy],
+        }}},
+    });
+    c.apply(&job.to_string());
+    let pod = c.wait_pod(
+        ns,
+        "job-name=reindex",
+        "the Job's app to finish",
+        Duration::from_secs(60),
+        |p| {
+            p["status"]["containerStatuses"]
+                .as_array()
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|s| s["name"] == "app" && s["state"]["terminated"]["exitCode"] == 0)
+                })
+        },
+    );
+    // The agent's default: stuck 60 s after the last app container finished.
+    let stuck = wait_until("the stuck-Job incident", Duration::from_secs(120), || {
+        incidents_of(&addr, &uid(&pod))
+            .into_iter()
+            .find(|i| i["kind"] == "stuck_job")
+    });
+    eprintln!("incident: {stuck:#}");
+    assert_eq!(stuck["state"], "open");
+    assert_eq!(stuck["sidecar"], "cloud-sql-proxy");
+    assert_eq!(stuck["workload"], json!({"kind": "Job", "name": "reindex"}));
+    assert_eq!(
+        stuck["sidecar_container_id"],
+        container_id(&pod, "cloud-sql-proxy").as_str()
+    );
+    let gauge = format!(
+        "sidecar_race_stuck_job_pods{{namespace=\"{ns}\",workload_kind=\"Job\",workload=\"reindex\",sidecar=\"cloud-sql-proxy\"}}"
+    );
+    assert_eq!(wait_metric(&addr, &gauge), format!("{gauge} 1"));
+    let pod_name = name(&pod);
+    let event = wait_until("the Job pod's Event", Duration::from_secs(30), || {
+        c.json(&[
+            "-n",
+            ns,
+            "get",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={pod_name}"),
+        ])["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["reason"] == "JobKeptAliveBySidecar")
+            .cloned()
+    });
+    assert_eq!(event["type"], "Warning", "{event:#}");
+
+    // Deleting the Job deletes its pod: the finding goes, the gauge drops.
+    c.kubectl(&[
+        "-n",
+        ns,
+        "delete",
+        "job",
+        "reindex",
+        "--cascade=foreground",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    wait_until("the gauge to drop", Duration::from_secs(30), || {
+        let body = metrics(&addr);
+        let line = body.lines().find(|l| l.starts_with(&gauge));
+        line.is_none_or(|l| l.ends_with(" 0")).then_some(())
+    });
+    let open: Vec<Value> = incidents_of(&addr, &uid(&pod))
+        .into_iter()
+        .filter(|i| i["state"] == "open")
+        .collect();
+    assert!(
+        open.is_empty(),
+        "still open after the Job was deleted: {open:#?}"
+    );
+    c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case9_a_deleted_agent_pod_is_recreated_leaks_no_bpf_and_reports_again() {
+    let c = cluster();
+    let old = c.agent_pod();
+    let old_uid = uid(&old);
+    let pids = container_pids(&container_id(&old, "agent"));
+    assert_eq!(
+        pids.len(),
+        1,
+        "the agent container runs one process: {pids:?}"
+    );
+    let (progs, links) = bpf_ids_of(pids[0]);
+    assert!(
+        progs.len() >= 2 && !links.is_empty(),
+        "the agent holds its programs and links: {progs:?} {links:?}"
+    );
+    assert!(progs.iter().all(|p| bpftool_ids("prog").contains(p)));
+
+    c.kubectl(&[
+        "-n",
+        AGENT_NAMESPACE,
+        "delete",
+        "pod",
+        &name(&old),
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    let new = c.wait_pod(
+        AGENT_NAMESPACE,
+        AGENT_SELECTOR,
+        "the DaemonSet's new agent pod",
+        Duration::from_secs(120),
+        |p| {
+            uid(p) != old_uid
+                && p["metadata"]["deletionTimestamp"].is_null()
+                && condition(p, "Ready")
+        },
+    );
+    let (now_progs, now_links) = (bpftool_ids("prog"), bpftool_ids("link"));
+    let leaked: Vec<&u64> = progs.iter().filter(|p| now_progs.contains(p)).collect();
+    let leaked_links: Vec<&u64> = links.iter().filter(|l| now_links.contains(l)).collect();
+    assert!(
+        leaked.is_empty() && leaked_links.is_empty(),
+        "bpftool still lists the deleted agent's programs {leaked:?} and links {leaked_links:?}"
+    );
+    let (_, pod, incident) = classic_race("after-restart");
+    assert_eq!(incident["pod"], name(&pod).as_str());
+    assert_eq!(incident["container_id"], container_id(&pod, "app").as_str());
+    eprintln!("new agent pod {} reported {}", name(&new), incident["id"]);
+}
+
+/// deploy/kubelet-source with the image set the same way as `cargo xtask cluster up`'s
+/// overlay, in a kustomization of the test's own; `kubectl apply -k` of it.
+fn apply_overlay(base: &str) {
+    // kustomize takes only relative paths to other kustomizations.
+    let dir = sidecar_race_tests::tools::workspace()
+        .join(format!("target/sr-cluster-overlay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- ../../{base}\n\
+             images:\n- name: ghcr.io/sidecar-race/sidecar-race-agent\n  newName: sr-test.local/sidecar-race-agent\n  newTag: {}\n",
+            env!("CARGO_PKG_VERSION")
+        ),
+    )
+    .unwrap();
+    cluster().kubectl(&["apply", "-k", dir.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn rolled_out() {
+    cluster().kubectl(&[
+        "-n",
+        AGENT_NAMESPACE,
+        "rollout",
+        "status",
+        "daemonset/sidecar-race-agent",
+        "--timeout=120s",
+    ]);
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case8_the_kubelet_pod_source_reads_the_real_kubelet_with_its_token_and_the_documented_rbac() {
+    let c = cluster();
+    apply_overlay("deploy/kubelet-source");
+    rolled_out();
+    let result = std::panic::catch_unwind(|| {
+        let pod = c.agent_pod();
+        let args = pod["spec"]["containers"][0]["args"].clone();
+        assert_eq!(
+            args,
+            json!(["run", "--listen", "0.0.0.0:9965", "--pods-from", "kubelet"])
+        );
+        let (_, app_pod, incident) = classic_race("kubelet-source");
+        // Named from the kubelet's /pods: pod, workload, containers.
+        assert_eq!(incident["pod"], name(&app_pod).as_str());
+        assert_eq!(
+            incident["workload"],
+            json!({"kind": "Deployment", "name": "checkout"})
+        );
+        assert_eq!(incident["sidecar"], "proxy");
+        let body = metrics(&c.agent_addr());
+        assert!(
+            body.lines()
+                .any(|l| l == "sidecar_race_pod_source_errors_total{source=\"kubelet\"} 0"),
+            "the kubelet source had errors:\n{body}"
+        );
+        let log = c.kubectl(&["-n", AGENT_NAMESPACE, "logs", &name(&pod)]);
+        assert!(
+            !log.contains("kubelet-insecure"),
+            "the kubelet's certificate was verified:\n{log}"
+        );
+    });
+    // Back to the default install for the other cases.
+    let overlay = sidecar_race_tests::tools::workspace().join("deploy/overlays/local-cluster");
+    c.kubectl(&["apply", "-k", overlay.to_str().unwrap()]);
+    c.kubectl(&[
+        "delete",
+        "clusterrolebinding,clusterrole",
+        "sidecar-race-agent-kubelet-source",
+        "--ignore-not-found",
+    ]);
+    rolled_out();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
 }

@@ -242,7 +242,7 @@ fn build_etcd(go: &Path) -> anyhow::Result<()> {
         &dir,
         "sidecar-race.local/etcd",
         &body,
-        &[package.clone()],
+        std::slice::from_ref(&package),
     )?;
     eprintln!("xtask: building etcd {ETCD_VERSION}");
     build_one(go, &dir, "etcd", &package, "-s -w")

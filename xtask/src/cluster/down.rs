@@ -103,14 +103,13 @@ fn remove_containers() -> Vec<String> {
                 .into_iter()
                 .flatten()
             {
-                if ns["type"] == "network" {
-                    if let Some(p) = ns["path"].as_str().filter(|p| {
+                if ns["type"] == "network"
+                    && let Some(p) = ns["path"].as_str().filter(|p| {
                         p.starts_with("/var/run/netns/") || p.starts_with("/run/netns/")
-                    }) {
-                        if !netns.iter().any(|n| n == p) {
-                            netns.push(p.to_string());
-                        }
-                    }
+                    })
+                    && !netns.iter().any(|n| n == p)
+                {
+                    netns.push(p.to_string());
                 }
             }
         }

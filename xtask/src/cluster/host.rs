@@ -272,10 +272,10 @@ pub fn cgroup_pids() -> Vec<u32> {
                 .unwrap_or_default()
                 .lines()
             {
-                if let Ok(pid) = p.trim().parse() {
-                    if !pids.contains(&pid) {
-                        pids.push(pid);
-                    }
+                if let Ok(pid) = p.trim().parse()
+                    && !pids.contains(&pid)
+                {
+                    pids.push(pid);
                 }
             }
         }
