@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use sidecar_race_tests::{
-    agent::incidents_at,
+    agent::{agent_binary, incidents_at},
     bpf::{bpf_ids_of, bpftool_ids},
     cluster::{
         AGENT_NAMESPACE, AGENT_SELECTOR, BUSYBOX_IMAGE, cluster, condition, container_id,
@@ -69,7 +69,9 @@ fn shell(name: &str, script: &str) -> Value {
 /// A Deployment of one pod with `spec`'s containers (and init containers).
 fn deployment(ns: &str, name: &str, pod_spec: Value) -> String {
     let mut spec = pod_spec;
-    spec["terminationGracePeriodSeconds"] = json!(5);
+    if spec["terminationGracePeriodSeconds"].is_null() {
+        spec["terminationGracePeriodSeconds"] = json!(5);
+    }
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "namespace": ns},
@@ -648,4 +650,189 @@ fn case8_the_kubelet_pod_source_reads_the_real_kubelet_with_its_token_and_the_do
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case3_rollout_restart_drains_a_classic_sidecar_before_its_app() {
+    // The forced deletion half of case 3 (`kubectl delete pod --grace-period=0
+    // --force` gives no `unresolved` incident) waits for that verdict (issue #16).
+    let c = cluster();
+    let addr = c.agent_addr();
+    let ns = &fresh_namespace("drain");
+    // The app starts dialing once the proxy serves (no startup race) and keeps
+    // sending for 3 s after SIGTERM; the proxy exits at SIGTERM.
+    let app = "trap 'stop=1' TERM; sleep 3; n=0; \
+               while :; do nc -w 1 127.0.0.1 15001 </dev/null >/dev/null 2>&1; sleep 0.2; \
+               if [ -n \"$stop\" ]; then n=$((n+1)); [ \"$n\" -ge 15 ] && exit 0; fi; done";
+    let mut proxy = shell(
+        "proxy",
+        "trap 'exit 0' TERM; nc -ll -p 15001 -e /bin/true & wait",
+    );
+    proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
+    let mut spec = json!({"containers": [shell("app", app), proxy]});
+    spec["terminationGracePeriodSeconds"] = json!(10);
+    c.apply(&deployment(ns, "checkout", spec));
+    let old = running_pod(ns, "checkout");
+    std::thread::sleep(Duration::from_secs(4));
+    c.kubectl(&["-n", ns, "rollout", "restart", "deployment/checkout"]);
+    c.kubectl(&[
+        "-n",
+        ns,
+        "rollout",
+        "status",
+        "deployment/checkout",
+        "--timeout=90s",
+    ]);
+    let drain = wait_until(
+        "the old pod's drain incident",
+        Duration::from_secs(60),
+        || {
+            incidents_of(&addr, &uid(&old))
+                .into_iter()
+                .find(|i| i["phase"] == "drain" && i["container"].is_string())
+        },
+    );
+    eprintln!("drain incident: {drain:#}");
+    assert_eq!(drain["kind"], "sidecar_race");
+    assert_eq!(drain["pattern"], "classic");
+    assert_eq!(drain["container"], "app");
+    assert_eq!(drain["sidecar"], "proxy");
+    assert_eq!(drain["container_id"], container_id(&old, "app").as_str());
+    assert_eq!(
+        drain["workload"],
+        json!({"kind": "Deployment", "name": "checkout"})
+    );
+    assert!(drain["refused_count"].as_u64().unwrap() >= 1, "{drain:#}");
+    let all = incidents_of(&addr, &uid(&old));
+    assert_eq!(all.len(), 1, "only the drain: {all:#?}");
+    c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+}
+
+/// The agent binary as a user's CLI, with the cluster's kubeconfig.
+fn cli(args: &[&str]) -> Value {
+    let out = sidecar_race_tests::tools::run(
+        std::process::Command::new(agent_binary())
+            .args(args)
+            .env("KUBECONFIG", &cluster().kubeconfig),
+        None,
+    );
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}):\n{out}"))
+}
+
+/// The lint finding of `rule` on Deployment `checkout` in `ns`.
+fn finding<'a>(lint: &'a Value, ns: &str, rule: &str) -> &'a Value {
+    lint["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| f["namespace"] == ns && f["name"] == "checkout" && f["rule"] == rule)
+        .unwrap_or_else(|| panic!("no {rule} finding for {ns}/checkout: {lint:#}"))
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case7_report_via_the_api_servers_pod_proxy_lint_cluster_and_the_kubectl_plugin() {
+    let c = cluster();
+    let (ns, _, incident) = classic_race("commands");
+    let agent = c.agent_pod();
+
+    let report = cli(&[
+        "report",
+        "--agents-via-api",
+        "--cluster",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(
+        report["source"]["urls"],
+        json!([format!("pods/proxy {AGENT_NAMESPACE}/{}", name(&agent))]),
+        "{report:#}"
+    );
+    let w = report["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["namespace"] == ns.as_str())
+        .unwrap_or_else(|| panic!("no workload of {ns} in the report: {report:#}"));
+    assert_eq!(
+        (w["workload_kind"].as_str(), w["workload"].as_str()),
+        (Some("Deployment"), Some("checkout")),
+        "{w:#}"
+    );
+    assert_eq!(w["incidents"], 1, "{w:#}");
+    assert_eq!(w["startup_incidents"], 1, "{w:#}");
+    assert_eq!(w["refusals"], incident["refused_count"], "{w:#}");
+    assert_eq!(w["sidecars"][0]["name"], "proxy", "{w:#}");
+
+    let lint = cli(&[
+        "lint",
+        "--cluster",
+        "-n",
+        &ns,
+        "--format",
+        "json",
+        "--fail-on",
+        "none",
+    ]);
+    let f = finding(&lint, &ns, "classic-sidecar-serves-port");
+    assert_eq!(f["kind"], "Deployment", "{f:#}");
+    assert_eq!(f["severity"], "error", "{f:#}");
+    assert_eq!(f["containers"], json!(["proxy", "app"]), "{f:#}");
+
+    // The same binary as a kubectl plugin, found on PATH by the real kubectl.
+    let bin = std::env::temp_dir().join(format!("sr-plugin-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&bin);
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(agent_binary(), bin.join("kubectl-sidecar_race")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let plugin = |args: &[&str]| {
+        sidecar_race_tests::tools::run(
+            std::process::Command::new(&c.kubectl)
+                .args(args)
+                .env("PATH", &path)
+                .env("KUBECONFIG", &c.kubeconfig),
+            None,
+        )
+    };
+    assert!(plugin(&["plugin", "list"]).contains("kubectl-sidecar_race"));
+    let via_kubectl: Value = serde_json::from_str(&plugin(&[
+        "sidecar-race",
+        "lint",
+        "--cluster",
+        "-n",
+        &ns,
+        "--format",
+        "json",
+        "--fail-on",
+        "none",
+    ]))
+    .unwrap();
+    assert_eq!(
+        via_kubectl, lint,
+        "kubectl sidecar-race lint is the binary's lint"
+    );
+    let report_via_kubectl: Value = serde_json::from_str(&plugin(&[
+        "sidecar-race",
+        "report",
+        "--agents-via-api",
+        "--cluster",
+        "--format",
+        "json",
+    ]))
+    .unwrap();
+    assert!(
+        report_via_kubectl["workloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["namespace"] == ns.as_str()),
+        "{report_via_kubectl:#}"
+    );
+    let _ = std::fs::remove_dir_all(&bin);
+    c.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
