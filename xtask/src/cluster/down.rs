@@ -4,7 +4,12 @@
 //! Service CIDR's route with it), the sysctls it changed, the state directory. Logs stay
 //! in LOG_DIR.
 
-use std::{fs, path::Path, process::Command, time::Duration};
+use std::{
+    fs,
+    path::Path,
+    process::{Command, Stdio},
+    time::Duration,
+};
 
 use anyhow::bail;
 
@@ -36,7 +41,7 @@ pub fn teardown() -> anyhow::Result<()> {
             eprintln!("xtask: stopped {name}");
         }
     }
-    let netns = remove_containers();
+    let (netns, pod_uids) = remove_containers();
     procs::stop("containerd", Duration::from_secs(10));
     // Shims outlive containerd: they were started with its socket's path.
     let sock = up::containerd_socket().display().to_string();
@@ -47,11 +52,15 @@ pub fn teardown() -> anyhow::Result<()> {
         procs::stop_pid(pid, Duration::from_secs(1));
     }
     for ns in &netns {
-        let _ = Command::new("umount").arg(ns).status();
+        let _ = Command::new("umount")
+            .arg(ns)
+            .stderr(Stdio::null())
+            .status();
         let _ = fs::remove_file(ns);
     }
+    remove_netns_dir();
     host::unmount_all_under(STATE_DIR);
-    remove_container_log_links();
+    remove_pod_logs(&pod_uids);
     let cgroups_left = host::remove_cgroups();
     let rules_left = host::remove_kube_chains();
     host::delete_bridge();
@@ -87,30 +96,31 @@ pub fn teardown() -> anyhow::Result<()> {
 }
 
 /// Kills and deletes every container of our containerd (sandboxes included, so no
-/// CNI teardown happens: their network namespaces are returned for removal).
-fn remove_containers() -> Vec<String> {
+/// CNI teardown happens): their network namespaces and pod UIDs, for removal.
+fn remove_containers() -> (Vec<String>, Vec<String>) {
+    let (mut netns, mut pods) = (Vec::new(), Vec::new());
     if procs::running("containerd").is_none() {
-        return Vec::new();
+        return (netns, pods);
     }
     let ids = output(up::ctr().args(["containers", "ls", "-q"])).unwrap_or_default();
-    let mut netns = Vec::new();
     for id in ids.lines().map(str::trim).filter(|l| !l.is_empty()) {
         if let Some(info) = output(up::ctr().args(["containers", "info", id]))
             .and_then(|i| serde_json::from_str::<serde_json::Value>(&i).ok())
         {
-            for ns in info["Spec"]["linux"]["namespaces"]
-                .as_array()
-                .into_iter()
-                .flatten()
-            {
-                if ns["type"] == "network"
-                    && let Some(p) = ns["path"].as_str().filter(|p| {
-                        p.starts_with("/var/run/netns/") || p.starts_with("/run/netns/")
-                    })
-                    && !netns.iter().any(|n| n == p)
+            let namespaces = info["Spec"]["linux"]["namespaces"].as_array().cloned();
+            for ns in namespaces.into_iter().flatten() {
+                if let Some(p) = ns["path"].as_str().filter(|p| {
+                    ns["type"] == "network"
+                        && (p.starts_with("/var/run/netns/") || p.starts_with("/run/netns/"))
+                }) && !netns.iter().any(|n| n == p)
                 {
                     netns.push(p.to_string());
                 }
+            }
+            if let Some(uid) = info["Labels"]["io.kubernetes.pod.uid"].as_str()
+                && !pods.iter().any(|p| p == uid)
+            {
+                pods.push(uid.to_string());
             }
         }
         let _ = up::ctr()
@@ -119,18 +129,46 @@ fn remove_containers() -> Vec<String> {
         let _ = up::ctr().args(["tasks", "delete", "--force", id]).output();
         let _ = up::ctr().args(["containers", "delete", id]).output();
     }
-    netns
+    (netns, pods)
 }
 
-/// The kubelet links /var/log/containers/*.log to the pod logs under our state dir.
-fn remove_container_log_links() {
+/// The kubelet keeps container logs in /var/log/pods/<ns>_<pod>_<uid>/ and links them
+/// from /var/log/containers/: those of our pods, and links left dangling.
+fn remove_pod_logs(pod_uids: &[String]) {
+    for e in fs::read_dir("/var/log/pods")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if pod_uids
+            .iter()
+            .any(|uid| name.ends_with(&format!("_{uid}")))
+        {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
     for e in fs::read_dir("/var/log/containers")
         .into_iter()
         .flatten()
         .flatten()
     {
-        if fs::read_link(e.path()).is_ok_and(|t| t.starts_with(STATE_DIR)) {
+        if fs::read_link(e.path()).is_ok_and(|t| t.starts_with("/var/log/pods/") && !t.exists()) {
             let _ = fs::remove_file(e.path());
         }
+    } // Made by the kubelet; removed when nothing else is in them.
+    let _ = fs::remove_dir("/var/log/containers");
+    let _ = fs::remove_dir("/var/log/pods");
+}
+
+/// containerd makes /run/netns a shared bind mount of itself for the pods' network
+/// namespaces: undone when no namespace is left in it.
+fn remove_netns_dir() {
+    let dir = Path::new("/run/netns");
+    if fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none()) {
+        if !host::mounts_under("/run/netns").is_empty() {
+            let _ = Command::new("umount").arg(dir).status();
+        }
+        let _ = fs::remove_dir(dir);
     }
 }

@@ -349,7 +349,6 @@ conntrack:
 fn start_kubelet(pki: &Path) -> anyhow::Result<()> {
     let p = pki.display();
     let config = state("kubelet.yaml");
-    fs::create_dir_all(state("pod-logs"))?;
     fs::write(
         &config,
         format!(
@@ -371,7 +370,6 @@ authorization:
 cgroupDriver: cgroupfs
 cgroupRoot: /{CGROUP_ROOT}
 containerRuntimeEndpoint: unix://{sock}
-podLogsDirectory: {logs}
 failSwapOn: false
 # The root filesystem's capacity is not measured inside every VM sandbox.
 localStorageCapacityIsolation: false
@@ -386,7 +384,6 @@ nodeStatusUpdateFrequency: 5s
 serializeImagePulls: false
 ",
             sock = containerd_socket().display(),
-            logs = state("pod-logs").display(),
         ),
     )?;
     procs::spawn(
