@@ -36,6 +36,24 @@ fn named_and_resolved(i: &Value) -> bool {
     i["state"] == "resolved" && i["container"].is_string()
 }
 
+/// The Event with `reason` on pod `pod` in `ns`, as `kubectl get events` lists it.
+fn wait_event(ns: &str, pod: &str, reason: &str) -> Value {
+    let c = cluster();
+    wait_until(
+        &format!("the {reason} Event on {ns}/{pod}"),
+        Duration::from_secs(30),
+        || {
+            let selector = format!("involvedObject.name={pod}");
+            c.json(&["-n", ns, "get", "events", "--field-selector", &selector])["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|e| e["reason"] == reason)
+                .cloned()
+        },
+    )
+}
+
 /// The agent's incidents for one pod UID.
 fn incidents_of(addr: &str, uid: &str) -> Vec<Value> {
     incidents_at(addr, "")
@@ -181,21 +199,7 @@ fn case1_classic_sidecar_late_listener_in_a_deployment() {
     );
 
     // The Event on the pod, as `kubectl get events` shows it.
-    let event = wait_until("the pod's Event", Duration::from_secs(30), || {
-        c.json(&[
-            "-n",
-            ns,
-            "get",
-            "events",
-            "--field-selector",
-            &format!("involvedObject.name={pod_name}"),
-        ])["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|e| e["reason"] == "SidecarStartupRace")
-            .cloned()
-    });
+    let event = wait_event(ns, &pod_name, "SidecarStartupRace");
     assert_eq!(event["type"], "Warning", "{event:#}");
     assert_eq!(event["involvedObject"]["kind"], "Pod", "{event:#}");
     assert_eq!(
@@ -476,21 +480,7 @@ fn case4_a_job_kept_alive_by_its_classic_sidecar_is_stuck_until_deleted() {
     );
     assert_eq!(wait_metric(&addr, &gauge), format!("{gauge} 1"));
     let pod_name = name(&pod);
-    let event = wait_until("the Job pod's Event", Duration::from_secs(30), || {
-        c.json(&[
-            "-n",
-            ns,
-            "get",
-            "events",
-            "--field-selector",
-            &format!("involvedObject.name={pod_name}"),
-        ])["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|e| e["reason"] == "JobKeptAliveBySidecar")
-            .cloned()
-    });
+    let event = wait_event(ns, &pod_name, "JobKeptAliveBySidecar");
     assert_eq!(event["type"], "Warning", "{event:#}");
 
     // Deleting the Job deletes its pod: the finding goes, the gauge drops.

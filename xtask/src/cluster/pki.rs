@@ -33,18 +33,27 @@ fn openssl(dir: &Path) -> Command {
     c
 }
 
-/// Writes everything into `dir`.
-pub fn generate(dir: &Path) -> anyhow::Result<()> {
-    fs::create_dir_all(dir)?;
-    checked(openssl(dir).args([
+/// `openssl req` making a new P-256 key (unencrypted) and a request or, with
+/// `-x509`, a self-signed certificate.
+fn key_and_request(dir: &Path) -> Command {
+    let mut c = openssl(dir);
+    c.args([
         "req",
-        "-x509",
         "-new",
         "-nodes",
         "-newkey",
         "ec",
         "-pkeyopt",
         "ec_paramgen_curve:prime256v1",
+    ]);
+    c
+}
+
+/// Writes everything into `dir`.
+pub fn generate(dir: &Path) -> anyhow::Result<()> {
+    fs::create_dir_all(dir)?;
+    checked(key_and_request(dir).args([
+        "-x509",
         "-keyout",
         "ca.key",
         "-out",
@@ -97,14 +106,7 @@ fn leaf(
     } else {
         format!("/O={o}/CN={cn}")
     };
-    checked(openssl(dir).args([
-        "req",
-        "-new",
-        "-nodes",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
+    checked(key_and_request(dir).args([
         "-keyout",
         &format!("{stem}.key"),
         "-out",
