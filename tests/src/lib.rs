@@ -7,6 +7,8 @@
 
 pub mod agent;
 pub mod bench_verdicts;
+pub mod bpf;
+pub mod cluster;
 pub mod cri;
 pub mod docs;
 pub mod fake_api;

@@ -236,6 +236,7 @@ fn manifests_validate_strictly_against_kubernetes_schemas() {
         "monitoring-servicemonitor",
         "overlays/example",
         "overlays/example-monitoring",
+        "overlays/local-cluster",
     ]
     .into_iter()
     .map(|dir| (dir.replace(['-', '/'], "_"), rendered(dir)))

@@ -16,6 +16,7 @@ use serde_json::Value;
 use sidecar_race_agent::kernel::layout::TRACEPOINTS;
 use sidecar_race_tests::{
     agent::RunAgent,
+    bpf::{bpf_ids_of, bpftool_ids},
     fake_api::{FakeApi, Mode},
     http::free_port,
     pod::{Declared, SimContainer, SimPod, write_pod_list},
@@ -400,51 +401,6 @@ fn assert_only_degraded(agent: &RunAgent, tracepoint: &str) {
         others.is_empty(),
         "only {tracepoint} is degraded: {others:#?}"
     );
-}
-
-/// BPF program and link ids the process holds, from its fds' fdinfo.
-fn bpf_ids_of(pid: u32) -> (Vec<u64>, Vec<u64>) {
-    let (mut progs, mut links) = (Vec::new(), Vec::new());
-    for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .unwrap()
-        .flatten()
-    {
-        let Ok(info) = std::fs::read_to_string(fd.path()) else {
-            continue;
-        };
-        let field = |key: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        };
-        if let Some(link) = field("link_id:") {
-            links.push(link);
-        } else if let Some(prog) = field("prog_id:") {
-            progs.push(prog);
-        }
-    }
-    progs.sort();
-    progs.dedup();
-    (progs, links)
-}
-
-/// Ids `bpftool <object> show` lists now.
-fn bpftool_ids(object: &str) -> Vec<u64> {
-    let out = Command::new("bpftool")
-        .args([object, "show", "--json"])
-        .output()
-        .expect("bpftool (cargo xtask setup installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|o| o["id"].as_u64())
-        .collect()
 }
 
 #[test]

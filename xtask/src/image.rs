@@ -180,7 +180,7 @@ fn rfc3339(secs: u64) -> String {
     )
 }
 
-fn sha256(data: &[u8]) -> String {
+pub(crate) fn sha256(data: &[u8]) -> String {
     let d = Sha256::digest(data);
     let mut s = String::with_capacity(64);
     for b in d {

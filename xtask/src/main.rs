@@ -2,6 +2,7 @@
 //! nothing that needs the eBPF toolchain, so it can install that toolchain.
 
 mod bench;
+mod cluster;
 mod host;
 mod image;
 mod kernels;
@@ -43,6 +44,12 @@ enum Task {
     /// Set up, build, then make a real startup race in a simulated pod and show what
     /// the agent saw.
     Demo,
+    /// A throwaway single-node Kubernetes (built by setup) with the agent installed
+    /// from deploy/ (root): `up`, `down`, `status`. See docs/cluster.md.
+    Cluster {
+        #[command(subcommand)]
+        action: cluster::Action,
+    },
     /// Set up, build (release), measure what the agent costs and write BENCHMARKS.md.
     Bench {
         /// A few seconds with debug builds, nothing asserted, report written under
@@ -86,8 +93,13 @@ fn main() -> anyhow::Result<()> {
             image::image(None)?;
             let mut cmd = run::cargo();
             cmd.args(["test", "--workspace", "--no-fail-fast"])
-                .args(args);
-            run::tests(&mut cmd)
+                .args(&args);
+            let mut tally = run::Tally::default();
+            let tiers = run::tests(&mut cmd, &mut tally);
+            // Real pods on a real kubelet: its own cluster, after the other tiers.
+            let cluster = cluster::test_tier(&args, &mut tally);
+            tally.print();
+            tiers.and(cluster)
         }
         Task::Bench { smoke: false } => {
             setup::ensure()?;
@@ -107,6 +119,12 @@ fn main() -> anyhow::Result<()> {
                 true,
                 &root.join("target/bench-smoke/BENCHMARKS.md"),
             )
+        }
+        Task::Cluster { action } => {
+            if matches!(action, cluster::Action::Up) {
+                setup::ensure()?;
+            }
+            cluster::run(action)
         }
         Task::Soak { minutes, out } => {
             setup::ensure()?;

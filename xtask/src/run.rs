@@ -34,10 +34,36 @@ pub fn checked(cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs a `cargo test` command, passing its output through, and ends with one plain
-/// line that sums every test binary's result: `tests: N passed, N failed, N skipped`,
-/// after a line per reason tests skipped for.
-pub fn tests(cmd: &mut Command) -> anyhow::Result<()> {
+/// What the test runs of one `cargo xtask test` counted, summed for its closing line.
+#[derive(Debug, Default)]
+pub struct Tally {
+    passed: u64,
+    failed: u64,
+    skipped: std::collections::BTreeMap<String, u64>,
+}
+
+impl Tally {
+    /// A whole tier that did not run (e.g. not root, with `SIDECAR_RACE_SKIP_ROOT=1`):
+    /// one skipped test with its reason.
+    pub fn skip_tier(&mut self, reason: &str) {
+        // The summary takes skips out of libtest's passed count; a tier that never
+        // reached libtest was not counted there.
+        self.passed += 1;
+        *self.skipped.entry(reason.to_string()).or_insert(0) += 1;
+    }
+
+    /// One line per reason tests skipped for, then the plain closing line
+    /// `tests: N passed, N failed, N skipped`.
+    pub fn print(&self) {
+        for line in skipped::summary(self.passed, self.failed, &self.skipped) {
+            println!("{line}");
+        }
+    }
+}
+
+/// Runs a `cargo test` command, passing its output through, and adds every test
+/// binary's result and the tests that skipped (with their reasons) to `tally`.
+pub fn tests(cmd: &mut Command, tally: &mut Tally) -> anyhow::Result<()> {
     use std::io::{BufRead, BufReader};
     let skips = workspace_root().join("target/test-skips");
     skipped::fresh(&skips).with_context(|| format!("cannot empty {}", skips.display()))?;
@@ -47,21 +73,20 @@ pub fn tests(cmd: &mut Command) -> anyhow::Result<()> {
         .stdout(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot run {}", show(cmd)))?;
-    let (mut passed, mut failed) = (0u64, 0u64);
     let stdout = child.stdout.take().expect("piped stdout");
     for line in BufReader::new(stdout).lines() {
         let line = line.context("reading the test output")?;
         println!("{line}");
         if let Some((p, f)) = result_counts(&line) {
-            passed += p;
-            failed += f;
+            tally.passed += p;
+            tally.failed += f;
         }
     }
     let status = child.wait()?;
     let skipped =
         skipped::by_reason(&skips).with_context(|| format!("cannot read {}", skips.display()))?;
-    for line in skipped::summary(passed, failed, &skipped) {
-        println!("{line}");
+    for (reason, n) in skipped {
+        *tally.skipped.entry(reason).or_insert(0) += n;
     }
     if !status.success() {
         bail!("{} failed ({status})", show(cmd));

@@ -99,6 +99,10 @@ pub fn ensure() -> anyhow::Result<()> {
         if !have("skopeo") {
             apt.want(&["skopeo"]);
         }
+        // The cluster tier's PKI (xtask/src/cluster/pki.rs).
+        if !have("openssl") {
+            apt.want(&["openssl"]);
+        }
     }
     let need_linker = which_bpf_linker().is_none();
     if need_linker {
@@ -133,6 +137,8 @@ pub fn ensure() -> anyhow::Result<()> {
         }
         ensure_kubernetes_validate()?;
         crate::kernels::ensure(&mut apt)?;
+        // The cluster tier's Kubernetes and etcd, built once per machine (Go).
+        crate::cluster::build_binaries()?;
     }
     eprintln!("xtask: setup complete");
     Ok(())

@@ -39,6 +39,13 @@ pub fn client(opts: &SourceOptions) -> Result<Client, String> {
             .then(|| DEFAULT_CA.into())
     });
     if !opts.kubelet_insecure {
+        // kube builds its TLS verifier from `root_cert`, and without one from the
+        // system's roots, which the FROM-scratch image does not have ("No CA
+        // certificates were loaded from the system", seen on a real cluster);
+        // `root_cert_file` only reloads the bundle later, for rotation.
+        if let Some(path) = &ca {
+            config.root_cert = Some(ca_bundle(path)?);
+        }
         config.root_cert_file = ca;
     }
     let token = opts.token_file.clone().or_else(|| {
@@ -50,6 +57,25 @@ pub fn client(opts: &SourceOptions) -> Result<Client, String> {
     config.connect_timeout = Some(Duration::from_secs(5));
     config.read_timeout = Some(Duration::from_secs(15));
     Client::try_from(config).map_err(|e| format!("cannot build the kubelet client: {e}"))
+}
+
+/// The DER certificates of a PEM bundle.
+fn ca_bundle(path: &std::path::Path) -> Result<Vec<Vec<u8>>, String> {
+    let pem = std::fs::read(path)
+        .map_err(|e| format!("cannot read the kubelet CA {}: {e}", path.display()))?;
+    let certs: Vec<Vec<u8>> = pem::parse_many(&pem)
+        .map_err(|e| format!("the kubelet CA {} is not PEM: {e}", path.display()))?
+        .into_iter()
+        .filter(|p| p.tag() == "CERTIFICATE")
+        .map(pem::Pem::into_contents)
+        .collect();
+    if certs.is_empty() {
+        return Err(format!(
+            "the kubelet CA {} holds no certificate",
+            path.display()
+        ));
+    }
+    Ok(certs)
 }
 
 pub async fn run(opts: SourceOptions, tx: mpsc::Sender<PodUpdate>, stats: Arc<SourceStats>) {

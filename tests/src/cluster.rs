@@ -1,0 +1,232 @@
+//! The `cluster` tier's view of the cluster `cargo xtask cluster up` starts (a real
+//! kubelet, API server and kube-proxy; the agent installed from deploy/): kubectl
+//! against it, pods and their containers' state, the agent's pod and its HTTP API.
+//!
+//! `cargo xtask test` brings the cluster up before the tier, passes its kubeconfig and
+//! kubectl in `SIDECAR_RACE_KUBECONFIG` / `SIDECAR_RACE_KUBECTL` (or why it could not
+//! start, in `SIDECAR_RACE_CLUSTER_ERROR`), and takes it down after. By hand:
+//! `cargo xtask cluster up`, then `cargo test -p sidecar-race-tests --test cluster --
+//! --ignored --test-threads=1`.
+
+use std::{
+    path::PathBuf,
+    process::Command,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use crate::tools::run;
+
+/// Where `cargo xtask cluster up` writes the admin kubeconfig (xtask/src/cluster).
+const DEFAULT_KUBECONFIG: &str = "/var/lib/sidecar-race-cluster/admin.kubeconfig";
+/// The kubectl `cargo xtask setup` builds (same version as the cluster).
+const DEFAULT_KUBECTL: &str = ".cache/sidecar-race/go/k8s-v1.34.4/bin/kubectl";
+pub const AGENT_NAMESPACE: &str = "sidecar-race";
+pub const AGENT_SELECTOR: &str = "app.kubernetes.io/name=sidecar-race-agent";
+pub const BUSYBOX_IMAGE: &str = "sr-test.local/busybox:1";
+
+pub struct Cluster {
+    pub kubeconfig: PathBuf,
+    pub kubectl: PathBuf,
+}
+
+/// The cluster, or a panic that says why there is none (the tier fails, it never
+/// passes without a cluster).
+pub fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        if let Ok(why) = std::env::var("SIDECAR_RACE_CLUSTER_ERROR") {
+            panic!("the cluster could not be started: {why}");
+        }
+        let kubeconfig = std::env::var_os("SIDECAR_RACE_KUBECONFIG")
+            .map_or_else(|| PathBuf::from(DEFAULT_KUBECONFIG), PathBuf::from);
+        let kubectl = std::env::var_os("SIDECAR_RACE_KUBECTL").map_or_else(
+            || PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(DEFAULT_KUBECTL),
+            PathBuf::from,
+        );
+        assert!(
+            kubeconfig.exists() && kubectl.exists(),
+            "no cluster: {} or {} is missing. The cluster tier runs against the cluster of \
+             `cargo xtask cluster up` (`cargo xtask test` starts one for it)",
+            kubeconfig.display(),
+            kubectl.display()
+        );
+        Cluster {
+            kubeconfig,
+            kubectl,
+        }
+    })
+}
+
+impl Cluster {
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(&self.kubectl);
+        c.arg("--kubeconfig").arg(&self.kubeconfig);
+        c
+    }
+
+    /// kubectl `args`; its stdout, or a panic with what it printed.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        run(self.cmd().args(args), None)
+    }
+
+    /// kubectl `args` with `stdin`.
+    pub fn kubectl_in(&self, args: &[&str], stdin: &str) -> String {
+        run(self.cmd().args(args), Some(stdin))
+    }
+
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut a = args.to_vec();
+        a.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl(&a)).expect("kubectl -o json")
+    }
+
+    pub fn apply(&self, yaml: &str) {
+        self.kubectl_in(&["apply", "-f", "-"], yaml);
+    }
+
+    /// A fresh namespace (deleted first if an earlier run left it).
+    pub fn namespace(&self, ns: &str) {
+        let _ = self
+            .cmd()
+            .args([
+                "delete",
+                "namespace",
+                ns,
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=60s",
+            ])
+            .output();
+        self.kubectl(&["create", "namespace", ns]);
+    }
+
+    /// The pods matching `selector` in `ns`.
+    pub fn pods(&self, ns: &str, selector: &str) -> Vec<Value> {
+        self.json(&["-n", ns, "get", "pods", "-l", selector])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Waits for one pod matching `selector` for which `ok` holds; that pod.
+    pub fn wait_pod(
+        &self,
+        ns: &str,
+        selector: &str,
+        what: &str,
+        timeout: Duration,
+        ok: impl Fn(&Value) -> bool,
+    ) -> Value {
+        wait_until(what, timeout, || {
+            self.pods(ns, selector).into_iter().find(|p| ok(p))
+        })
+    }
+
+    /// `kubectl logs` of a container.
+    pub fn logs(&self, ns: &str, pod: &str, container: &str) -> String {
+        self.kubectl(&["-n", ns, "logs", pod, "-c", container])
+    }
+
+    /// The agent's Ready pod.
+    pub fn agent_pod(&self) -> Value {
+        self.wait_pod(
+            AGENT_NAMESPACE,
+            AGENT_SELECTOR,
+            "a Ready agent pod",
+            Duration::from_secs(120),
+            |p| p["metadata"]["deletionTimestamp"].is_null() && condition(p, "Ready"),
+        )
+    }
+
+    /// `podIP:9965` of the agent's Ready pod (reachable from the node).
+    pub fn agent_addr(&self) -> String {
+        let pod = self.agent_pod();
+        format!(
+            "{}:9965",
+            pod["status"]["podIP"].as_str().expect("the agent pod's IP")
+        )
+    }
+}
+
+/// Whether the pod's condition `kind` is True.
+pub fn condition(pod: &Value, kind: &str) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == kind && c["status"] == "True")
+}
+
+/// A container's status (containers or initContainers) by name.
+pub fn container_status<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    ["containerStatuses", "initContainerStatuses"]
+        .iter()
+        .filter_map(|k| pod["status"][k].as_array())
+        .flatten()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no status for container {name}: {pod:#}"))
+}
+
+/// The runtime's container ID (without `containerd://`).
+pub fn container_id(pod: &Value, name: &str) -> String {
+    let id = container_status(pod, name)["containerID"]
+        .as_str()
+        .unwrap_or_else(|| panic!("container {name} has no ID yet"));
+    id.strip_prefix("containerd://").unwrap_or(id).to_string()
+}
+
+pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {} s waiting for {what}",
+            timeout.as_secs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The kubelet's cgroup root on the node (xtask/src/cluster: `cgroupRoot`).
+const CGROUP_ROOT: &str = "sidecar-race-cluster";
+
+/// Pids of a container, from its cgroup (`.../pod<uid>/<container id>`) in the v1
+/// `pids` hierarchy or the v2 tree.
+pub fn container_pids(container_id: &str) -> Vec<u32> {
+    fn find(dir: &std::path::Path, id: &str) -> Option<PathBuf> {
+        for e in std::fs::read_dir(dir).ok()?.flatten() {
+            if !e.file_type().ok()?.is_dir() {
+                continue;
+            }
+            if e.file_name().to_str() == Some(id) {
+                return Some(e.path());
+            }
+            if let Some(p) = find(&e.path(), id) {
+                return Some(p);
+            }
+        }
+        None
+    }
+    [
+        "/sys/fs/cgroup/pids",
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup",
+    ]
+    .iter()
+    .filter_map(|m| find(&std::path::Path::new(m).join(CGROUP_ROOT), container_id))
+    .find_map(|dir| {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).ok()?;
+        let pids: Vec<u32> = procs
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        (!pids.is_empty()).then_some(pids)
+    })
+    .unwrap_or_default()
+}

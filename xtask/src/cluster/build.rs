@@ -1,0 +1,282 @@
+//! The cluster's binaries, built once per machine from their Go modules and cached
+//! outside the checkout, keyed by version: `~/.cache/sidecar-race/go/k8s-<version>/bin/`
+//! (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy,
+//! kubectl) and `~/.cache/sidecar-race/go/etcd-<version>/bin/etcd`. A fresh clone on the
+//! same machine (CI's) reuses them; Go's own module and build caches sit beside them.
+//!
+//! `k8s.io/kubernetes` replaces its staging modules with local paths, so `go install`
+//! of it is refused: each cache directory holds a wrapper module of ours that requires
+//! the pinned version and maps every staging module to its published `v0.<minor>.<patch>`
+//! (the list is read from the downloaded go.mod). Binaries carry the version ldflags, so
+//! `kubectl version` and `/version` report the pinned version. Each binary's build time
+//! is appended to `build.log`.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Instant,
+};
+
+use anyhow::{Context, bail};
+
+use super::{ETCD_VERSION, KUBERNETES_VERSION, OPERATOR_VERSION};
+use crate::run::{checked, output};
+
+pub const KUBERNETES_BINARIES: [&str; 6] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+    "kubectl",
+];
+
+/// `$XDG_CACHE_HOME/sidecar-race/go` or `~/.cache/sidecar-race/go`.
+pub fn cache_root() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cache"))
+        .join("sidecar-race/go")
+}
+
+fn kubernetes_dir() -> PathBuf {
+    cache_root().join(format!("k8s-{KUBERNETES_VERSION}"))
+}
+
+fn etcd_dir() -> PathBuf {
+    cache_root().join(format!("etcd-{ETCD_VERSION}"))
+}
+
+/// A cached Kubernetes binary (`kubectl`, `kubelet`, ...).
+pub fn kubernetes_bin(name: &str) -> PathBuf {
+    kubernetes_dir().join("bin").join(name)
+}
+
+pub fn etcd_bin() -> PathBuf {
+    etcd_dir().join("bin/etcd")
+}
+
+/// Which binaries are not built yet.
+pub fn missing() -> Vec<PathBuf> {
+    KUBERNETES_BINARIES
+        .iter()
+        .map(|b| kubernetes_bin(b))
+        .chain([etcd_bin()])
+        .filter(|p| !p.exists())
+        .collect()
+}
+
+/// Builds whatever is missing; nothing to do (and no Go needed) when all are there.
+pub fn ensure() -> anyhow::Result<()> {
+    if missing().is_empty() {
+        return operator_source().map(drop);
+    }
+    let go = go()?;
+    let started = Instant::now();
+    build_kubernetes(&go)?;
+    build_etcd(&go)?;
+    eprintln!(
+        "xtask: cluster binaries built in {} s (cached in {})",
+        started.elapsed().as_secs(),
+        cache_root().display()
+    );
+    operator_source().map(drop)
+}
+
+/// The `go` command, or a clear error.
+fn go() -> anyhow::Result<PathBuf> {
+    for candidate in ["go", "/usr/local/go/bin/go", "/usr/lib/go/bin/go"] {
+        if let Some(v) = output(Command::new(candidate).arg("version")) {
+            eprintln!("xtask: using {v}");
+            return Ok(PathBuf::from(candidate));
+        }
+    }
+    bail!(
+        "Go is not installed: the cluster tier builds Kubernetes {KUBERNETES_VERSION} and etcd \
+         {ETCD_VERSION} from their Go modules (go 1.24 or newer, with access to the Go module \
+         proxy). Install Go (https://go.dev/dl/) and run `cargo xtask setup` again"
+    )
+}
+
+fn go_cmd(go: &Path, dir: &Path) -> Command {
+    let mut c = Command::new(go);
+    c.current_dir(dir).env("CGO_ENABLED", "0");
+    c
+}
+
+/// The wrapper module: `go.mod` (unless one is already there, e.g. from an interrupted
+/// build) and `tools.go` importing `packages`, then `go mod tidy`.
+fn wrapper(
+    go: &Path,
+    dir: &Path,
+    module: &str,
+    go_mod_body: &str,
+    packages: &[String],
+) -> anyhow::Result<()> {
+    fs::create_dir_all(dir.join("bin"))?;
+    if !dir.join("go.mod").exists() {
+        fs::write(
+            dir.join("go.mod"),
+            format!("module {module}\n\ngo 1.24.0\n\n{go_mod_body}"),
+        )?;
+    }
+    if !dir.join("tools.go").exists() {
+        let imports: String = packages.iter().map(|p| format!("\t_ \"{p}\"\n")).collect();
+        fs::write(
+            dir.join("tools.go"),
+            format!(
+                "//go:build tools\n\n// Pins the commands cargo xtask builds.\npackage tools\n\nimport (\n{imports})\n"
+            ),
+        )?;
+    }
+    if !dir.join("go.sum").exists() {
+        checked(go_cmd(go, dir).args(["mod", "tidy"]))
+            .context("`go mod tidy` failed (is the Go module proxy reachable?)")?;
+    }
+    Ok(())
+}
+
+/// `go build` of `package` to `bin/<name>`, timed into build.log; skipped when present.
+fn build_one(
+    go: &Path,
+    dir: &Path,
+    name: &str,
+    package: &str,
+    ldflags: &str,
+) -> anyhow::Result<()> {
+    let out = dir.join("bin").join(name);
+    if out.exists() {
+        return Ok(());
+    }
+    let tmp = dir.join("bin").join(format!(".{name}.partial"));
+    let started = Instant::now();
+    checked(
+        go_cmd(go, dir)
+            .args(["build", "-trimpath", "-ldflags", ldflags, "-o"])
+            .arg(&tmp)
+            .arg(package),
+    )?;
+    fs::rename(&tmp, &out)?;
+    let line = format!("{name} {}s\n", started.elapsed().as_secs());
+    let mut log = fs::read_to_string(dir.join("build.log")).unwrap_or_default();
+    log.push_str(&line);
+    fs::write(dir.join("build.log"), log)?;
+    Ok(())
+}
+
+/// The staging modules `k8s.io/kubernetes` replaces with `./staging/...`, from its go.mod.
+fn staging_modules(go_mod: &str) -> Vec<String> {
+    go_mod
+        .lines()
+        .filter_map(|l| {
+            let (from, to) = l.trim().trim_start_matches("replace ").split_once("=>")?;
+            to.trim()
+                .starts_with("./staging/")
+                .then(|| from.trim().to_string())
+        })
+        .collect()
+}
+
+/// Where `go mod download` put a module (its go.mod and source tree).
+pub fn download(go: &Path, dir: &Path, module: &str) -> anyhow::Result<serde_json::Value> {
+    let out = Command::new(go)
+        .current_dir(dir)
+        .args(["mod", "download", "-json", module])
+        .output()
+        .with_context(|| format!("cannot run go mod download {module}"))?;
+    if !out.status.success() {
+        bail!(
+            "go mod download {module} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+fn build_kubernetes(go: &Path) -> anyhow::Result<()> {
+    let dir = kubernetes_dir();
+    fs::create_dir_all(&dir)?;
+    let v = KUBERNETES_VERSION;
+    let minor_patch = v.trim_start_matches("v1.");
+    let minor = minor_patch.split('.').next().unwrap_or_default();
+    let info = download(go, &dir, &format!("k8s.io/kubernetes@{v}"))?;
+    let upstream = fs::read_to_string(info["GoMod"].as_str().context("no GoMod")?)?;
+    let staging = staging_modules(&upstream);
+    if staging.is_empty() {
+        bail!("no staging replacements in k8s.io/kubernetes@{v}'s go.mod");
+    }
+    let replaces: String = staging
+        .iter()
+        .map(|m| format!("\t{m} => {m} v0.{minor_patch}\n"))
+        .collect();
+    let body = format!("require k8s.io/kubernetes {v}\n\nreplace (\n{replaces})\n");
+    let packages: Vec<String> = super::build::KUBERNETES_BINARIES
+        .iter()
+        .map(|b| format!("k8s.io/kubernetes/cmd/{b}"))
+        .collect();
+    wrapper(go, &dir, "sidecar-race.local/k8s-tools", &body, &packages)?;
+    let p = "k8s.io/component-base/version";
+    let c = "k8s.io/client-go/pkg/version";
+    let ldflags = format!(
+        "-s -w -X {p}.gitVersion={v} -X {p}.gitMajor=1 -X {p}.gitMinor={minor} \
+         -X {p}.gitTreeState=clean -X {p}.gitCommit=0000000000000000000000000000000000000000 \
+         -X {p}.buildDate=1970-01-01T00:00:00Z \
+         -X {c}.gitVersion={v} -X {c}.gitMajor=1 -X {c}.gitMinor={minor}"
+    );
+    for (name, package) in KUBERNETES_BINARIES.iter().zip(&packages) {
+        eprintln!("xtask: building {name} {v} (a cold build takes minutes; see docs/cluster.md)");
+        build_one(go, &dir, name, package, &ldflags)?;
+    }
+    Ok(())
+}
+
+fn build_etcd(go: &Path) -> anyhow::Result<()> {
+    let dir = etcd_dir();
+    let package = "go.etcd.io/etcd/server/v3".to_string();
+    let body = format!("require {package} {ETCD_VERSION}\n");
+    wrapper(
+        go,
+        &dir,
+        "sidecar-race.local/etcd",
+        &body,
+        std::slice::from_ref(&package),
+    )?;
+    eprintln!("xtask: building etcd {ETCD_VERSION}");
+    build_one(go, &dir, "etcd", &package, "-s -w")
+}
+
+/// The Prometheus Operator's source tree in Go's module cache (for its CRDs).
+pub fn operator_source() -> anyhow::Result<PathBuf> {
+    let go = go()?;
+    let dir = cache_root();
+    fs::create_dir_all(&dir)?;
+    let info = download(
+        &go,
+        &dir,
+        &format!("github.com/prometheus-operator/prometheus-operator@{OPERATOR_VERSION}"),
+    )?;
+    Ok(PathBuf::from(
+        info["Dir"]
+            .as_str()
+            .context("no Dir from go mod download")?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn staging_modules_are_the_local_replacements() {
+        let go_mod = "module k8s.io/kubernetes\n\nreplace (\n\
+            \tk8s.io/api => ./staging/src/k8s.io/api\n\
+            \tk8s.io/client-go => ./staging/src/k8s.io/client-go\n\
+            \tgithub.com/x/y => github.com/x/y v1.0.0\n)\n\
+            replace k8s.io/kms => ./staging/src/k8s.io/kms\n";
+        assert_eq!(
+            super::staging_modules(go_mod),
+            ["k8s.io/api", "k8s.io/client-go", "k8s.io/kms"]
+        );
+    }
+}

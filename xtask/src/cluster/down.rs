@@ -1,0 +1,174 @@
+//! `cargo xtask cluster down`: stops what `up` started, by the pids it recorded, and
+//! removes what it made: containers and their network namespaces, mounts under the
+//! state directory, the kubelet's cgroups, KUBE-* iptables chains, the bridge (and the
+//! Service CIDR's route with it), the sysctls it changed, the state directory. Logs stay
+//! in LOG_DIR.
+
+use std::{
+    fs,
+    path::Path,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::bail;
+
+use super::{STATE_DIR, host, procs, up};
+use crate::run::output;
+
+/// In stopping order: the kubelet first, so that it restarts nothing.
+const COMPONENTS: [&str; 6] = [
+    "kubelet",
+    "kube-proxy",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kube-apiserver",
+    "etcd",
+];
+
+pub fn down() -> anyhow::Result<()> {
+    if !Path::new(STATE_DIR).exists() && !host::bridge_exists() {
+        bail!("no cluster is up: nothing to take down ({STATE_DIR} does not exist)");
+    }
+    teardown()
+}
+
+/// Everything `up` may have made, whether or not it got far; errors only for what
+/// could not be removed.
+pub fn teardown() -> anyhow::Result<()> {
+    for name in COMPONENTS {
+        if procs::stop(name, Duration::from_secs(10)) {
+            eprintln!("xtask: stopped {name}");
+        }
+    }
+    let (netns, pod_uids) = remove_containers();
+    procs::stop("containerd", Duration::from_secs(10));
+    // Shims outlive containerd: they were started with its socket's path.
+    let sock = up::containerd_socket().display().to_string();
+    for pid in procs::pids_with_arg(&sock) {
+        procs::stop_pid(pid, Duration::from_secs(2));
+    }
+    for pid in host::cgroup_pids() {
+        procs::stop_pid(pid, Duration::from_secs(1));
+    }
+    for ns in &netns {
+        let _ = Command::new("umount")
+            .arg(ns)
+            .stderr(Stdio::null())
+            .status();
+        let _ = fs::remove_file(ns);
+    }
+    remove_netns_dir();
+    host::unmount_all_under(STATE_DIR);
+    remove_pod_logs(&pod_uids);
+    let cgroups_left = host::remove_cgroups();
+    let rules_left = host::remove_kube_chains();
+    host::delete_bridge();
+    host::restore_sysctls();
+    let mounts_left = host::mounts_under(STATE_DIR);
+    if mounts_left.is_empty() {
+        let _ = fs::remove_dir_all(STATE_DIR);
+    }
+    let mut problems = Vec::new();
+    if !cgroups_left.is_empty() {
+        problems.push(format!("cgroups still in use: {cgroups_left:?}"));
+    }
+    if !rules_left.is_empty() {
+        problems.push(format!("iptables rules left: {rules_left:?}"));
+    }
+    if !mounts_left.is_empty() {
+        problems.push(format!("mounts left: {mounts_left:?}"));
+    }
+    if host::bridge_exists() {
+        problems.push(format!("the bridge {} is still there", super::BRIDGE));
+    }
+    if !problems.is_empty() {
+        bail!(
+            "the cluster is down but some of it could not be removed: {}",
+            problems.join("; ")
+        );
+    }
+    eprintln!(
+        "xtask: cluster down, nothing left behind (logs kept in {})",
+        super::LOG_DIR
+    );
+    Ok(())
+}
+
+/// Kills and deletes every container of our containerd (sandboxes included, so no
+/// CNI teardown happens): their network namespaces and pod UIDs, for removal.
+fn remove_containers() -> (Vec<String>, Vec<String>) {
+    let (mut netns, mut pods) = (Vec::new(), Vec::new());
+    if procs::running("containerd").is_none() {
+        return (netns, pods);
+    }
+    let ids = output(up::ctr().args(["containers", "ls", "-q"])).unwrap_or_default();
+    for id in ids.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(info) = output(up::ctr().args(["containers", "info", id]))
+            .and_then(|i| serde_json::from_str::<serde_json::Value>(&i).ok())
+        {
+            let namespaces = info["Spec"]["linux"]["namespaces"].as_array().cloned();
+            for ns in namespaces.into_iter().flatten() {
+                if let Some(p) = ns["path"].as_str().filter(|p| {
+                    ns["type"] == "network"
+                        && (p.starts_with("/var/run/netns/") || p.starts_with("/run/netns/"))
+                }) && !netns.iter().any(|n| n == p)
+                {
+                    netns.push(p.to_string());
+                }
+            }
+            if let Some(uid) = info["Labels"]["io.kubernetes.pod.uid"].as_str()
+                && !pods.iter().any(|p| p == uid)
+            {
+                pods.push(uid.to_string());
+            }
+        }
+        let _ = up::ctr()
+            .args(["tasks", "kill", "--signal", "SIGKILL", id])
+            .output();
+        let _ = up::ctr().args(["tasks", "delete", "--force", id]).output();
+        let _ = up::ctr().args(["containers", "delete", id]).output();
+    }
+    (netns, pods)
+}
+
+/// The kubelet keeps container logs in /var/log/pods/<ns>_<pod>_<uid>/ and links them
+/// from /var/log/containers/: those of our pods, and links left dangling.
+fn remove_pod_logs(pod_uids: &[String]) {
+    for e in fs::read_dir("/var/log/pods")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if pod_uids
+            .iter()
+            .any(|uid| name.ends_with(&format!("_{uid}")))
+        {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+    for e in fs::read_dir("/var/log/containers")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if fs::read_link(e.path()).is_ok_and(|t| t.starts_with("/var/log/pods/") && !t.exists()) {
+            let _ = fs::remove_file(e.path());
+        }
+    } // Made by the kubelet; removed when nothing else is in them.
+    let _ = fs::remove_dir("/var/log/containers");
+    let _ = fs::remove_dir("/var/log/pods");
+}
+
+/// containerd makes /run/netns a shared bind mount of itself for the pods' network
+/// namespaces: undone when no namespace is left in it.
+fn remove_netns_dir() {
+    let dir = Path::new("/run/netns");
+    if fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none()) {
+        if !host::mounts_under("/run/netns").is_empty() {
+            let _ = Command::new("umount").arg(dir).status();
+        }
+        let _ = fs::remove_dir(dir);
+    }
+}

@@ -1,0 +1,448 @@
+//! `cargo xtask cluster up`: PKI, the node bridge, containerd (CRI, CNI bridge, local
+//! images), etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
+//! the kubelet; then the agent installed from deploy/ and deploy/monitoring.
+
+use std::{
+    fs,
+    io::{Read, Write},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+
+use super::{
+    BRIDGE, CGROUP_ROOT, LOG_DIR, NODE_IP, NODE_NAME, POD_CIDR, SERVICE_CIDR, STATE_DIR,
+    build::{etcd_bin, kubernetes_bin},
+    down, host, images, pki, procs,
+};
+use crate::run::{checked, workspace_root};
+
+/// The overlay `up` applies: deploy/base with only the image set, through the
+/// documented knob (kustomize `images:`), to the name the archive is imported as.
+pub const OVERLAY: &str = "deploy/overlays/local-cluster";
+/// What the imported agent image is tagged as (the overlay's `newName`).
+pub const LOCAL_AGENT_REPOSITORY: &str = "sr-test.local/sidecar-race-agent";
+pub const AGENT_NAMESPACE: &str = "sidecar-race";
+
+pub fn state(sub: &str) -> PathBuf {
+    Path::new(STATE_DIR).join(sub)
+}
+
+pub fn containerd_socket() -> PathBuf {
+    state("containerd/containerd.sock")
+}
+
+/// `kubectl` (the cached v1.34 build) as cluster-admin.
+pub fn kubectl() -> Command {
+    let mut c = Command::new(kubernetes_bin("kubectl"));
+    c.arg("--kubeconfig").arg(super::admin_kubeconfig());
+    c
+}
+
+/// `ctr` in containerd's `k8s.io` namespace (the CRI plugin's).
+pub fn ctr() -> Command {
+    let mut c = Command::new("ctr");
+    c.arg("--address")
+        .arg(containerd_socket())
+        .args(["--namespace", "k8s.io"]);
+    c
+}
+
+/// Starts the cluster and installs the agent; the admin kubeconfig's path. On failure
+/// everything started is taken down again (SR_CLUSTER_KEEP=1 keeps it for a look).
+pub fn up() -> anyhow::Result<PathBuf> {
+    if let Some(why) = super::status::already_up() {
+        bail!("a cluster is already up ({why}): run `cargo xtask cluster down` first");
+    }
+    host::preflight()?;
+    let missing = super::build::missing();
+    if !missing.is_empty() {
+        bail!(
+            "the cluster binaries are not built ({}): run `cargo xtask setup`",
+            missing
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let started = Instant::now();
+    let result = start().and_then(|()| install_agent());
+    match result {
+        Ok(()) => {
+            eprintln!(
+                "xtask: cluster up in {} s; logs in {LOG_DIR}",
+                started.elapsed().as_secs()
+            );
+            Ok(super::admin_kubeconfig())
+        }
+        Err(e) if std::env::var_os("SR_CLUSTER_KEEP").is_some() => Err(e),
+        Err(e) => {
+            eprintln!(
+                "xtask: cluster up failed; taking down what it started (SR_CLUSTER_KEEP=1 keeps it)"
+            );
+            if let Err(d) = down::teardown() {
+                eprintln!("xtask: and taking it down failed too: {d:#}");
+            }
+            Err(e)
+        }
+    }
+}
+
+fn start() -> anyhow::Result<()> {
+    let _ = fs::remove_dir_all(LOG_DIR);
+    fs::create_dir_all(STATE_DIR)?;
+    host::save_sysctls()?;
+    let pki_dir = state("pki");
+    pki::generate(&pki_dir)?;
+    let server = format!("https://{NODE_IP}:6443");
+    for (stem, _, _) in pki::CLIENTS {
+        fs::write(
+            state(&format!("{stem}.kubeconfig")),
+            pki::kubeconfig(&pki_dir, stem, &server),
+        )?;
+    }
+    host::create_bridge()?;
+    for (addr, port, who) in host::PORTS {
+        if addr == NODE_IP {
+            host::port_free(addr, port, who)?;
+        }
+    }
+    host::create_cgroups()?;
+    start_containerd()?;
+    start_etcd()?;
+    start_apiserver(&pki_dir)?;
+    start_controllers(&pki_dir)?;
+    // The kubelet first: kube-proxy reads the node IP from the Node it registers.
+    start_kubelet(&pki_dir)?;
+    start_kube_proxy()?;
+    checked(kubectl().args([
+        "wait",
+        "--for=condition=Ready",
+        &format!("node/{NODE_NAME}"),
+        "--timeout=120s",
+    ]))
+    .with_context(|| {
+        format!(
+            "the node did not become Ready; the end of the kubelet's log:\n{}",
+            procs::log_tail("kubelet", 25)
+        )
+    })?;
+    Ok(())
+}
+
+fn start_containerd() -> anyhow::Result<()> {
+    let d = state("containerd");
+    let cni = state("cni");
+    for sub in ["conf", "ipam"] {
+        fs::create_dir_all(cni.join(sub))?;
+    }
+    fs::create_dir_all(&d)?;
+    let cni_dir = cni.display();
+    // isDefaultGateway: pods route everything to the node (the Service CIDR goes
+    // through kube-proxy's DNAT there); no masquerade, so nothing is forwarded out.
+    fs::write(
+        cni.join("conf/10-sidecar-race.conflist"),
+        serde_json::json!({
+            "cniVersion": "0.4.0",
+            "name": "sidecar-race-cluster",
+            "plugins": [{
+                "type": "bridge", "bridge": BRIDGE, "isGateway": true, "isDefaultGateway": true,
+                "ipMasq": false, "hairpinMode": true,
+                "ipam": {"type": "host-local", "dataDir": format!("{cni_dir}/ipam"),
+                         "ranges": [[{"subnet": POD_CIDR, "gateway": NODE_IP}]]},
+            }, {"type": "loopback"}],
+        })
+        .to_string(),
+    )?;
+    let dd = d.display();
+    let config = format!(
+        r#"version = 2
+root = "{dd}/root"
+state = "{dd}/state"
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "{dd}/containerd.sock"
+[ttrpc]
+  address = "{dd}/containerd.sock.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{sandbox}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  disable_apparmor = true
+  # Lowering oom_score_adj needs CAP_SYS_RESOURCE, which root may lack in a VM
+  # sandbox: keep containerd's own.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{cni_dir}/conf"
+    max_conf_num = 1
+"#,
+        sandbox = images::SANDBOX_IMAGE
+    );
+    fs::write(d.join("config.toml"), config)?;
+    procs::spawn(
+        "containerd",
+        Command::new("containerd")
+            .arg("--config")
+            .arg(d.join("config.toml")),
+    )?;
+    procs::wait_ready("containerd", Duration::from_secs(30), || {
+        crate::run::succeeds(ctr().args(["version"]))
+    })?;
+    for (archive, reference) in images::write(&state("images"))? {
+        checked(ctr().args(["images", "import"]).arg(&archive))
+            .with_context(|| format!("cannot import {reference}"))?;
+    }
+    Ok(())
+}
+
+/// A plain-HTTP GET on loopback; the body when the status is 200.
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200")
+        .then(|| body.to_string())
+        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
+}
+
+fn start_etcd() -> anyhow::Result<()> {
+    let data = state("etcd");
+    procs::spawn(
+        "etcd",
+        Command::new(etcd_bin())
+            .args(["--name", NODE_NAME, "--data-dir"])
+            .arg(&data)
+            .args([
+                "--listen-client-urls=http://127.0.0.1:2379",
+                "--advertise-client-urls=http://127.0.0.1:2379",
+                "--listen-peer-urls=http://127.0.0.1:2380",
+                "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+                &format!("--initial-cluster={NODE_NAME}=http://127.0.0.1:2380"),
+                // A throwaway cluster: no fsync, much faster on a shared disk.
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ]),
+    )?;
+    procs::wait_ready("etcd", Duration::from_secs(30), || {
+        http_get("127.0.0.1:2379", "/health").is_some_and(|b| b.contains("\"health\":\"true\""))
+    })
+}
+
+fn start_apiserver(pki: &Path) -> anyhow::Result<()> {
+    let p = pki.display();
+    procs::spawn(
+        "kube-apiserver",
+        Command::new(kubernetes_bin("kube-apiserver")).args([
+            "--etcd-servers=http://127.0.0.1:2379",
+            &format!("--bind-address={NODE_IP}"),
+            &format!("--advertise-address={NODE_IP}"),
+            "--secure-port=6443",
+            &format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            "--authorization-mode=Node,RBAC",
+            // Added to the default plugins (which include ValidatingAdmissionPolicy).
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",
+            &format!("--client-ca-file={p}/ca.crt"),
+            &format!("--tls-cert-file={p}/apiserver.crt"),
+            &format!("--tls-private-key-file={p}/apiserver.key"),
+            &format!("--kubelet-client-certificate={p}/apiserver-kubelet-client.crt"),
+            &format!("--kubelet-client-key={p}/apiserver-kubelet-client.key"),
+            &format!("--kubelet-certificate-authority={p}/ca.crt"),
+            "--kubelet-preferred-address-types=InternalIP",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            &format!("--service-account-key-file={p}/sa.pub"),
+            &format!("--service-account-signing-key-file={p}/sa.key"),
+            "--profiling=false",
+        ]),
+    )?;
+    procs::wait_ready("kube-apiserver", Duration::from_secs(90), || {
+        crate::run::output(kubectl().args(["get", "--raw", "/readyz"])).is_some_and(|o| o == "ok")
+    })
+}
+
+fn start_controllers(pki: &Path) -> anyhow::Result<()> {
+    let p = pki.display();
+    procs::spawn(
+        "kube-controller-manager",
+        Command::new(kubernetes_bin("kube-controller-manager"))
+            .arg(format!(
+                "--kubeconfig={}",
+                state("controller-manager.kubeconfig").display()
+            ))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                &format!("--service-account-private-key-file={p}/sa.key"),
+                &format!("--root-ca-file={p}/ca.crt"),
+                &format!("--cluster-signing-cert-file={p}/ca.crt"),
+                &format!("--cluster-signing-key-file={p}/ca.key"),
+                &format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            ]),
+    )?;
+    procs::spawn(
+        "kube-scheduler",
+        Command::new(kubernetes_bin("kube-scheduler"))
+            .arg(format!(
+                "--kubeconfig={}",
+                state("scheduler.kubeconfig").display()
+            ))
+            .args(["--bind-address=127.0.0.1", "--leader-elect=false"]),
+    )?;
+    Ok(())
+}
+
+fn start_kube_proxy() -> anyhow::Result<()> {
+    let config = state("kube-proxy.yaml");
+    // conntrack: 0 leaves the host's conntrack sysctls alone. NodePorts only on the
+    // node IP, not on every host address; no localhost NodePorts (route_localnet).
+    fs::write(
+        &config,
+        format!(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection:
+  kubeconfig: {kc}
+hostnameOverride: {NODE_NAME}
+clusterCIDR: {POD_CIDR}
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: [\"{NODE_IP}/32\"]
+iptables:
+  localhostNodePorts: false
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+",
+            kc = state("kube-proxy.kubeconfig").display()
+        ),
+    )?;
+    procs::spawn(
+        "kube-proxy",
+        Command::new(kubernetes_bin("kube-proxy")).arg(format!("--config={}", config.display())),
+    )?;
+    procs::wait_ready("kube-proxy", Duration::from_secs(60), || {
+        http_get("127.0.0.1:10256", "/healthz").is_some()
+    })
+}
+
+fn start_kubelet(pki: &Path) -> anyhow::Result<()> {
+    let p = pki.display();
+    let config = state("kubelet.yaml");
+    fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: {NODE_IP}
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: {p}/kubelet-serving.crt
+tlsPrivateKeyFile: {p}/kubelet-serving.key
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: true}}
+  x509: {{clientCAFile: {p}/ca.crt}}
+authorization:
+  mode: Webhook
+cgroupDriver: cgroupfs
+cgroupRoot: /{CGROUP_ROOT}
+containerRuntimeEndpoint: unix://{sock}
+failSwapOn: false
+# The root filesystem's capacity is not measured inside every VM sandbox.
+localStorageCapacityIsolation: false
+clusterDomain: cluster.local
+resolvConf: \"\"
+# 100 turns image garbage collection off: containerd 1.6 cannot pin the locally
+# imported sandbox image against it.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {{memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}}
+nodeStatusUpdateFrequency: 5s
+serializeImagePulls: false
+",
+            sock = containerd_socket().display(),
+        ),
+    )?;
+    procs::spawn(
+        "kubelet",
+        Command::new(kubernetes_bin("kubelet")).args([
+            &format!("--config={}", config.display()),
+            &format!("--kubeconfig={}", state("kubelet.kubeconfig").display()),
+            &format!("--root-dir={}", state("kubelet").display()),
+            &format!("--hostname-override={NODE_NAME}"),
+            &format!("--node-ip={NODE_IP}"),
+        ]),
+    )?;
+    procs::wait_ready("kubelet", Duration::from_secs(60), || {
+        http_get("127.0.0.1:10248", "/healthz").is_some()
+    })
+}
+
+/// The agent as the README installs it, then deploy/monitoring on the operator's CRDs.
+fn install_agent() -> anyhow::Result<()> {
+    let built = crate::image::image(None)?;
+    checked(ctr().args(["images", "import"]).arg(&built.archive))?;
+    let local = format!("{LOCAL_AGENT_REPOSITORY}:{}", crate::image::VERSION);
+    checked(ctr().args(["images", "tag", "--force", &built.reference, &local]))?;
+    let root = workspace_root();
+    checked(kubectl().arg("apply").arg("-k").arg(root.join(OVERLAY)))?;
+    let crds = super::build::operator_source()?.join("example/prometheus-operator-crd");
+    checked(kubectl().args(["apply", "--server-side", "-f"]).arg(&crds))?;
+    // `kubectl wait` fails at once on a CRD that has no conditions yet: retry.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !crate::run::succeeds(kubectl().args([
+        "wait",
+        "--for=condition=Established",
+        "--timeout=10s",
+        "crd/podmonitors.monitoring.coreos.com",
+        "crd/servicemonitors.monitoring.coreos.com",
+        "crd/prometheusrules.monitoring.coreos.com",
+    ])) {
+        if Instant::now() > deadline {
+            bail!("the Prometheus Operator's CRDs were not Established within 60 s");
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    checked(
+        kubectl()
+            .arg("apply")
+            .arg("-k")
+            .arg(root.join("deploy/monitoring")),
+    )?;
+    checked(kubectl().args([
+        "-n",
+        AGENT_NAMESPACE,
+        "rollout",
+        "status",
+        "daemonset/sidecar-race-agent",
+        "--timeout=180s",
+    ]))
+    .with_context(|| {
+        let pods = crate::run::output(kubectl().args(["-n", AGENT_NAMESPACE, "describe", "pods"]))
+            .unwrap_or_default();
+        format!("the agent's DaemonSet pod did not become Ready:\n{pods}")
+    })
+}
