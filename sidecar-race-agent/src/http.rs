@@ -9,7 +9,7 @@ use std::{
     convert::Infallible,
     net::SocketAddr,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering::Relaxed},
     },
     time::Duration,
@@ -23,6 +23,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
+use parking_lot::Mutex;
 use serde_json::json;
 pub use server::Limits;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -152,7 +153,7 @@ async fn incidents(State(s): State<Shared>, Query(q): Query<IncidentsQuery>) -> 
         ));
     }
     if let Some(k) = q.kind.as_deref()
-        && crate::detect::render::Kind::parse(k).is_none()
+        && crate::detect::Kind::parse(k).is_none()
     {
         return bad(format!(
             "unknown kind `{k}`: sidecar_race, app_not_ready, init_deadlock or stuck_job"
@@ -182,10 +183,7 @@ async fn incidents(State(s): State<Shared>, Query(q): Query<IncidentsQuery>) -> 
     // Views are built under the pipeline lock, serialized after it is released, off
     // the async workers (health checks stay answered).
     let json = tokio::task::spawn_blocking(move || {
-        let (list, truncated) = pipeline
-            .lock()
-            .expect("pipeline lock")
-            .incidents(&filter, limit);
+        let (list, truncated) = pipeline.lock().incidents(&filter, limit);
         serde_json::to_vec(&Page {
             incidents: &list,
             truncated,
@@ -229,7 +227,7 @@ async fn metrics(
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("application/openmetrics-text"));
-    let m = s.metrics.lock().expect("metrics lock");
+    let m = s.metrics.lock();
     if wants_openmetrics {
         (
             [(axum::http::header::CONTENT_TYPE, OPENMETRICS)],

@@ -25,9 +25,9 @@ use kube::{
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::detect::{
-    Phase,
-    render::{IncidentView, Kind},
+use crate::{
+    detect::{Phase, incident::Kind, render::IncidentView},
+    outcome::{Outcome, StuckJob},
 };
 
 pub const REPORTING_CONTROLLER: &str = "sidecar-race.io/agent";
@@ -155,6 +155,23 @@ impl EventPublisher {
         Self { tx, stats }
     }
 
+    /// Races whose accounting is due (and late refusals of accounted ones) become
+    /// Events on their pods, and a stuck Job as soon as it is found (it stays stuck
+    /// until someone acts); `app_not_ready` never does.
+    pub fn consume(&self, outcomes: &[Outcome]) {
+        for o in outcomes {
+            let v = match o {
+                Outcome::Settled(a) if a.view.kind != Kind::StuckJob => &a.view,
+                Outcome::LateRefusals(a) => &a.view,
+                Outcome::StuckJob(StuckJob::Found(v)) => v,
+                _ => continue,
+            };
+            if let Some(notice) = notice_for(v) {
+                self.notify(notice);
+            }
+        }
+    }
+
     /// Queues a notice; never waits.
     pub fn notify(&self, notice: EventNotice) {
         if self.tx.try_send(notice).is_err() {
@@ -226,10 +243,10 @@ async fn post(
         let name = format!("{}.{:016x}", n.pod, fnv1a(&n.key));
         let known = posted.get(&n.key).map(|p| p.count);
         match deliver(&api, &n, &name, &node, known).await {
-            Ok((count, outcome)) => {
-                match outcome {
-                    Outcome::Created => stats.created.fetch_add(1, Relaxed),
-                    Outcome::Updated => stats.updated.fetch_add(1, Relaxed),
+            Ok((count, delivered)) => {
+                match delivered {
+                    Delivered::Created => stats.created.fetch_add(1, Relaxed),
+                    Delivered::Updated => stats.updated.fetch_add(1, Relaxed),
                 };
                 posted.insert(
                     n.key.clone(),
@@ -257,7 +274,7 @@ async fn post(
     }
 }
 
-enum Outcome {
+enum Delivered {
     Created,
     Updated,
 }
@@ -273,18 +290,18 @@ async fn deliver(
     name: &str,
     node: &str,
     known: Option<i32>,
-) -> Result<(i32, Outcome), kube::Error> {
+) -> Result<(i32, Delivered), kube::Error> {
     if let Some(count) = known {
         match update(api, n, name, count + 1).await {
             Err(e) if status(&e) == Some(404) => {}
-            other => return other.map(|_| (count + 1, Outcome::Updated)),
+            other => return other.map(|_| (count + 1, Delivered::Updated)),
         }
     }
     match create(api, n, name, node).await {
-        Err(e) if status(&e) == Some(409) => {
-            update(api, n, name, 2).await.map(|_| (2, Outcome::Updated))
-        }
-        other => other.map(|_| (1, Outcome::Created)),
+        Err(e) if status(&e) == Some(409) => update(api, n, name, 2)
+            .await
+            .map(|_| (2, Delivered::Updated)),
+        other => other.map(|_| (1, Delivered::Created)),
     }
 }
 

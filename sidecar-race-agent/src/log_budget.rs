@@ -5,6 +5,10 @@
 
 use std::{
     collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
     time::{Duration, Instant},
 };
 
@@ -43,7 +47,8 @@ pub struct LogBudget {
     pods: HashMap<String, Bucket>,
     /// Lines suppressed per pod since the last summary.
     pending: HashMap<String, u64>,
-    suppressed: u64,
+    /// Lines suppressed so far (shared: the metrics read it at scrape time).
+    suppressed: Arc<AtomicU64>,
     last_summary: Instant,
 }
 
@@ -53,7 +58,7 @@ impl LogBudget {
             node: Bucket::full(NODE_BURST, now),
             pods: HashMap::new(),
             pending: HashMap::new(),
-            suppressed: 0,
+            suppressed: Arc::default(),
             last_summary: now,
         }
     }
@@ -71,7 +76,7 @@ impl LogBudget {
             self.node.tokens -= 1.0;
             return true;
         }
-        self.suppressed += 1;
+        self.suppressed.fetch_add(1, Relaxed);
         *self.pending.entry(pod_uid.to_string()).or_default() += 1;
         false
     }
@@ -94,7 +99,12 @@ impl LogBudget {
 
     /// Lines suppressed so far.
     pub fn suppressed(&self) -> u64 {
-        self.suppressed
+        self.suppressed.load(Relaxed)
+    }
+
+    /// The count of lines suppressed, to read it elsewhere.
+    pub fn suppressed_counter(&self) -> Arc<AtomicU64> {
+        self.suppressed.clone()
     }
 }
 

@@ -18,10 +18,7 @@ use axum::{
 };
 use serde_json::{Value, json};
 use sidecar_race_agent::{
-    detect::{
-        Phase, State as IncidentState,
-        render::{IncidentView, Kind},
-    },
+    detect::{Kind, Phase, State as IncidentState, render::IncidentView},
     inventory::pod_info::{Pattern, Workload},
     k8s_events::{EventPublisher, notice_for},
 };

@@ -12,8 +12,7 @@ use proptest::prelude::*;
 use serde_json::json;
 use sidecar_race_agent::{
     detect::{
-        Change, Client, Detector, DetectorConfig, Fact, Phase, State, detector::PodMeta,
-        incident::Hidden,
+        Change, Client, Detector, DetectorConfig, Fact, Phase, PodMeta, State, incident::Hidden,
     },
     inventory::pod_info::PodInfo,
 };

@@ -17,7 +17,10 @@ use super::{
     listener_table::ListenerTable,
     listeners::{Listener, canonical, covers, is_loopback},
 };
-use crate::inventory::pod_info::{PodInfo, Role, RunState};
+use crate::inventory::{
+    pod_info::{PodInfo, Role, RunState},
+    pod_meta::PodMeta,
+};
 
 const SECOND: u64 = 1_000_000_000;
 
@@ -29,38 +32,6 @@ const TARGETS_PER_INCIDENT: usize = 4;
 
 /// Removed container ids remembered per pod, to merge a crash loop's instances.
 const REMOVED_PER_POD: usize = 64;
-
-/// What the detector knows of pods beyond the kernel (names and intent).
-pub trait PodMeta {
-    fn pod(&self, uid: &str) -> Option<&PodInfo>;
-    /// The pod source reports the pod deleted.
-    fn is_deleted(&self, uid: &str) -> bool;
-    /// Name of a runtime container id.
-    fn container_name(&self, container_id: &str) -> Option<&str>;
-    /// An RFC 3339 time of the pod source in the kernel's boot clock.
-    fn boot_ns(&self, rfc3339: &str) -> Option<u64>;
-    /// Every pod the source reports (for findings that need no kernel event).
-    fn each_pod(&self, f: &mut dyn FnMut(&PodInfo));
-}
-
-/// No pod source: detection from the kernel alone.
-pub struct NoMeta;
-
-impl PodMeta for NoMeta {
-    fn pod(&self, _: &str) -> Option<&PodInfo> {
-        None
-    }
-    fn is_deleted(&self, _: &str) -> bool {
-        false
-    }
-    fn container_name(&self, _: &str) -> Option<&str> {
-        None
-    }
-    fn boot_ns(&self, _: &str) -> Option<u64> {
-        None
-    }
-    fn each_pod(&self, _: &mut dyn FnMut(&PodInfo)) {}
-}
 
 #[derive(Debug, Clone, Copy)]
 pub struct DetectorConfig {

@@ -61,6 +61,52 @@ impl State {
     }
 }
 
+/// What an incident is, from the roles of the containers involved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A client refused by a sidecar's port (or, with no roles known, by another
+    /// container's port): what the product is for.
+    SidecarRace,
+    /// A container refused by an app container's port: a sidecar forwarding inbound
+    /// traffic or a rewritten probe, or an app dialing another app. The app is not ready
+    /// yet; no sidecar to migrate.
+    AppNotReady,
+    /// An init container refused by a port of a container in `containers[]`, which
+    /// cannot start before the init containers finish.
+    InitDeadlock,
+    /// A Job's pod kept running by a classic sidecar after its app containers finished.
+    StuckJob,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::SidecarRace => "sidecar_race",
+            Kind::AppNotReady => "app_not_ready",
+            Kind::InitDeadlock => "init_deadlock",
+            Kind::StuckJob => "stuck_job",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        [
+            Kind::SidecarRace,
+            Kind::AppNotReady,
+            Kind::InitDeadlock,
+            Kind::StuckJob,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+
+    /// Whether it is evidence for migrating a sidecar (metrics of races, Events, the
+    /// report's ranking). `app_not_ready` is not.
+    pub fn is_migration_evidence(self) -> bool {
+        self != Kind::AppNotReady
+    }
+}
+
 /// What an incident is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Subject {

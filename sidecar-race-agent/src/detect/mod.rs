@@ -13,9 +13,10 @@ pub mod reorder;
 #[cfg(test)]
 mod tests;
 
-pub use detector::{Change, Detector, DetectorConfig, NoMeta, PodMeta};
+pub use crate::inventory::pod_meta::{NoMeta, PodMeta};
+pub use detector::{Change, Detector, DetectorConfig};
 pub use fact::{Client, Fact};
-pub use incident::{Incident, Phase, State};
+pub use incident::{Incident, Kind, Phase, State};
 
 #[cfg(test)]
 mod bounds_tests;

@@ -4,7 +4,8 @@ use std::collections::{HashMap, HashSet};
 
 use super::{
     detector::NotARace,
-    render::{Filter, Kind, view},
+    incident::Kind,
+    render::{Filter, view},
     reorder::Reorder,
     *,
 };

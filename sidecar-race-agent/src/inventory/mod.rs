@@ -4,6 +4,7 @@
 pub mod cgroup_path;
 pub mod pending;
 pub mod pod_info;
+pub mod pod_meta;
 pub mod sidecars;
 pub mod sources;
 pub mod store;

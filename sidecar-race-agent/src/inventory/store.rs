@@ -155,7 +155,7 @@ impl PodStore {
     }
 }
 
-impl crate::detect::PodMeta for PodStore {
+impl super::pod_meta::PodMeta for PodStore {
     fn pod(&self, uid: &str) -> Option<&PodInfo> {
         PodStore::pod(self, uid).map(|p| p.as_ref())
     }
