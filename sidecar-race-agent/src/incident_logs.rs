@@ -5,7 +5,7 @@
 use std::{collections::HashMap, time::Instant};
 
 use crate::{
-    detect::render::IncidentView,
+    detect::render::{IncidentView, role_name},
     log_budget::LogBudget,
     outcome::{Outcome, StuckJob},
 };
@@ -73,9 +73,9 @@ fn line(v: &IncidentView, what: &str) {
         pod = v.pod.as_deref().unwrap_or(""),
         container = v.container.as_deref().unwrap_or(""),
         container_id = v.container_id.as_deref().unwrap_or(""),
-        container_role = v.container_role,
+        container_role = role_name(v.container_role),
         sidecar = v.sidecar.as_deref().unwrap_or(""),
-        sidecar_role = v.sidecar_role,
+        sidecar_role = role_name(v.sidecar_role),
         pattern = v.pattern.as_str(),
         port = v.port,
         destination = v.destination.as_deref().unwrap_or(""),

@@ -10,8 +10,21 @@ use serde::Serialize;
 
 use super::fact::Client;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Phase {
     /// Refused before the port's first listener in the pod came up.
     Startup,
@@ -25,28 +38,17 @@ pub enum Phase {
 
 impl Phase {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Startup => "startup",
-            Phase::Drain => "drain",
-            Phase::Steady => "steady",
-            Phase::Unresolved => "unresolved",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<Phase> {
-        [
-            Phase::Startup,
-            Phase::Drain,
-            Phase::Steady,
-            Phase::Unresolved,
-        ]
-        .into_iter()
-        .find(|p| p.as_str() == s)
+        s.parse().ok()
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr, strum::EnumString)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum State {
     Open,
     Resolved,
@@ -54,16 +56,30 @@ pub enum State {
 
 impl State {
     pub fn as_str(self) -> &'static str {
-        match self {
-            State::Open => "open",
-            State::Resolved => "resolved",
-        }
+        self.into()
+    }
+
+    pub fn parse(s: &str) -> Option<State> {
+        s.parse().ok()
     }
 }
 
 /// What an incident is, from the roles of the containers involved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Kind {
     /// A client refused by a sidecar's port (or, with no roles known, by another
     /// container's port): what the product is for.
@@ -81,23 +97,11 @@ pub enum Kind {
 
 impl Kind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::SidecarRace => "sidecar_race",
-            Kind::AppNotReady => "app_not_ready",
-            Kind::InitDeadlock => "init_deadlock",
-            Kind::StuckJob => "stuck_job",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<Kind> {
-        [
-            Kind::SidecarRace,
-            Kind::AppNotReady,
-            Kind::InitDeadlock,
-            Kind::StuckJob,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
+        s.parse().ok()
     }
 
     /// Whether it is evidence for migrating a sidecar (metrics of races, Events, the

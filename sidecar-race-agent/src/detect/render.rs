@@ -26,10 +26,12 @@ pub struct IncidentView {
     pub container: Option<String>,
     pub container_id: Option<String>,
     /// `app`, `classic_sidecar`, `native_sidecar`, `init`, `ephemeral` or `unknown`.
-    pub container_role: &'static str,
+    #[serde(serialize_with = "role_or_unknown")]
+    pub container_role: Option<Role>,
     pub sidecar: Option<String>,
     pub sidecar_container_id: Option<String>,
-    pub sidecar_role: &'static str,
+    #[serde(serialize_with = "role_or_unknown")]
+    pub sidecar_role: Option<Role>,
     pub pattern: Pattern,
     pub port: Option<u16>,
     pub destination: Option<String>,
@@ -113,7 +115,6 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         roles_known: container_role.is_some() && sidecar_role.is_some(),
         client_is_sidecar: container_role.is_some_and(Role::is_sidecar),
     });
-    let role_name = |r: Option<Role>| r.map_or("unknown", Role::as_str);
     IncidentView {
         id: inc.id,
         kind,
@@ -125,10 +126,10 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         workload: pod.map(|p| p.workload.clone()),
         container,
         container_id,
-        container_role: role_name(container_role),
+        container_role,
         sidecar,
         sidecar_container_id,
-        sidecar_role: role_name(sidecar_role),
+        sidecar_role,
         pattern,
         port: refusals.then_some(inc.port),
         destination: refusals.then(|| inc.destination.to_string()),
@@ -147,20 +148,29 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
     }
 }
 
-/// `?kind=&phase=&namespace=&state=` of `/api/v1/incidents`.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+/// The name of a container's role, `unknown` when the pod metadata does not say.
+pub fn role_name(role: Option<Role>) -> &'static str {
+    role.map_or("unknown", Role::as_str)
+}
+
+fn role_or_unknown<S: serde::Serializer>(role: &Option<Role>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(role_name(*role))
+}
+
+/// `?kind=&phase=&namespace=&state=` of `/api/v1/incidents`, parsed.
+#[derive(Debug, Clone, Default)]
 pub struct Filter {
-    pub kind: Option<String>,
-    pub phase: Option<String>,
+    pub kind: Option<Kind>,
+    pub phase: Option<Phase>,
     pub namespace: Option<String>,
-    pub state: Option<String>,
+    pub state: Option<State>,
 }
 
 impl Filter {
     pub fn matches(&self, v: &IncidentView) -> bool {
-        self.kind.as_deref().is_none_or(|k| k == v.kind.as_str())
-            && self.phase.as_deref().is_none_or(|p| p == v.phase.as_str())
-            && self.state.as_deref().is_none_or(|s| s == v.state.as_str())
+        self.kind.is_none_or(|k| k == v.kind)
+            && self.phase.is_none_or(|p| p == v.phase)
+            && self.state.is_none_or(|s| s == v.state)
             && self
                 .namespace
                 .as_deref()

@@ -762,15 +762,15 @@ fn filters_match_phase_state_and_namespace() {
         &meta,
     );
     let v = view(all(&d)[0], &meta, &wall);
-    let f = |phase: Option<&str>, state: Option<&str>, ns: Option<&str>| Filter {
+    let f = |phase: Option<Phase>, state: Option<State>, ns: Option<&str>| Filter {
         kind: None,
-        phase: phase.map(String::from),
-        state: state.map(String::from),
+        phase,
+        state,
         namespace: ns.map(String::from),
     };
-    assert!(f(Some("startup"), Some("resolved"), Some("shop")).matches(&v));
-    assert!(!f(Some("drain"), None, None).matches(&v));
-    assert!(!f(None, Some("open"), None).matches(&v));
+    assert!(f(Some(Phase::Startup), Some(State::Resolved), Some("shop")).matches(&v));
+    assert!(!f(Some(Phase::Drain), None, None).matches(&v));
+    assert!(!f(None, Some(State::Open), None).matches(&v));
     assert!(!f(None, None, Some("default")).matches(&v));
     let json = serde_json::to_value(&v).unwrap();
     for field in [
@@ -856,7 +856,7 @@ fn a_proxy_dialing_the_app_before_it_listens_is_app_not_ready_not_a_race() {
         assert_eq!(v.sidecar.as_deref(), Some("app"), "the app served the port");
         assert_eq!(
             (v.container_role, v.sidecar_role),
-            ("classic_sidecar", "app")
+            (Some(Role::ClassicSidecar), Some(Role::App))
         );
         assert!(!v.kind.is_migration_evidence());
         assert!(v.advice.starts_with("Not a sidecar race"), "{}", v.advice);
@@ -946,7 +946,12 @@ fn roles_unknown_without_metadata_are_said_in_the_incident() {
     );
     let v = view(all(&d)[0], &NoMeta, &wall);
     assert_eq!(v.kind, Kind::SidecarRace);
-    assert_eq!((v.container_role, v.sidecar_role), ("unknown", "unknown"));
+    assert_eq!((v.container_role, v.sidecar_role), (None, None));
+    let json = serde_json::to_value(&v).unwrap();
+    assert_eq!(
+        (&json["container_role"], &json["sidecar_role"]),
+        (&"unknown".into(), &"unknown".into())
+    );
     assert!(
         v.advice.contains("container roles are unknown"),
         "{}",
@@ -1384,7 +1389,10 @@ fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
     );
     let v = view(all(&d)[0], &meta, &wall);
     assert_eq!(v.kind, Kind::AppNotReady);
-    assert_eq!((v.container_role, v.sidecar_role), ("app", "app"));
+    assert_eq!(
+        (v.container_role, v.sidecar_role),
+        (Some(Role::App), Some(Role::App))
+    );
     assert!(
         v.advice
             .contains("name it in the pod annotation sidecar-race.io/sidecars"),

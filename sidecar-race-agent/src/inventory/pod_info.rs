@@ -30,8 +30,9 @@ pub struct Workload {
 }
 
 /// How a container is declared, and what it is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Role {
     /// In `containers`: started together with the others.
     App,
@@ -46,13 +47,7 @@ pub enum Role {
 
 impl Role {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Role::App => "app",
-            Role::ClassicSidecar => "classic_sidecar",
-            Role::Init => "init",
-            Role::NativeSidecar => "native_sidecar",
-            Role::Ephemeral => "ephemeral",
-        }
+        self.into()
     }
 
     pub fn is_sidecar(self) -> bool {
@@ -66,8 +61,9 @@ impl Role {
 }
 
 /// How a sidecar is declared, as the README and metrics name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Pattern {
     /// In `containers`: races the app at start and at drain.
     Classic,
@@ -80,12 +76,7 @@ pub enum Pattern {
 
 impl Pattern {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Pattern::Classic => "classic",
-            Pattern::Native => "native",
-            Pattern::NativeProbed => "native_probed",
-            Pattern::Unknown => "unknown",
-        }
+        self.into()
     }
 }
 

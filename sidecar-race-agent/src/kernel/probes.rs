@@ -128,7 +128,8 @@ pub struct Probes {
 }
 
 /// How `inet_sock_set_state` is hooked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum SetStateHook {
     /// The BTF tracepoint: the states are arguments, no trace record is filled.
     TpBtf,
@@ -138,10 +139,7 @@ pub enum SetStateHook {
 
 impl std::fmt::Display for SetStateHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            SetStateHook::TpBtf => "tp_btf",
-            SetStateHook::Tracepoint { .. } => "tracepoint",
-        })
+        f.write_str(self.into())
     }
 }
 

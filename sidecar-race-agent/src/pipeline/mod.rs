@@ -201,14 +201,8 @@ impl Pipeline {
             .newest_first()
             .filter(|i| i.is_shown())
             .filter(|i| {
-                filter
-                    .phase
-                    .as_deref()
-                    .is_none_or(|p| p == i.phase.as_str())
-                    && filter
-                        .state
-                        .as_deref()
-                        .is_none_or(|s| s == i.state.as_str())
+                filter.phase.is_none_or(|p| p == i.phase)
+                    && filter.state.is_none_or(|s| s == i.state)
                     && filter.namespace.as_deref().is_none_or(|n| {
                         pods.pod(&i.pod_uid).map(|p| p.namespace.as_str()) == Some(n)
                     })

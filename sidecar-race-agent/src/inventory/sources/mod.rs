@@ -23,7 +23,8 @@ use tokio::sync::{Notify, mpsc};
 use super::pod_info::PodInfo;
 
 /// `--pods-from`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum PodSourceSpec {
     Api,
     Kubelet,
@@ -43,12 +44,7 @@ impl PodSourceSpec {
 
     /// The `source` label of `pod_source_errors`.
     pub fn name(&self) -> &'static str {
-        match self {
-            PodSourceSpec::Api => "api",
-            PodSourceSpec::Kubelet => "kubelet",
-            PodSourceSpec::File(_) => "file",
-            PodSourceSpec::None => "none",
-        }
+        self.into()
     }
 }
 
