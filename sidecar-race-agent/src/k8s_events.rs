@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 use crate::{
     detect::{Phase, incident::Kind, render::IncidentView},
     outcome::{Outcome, StuckJob},
+    token_bucket::TokenBucket,
 };
 
 pub const REPORTING_CONTROLLER: &str = "sidecar-race.io/agent";
@@ -180,39 +181,6 @@ impl EventPublisher {
     }
 }
 
-/// A token bucket: `per_minute` tokens, refilled continuously.
-struct RateLimit {
-    tokens: f64,
-    capacity: f64,
-    per_second: f64,
-    at: Instant,
-}
-
-impl RateLimit {
-    fn new(per_minute: u32) -> Self {
-        let capacity = per_minute as f64;
-        Self {
-            tokens: capacity,
-            capacity,
-            per_second: capacity / 60.0,
-            at: Instant::now(),
-        }
-    }
-
-    fn take(&mut self) -> bool {
-        let now = Instant::now();
-        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.per_second)
-            .min(self.capacity);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// An Event posted (its name follows from the key), for updating its series.
 struct Posted {
     namespace: String,
@@ -231,11 +199,13 @@ async fn post(
     mut rx: mpsc::Receiver<EventNotice>,
     stats: Arc<PublisherStats>,
 ) {
-    let mut limit = RateLimit::new(per_minute);
+    // `per_minute` Events at once, refilled continuously.
+    let burst = f64::from(per_minute);
+    let mut limit = TokenBucket::full(burst, burst / 60.0, Instant::now());
     let mut posted: HashMap<String, Posted> = HashMap::new();
     let mut warned = false;
     while let Some(n) = rx.recv().await {
-        if !limit.take() {
+        if !limit.take(Instant::now()) {
             stats.dropped.fetch_add(1, Relaxed);
             continue;
         }

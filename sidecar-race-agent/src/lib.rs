@@ -24,6 +24,7 @@ pub mod report;
 pub mod shutdown;
 pub mod stream;
 pub mod suppressed;
+pub mod token_bucket;
 pub mod trace_record;
 pub mod trace_view;
 

@@ -12,6 +12,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::token_bucket::TokenBucket;
+
 /// Lines one pod may log in a burst, and per second after it.
 pub const POD_BURST: f64 = 20.0;
 pub const POD_PER_SECOND: f64 = 1.0;
@@ -21,30 +23,9 @@ pub const NODE_PER_SECOND: f64 = 20.0;
 /// How often at most the summary of suppressed lines is logged.
 pub const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn full(burst: f64, now: Instant) -> Self {
-        Self {
-            tokens: burst,
-            at: now,
-        }
-    }
-
-    fn refill(&mut self, burst: f64, per_second: f64, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * per_second).min(burst);
-        self.at = self.at.max(now);
-    }
-}
-
 pub struct LogBudget {
-    node: Bucket,
-    pods: HashMap<String, Bucket>,
+    node: TokenBucket,
+    pods: HashMap<String, TokenBucket>,
     /// Lines suppressed per pod since the last summary.
     pending: HashMap<String, u64>,
     /// Lines suppressed so far (shared: the metrics read it at scrape time).
@@ -55,7 +36,7 @@ pub struct LogBudget {
 impl LogBudget {
     pub fn new(now: Instant) -> Self {
         Self {
-            node: Bucket::full(NODE_BURST, now),
+            node: TokenBucket::full(NODE_BURST, NODE_PER_SECOND, now),
             pods: HashMap::new(),
             pending: HashMap::new(),
             suppressed: Arc::default(),
@@ -65,15 +46,15 @@ impl LogBudget {
 
     /// Whether a line about `pod_uid` may be logged now; counted when not.
     pub fn allow(&mut self, pod_uid: &str, now: Instant) -> bool {
-        self.node.refill(NODE_BURST, NODE_PER_SECOND, now);
+        self.node.refill(now);
         let pod = self
             .pods
             .entry(pod_uid.to_string())
-            .or_insert_with(|| Bucket::full(POD_BURST, now));
-        pod.refill(POD_BURST, POD_PER_SECOND, now);
-        if pod.tokens >= 1.0 && self.node.tokens >= 1.0 {
-            pod.tokens -= 1.0;
-            self.node.tokens -= 1.0;
+            .or_insert_with(|| TokenBucket::full(POD_BURST, POD_PER_SECOND, now));
+        pod.refill(now);
+        if pod.has_token() && self.node.has_token() {
+            pod.spend();
+            self.node.spend();
             return true;
         }
         self.suppressed.fetch_add(1, Relaxed);
@@ -89,8 +70,8 @@ impl LogBudget {
         }
         self.last_summary = now;
         self.pods.retain(|_, b| {
-            b.refill(POD_BURST, POD_PER_SECOND, now);
-            b.tokens < POD_BURST
+            b.refill(now);
+            !b.is_full()
         });
         let mut out: Vec<(String, u64)> = self.pending.drain().collect();
         out.sort();

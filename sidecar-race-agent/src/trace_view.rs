@@ -111,21 +111,6 @@ pub fn clock_time(unix_ns: i128, offset_s: i64) -> String {
     format!("{h:02}:{m:02}:{s:02}.{ms:03}")
 }
 
-/// The local time zone's offset from UTC at `unix_s`, in seconds (0 if unknown).
-pub fn local_offset(unix_s: i64) -> i64 {
-    let t = unix_s as libc::time_t;
-    // SAFETY: localtime_r writes only into `tm`, which lives on this stack frame, and
-    // is thread-safe (unlike localtime).
-    unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        if libc::localtime_r(&t, &mut tm).is_null() {
-            0
-        } else {
-            tm.tm_gmtoff
-        }
-    }
-}
-
 /// One table line: `-` for what is unknown; the address column says what the kind
 /// means (`→ dst` for a refusal, `⇒ local` when redirected, `listen src`).
 pub fn row(r: &TraceRecord, unix_ns: i128, offset_s: i64) -> String {

@@ -43,11 +43,8 @@ impl PodMeta for Meta {
             .map(|s| s.name.as_str())
     }
     /// Boot time 0 is 2026-11-29T10:00:00Z in these recordings.
-    fn boot_ns(&self, rfc3339: &str) -> Option<u64> {
-        let t =
-            time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
-                .ok()?;
-        u64::try_from(t.unix_timestamp_nanos() - EPOCH_2026_11_29_10H).ok()
+    fn boot_ns(&self, t: jiff::Timestamp) -> Option<u64> {
+        u64::try_from(t.as_nanosecond() - EPOCH_2026_11_29_10H).ok()
     }
     fn each_pod(&self, f: &mut dyn FnMut(&PodInfo)) {
         for (uid, p) in &self.pods {
@@ -62,8 +59,8 @@ impl PodMeta for Meta {
 const EPOCH_2026_11_29_10H: i128 = 1_795_946_400_000_000_000;
 
 /// `2026-11-29T10:00:00Z` plus `ns`.
-fn at(ns: u64) -> String {
-    crate::clock::rfc3339_nanos(EPOCH_2026_11_29_10H + ns as i128)
+fn at(ns: u64) -> jiff::Timestamp {
+    jiff::Timestamp::from_nanosecond(EPOCH_2026_11_29_10H + ns as i128).unwrap()
 }
 
 fn container(
@@ -280,7 +277,7 @@ fn ordered_start_gives_no_incident() {
 #[test]
 fn drain_with_metadata_and_without() {
     let mut pod = checkout(Role::ClassicSidecar, None);
-    pod.deletion_timestamp = Some("2026-11-29T10:00:10Z".into());
+    pod.deletion_timestamp = Some("2026-11-29T10:00:10Z".parse().unwrap());
     let terminating = meta_with(pod);
     for meta in [&terminating as &dyn PodMeta, &NoMeta] {
         let mut facts = vec![

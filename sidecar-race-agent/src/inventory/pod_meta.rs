@@ -2,6 +2,8 @@
 //! trait: the pod store answers it, tests answer it with fixtures, and without a pod
 //! source `NoMeta` answers nothing.
 
+use jiff::Timestamp;
+
 use super::pod_info::PodInfo;
 
 /// What the detector knows of pods beyond the kernel (names and intent).
@@ -11,8 +13,8 @@ pub trait PodMeta {
     fn is_deleted(&self, uid: &str) -> bool;
     /// Name of a runtime container id.
     fn container_name(&self, container_id: &str) -> Option<&str>;
-    /// An RFC 3339 time of the pod source in the kernel's boot clock.
-    fn boot_ns(&self, rfc3339: &str) -> Option<u64>;
+    /// A wall-clock time of the pod source in the kernel's boot clock.
+    fn boot_ns(&self, t: Timestamp) -> Option<u64>;
     /// Every pod the source reports (for findings that need no kernel event).
     fn each_pod(&self, f: &mut dyn FnMut(&PodInfo));
 }
@@ -30,7 +32,7 @@ impl PodMeta for NoMeta {
     fn container_name(&self, _: &str) -> Option<&str> {
         None
     }
-    fn boot_ns(&self, _: &str) -> Option<u64> {
+    fn boot_ns(&self, _: Timestamp) -> Option<u64> {
         None
     }
     fn each_pod(&self, _: &mut dyn FnMut(&PodInfo)) {}

@@ -270,7 +270,7 @@ impl Detector {
 /// deadline, the deletion began `deletionGracePeriodSeconds` before it. 0 when the pod
 /// is terminating but the time cannot be read.
 fn terminating_since(pod: &PodInfo, meta: &dyn PodMeta) -> Option<u64> {
-    let deadline = pod.deletion_timestamp.as_deref()?;
+    let deadline = pod.deletion_timestamp?;
     let Some(deadline) = meta.boot_ns(deadline) else {
         return Some(0);
     };
@@ -288,7 +288,7 @@ fn stuck_since(pod: &PodInfo, meta: &dyn PodMeta) -> Option<(String, u64)> {
         if s.state != RunState::Terminated {
             return None;
         }
-        finished = finished.max(meta.boot_ns(s.finished_at.as_deref()?)?);
+        finished = finished.max(meta.boot_ns(s.finished_at?)?);
         apps += 1;
     }
     if apps == 0 {

@@ -316,7 +316,7 @@ fn container_start(
             pod?.statuses
                 .iter()
                 .find(|s| s.container_id == container_id)
-                .and_then(|s| s.started_at.as_deref())
+                .and_then(|s| s.started_at)
                 .and_then(|t| meta.boot_ns(t))
         })
 }
