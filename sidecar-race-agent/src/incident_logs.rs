@@ -31,9 +31,8 @@ impl IncidentLogs {
     pub fn consume(&mut self, outcomes: &[Outcome], now: Instant) {
         for o in outcomes {
             let (v, what) = match o {
-                Outcome::Opened(v) | Outcome::StuckJob(StuckJob::Found(v)) => {
-                    (v, "incident opened")
-                }
+                Outcome::Opened(v) => (v, "incident opened"),
+                Outcome::StuckJob(StuckJob::Found(v)) => (&**v, "incident opened"),
                 Outcome::Rephased(v) => (v, "incident phase changed"),
                 Outcome::Settled(a) => (&a.view, "incident resolved"),
                 _ => continue,

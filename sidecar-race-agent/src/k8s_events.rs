@@ -164,7 +164,7 @@ impl EventPublisher {
             let v = match o {
                 Outcome::Settled(a) if a.view.kind != Kind::StuckJob => &a.view,
                 Outcome::LateRefusals(a) => &a.view,
-                Outcome::StuckJob(StuckJob::Found(v)) => v,
+                Outcome::StuckJob(StuckJob::Found(v)) => &**v,
                 _ => continue,
             };
             if let Some(notice) = notice_for(v) {

@@ -40,7 +40,7 @@ pub struct Accounting {
 #[derive(Debug, Clone, PartialEq)]
 pub enum StuckJob {
     /// Found (the incident is opened): it stays stuck until someone acts.
-    Found(IncidentView),
+    Found(Box<IncidentView>),
     /// Incident `id` ended: the sidecar stopped or the pod went away.
     Ended(u64),
 }

@@ -258,10 +258,6 @@ impl IncidentLog {
         }
     }
 
-    pub fn next_id(&self) -> u64 {
-        self.next_id
-    }
-
     /// Stores `incident` under the next id, returning the id and the incidents evicted
     /// to make room (at most two: one for the pod's cap, one for the total cap).
     pub fn insert(&mut self, mut incident: Incident) -> (u64, Vec<Incident>) {

@@ -46,7 +46,7 @@ impl Pipeline {
                 Change::Opened(id) => self.incident(*id).map(|inc| {
                     let v = self.view_once(inc, &mut views);
                     match inc.subject {
-                        Subject::StuckJob { .. } => Outcome::StuckJob(StuckJob::Found(v)),
+                        Subject::StuckJob { .. } => Outcome::StuckJob(StuckJob::Found(Box::new(v))),
                         Subject::Refusals => Outcome::Opened(v),
                     }
                 }),

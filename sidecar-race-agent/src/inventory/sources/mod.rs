@@ -97,8 +97,6 @@ pub struct SourceStats {
     errors: AtomicU64,
     /// Objects skipped because they were not valid pods (part of `errors`).
     malformed: AtomicU64,
-    /// Successful lists / polls / reads.
-    syncs: AtomicU64,
 }
 
 impl SourceStats {
@@ -111,20 +109,12 @@ impl SourceStats {
         self.error();
     }
 
-    pub fn synced(&self) {
-        self.syncs.fetch_add(1, Relaxed);
-    }
-
     pub fn errors(&self) -> u64 {
         self.errors.load(Relaxed)
     }
 
     pub fn malformed_objects(&self) -> u64 {
         self.malformed.load(Relaxed)
-    }
-
-    pub fn syncs(&self) -> u64 {
-        self.syncs.load(Relaxed)
     }
 }
 
