@@ -169,14 +169,12 @@ impl Sink {
         if self.starts.contains_key(pod_uid) {
             return;
         }
-        let mut labels = vec![
-            ("namespace", name(&names.namespace)),
-            ("workload_kind", name(&names.workload_kind)),
-            ("workload", name(&names.workload)),
-        ];
-        if self.pod_label {
-            labels.push(("pod", name(&names.pod)));
-        }
+        let labels = self.owner_labels(
+            &names.namespace,
+            &names.workload_kind,
+            &names.workload,
+            &names.pod,
+        );
         let l = self.series.labels("pod_starts", labels.clone());
         self.families.pod_starts.get_or_create(&l).inc();
         let affected = self.affected_early.remove(pod_uid).is_some();
@@ -197,14 +195,7 @@ impl Sink {
     /// Adds suppressed refusals, per owner (already deltas).
     pub(super) fn add_suppressed(&mut self, deltas: &[(Owner, u64)]) {
         for (o, n) in deltas {
-            let mut l = vec![
-                ("namespace", name(&o.namespace)),
-                ("workload_kind", name(&o.workload_kind)),
-                ("workload", name(&o.workload)),
-            ];
-            if self.pod_label {
-                l.push(("pod", name(&o.pod)));
-            }
+            let mut l = self.owner_labels(&o.namespace, &o.workload_kind, &o.workload, &o.pod);
             l.push(("container", name(&o.container)));
             let l = self.series.labels("refusals_suppressed", l);
             self.families
@@ -216,13 +207,29 @@ impl Sink {
 
     fn workload_labels(&self, v: &IncidentView) -> Labels {
         let workload = v.workload.as_ref();
+        self.owner_labels(
+            &v.namespace,
+            &workload.map(|w| w.kind.clone()),
+            &workload.map(|w| w.name.clone()),
+            &v.pod,
+        )
+    }
+
+    /// `namespace`, `workload_kind`, `workload`, and `pod` with `--metrics-pod-label`.
+    fn owner_labels(
+        &self,
+        namespace: &Option<String>,
+        workload_kind: &Option<String>,
+        workload: &Option<String>,
+        pod: &Option<String>,
+    ) -> Labels {
         let mut l = vec![
-            ("namespace", name(&v.namespace)),
-            ("workload_kind", name(&workload.map(|w| w.kind.clone()))),
-            ("workload", name(&workload.map(|w| w.name.clone()))),
+            ("namespace", name(namespace)),
+            ("workload_kind", name(workload_kind)),
+            ("workload", name(workload)),
         ];
         if self.pod_label {
-            l.push(("pod", name(&v.pod)));
+            l.push(("pod", name(pod)));
         }
         l
     }
