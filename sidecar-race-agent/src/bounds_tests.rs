@@ -47,14 +47,14 @@ fn a_flooding_neighbour_does_not_split_or_evict_a_race_in_metrics_and_api() {
     for n in 0..3_000u32 {
         if n % 100 == 0 {
             p.kernel_event(&refused(t, 101, "127.0.0.1:15001"));
-            m.record(&p.tick(t), &p, now);
+            m.consume(&p.tick(t), now);
         }
         let dst = format!("127.0.0.1:{}", 20_000 + n);
         p.kernel_event(&refused(t, 201, &dst));
         t += MS;
     }
     p.kernel_event(&KernelEvent::Listen(socket(t, 102, "0.0.0.0:15001", None)));
-    m.record(&p.tick(t + MS), &p, now);
+    m.consume(&p.tick(t + MS), now);
     let mine: Vec<_> = p
         .incidents(&Filter::default(), usize::MAX)
         .0
@@ -158,8 +158,8 @@ fn refusals_on_ports(ports: &[u16], served: &[u16], m: Metrics) -> (Metrics, Str
     }
     let mut m = m;
     let now = Instant::now();
-    m.record(&p.tick(t), &p, now);
-    m.record(&p.tick(t + 200 * 1_000 * MS), &p, now);
+    m.consume(&p.tick(t), now);
+    m.consume(&p.tick(t + 200 * 1_000 * MS), now);
     let om = m.encode();
     std::fs::remove_dir_all(dir).unwrap();
     (m, om)
@@ -206,21 +206,32 @@ fn series_beyond_the_cap_fold_into_overflow_and_are_counted() {
     );
 }
 
+/// The bounds' totals where they live: the log budget's count is read at scrape time.
+#[derive(Debug)]
+struct Bounds(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl crate::metrics::TotalsSource for Bounds {
+    fn totals(&self) -> crate::metrics::Totals {
+        crate::metrics::Totals {
+            bounds: crate::metrics::BoundsTotals {
+                incidents_evicted: 3,
+                facts_out_of_order: 2,
+                listeners_dropped: 1,
+                log_lines_suppressed: self.0.load(std::sync::atomic::Ordering::Relaxed),
+            },
+            ..Default::default()
+        }
+    }
+}
+
 #[test]
 fn what_the_bounds_dropped_is_exported() {
-    use crate::{log_budget::LogBudget, metrics::BoundsTotals};
+    use crate::log_budget::LogBudget;
     let t0 = Instant::now();
     let mut budget = LogBudget::new(t0);
+    let m =
+        Metrics::new(false, "0", "k").with_totals(Box::new(Bounds(budget.suppressed_counter())));
     let logged = (0..100).filter(|_| budget.allow(FLOODER, t0)).count() as u64;
-    let mut m = Metrics::new(false, "0", "k");
-    let totals = |suppressed| BoundsTotals {
-        incidents_evicted: 3,
-        facts_out_of_order: 2,
-        listeners_dropped: 1,
-        log_lines_suppressed: suppressed,
-    };
-    m.update_bounds(totals(budget.suppressed()));
-    m.update_bounds(totals(budget.suppressed()));
     let om = m.encode();
     for line in [
         "sidecar_race_incidents_evicted_total 3".to_string(),

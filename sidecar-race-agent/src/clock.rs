@@ -1,6 +1,6 @@
 //! Kernel timestamps (`CLOCK_BOOTTIME` ns) to wall-clock time, and RFC 3339 output.
 
-use time::OffsetDateTime;
+use jiff::{Timestamp, tz::TimeZone};
 
 fn clock_ns(clock: libc::clockid_t) -> i128 {
     let mut ts = libc::timespec {
@@ -27,25 +27,25 @@ pub fn boot_to_unix_ns(boot_ns: u64) -> i128 {
 /// The boot-clock time of an RFC 3339 wall-clock time (as the API reports times);
 /// none for a malformed time or one before boot.
 pub fn rfc3339_to_boot_ns(text: &str) -> Option<u64> {
-    let t = OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    timestamp_to_boot_ns(text.parse().ok()?)
+}
+
+/// The boot-clock time of a wall-clock time; none for one before boot.
+pub fn timestamp_to_boot_ns(t: Timestamp) -> Option<u64> {
     let offset = clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_BOOTTIME);
-    u64::try_from(t.unix_timestamp_nanos() - offset).ok()
+    u64::try_from(t.as_nanosecond() - offset).ok()
 }
 
 /// `2026-11-29T16:40:01.123456789Z`: RFC 3339, UTC, always nine fractional digits.
 pub fn rfc3339_nanos(unix_ns: i128) -> String {
-    let t =
-        OffsetDateTime::from_unix_timestamp_nanos(unix_ns).unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.nanosecond()
-    )
+    let t = Timestamp::from_nanosecond(unix_ns).unwrap_or(Timestamp::UNIX_EPOCH);
+    format!("{}", t.strftime("%Y-%m-%dT%H:%M:%S%.9fZ"))
+}
+
+/// The local time zone's offset from UTC at `unix_s`, in seconds (0 if unknown).
+pub fn local_offset(unix_s: i64) -> i64 {
+    Timestamp::from_second(unix_s)
+        .map_or(0, |t| i64::from(TimeZone::system().to_offset(t).seconds()))
 }
 
 #[cfg(test)]

@@ -24,7 +24,21 @@ pub enum DecodeError {
 }
 
 /// The kinds of kernel event, with the names users see (`trace --kinds`, JSON `kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Kind {
     Refused,
     Listen,
@@ -43,17 +57,11 @@ impl Kind {
     ];
 
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::Refused => "refused",
-            Kind::Listen => "listen",
-            Kind::ListenClosed => "listen_closed",
-            Kind::CgroupCreated => "cgroup_created",
-            Kind::CgroupRemoved => "cgroup_removed",
-        }
+        self.into()
     }
 
     pub fn from_name(name: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.name() == name)
+        name.parse().ok()
     }
 
     /// The ABI code of this kind.

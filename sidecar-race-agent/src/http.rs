@@ -9,7 +9,7 @@ use std::{
     convert::Infallible,
     net::SocketAddr,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering::Relaxed},
     },
     time::Duration,
@@ -23,11 +23,17 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
+use parking_lot::Mutex;
 use serde_json::json;
 pub use server::Limits;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
-use crate::{detect::render::Filter, metrics::Metrics, pipeline::Pipeline, stream::StreamStats};
+use crate::{
+    detect::{Kind, Phase, State as IncidentState, render::Filter},
+    metrics::Metrics,
+    pipeline::Pipeline,
+    stream::StreamStats,
+};
 
 /// The reader wakes every second; three missed wake-ups means it is stuck.
 const READER_STALE_AFTER: Duration = Duration::from_secs(3);
@@ -135,6 +141,39 @@ struct IncidentsQuery {
     limit: Option<usize>,
 }
 
+impl IncidentsQuery {
+    /// The filter, or why a value is not one the API knows.
+    fn filter(&self) -> Result<Filter, String> {
+        let phase = parsed(&self.phase, Phase::parse, |p| {
+            format!("unknown phase `{p}`: startup, drain, steady or unresolved")
+        })?;
+        let kind = parsed(&self.kind, Kind::parse, |k| {
+            format!("unknown kind `{k}`: sidecar_race, app_not_ready, init_deadlock or stuck_job")
+        })?;
+        let state = parsed(&self.state, IncidentState::parse, |s| {
+            format!("unknown state `{s}`: open or resolved")
+        })?;
+        Ok(Filter {
+            kind,
+            phase,
+            namespace: self.namespace.clone(),
+            state,
+        })
+    }
+}
+
+/// `value` parsed by `parse`, if given; `why` it is not a value.
+fn parsed<T>(
+    value: &Option<String>,
+    parse: fn(&str) -> Option<T>,
+    why: impl Fn(&str) -> String,
+) -> Result<Option<T>, String> {
+    match value.as_deref() {
+        None => Ok(None),
+        Some(v) => parse(v).map(Some).ok_or_else(|| why(v)),
+    }
+}
+
 /// The `/api/v1/incidents` answer; `truncated`: more matched than `limit`.
 #[derive(serde::Serialize)]
 struct Page<'a> {
@@ -144,36 +183,14 @@ struct Page<'a> {
 
 async fn incidents(State(s): State<Shared>, Query(q): Query<IncidentsQuery>) -> Response {
     let bad = |msg: String| (StatusCode::BAD_REQUEST, Json(json!({"error": msg}))).into_response();
-    if let Some(p) = q.phase.as_deref()
-        && crate::detect::Phase::parse(p).is_none()
-    {
-        return bad(format!(
-            "unknown phase `{p}`: startup, drain, steady or unresolved"
-        ));
-    }
-    if let Some(k) = q.kind.as_deref()
-        && crate::detect::render::Kind::parse(k).is_none()
-    {
-        return bad(format!(
-            "unknown kind `{k}`: sidecar_race, app_not_ready, init_deadlock or stuck_job"
-        ));
-    }
-    if let Some(st) = q.state.as_deref()
-        && st != "open"
-        && st != "resolved"
-    {
-        return bad(format!("unknown state `{st}`: open or resolved"));
-    }
+    let filter = match q.filter() {
+        Ok(filter) => filter,
+        Err(msg) => return bad(msg),
+    };
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return bad(format!("limit must be 1 to {MAX_LIMIT}, not {limit}"));
     }
-    let filter = Filter {
-        kind: q.kind,
-        phase: q.phase,
-        namespace: q.namespace,
-        state: q.state,
-    };
     // A slot bounds the answers in memory at once; it is held until the answer is sent.
     let Ok(slot) = s.api_slots.clone().acquire_owned().await else {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
@@ -182,10 +199,7 @@ async fn incidents(State(s): State<Shared>, Query(q): Query<IncidentsQuery>) -> 
     // Views are built under the pipeline lock, serialized after it is released, off
     // the async workers (health checks stay answered).
     let json = tokio::task::spawn_blocking(move || {
-        let (list, truncated) = pipeline
-            .lock()
-            .expect("pipeline lock")
-            .incidents(&filter, limit);
+        let (list, truncated) = pipeline.lock().incidents(&filter, limit);
         serde_json::to_vec(&Page {
             incidents: &list,
             truncated,
@@ -229,7 +243,7 @@ async fn metrics(
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("application/openmetrics-text"));
-    let m = s.metrics.lock().expect("metrics lock");
+    let m = s.metrics.lock();
     if wants_openmetrics {
         (
             [(axum::http::header::CONTENT_TYPE, OPENMETRICS)],

@@ -25,9 +25,10 @@ use kube::{
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::detect::{
-    Phase,
-    render::{IncidentView, Kind},
+use crate::{
+    detect::{Phase, incident::Kind, render::IncidentView},
+    outcome::{Outcome, StuckJob},
+    token_bucket::TokenBucket,
 };
 
 pub const REPORTING_CONTROLLER: &str = "sidecar-race.io/agent";
@@ -155,43 +156,27 @@ impl EventPublisher {
         Self { tx, stats }
     }
 
+    /// Races whose accounting is due (and late refusals of accounted ones) become
+    /// Events on their pods, and a stuck Job as soon as it is found (it stays stuck
+    /// until someone acts); `app_not_ready` never does.
+    pub fn consume(&self, outcomes: &[Outcome]) {
+        for o in outcomes {
+            let v = match o {
+                Outcome::Settled(a) if a.view.kind != Kind::StuckJob => &a.view,
+                Outcome::LateRefusals(a) => &a.view,
+                Outcome::StuckJob(StuckJob::Found(v)) => &**v,
+                _ => continue,
+            };
+            if let Some(notice) = notice_for(v) {
+                self.notify(notice);
+            }
+        }
+    }
+
     /// Queues a notice; never waits.
     pub fn notify(&self, notice: EventNotice) {
         if self.tx.try_send(notice).is_err() {
             self.stats.dropped.fetch_add(1, Relaxed);
-        }
-    }
-}
-
-/// A token bucket: `per_minute` tokens, refilled continuously.
-struct RateLimit {
-    tokens: f64,
-    capacity: f64,
-    per_second: f64,
-    at: Instant,
-}
-
-impl RateLimit {
-    fn new(per_minute: u32) -> Self {
-        let capacity = per_minute as f64;
-        Self {
-            tokens: capacity,
-            capacity,
-            per_second: capacity / 60.0,
-            at: Instant::now(),
-        }
-    }
-
-    fn take(&mut self) -> bool {
-        let now = Instant::now();
-        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.per_second)
-            .min(self.capacity);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
         }
     }
 }
@@ -214,11 +199,13 @@ async fn post(
     mut rx: mpsc::Receiver<EventNotice>,
     stats: Arc<PublisherStats>,
 ) {
-    let mut limit = RateLimit::new(per_minute);
+    // `per_minute` Events at once, refilled continuously.
+    let burst = f64::from(per_minute);
+    let mut limit = TokenBucket::full(burst, burst / 60.0, Instant::now());
     let mut posted: HashMap<String, Posted> = HashMap::new();
     let mut warned = false;
     while let Some(n) = rx.recv().await {
-        if !limit.take() {
+        if !limit.take(Instant::now()) {
             stats.dropped.fetch_add(1, Relaxed);
             continue;
         }
@@ -226,10 +213,10 @@ async fn post(
         let name = format!("{}.{:016x}", n.pod, fnv1a(&n.key));
         let known = posted.get(&n.key).map(|p| p.count);
         match deliver(&api, &n, &name, &node, known).await {
-            Ok((count, outcome)) => {
-                match outcome {
-                    Outcome::Created => stats.created.fetch_add(1, Relaxed),
-                    Outcome::Updated => stats.updated.fetch_add(1, Relaxed),
+            Ok((count, delivered)) => {
+                match delivered {
+                    Delivered::Created => stats.created.fetch_add(1, Relaxed),
+                    Delivered::Updated => stats.updated.fetch_add(1, Relaxed),
                 };
                 posted.insert(
                     n.key.clone(),
@@ -257,7 +244,7 @@ async fn post(
     }
 }
 
-enum Outcome {
+enum Delivered {
     Created,
     Updated,
 }
@@ -273,18 +260,18 @@ async fn deliver(
     name: &str,
     node: &str,
     known: Option<i32>,
-) -> Result<(i32, Outcome), kube::Error> {
+) -> Result<(i32, Delivered), kube::Error> {
     if let Some(count) = known {
         match update(api, n, name, count + 1).await {
             Err(e) if status(&e) == Some(404) => {}
-            other => return other.map(|_| (count + 1, Outcome::Updated)),
+            other => return other.map(|_| (count + 1, Delivered::Updated)),
         }
     }
     match create(api, n, name, node).await {
-        Err(e) if status(&e) == Some(409) => {
-            update(api, n, name, 2).await.map(|_| (2, Outcome::Updated))
-        }
-        other => other.map(|_| (1, Outcome::Created)),
+        Err(e) if status(&e) == Some(409) => update(api, n, name, 2)
+            .await
+            .map(|_| (2, Delivered::Updated)),
+        other => other.map(|_| (1, Delivered::Created)),
     }
 }
 

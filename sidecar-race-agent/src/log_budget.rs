@@ -5,8 +5,14 @@
 
 use std::{
     collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
     time::{Duration, Instant},
 };
+
+use crate::token_bucket::TokenBucket;
 
 /// Lines one pod may log in a burst, and per second after it.
 pub const POD_BURST: f64 = 20.0;
@@ -17,61 +23,41 @@ pub const NODE_PER_SECOND: f64 = 20.0;
 /// How often at most the summary of suppressed lines is logged.
 pub const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn full(burst: f64, now: Instant) -> Self {
-        Self {
-            tokens: burst,
-            at: now,
-        }
-    }
-
-    fn refill(&mut self, burst: f64, per_second: f64, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * per_second).min(burst);
-        self.at = self.at.max(now);
-    }
-}
-
 pub struct LogBudget {
-    node: Bucket,
-    pods: HashMap<String, Bucket>,
+    node: TokenBucket,
+    pods: HashMap<String, TokenBucket>,
     /// Lines suppressed per pod since the last summary.
     pending: HashMap<String, u64>,
-    suppressed: u64,
+    /// Lines suppressed so far (shared: the metrics read it at scrape time).
+    suppressed: Arc<AtomicU64>,
     last_summary: Instant,
 }
 
 impl LogBudget {
     pub fn new(now: Instant) -> Self {
         Self {
-            node: Bucket::full(NODE_BURST, now),
+            node: TokenBucket::full(NODE_BURST, NODE_PER_SECOND, now),
             pods: HashMap::new(),
             pending: HashMap::new(),
-            suppressed: 0,
+            suppressed: Arc::default(),
             last_summary: now,
         }
     }
 
     /// Whether a line about `pod_uid` may be logged now; counted when not.
     pub fn allow(&mut self, pod_uid: &str, now: Instant) -> bool {
-        self.node.refill(NODE_BURST, NODE_PER_SECOND, now);
+        self.node.refill(now);
         let pod = self
             .pods
             .entry(pod_uid.to_string())
-            .or_insert_with(|| Bucket::full(POD_BURST, now));
-        pod.refill(POD_BURST, POD_PER_SECOND, now);
-        if pod.tokens >= 1.0 && self.node.tokens >= 1.0 {
-            pod.tokens -= 1.0;
-            self.node.tokens -= 1.0;
+            .or_insert_with(|| TokenBucket::full(POD_BURST, POD_PER_SECOND, now));
+        pod.refill(now);
+        if pod.has_token() && self.node.has_token() {
+            pod.spend();
+            self.node.spend();
             return true;
         }
-        self.suppressed += 1;
+        self.suppressed.fetch_add(1, Relaxed);
         *self.pending.entry(pod_uid.to_string()).or_default() += 1;
         false
     }
@@ -84,17 +70,17 @@ impl LogBudget {
         }
         self.last_summary = now;
         self.pods.retain(|_, b| {
-            b.refill(POD_BURST, POD_PER_SECOND, now);
-            b.tokens < POD_BURST
+            b.refill(now);
+            !b.is_full()
         });
         let mut out: Vec<(String, u64)> = self.pending.drain().collect();
         out.sort();
         out
     }
 
-    /// Lines suppressed so far.
-    pub fn suppressed(&self) -> u64 {
-        self.suppressed
+    /// The count of lines suppressed, to read it elsewhere.
+    pub fn suppressed_counter(&self) -> Arc<AtomicU64> {
+        self.suppressed.clone()
     }
 }
 
@@ -109,7 +95,10 @@ mod tests {
         let logged = (0..10_000).filter(|_| b.allow("flooder", t0)).count();
         assert_eq!(logged, POD_BURST as usize);
         assert!(b.allow("quiet", t0), "another pod has its own budget");
-        assert_eq!(b.suppressed(), 10_000 - POD_BURST as u64);
+        assert_eq!(
+            b.suppressed_counter().load(Relaxed),
+            10_000 - POD_BURST as u64
+        );
         assert!(b.summary(t0).is_empty(), "not due yet");
         let later = t0 + SUMMARY_EVERY;
         assert_eq!(
@@ -129,6 +118,9 @@ mod tests {
             .filter(|n| b.allow(&format!("pod-{n}"), t0))
             .count();
         assert_eq!(logged, NODE_BURST as usize);
-        assert_eq!(b.suppressed(), 1_000 - NODE_BURST as u64);
+        assert_eq!(
+            b.suppressed_counter().load(Relaxed),
+            1_000 - NODE_BURST as u64
+        );
     }
 }

@@ -5,13 +5,13 @@ use serde::Serialize;
 
 use crate::{
     clock,
-    events::{KernelEvent, SocketFact},
+    events::{KernelEvent, Kind, SocketFact},
     inventory::Attribution,
 };
 
 #[derive(Debug, Serialize, PartialEq)]
 pub struct TraceRecord {
-    pub kind: &'static str,
+    pub kind: Kind,
     pub ts: String,
     pub cgroup_id: u64,
     pub cgroup_path: Option<String>,
@@ -37,7 +37,7 @@ impl TraceRecord {
     /// `cgroup_path` comes from the cgroup index (or the event itself).
     pub fn new(ev: &KernelEvent, cgroup_path: Option<String>, attribution: Attribution) -> Self {
         let ts = clock::rfc3339_nanos(clock::boot_to_unix_ns(ev.ts_boot_ns()));
-        let kind = ev.kind().name();
+        let kind = ev.kind();
         match ev {
             KernelEvent::Refused(s) | KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
                 Self::socket(
@@ -67,7 +67,7 @@ impl TraceRecord {
     }
 
     fn socket(
-        kind: &'static str,
+        kind: Kind,
         ts: String,
         s: &SocketFact,
         cgroup_path: Option<String>,

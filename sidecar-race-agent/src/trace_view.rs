@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use crate::trace_record::TraceRecord;
+use crate::{events::Kind, trace_record::TraceRecord};
 
 /// `trace --format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -57,7 +57,7 @@ impl TraceFilter {
             let local = r.local_dst.clone().flatten();
             [port_of(&r.dst), port_of(&local)]
                 .into_iter()
-                .chain((r.kind != "refused").then(|| port_of(&r.src)))
+                .chain((r.kind != Kind::Refused).then(|| port_of(&r.src)))
                 .flatten()
                 .any(|p| self.ports.contains(&p))
         };
@@ -111,40 +111,25 @@ pub fn clock_time(unix_ns: i128, offset_s: i64) -> String {
     format!("{h:02}:{m:02}:{s:02}.{ms:03}")
 }
 
-/// The local time zone's offset from UTC at `unix_s`, in seconds (0 if unknown).
-pub fn local_offset(unix_s: i64) -> i64 {
-    let t = unix_s as libc::time_t;
-    // SAFETY: localtime_r writes only into `tm`, which lives on this stack frame, and
-    // is thread-safe (unlike localtime).
-    unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        if libc::localtime_r(&t, &mut tm).is_null() {
-            0
-        } else {
-            tm.tm_gmtoff
-        }
-    }
-}
-
 /// One table line: `-` for what is unknown; the address column says what the kind
 /// means (`→ dst` for a refusal, `⇒ local` when redirected, `listen src`).
 pub fn row(r: &TraceRecord, unix_ns: i128, offset_s: i64) -> String {
     let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let a = &r.attribution;
     let address = match r.kind {
-        "refused" => {
+        Kind::Refused => {
             let mut s = format!("{} → {}", dash(&r.src), r.dst.as_deref().unwrap_or("?"));
             if let Some(Some(local)) = &r.local_dst {
                 s.push_str(&format!(" ⇒ {local}"));
             }
             s
         }
-        "listen" | "listen_closed" => dash(&r.src),
+        Kind::Listen | Kind::ListenClosed => dash(&r.src),
         _ => dash(&r.cgroup_path),
     };
     let values = [
         clock_time(unix_ns, offset_s),
-        r.kind.to_string(),
+        r.kind.name().to_string(),
         dash(&a.namespace),
         dash(&a.pod),
         dash(&a.container),
@@ -165,12 +150,7 @@ mod tests {
     use super::*;
     use crate::inventory::Attribution;
 
-    fn record(
-        kind: &'static str,
-        src: &str,
-        dst: Option<&str>,
-        local: Option<&str>,
-    ) -> TraceRecord {
+    fn record(kind: Kind, src: &str, dst: Option<&str>, local: Option<&str>) -> TraceRecord {
         TraceRecord {
             kind,
             ts: "2026-11-29T10:00:00.123456789Z".into(),
@@ -188,19 +168,19 @@ mod tests {
             family: Some("ipv4"),
             src: Some(src.into()),
             dst: dst.map(Into::into),
-            local_dst: (kind == "refused").then(|| local.map(Into::into)),
+            local_dst: (kind == Kind::Refused).then(|| local.map(Into::into)),
         }
     }
 
     #[test]
     fn filters_by_names_and_ports() {
         let refused = record(
-            "refused",
+            Kind::Refused,
             "127.0.0.1:40000",
             Some("10.96.0.10:80"),
             Some("127.0.0.1:15001"),
         );
-        let listen = record("listen", "127.0.0.1:15001", None, None);
+        let listen = record(Kind::Listen, "127.0.0.1:15001", None, None);
         let all = TraceFilter::default();
         assert!(all.matches(&refused) && !all.needs_names());
         let port = TraceFilter {
@@ -247,7 +227,7 @@ mod tests {
             "23:20:00.123"
         );
         let r = record(
-            "refused",
+            Kind::Refused,
             "127.0.0.1:40000",
             Some("10.96.0.10:80"),
             Some("127.0.0.1:15001"),
@@ -265,7 +245,7 @@ mod tests {
             line.ends_with("127.0.0.1:40000 → 10.96.0.10:80 ⇒ 127.0.0.1:15001"),
             "{line}"
         );
-        let mut long = record("listen", "127.0.0.1:15001", None, None);
+        let mut long = record(Kind::Listen, "127.0.0.1:15001", None, None);
         long.attribution.pod = Some("a-very-long-pod-name-that-does-not-fit-its-column".into());
         let line = row(&long, 0, 0);
         // Columns are counted in characters (`…` is one).

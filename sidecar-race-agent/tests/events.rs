@@ -18,11 +18,8 @@ use axum::{
 };
 use serde_json::{Value, json};
 use sidecar_race_agent::{
-    detect::{
-        Phase, State as IncidentState,
-        render::{IncidentView, Kind},
-    },
-    inventory::pod_info::{Pattern, Workload},
+    detect::{Kind, Phase, State as IncidentState, render::IncidentView},
+    inventory::pod_info::{Pattern, Role, Workload},
     k8s_events::{EventPublisher, notice_for},
 };
 
@@ -115,10 +112,10 @@ fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
         workload: Some(Workload { kind: "Deployment".into(), name: "checkout".into() }),
         container: Some(container.into()),
         container_id: Some("a".repeat(64)),
-        container_role: "app",
+        container_role: Some(Role::App),
         sidecar: Some("istio-proxy".into()),
         sidecar_container_id: Some("b".repeat(64)),
-        sidecar_role: "classic_sidecar",
+        sidecar_role: Some(Role::ClassicSidecar),
         pattern: Pattern::Classic,
         port: Some(port),
         destination: Some(format!("127.0.0.1:{port}")),

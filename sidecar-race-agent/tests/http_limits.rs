@@ -1,7 +1,7 @@
 //! The agent's HTTP server against slow and unusual clients: a client sending one
 //! header byte per second is disconnected and does not hold shutdown up; request
 //! bodies and bad limits are refused; `/api/v1/incidents` can be left out of the
-//! main address (`--api-listen`).
+//! main address (`--api-listen`); a panic under the pipeline lock poisons nothing.
 
 mod http_kit;
 
@@ -119,6 +119,28 @@ async fn request_bodies_and_bad_limits_are_refused() {
     let (_, body) = get(server.addr, "/api/v1/incidents?phase=drain").await;
     let page: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(page["incidents"], serde_json::json!([]));
+    server.stop();
+}
+
+/// A task that panics while holding the pipeline lock (a bug in a request handler)
+/// leaves the lock usable: the next request is answered and the daemon goes on.
+#[tokio::test]
+async fn a_panic_while_holding_the_pipeline_lock_does_not_break_the_next_user() {
+    let server = Server::start(pipeline_with_races(2), limits(), true).await;
+    let pipeline = server.pipeline.clone();
+    let panicked = std::thread::spawn(move || {
+        let _held = pipeline.lock();
+        panic!("a handler bug while holding the pipeline");
+    })
+    .join();
+    assert!(
+        panicked.is_err(),
+        "the thread panicked while holding the lock"
+    );
+    let (status, body) = get(server.addr, "/api/v1/incidents").await;
+    assert_eq!(status, 200, "{body}");
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(page["incidents"].as_array().unwrap().len(), 2);
     server.stop();
 }
 

@@ -12,8 +12,7 @@ use proptest::prelude::*;
 use serde_json::json;
 use sidecar_race_agent::{
     detect::{
-        Change, Client, Detector, DetectorConfig, Fact, Phase, State, detector::PodMeta,
-        incident::Hidden,
+        Change, Client, Detector, DetectorConfig, Fact, Phase, PodMeta, State, incident::Hidden,
     },
     inventory::pod_info::PodInfo,
 };
@@ -111,12 +110,8 @@ impl PodMeta for Meta {
             .map(|s| s.name.as_str())
     }
     /// Boot time 0 is 2026-11-29T10:00:00Z.
-    fn boot_ns(&self, rfc3339: &str) -> Option<u64> {
-        let secs: u64 = rfc3339
-            .strip_prefix("2026-11-29T10:00:")?
-            .strip_suffix('Z')?
-            .parse()
-            .ok()?;
+    fn boot_ns(&self, t: jiff::Timestamp) -> Option<u64> {
+        let secs = u64::try_from(t.as_second() - 1_795_946_400).ok()?;
         Some(secs * SECOND)
     }
     fn each_pod(&self, f: &mut dyn FnMut(&PodInfo)) {

@@ -3,9 +3,10 @@
 //! directory under the hierarchy reaches the parser), Pod objects, lint manifests and
 //! the `/api/v1/incidents` query string. Any input gets an answer, never a panic.
 
-use std::sync::{Arc, Mutex, atomic::AtomicBool};
+use std::sync::{Arc, atomic::AtomicBool};
 
 use axum::body::Body;
+use parking_lot::Mutex;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use sidecar_race_agent::{

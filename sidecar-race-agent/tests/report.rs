@@ -409,8 +409,9 @@ async fn prometheus_fleet_is_ranked_with_the_queries_it_needs() {
                 || query.starts_with("histogram_quantile("),
             "{query}"
         );
+        // Form-encoded (spaces as `+`, a PromQL `+` as `%2B`): decoded as sent.
         assert!(
-            !raw.contains(' ') && !raw.contains('"') && raw.contains("%20"),
+            !raw.contains(' ') && !raw.contains('"') && raw.contains('+'),
             "{raw}"
         );
     }

@@ -93,7 +93,7 @@ pub struct RunArgs {
     #[arg(
         long,
         env = "SIDECAR_RACE_MAX_SERIES_PER_METRIC",
-        default_value_t = crate::metrics_cap::DEFAULT_MAX_SERIES
+        default_value_t = crate::metrics::DEFAULT_MAX_SERIES
     )]
     pub max_series_per_metric: usize,
     /// Milliseconds kernel facts are held to be put back in time order.

@@ -104,7 +104,7 @@ impl<W: Write> Output<W> {
             TraceFormat::Json => serde_json::to_string(&record).expect("trace records serialise"),
             TraceFormat::Table => {
                 let unix_ns = clock::boot_to_unix_ns(ev.ts_boot_ns());
-                let offset = trace_view::local_offset((unix_ns / 1_000_000_000) as i64);
+                let offset = clock::local_offset((unix_ns / 1_000_000_000) as i64);
                 trace_view::row(&record, unix_ns, offset)
             }
         };

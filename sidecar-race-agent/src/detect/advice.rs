@@ -1,6 +1,6 @@
 //! One sentence per incident: the fix that applies, in the names the user knows.
 
-use super::{incident::Phase, render::Kind};
+use super::incident::{Kind, Phase};
 use crate::inventory::pod_info::{Pattern, ProbeTarget};
 
 /// What the advice is about.

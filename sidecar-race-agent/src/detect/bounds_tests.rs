@@ -2,7 +2,7 @@
 //! does not push its neighbours' incidents out, listener tables are capped, and
 //! late facts still find their place.
 
-use super::{detector::NoMeta, *};
+use super::{NoMeta, *};
 
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000 * MS;

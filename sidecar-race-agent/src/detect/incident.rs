@@ -10,8 +10,21 @@ use serde::Serialize;
 
 use super::fact::Client;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Phase {
     /// Refused before the port's first listener in the pod came up.
     Startup,
@@ -25,28 +38,17 @@ pub enum Phase {
 
 impl Phase {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Startup => "startup",
-            Phase::Drain => "drain",
-            Phase::Steady => "steady",
-            Phase::Unresolved => "unresolved",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<Phase> {
-        [
-            Phase::Startup,
-            Phase::Drain,
-            Phase::Steady,
-            Phase::Unresolved,
-        ]
-        .into_iter()
-        .find(|p| p.as_str() == s)
+        s.parse().ok()
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr, strum::EnumString)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum State {
     Open,
     Resolved,
@@ -54,10 +56,58 @@ pub enum State {
 
 impl State {
     pub fn as_str(self) -> &'static str {
-        match self {
-            State::Open => "open",
-            State::Resolved => "resolved",
-        }
+        self.into()
+    }
+
+    pub fn parse(s: &str) -> Option<State> {
+        s.parse().ok()
+    }
+}
+
+/// What an incident is, from the roles of the containers involved.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Kind {
+    /// A client refused by a sidecar's port (or, with no roles known, by another
+    /// container's port): what the product is for.
+    SidecarRace,
+    /// A container refused by an app container's port: a sidecar forwarding inbound
+    /// traffic or a rewritten probe, or an app dialing another app. The app is not ready
+    /// yet; no sidecar to migrate.
+    AppNotReady,
+    /// An init container refused by a port of a container in `containers[]`, which
+    /// cannot start before the init containers finish.
+    InitDeadlock,
+    /// A Job's pod kept running by a classic sidecar after its app containers finished.
+    StuckJob,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        s.parse().ok()
+    }
+
+    /// Whether it is evidence for migrating a sidecar (metrics of races, Events, the
+    /// report's ranking). `app_not_ready` is not.
+    pub fn is_migration_evidence(self) -> bool {
+        self != Kind::AppNotReady
     }
 }
 
@@ -206,10 +256,6 @@ impl IncidentLog {
             next_id: 1,
             evicted: 0,
         }
-    }
-
-    pub fn next_id(&self) -> u64 {
-        self.next_id
     }
 
     /// Stores `incident` under the next id, returning the id and the incidents evicted

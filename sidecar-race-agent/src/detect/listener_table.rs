@@ -73,10 +73,6 @@ impl ListenerTable {
         self.by_port.values().map(Vec::len).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.by_port.is_empty()
-    }
-
     /// Only the last closed listener of an address matters (for refusals after it
     /// went away); older ones are dropped, and the oldest closed ones beyond the cap.
     fn forget_old(&mut self, addr: SocketAddr) {

@@ -1,21 +1,22 @@
 //! Detection: kernel facts plus pod metadata → startup / drain / steady / unresolved
 //! incidents with the sidecar, its pattern and the race window.
 
-pub mod advice;
-pub mod detector;
-pub mod fact;
+pub(crate) mod advice;
+pub(crate) mod detector;
+pub(crate) mod fact;
 pub mod incident;
-pub mod listener_table;
-pub mod listeners;
+pub(crate) mod listener_table;
+pub(crate) mod listeners;
 pub mod render;
-pub mod reorder;
+pub(crate) mod reorder;
 
 #[cfg(test)]
 mod tests;
 
-pub use detector::{Change, Detector, DetectorConfig, NoMeta, PodMeta};
+pub use crate::inventory::pod_meta::{NoMeta, PodMeta};
+pub use detector::{Change, Detector, DetectorConfig};
 pub use fact::{Client, Fact};
-pub use incident::{Incident, Phase, State};
+pub use incident::{Incident, Kind, Phase, State};
 
 #[cfg(test)]
 mod bounds_tests;

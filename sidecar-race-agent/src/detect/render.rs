@@ -5,56 +5,12 @@ use serde::Serialize;
 
 use super::{
     advice::{Subject as AdviceSubject, advice},
-    detector::PodMeta,
-    incident::{Incident, Phase, State, Subject},
+    incident::{Incident, Kind, Phase, State, Subject},
 };
-use crate::inventory::pod_info::{Pattern, Role, Workload};
-
-/// What an incident is, from the roles of the containers involved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// A client refused by a sidecar's port (or, with no roles known, by another
-    /// container's port): what the product is for.
-    SidecarRace,
-    /// A container refused by an app container's port: a sidecar forwarding inbound
-    /// traffic or a rewritten probe, or an app dialing another app. The app is not ready
-    /// yet; no sidecar to migrate.
-    AppNotReady,
-    /// An init container refused by a port of a container in `containers[]`, which
-    /// cannot start before the init containers finish.
-    InitDeadlock,
-    /// A Job's pod kept running by a classic sidecar after its app containers finished.
-    StuckJob,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::SidecarRace => "sidecar_race",
-            Kind::AppNotReady => "app_not_ready",
-            Kind::InitDeadlock => "init_deadlock",
-            Kind::StuckJob => "stuck_job",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Kind> {
-        [
-            Kind::SidecarRace,
-            Kind::AppNotReady,
-            Kind::InitDeadlock,
-            Kind::StuckJob,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
-    }
-
-    /// Whether it is evidence for migrating a sidecar (metrics of races, Events, the
-    /// report's ranking). `app_not_ready` is not.
-    pub fn is_migration_evidence(self) -> bool {
-        self != Kind::AppNotReady
-    }
-}
+use crate::inventory::{
+    pod_info::{Pattern, Role, Workload},
+    pod_meta::PodMeta,
+};
 
 /// One incident in the public JSON shape (field names are a stable interface).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -70,10 +26,12 @@ pub struct IncidentView {
     pub container: Option<String>,
     pub container_id: Option<String>,
     /// `app`, `classic_sidecar`, `native_sidecar`, `init`, `ephemeral` or `unknown`.
-    pub container_role: &'static str,
+    #[serde(serialize_with = "role_or_unknown")]
+    pub container_role: Option<Role>,
     pub sidecar: Option<String>,
     pub sidecar_container_id: Option<String>,
-    pub sidecar_role: &'static str,
+    #[serde(serialize_with = "role_or_unknown")]
+    pub sidecar_role: Option<Role>,
     pub pattern: Pattern,
     pub port: Option<u16>,
     pub destination: Option<String>,
@@ -157,7 +115,6 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         roles_known: container_role.is_some() && sidecar_role.is_some(),
         client_is_sidecar: container_role.is_some_and(Role::is_sidecar),
     });
-    let role_name = |r: Option<Role>| r.map_or("unknown", Role::as_str);
     IncidentView {
         id: inc.id,
         kind,
@@ -169,10 +126,10 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         workload: pod.map(|p| p.workload.clone()),
         container,
         container_id,
-        container_role: role_name(container_role),
+        container_role,
         sidecar,
         sidecar_container_id,
-        sidecar_role: role_name(sidecar_role),
+        sidecar_role,
         pattern,
         port: refusals.then_some(inc.port),
         destination: refusals.then(|| inc.destination.to_string()),
@@ -191,20 +148,29 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
     }
 }
 
-/// `?kind=&phase=&namespace=&state=` of `/api/v1/incidents`.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+/// The name of a container's role, `unknown` when the pod metadata does not say.
+pub fn role_name(role: Option<Role>) -> &'static str {
+    role.map_or("unknown", Role::as_str)
+}
+
+fn role_or_unknown<S: serde::Serializer>(role: &Option<Role>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(role_name(*role))
+}
+
+/// `?kind=&phase=&namespace=&state=` of `/api/v1/incidents`, parsed.
+#[derive(Debug, Clone, Default)]
 pub struct Filter {
-    pub kind: Option<String>,
-    pub phase: Option<String>,
+    pub kind: Option<Kind>,
+    pub phase: Option<Phase>,
     pub namespace: Option<String>,
-    pub state: Option<String>,
+    pub state: Option<State>,
 }
 
 impl Filter {
     pub fn matches(&self, v: &IncidentView) -> bool {
-        self.kind.as_deref().is_none_or(|k| k == v.kind.as_str())
-            && self.phase.as_deref().is_none_or(|p| p == v.phase.as_str())
-            && self.state.as_deref().is_none_or(|s| s == v.state.as_str())
+        self.kind.is_none_or(|k| k == v.kind)
+            && self.phase.is_none_or(|p| p == v.phase)
+            && self.state.is_none_or(|s| s == v.state)
             && self
                 .namespace
                 .as_deref()

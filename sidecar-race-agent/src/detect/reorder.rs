@@ -127,14 +127,6 @@ impl Reorder {
         }
         out
     }
-
-    pub fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -166,8 +158,7 @@ mod tests {
             "held until idle for a window"
         );
         assert!(r.release(1_100, true).iter().map(Fact::ts).eq([50, 140]));
-        assert!(r.is_empty());
-        assert_eq!(r.next_due(1_000), None);
+        assert_eq!(r.next_due(1_000), None, "nothing held");
         r.push(started(500));
         r.push(started(400));
         assert!(r.drain().iter().map(Fact::ts).eq([400, 500]));

@@ -4,7 +4,8 @@ use std::collections::{HashMap, HashSet};
 
 use super::{
     detector::NotARace,
-    render::{Filter, Kind, view},
+    incident::Kind,
+    render::{Filter, view},
     reorder::Reorder,
     *,
 };
@@ -42,11 +43,8 @@ impl PodMeta for Meta {
             .map(|s| s.name.as_str())
     }
     /// Boot time 0 is 2026-11-29T10:00:00Z in these recordings.
-    fn boot_ns(&self, rfc3339: &str) -> Option<u64> {
-        let t =
-            time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
-                .ok()?;
-        u64::try_from(t.unix_timestamp_nanos() - EPOCH_2026_11_29_10H).ok()
+    fn boot_ns(&self, t: jiff::Timestamp) -> Option<u64> {
+        u64::try_from(t.as_nanosecond() - EPOCH_2026_11_29_10H).ok()
     }
     fn each_pod(&self, f: &mut dyn FnMut(&PodInfo)) {
         for (uid, p) in &self.pods {
@@ -61,8 +59,8 @@ impl PodMeta for Meta {
 const EPOCH_2026_11_29_10H: i128 = 1_795_946_400_000_000_000;
 
 /// `2026-11-29T10:00:00Z` plus `ns`.
-fn at(ns: u64) -> String {
-    crate::clock::rfc3339_nanos(EPOCH_2026_11_29_10H + ns as i128)
+fn at(ns: u64) -> jiff::Timestamp {
+    jiff::Timestamp::from_nanosecond(EPOCH_2026_11_29_10H + ns as i128).unwrap()
 }
 
 fn container(
@@ -306,7 +304,7 @@ fn ordered_start_gives_no_incident() {
 #[test]
 fn drain_with_metadata_and_without() {
     let mut pod = checkout(Role::ClassicSidecar, None);
-    pod.deletion_timestamp = Some("2026-11-29T10:00:10Z".into());
+    pod.deletion_timestamp = Some("2026-11-29T10:00:10Z".parse().unwrap());
     let terminating = meta_with(pod);
     for meta in [&terminating as &dyn PodMeta, &NoMeta] {
         let mut facts = vec![
@@ -788,15 +786,15 @@ fn filters_match_phase_state_and_namespace() {
         &meta,
     );
     let v = view(all(&d)[0], &meta, &wall);
-    let f = |phase: Option<&str>, state: Option<&str>, ns: Option<&str>| Filter {
+    let f = |phase: Option<Phase>, state: Option<State>, ns: Option<&str>| Filter {
         kind: None,
-        phase: phase.map(String::from),
-        state: state.map(String::from),
+        phase,
+        state,
         namespace: ns.map(String::from),
     };
-    assert!(f(Some("startup"), Some("resolved"), Some("shop")).matches(&v));
-    assert!(!f(Some("drain"), None, None).matches(&v));
-    assert!(!f(None, Some("open"), None).matches(&v));
+    assert!(f(Some(Phase::Startup), Some(State::Resolved), Some("shop")).matches(&v));
+    assert!(!f(Some(Phase::Drain), None, None).matches(&v));
+    assert!(!f(None, Some(State::Open), None).matches(&v));
     assert!(!f(None, None, Some("default")).matches(&v));
     let json = serde_json::to_value(&v).unwrap();
     for field in [
@@ -882,7 +880,7 @@ fn a_proxy_dialing_the_app_before_it_listens_is_app_not_ready_not_a_race() {
         assert_eq!(v.sidecar.as_deref(), Some("app"), "the app served the port");
         assert_eq!(
             (v.container_role, v.sidecar_role),
-            ("classic_sidecar", "app")
+            (Some(Role::ClassicSidecar), Some(Role::App))
         );
         assert!(!v.kind.is_migration_evidence());
         assert!(v.advice.starts_with("Not a sidecar race"), "{}", v.advice);
@@ -972,7 +970,12 @@ fn roles_unknown_without_metadata_are_said_in_the_incident() {
     );
     let v = view(all(&d)[0], &NoMeta, &wall);
     assert_eq!(v.kind, Kind::SidecarRace);
-    assert_eq!((v.container_role, v.sidecar_role), ("unknown", "unknown"));
+    assert_eq!((v.container_role, v.sidecar_role), (None, None));
+    let json = serde_json::to_value(&v).unwrap();
+    assert_eq!(
+        (&json["container_role"], &json["sidecar_role"]),
+        (&"unknown".into(), &"unknown".into())
+    );
     assert!(
         v.advice.contains("container roles are unknown"),
         "{}",
@@ -1410,7 +1413,10 @@ fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
     );
     let v = view(all(&d)[0], &meta, &wall);
     assert_eq!(v.kind, Kind::AppNotReady);
-    assert_eq!((v.container_role, v.sidecar_role), ("app", "app"));
+    assert_eq!(
+        (v.container_role, v.sidecar_role),
+        (Some(Role::App), Some(Role::App))
+    );
     assert!(
         v.advice
             .contains("name it in the pod annotation sidecar-race.io/sidecars"),

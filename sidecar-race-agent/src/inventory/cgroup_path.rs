@@ -12,9 +12,11 @@
 //! `Unknown` (unattributed).
 
 /// Container runtime that made a container cgroup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Runtime {
     Containerd,
+    #[strum(serialize = "cri-o")]
     CriO,
     Docker,
     Podman,
@@ -36,12 +38,7 @@ impl Runtime {
 
     /// Name for output: "containerd" | "cri-o" | "docker" | "podman".
     pub fn as_str(self) -> &'static str {
-        match self {
-            Runtime::Containerd => "containerd",
-            Runtime::CriO => "cri-o",
-            Runtime::Docker => "docker",
-            Runtime::Podman => "podman",
-        }
+        self.into()
     }
 
     /// The scheme Kubernetes uses in containerStatuses[].containerID, e.g. "containerd" in

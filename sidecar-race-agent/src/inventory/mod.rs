@@ -2,9 +2,10 @@
 //! alone (works with no API server at all), then names from the pod source.
 
 pub mod cgroup_path;
-pub mod pending;
+pub(crate) mod pending;
 pub mod pod_info;
-pub mod sidecars;
+pub(crate) mod pod_meta;
+pub(crate) mod sidecars;
 pub mod sources;
 pub mod store;
 

@@ -2,6 +2,7 @@
 //! names, owner workload, which containers are app containers or (native) sidecars,
 //! the ports they declare, their probes, statuses and lifecycle.
 
+use jiff::Timestamp;
 use std::{collections::BTreeMap, net::IpAddr};
 
 use k8s_openapi::{
@@ -30,8 +31,9 @@ pub struct Workload {
 }
 
 /// How a container is declared, and what it is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Role {
     /// In `containers`: started together with the others.
     App,
@@ -46,13 +48,7 @@ pub enum Role {
 
 impl Role {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Role::App => "app",
-            Role::ClassicSidecar => "classic_sidecar",
-            Role::Init => "init",
-            Role::NativeSidecar => "native_sidecar",
-            Role::Ephemeral => "ephemeral",
-        }
+        self.into()
     }
 
     pub fn is_sidecar(self) -> bool {
@@ -66,8 +62,9 @@ impl Role {
 }
 
 /// How a sidecar is declared, as the README and metrics name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Pattern {
     /// In `containers`: races the app at start and at drain.
     Classic,
@@ -80,12 +77,7 @@ pub enum Pattern {
 
 impl Pattern {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Pattern::Classic => "classic",
-            Pattern::Native => "native",
-            Pattern::NativeProbed => "native_probed",
-            Pattern::Unknown => "unknown",
-        }
+        self.into()
     }
 }
 
@@ -139,10 +131,10 @@ pub struct StatusInfo {
     pub container_id: String,
     pub runtime: Runtime,
     pub state: RunState,
-    /// RFC 3339, as the API reports it: when the current instance started running.
-    pub started_at: Option<String>,
-    /// RFC 3339: when it terminated (`state: terminated`).
-    pub finished_at: Option<String>,
+    /// When the current instance started running (parsed once, as the pod is read).
+    pub started_at: Option<Timestamp>,
+    /// When it terminated (`state: terminated`).
+    pub finished_at: Option<Timestamp>,
     pub ready: bool,
     pub restart_count: i32,
 }
@@ -164,7 +156,7 @@ pub struct PodInfo {
     pub workload: Workload,
     pub containers: Vec<ContainerInfo>,
     pub statuses: Vec<StatusInfo>,
-    pub deletion_timestamp: Option<String>,
+    pub deletion_timestamp: Option<Timestamp>,
     pub deletion_grace_period_seconds: Option<i64>,
     pub termination_grace_period_seconds: Option<i64>,
     pub host_network: bool,
@@ -251,7 +243,7 @@ impl PodInfo {
             name,
             containers,
             statuses,
-            deletion_timestamp: meta.deletion_timestamp.as_ref().map(|t| t.0.to_string()),
+            deletion_timestamp: meta.deletion_timestamp.as_ref().map(|t| t.0),
             deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
             termination_grace_period_seconds: spec.and_then(|s| s.termination_grace_period_seconds),
             host_network: spec.and_then(|s| s.host_network).unwrap_or(false),
@@ -414,14 +406,14 @@ fn status_info(s: &ContainerStatus) -> Option<StatusInfo> {
                 .as_ref()
                 .and_then(|r| r.started_at.as_ref())
                 .or(st.terminated.as_ref().and_then(|t| t.started_at.as_ref()))
-                .map(|t| t.0.to_string())
+                .map(|t| t.0)
         }),
         finished_at: s
             .state
             .as_ref()
             .and_then(|st| st.terminated.as_ref())
             .and_then(|t| t.finished_at.as_ref())
-            .map(|t| t.0.to_string()),
+            .map(|t| t.0),
         ready: s.ready,
         restart_count: s.restart_count,
     })

@@ -24,8 +24,9 @@ const ISTIO_STATUS: &str = "sidecar.istio.io/status";
 const LINKERD_VERSION: &str = "linkerd.io/proxy-version";
 
 /// Why a container counts as a classic sidecar.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Evidence {
     Annotation,
     IstioInjection,
@@ -37,14 +38,7 @@ pub enum Evidence {
 
 impl Evidence {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Evidence::Annotation => "annotation",
-            Evidence::IstioInjection => "istio_injection",
-            Evidence::LinkerdInjection => "linkerd_injection",
-            Evidence::Name => "name",
-            Evidence::Image => "image",
-            Evidence::SiteName => "site_name",
-        }
+        self.into()
     }
 }
 

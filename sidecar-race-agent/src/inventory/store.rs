@@ -155,7 +155,7 @@ impl PodStore {
     }
 }
 
-impl crate::detect::PodMeta for PodStore {
+impl super::pod_meta::PodMeta for PodStore {
     fn pod(&self, uid: &str) -> Option<&PodInfo> {
         PodStore::pod(self, uid).map(|p| p.as_ref())
     }
@@ -168,8 +168,8 @@ impl crate::detect::PodMeta for PodStore {
         self.container(container_id).map(|(_, name)| name)
     }
 
-    fn boot_ns(&self, rfc3339: &str) -> Option<u64> {
-        crate::clock::rfc3339_to_boot_ns(rfc3339)
+    fn boot_ns(&self, t: jiff::Timestamp) -> Option<u64> {
+        crate::clock::timestamp_to_boot_ns(t)
     }
 
     fn each_pod(&self, f: &mut dyn FnMut(&PodInfo)) {

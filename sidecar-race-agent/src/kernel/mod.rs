@@ -2,6 +2,7 @@
 //! programs, loading/attaching, and start-up requirements.
 
 pub mod btf;
+pub mod counters;
 pub mod layout;
 pub mod probes;
 pub mod requirements;

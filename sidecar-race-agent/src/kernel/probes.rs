@@ -1,7 +1,7 @@
 //! Loads the embedded eBPF object with this kernel's layout, attaches what can be
 //! attached, and gives access to the ring buffer and the exact per-CPU counters.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -9,13 +9,14 @@ use aya::{
     programs::{BtfTracePoint, TracePoint},
 };
 use sidecar_race_ebpf::{
-    abi::{counter, kind},
+    abi::counter,
     layout::{Config, REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND, RefusalBudget},
 };
 use thiserror::Error;
 
 use super::{
     btf,
+    counters::KernelCounters,
     layout::{KernelLayout, TRACEPOINTS, Tracepoint},
 };
 use crate::events::Kind;
@@ -118,7 +119,7 @@ pub struct Probes {
     pub ring: Option<RingBuf<MapData>>,
     /// Control records: cgroups and listeners.
     pub control: Option<RingBuf<MapData>>,
-    counters: PerCpuArray<MapData, u64>,
+    counters: Arc<KernelCounters>,
     suppressed: BpfHashMap<MapData, u64, u64>,
     pub attached: Vec<Tracepoint>,
     pub degraded: Vec<Degraded>,
@@ -127,7 +128,8 @@ pub struct Probes {
 }
 
 /// How `inet_sock_set_state` is hooked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum SetStateHook {
     /// The BTF tracepoint: the states are arguments, no trace record is filled.
     TpBtf,
@@ -137,10 +139,7 @@ pub enum SetStateHook {
 
 impl std::fmt::Display for SetStateHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            SetStateHook::TpBtf => "tp_btf",
-            SetStateHook::Tracepoint { .. } => "tracepoint",
-        })
+        f.write_str(self.into())
     }
 }
 
@@ -225,7 +224,7 @@ impl Probes {
             _ebpf: ebpf,
             ring: Some(ring),
             control: Some(control),
-            counters,
+            counters: Arc::new(KernelCounters::new(counters)),
             suppressed,
             attached,
             degraded,
@@ -235,33 +234,12 @@ impl Probes {
 
     /// Exact kernel counts per kind, summed over CPUs.
     pub fn counts(&self) -> Result<BTreeMap<Kind, KindCounts>, ProbeError> {
-        let sum = |slot: u32| -> Result<u64, ProbeError> {
-            let values = self
-                .counters
-                .get(&slot, 0)
-                .map_err(|cause| ProbeError::Map {
-                    name: "COUNTERS",
-                    cause,
-                })?;
-            Ok(values.iter().sum())
-        };
-        Kind::ALL
-            .into_iter()
-            .map(|k| {
-                Ok((
-                    k,
-                    KindCounts {
-                        seen: sum(counter::seen(k.code()))?,
-                        lost: sum(counter::lost(k.code()))?,
-                        suppressed: if k.code() == kind::REFUSED {
-                            sum(counter::SUPPRESSED)?
-                        } else {
-                            0
-                        },
-                    },
-                ))
-            })
-            .collect()
+        self.counters.counts()
+    }
+
+    /// The per-CPU counters, to read them elsewhere (the metrics, at scrape time).
+    pub fn counters(&self) -> Arc<KernelCounters> {
+        self.counters.clone()
     }
 
     /// The per-cgroup suppressed counts as they are now.
@@ -275,15 +253,7 @@ impl Probes {
             .iter()
             .collect::<Result<Vec<_>, _>>()
             .map_err(map_err)?;
-        let unkeyed = self
-            .counters
-            .get(&counter::SUPPRESSED_UNKEYED, 0)
-            .map_err(|cause| ProbeError::Map {
-                name: "COUNTERS",
-                cause,
-            })?
-            .iter()
-            .sum();
+        let unkeyed = self.counters.sum(counter::SUPPRESSED_UNKEYED)?;
         Ok(SuppressedCounts { by_cgroup, unkeyed })
     }
 

@@ -10,7 +10,7 @@ use super::{
     Evidence, Fleet, IncidentCount, RefusalCount, ReportError, Source, WorkloadKey,
     client::Endpoint, parse_kind, parse_pattern,
 };
-use crate::detect::{Phase, render::Kind};
+use crate::detect::{Kind, Phase};
 
 /// An agent's whole history (up to its most, `MAX_LIMIT`).
 const PATH: &str = "/api/v1/incidents?limit=10000"; // crate::http::MAX_LIMIT

@@ -32,9 +32,8 @@ use thiserror::Error;
 
 use crate::{
     detect::{
-        Phase,
+        Kind, Phase,
         advice::{Subject, advice},
-        render::Kind,
     },
     inventory::pod_info::Pattern,
 };

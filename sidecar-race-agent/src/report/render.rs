@@ -240,7 +240,7 @@ fn fix_subject(f: &Fix, md: bool) -> String {
         );
     };
     let kind = match f.kind {
-        crate::detect::render::Kind::InitDeadlock => "init deadlock, ",
+        crate::detect::Kind::InitDeadlock => "init deadlock, ",
         _ => "",
     };
     let phase = if md {
@@ -307,7 +307,7 @@ mod tests {
 
     fn report() -> Report {
         let fix = Fix {
-            kind: crate::detect::render::Kind::SidecarRace,
+            kind: crate::detect::Kind::SidecarRace,
             phase: Phase::Startup,
             sidecar: Some("istio-proxy".into()),
             pattern: Pattern::Classic,

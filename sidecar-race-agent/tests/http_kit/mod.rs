@@ -7,12 +7,13 @@
 use std::{
     net::SocketAddr,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering::Relaxed},
     },
     time::Duration,
 };
 
+use parking_lot::Mutex;
 use sidecar_race_agent::{
     cgroups::CgroupIndex,
     clock,

@@ -84,7 +84,6 @@ pub async fn watch(
             }
             Ok(watcher::Event::InitDone) => {
                 slow_deadline = None;
-                stats.synced();
                 let update = full_list(initial.take().unwrap_or_default(), &stats, "api");
                 if let PodUpdate::Replace { pods, .. } = &update {
                     tracing::info!(pods = pods.len(), "pod source api: listed this node's pods");

@@ -54,7 +54,6 @@ pub async fn run(
             .and_then(|text| parse(&text).map_err(|e| format!("{}: {e}", path.display())));
         match read {
             Ok(items) => {
-                stats.synced();
                 let update = full_list(items, &stats, "file");
                 if let PodUpdate::Replace { pods, .. } = &update {
                     tracing::info!(pods = pods.len(), file = %path.display(), "pod source file: read");

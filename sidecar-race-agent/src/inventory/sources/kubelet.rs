@@ -113,7 +113,6 @@ pub async fn poll(
                     tracing::info!("pod source kubelet: recovered");
                     failing = false;
                 }
-                stats.synced();
                 let update = full_list(items, &stats, "kubelet");
                 if tx.send(update).await.is_err() {
                     return;

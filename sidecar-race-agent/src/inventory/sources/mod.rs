@@ -23,7 +23,8 @@ use tokio::sync::{Notify, mpsc};
 use super::pod_info::PodInfo;
 
 /// `--pods-from`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum PodSourceSpec {
     Api,
     Kubelet,
@@ -43,12 +44,7 @@ impl PodSourceSpec {
 
     /// The `source` label of `pod_source_errors`.
     pub fn name(&self) -> &'static str {
-        match self {
-            PodSourceSpec::Api => "api",
-            PodSourceSpec::Kubelet => "kubelet",
-            PodSourceSpec::File(_) => "file",
-            PodSourceSpec::None => "none",
-        }
+        self.into()
     }
 }
 
@@ -101,8 +97,6 @@ pub struct SourceStats {
     errors: AtomicU64,
     /// Objects skipped because they were not valid pods (part of `errors`).
     malformed: AtomicU64,
-    /// Successful lists / polls / reads.
-    syncs: AtomicU64,
 }
 
 impl SourceStats {
@@ -115,20 +109,12 @@ impl SourceStats {
         self.error();
     }
 
-    pub fn synced(&self) {
-        self.syncs.fetch_add(1, Relaxed);
-    }
-
     pub fn errors(&self) -> u64 {
         self.errors.load(Relaxed)
     }
 
     pub fn malformed_objects(&self) -> u64 {
         self.malformed.load(Relaxed)
-    }
-
-    pub fn syncs(&self) -> u64 {
-        self.syncs.load(Relaxed)
     }
 }
 

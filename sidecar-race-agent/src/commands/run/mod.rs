@@ -4,32 +4,35 @@ use std::{
     collections::BTreeMap,
     net::SocketAddr,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering::Relaxed},
     },
     time::{Duration, Instant},
 };
 
 use anyhow::Context;
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::{
     agent::{self, AgentOptions},
     clock,
-    detect::{Change, DetectorConfig, incident::Subject},
+    detect::DetectorConfig,
     events::Kind,
     http::{self, HttpState},
-    k8s_events::{EventPublisher, notice_for},
-    log_budget::LogBudget,
-    metrics::{BoundsTotals, Metrics},
-    pipeline::{Pipeline, Step},
+    incident_logs::IncidentLogs,
+    k8s_events::EventPublisher,
+    metrics::Metrics,
+    pipeline::Pipeline,
     shutdown,
 };
 
+mod totals;
+
 /// How often held facts are released and time advances in the detector.
 const TICK: Duration = Duration::from_millis(100);
-/// How often kernel and source counters are copied into the metrics.
-const TOTALS: Duration = Duration::from_secs(1);
+/// How often the kernel's suppressed-refusal counts are read.
+const SUPPRESSED: Duration = Duration::from_secs(1);
 /// Granularity of releases between ticks (see `release_delay`).
 const RELEASE_GRAIN: Duration = Duration::from_millis(10);
 /// Kernel events taken into the pipeline under one lock.
@@ -74,19 +77,30 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 has_pod_source.then(|| opts.agent.source.refresh.clone()),
             ),
     ));
+    let source_name = opts.agent.pods_from.name();
+    let events = match opts.events {
+        Some(per_minute) => start_events(&opts.agent, per_minute).await,
+        None => None,
+    };
+    let mut logs = IncidentLogs::new(Instant::now());
+    let totals = totals::NodeTotals {
+        pipeline: pipeline.clone(),
+        kernel: probes.counters(),
+        stream: stream.stats.clone(),
+        source: source_name,
+        source_stats: source_stats.clone(),
+        events: events.as_ref().map(|e| e.stats.clone()),
+        log_lines_suppressed: logs.budget().suppressed_counter(),
+    };
     let metrics = Arc::new(Mutex::new(
         Metrics::new(
             opts.metrics_pod_label,
             env!("CARGO_PKG_VERSION"),
             &env.kernel_release,
         )
-        .with_max_series(opts.max_series_per_metric),
+        .with_max_series(opts.max_series_per_metric)
+        .with_totals(Box::new(totals)),
     ));
-    let source_name = opts.agent.pods_from.name();
-    let events = match opts.events {
-        Some(per_minute) => start_events(&opts.agent, per_minute).await,
-        None => None,
-    };
     let ready = Arc::new(AtomicBool::new(false));
     let stop_http = Arc::new(Notify::new());
     let stop = stop_http.clone();
@@ -112,12 +126,11 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let mut stats = tokio::time::interval(opts.stats_interval);
     stats.tick().await;
     let mut tick = tokio::time::interval(TICK);
-    let mut totals = tokio::time::interval(TOTALS);
+    let mut suppressed = tokio::time::interval(SUPPRESSED);
     let signal = shutdown::signal();
     tokio::pin!(signal);
     let mut stopping = false;
-    let lock = || pipeline.lock().expect("pipeline lock");
-    let mut budget = LogBudget::new(Instant::now());
+    let lock = || pipeline.lock();
     let mut batch = Vec::with_capacity(BATCH);
     loop {
         let until_due = lock()
@@ -132,41 +145,19 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 batch.drain(..).for_each(|ev| p.kernel_event(&ev));
             }
             Some(update) = pod_updates.recv() => lock().pod_update(update),
-            _ = tick.tick() => advance(&mut lock(), &metrics, events.as_ref(), &mut budget),
+            _ = tick.tick() => {
+                let outcomes = lock().tick(clock::boot_now_ns());
+                account(&outcomes, &metrics, events.as_ref(), &mut logs);
+            }
             // A held fact (a listener coming up) reaches the detector as soon as the
             // reorder window allows, not up to a tick later.
             _ = tokio::time::sleep(until_due.unwrap_or(TICK)), if until_due.is_some() => {
-                advance(&mut lock(), &metrics, events.as_ref(), &mut budget);
+                let outcomes = lock().tick(clock::boot_now_ns());
+                account(&outcomes, &metrics, events.as_ref(), &mut logs);
             }
-            _ = totals.tick() => {
-                {
-                    // One hold of each lock for every total the metrics copy.
-                    let p = lock();
-                    let mut m = metrics.lock().expect("metrics lock");
-                    if let Ok(kernel) = probes.counts() {
-                        m.update_totals(
-                            &kernel,
-                            &p.counts,
-                            p.inventory.unattributed_events(),
-                            source_name,
-                            source_stats.errors(),
-                        );
-                        m.update_stream(
-                            stream.stats.dropped_in_agent.load(Relaxed),
-                            stream.stats.decode_errors.load(Relaxed),
-                        );
-                    }
-                    m.update_bounds(bounds_totals(&p, &budget));
-                    if let Some(events) = &events {
-                        let s = &events.stats;
-                        m.update_events_not_posted(
-                            s.dropped.load(Relaxed),
-                            s.failed.load(Relaxed),
-                        );
-                    }
-                    log_suppressed(&p, &mut budget);
-                }
-                read_suppressed(&mut probes, &mut lock(), &metrics, false);
+            _ = suppressed.tick() => {
+                logs.summary(Instant::now());
+                read_suppressed(&mut probes, &pipeline, &metrics, false);
             }
             _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),
             _ = &mut signal, if !stopping => {
@@ -177,47 +168,28 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             }
         }
     }
-    {
-        let p = &mut *lock();
-        let step = p.flush(clock::boot_now_ns());
-        log_changes(p, &step, &mut budget);
-        metrics
-            .lock()
-            .expect("metrics lock")
-            .record(&step, p, Instant::now());
-        read_suppressed(&mut probes, p, &metrics, true);
-    }
+    let outcomes = lock().flush(clock::boot_now_ns());
+    account(&outcomes, &metrics, None, &mut logs);
+    read_suppressed(&mut probes, &pipeline, &metrics, true);
     log_counts(&probes, &stream, &lock(), &source_stats);
     stop_http.notify_one();
     server.await??;
     Ok(())
 }
 
-/// What the agent's bounds dropped or reordered so far.
-fn bounds_totals(p: &Pipeline, budget: &LogBudget) -> BoundsTotals {
-    BoundsTotals {
-        incidents_evicted: p.detector.incidents().evicted(),
-        facts_out_of_order: p.facts_out_of_order(),
-        listeners_dropped: p.detector.listeners_dropped(),
-        log_lines_suppressed: budget.suppressed(),
-    }
-}
-
 /// Adds what the kernel counted instead of sending since the last reading, and
 /// deletes the entries of removed cgroups once their final value is in.
 fn read_suppressed(
     probes: &mut crate::kernel::probes::Probes,
-    p: &mut Pipeline,
+    pipeline: &Mutex<Pipeline>,
     metrics: &Mutex<Metrics>,
     last: bool,
 ) {
     match probes.suppressed() {
         Ok(counts) => {
-            let reading = p.read_suppressed(&counts, last);
-            metrics
-                .lock()
-                .expect("metrics lock")
-                .add_suppressed(&reading.deltas);
+            // Not both locks at once: a scrape takes the metrics lock, then the pipeline's.
+            let reading = pipeline.lock().read_suppressed(&counts, last);
+            metrics.lock().add_suppressed(&reading.deltas);
             reading
                 .forget
                 .iter()
@@ -227,21 +199,20 @@ fn read_suppressed(
     }
 }
 
-/// Releases due facts to the detector, lets time pass, and accounts for the changes.
-fn advance(
-    p: &mut Pipeline,
+/// What one step of the pipeline came to, told to the sinks beside it: logs, metrics
+/// and Kubernetes Events (the pipeline lock is not held: a scrape takes the metrics
+/// lock, then the pipeline's).
+fn account(
+    outcomes: &[crate::outcome::Outcome],
     metrics: &Mutex<Metrics>,
     events: Option<&EventPublisher>,
-    budget: &mut LogBudget,
+    logs: &mut IncidentLogs,
 ) {
-    let step = p.tick(clock::boot_now_ns());
-    log_changes(p, &step, budget);
-    metrics
-        .lock()
-        .expect("metrics lock")
-        .record(&step, p, Instant::now());
+    let now = Instant::now();
+    logs.consume(outcomes, now);
+    metrics.lock().consume(outcomes, now);
     if let Some(events) = events {
-        publish(events, p, &step);
+        events.consume(outcomes);
     }
 }
 
@@ -271,85 +242,6 @@ async fn start_events(opts: &AgentOptions, per_minute: u32) -> Option<EventPubli
             tracing::warn!("Kubernetes Events are off: no client configuration ({e})");
             None
         }
-    }
-}
-
-/// Races whose accounting is due (and late refusals of accounted ones) become Events
-/// on their pods, and a stuck Job as soon as it is found (it stays stuck until someone
-/// acts); `app_not_ready` never does.
-fn publish(events: &EventPublisher, p: &Pipeline, step: &Step) {
-    let is_stuck_job = |id: u64| {
-        p.incident(id)
-            .is_some_and(|i| matches!(i.subject, Subject::StuckJob { .. }))
-    };
-    let from_changes = step.changes.iter().filter_map(|c| match c {
-        Change::Refused(id) if p.is_settled(*id) => Some(*id),
-        Change::Opened(id) if is_stuck_job(*id) => Some(*id),
-        _ => None,
-    });
-    let settled = step.settled.iter().copied().filter(|id| !is_stuck_job(*id));
-    for id in settled.chain(from_changes) {
-        let Some(inc) = p.incident(id) else { continue };
-        if let Some(notice) = notice_for(&p.view(inc)) {
-            events.notify(notice);
-        }
-    }
-}
-
-/// One line per pod whose incident log lines the budget suppressed, when due.
-fn log_suppressed(p: &Pipeline, budget: &mut LogBudget) {
-    for (pod_uid, n) in budget.summary(Instant::now()) {
-        let pod = p.inventory.pods.pod(&pod_uid);
-        let name = pod.map_or_else(
-            || pod_uid.clone(),
-            |p| format!("{}/{}", p.namespace, p.name),
-        );
-        tracing::warn!(
-            pod_uid = %pod_uid,
-            suppressed = n,
-            "{n} incident log lines suppressed for pod {name}"
-        );
-    }
-}
-
-/// One structured log line per incident opened and re-phased, and one when its final
-/// accounting is due ("incident resolved": metrics and Events count it then too),
-/// within the log budget (per pod and for the node).
-fn log_changes(p: &Pipeline, step: &Step, budget: &mut LogBudget) {
-    let now = Instant::now();
-    let shown = step.changes.iter().filter_map(|c| match c {
-        Change::Opened(id) => Some((*id, "incident opened")),
-        Change::Rephased { id, .. } if !p.is_settled(*id) => Some((*id, "incident phase changed")),
-        _ => None,
-    });
-    let settled = step.settled.iter().map(|id| (*id, "incident resolved"));
-    for (id, what) in shown.chain(settled) {
-        let Some(inc) = p.incident(id) else { continue };
-        if !budget.allow(&inc.pod_uid, now) {
-            continue;
-        }
-        let v = p.view(inc);
-        tracing::info!(
-            incident = v.id,
-            kind = v.kind.as_str(),
-            phase = v.phase.as_str(),
-            state = v.state.as_str(),
-            pod_uid = %v.pod_uid,
-            namespace = v.namespace.as_deref().unwrap_or(""),
-            pod = v.pod.as_deref().unwrap_or(""),
-            container = v.container.as_deref().unwrap_or(""),
-            container_id = v.container_id.as_deref().unwrap_or(""),
-            container_role = v.container_role,
-            sidecar = v.sidecar.as_deref().unwrap_or(""),
-            sidecar_role = v.sidecar_role,
-            pattern = v.pattern.as_str(),
-            port = v.port,
-            destination = v.destination.as_deref().unwrap_or(""),
-            refused_count = v.refused_count,
-            race_window_seconds = v.race_window_seconds,
-            advice = %v.advice,
-            "{what}"
-        );
     }
 }
 

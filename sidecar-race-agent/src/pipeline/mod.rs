@@ -1,6 +1,9 @@
 //! From kernel events to incidents: attribution, facts, the reorder window, the
 //! detector. Owned by the daemon's loop and read by the HTTP API under one lock.
 
+mod accounting;
+mod facts;
+
 use std::{
     collections::HashSet,
     sync::Arc,
@@ -12,20 +15,19 @@ use tokio::sync::Notify;
 use crate::{
     clock,
     detect::{
-        Change, Client, Detector, DetectorConfig, Fact, Incident,
-        detector::{NotARace, PodMeta},
+        Change, Detector, DetectorConfig, Fact, Incident,
+        detector::NotARace,
         render::{Filter, IncidentView, view},
         reorder::Reorder,
     },
-    events::{KernelEvent, SocketFact},
-    inventory::{
-        Inventory,
-        cgroup_path::{self, PathInfo},
-        sources::PodUpdate,
-    },
+    events::KernelEvent,
+    inventory::{Inventory, sources::PodUpdate},
     kernel::probes::SuppressedCounts,
+    outcome::Outcome,
     suppressed::{Reading, Suppressed},
 };
+
+pub use self::accounting::POD_START_NAME_WAIT_NS;
 
 /// Counts of what did not become an incident, for logs and metrics.
 #[derive(Debug, Default, Clone, Copy)]
@@ -36,16 +38,6 @@ pub struct PipelineCounts {
     pub events_without_pod: u64,
     /// Refusals of a container on a port it serves itself (its own probes).
     pub self_refusals: u64,
-}
-
-/// What one step of the pipeline changed.
-#[derive(Debug, Default)]
-pub struct Step {
-    /// Everything the detector changed.
-    pub changes: Vec<Change>,
-    /// Incidents whose final accounting (metrics, Events, the "resolved" log line) is
-    /// due now: final, shown, and named (or the wait for names is over). Once each.
-    pub settled: Vec<u64>,
 }
 
 /// Suppressed counts of a pod without incidents are kept this long.
@@ -62,12 +54,8 @@ pub struct Pipeline {
     /// Boot ns when the last fact arrived (the stream is idle a window after it).
     last_arrival: u64,
     pub counts: PipelineCounts,
-    /// Final incidents of pods or containers the pod source has not named yet, with
-    /// the boot-clock time their accounting stops waiting.
-    holding: Vec<(u64, u64)>,
-    settled: HashSet<u64>,
-    /// The log's eviction count when `settled` was last pruned.
-    evicted_seen: u64,
+    /// What the sinks were told so far.
+    accounts: accounting::Accounts,
     metadata_wait_ns: u64,
     /// Asks the pod source to re-read now (a pod it has not reported showed up).
     refresh: Option<Arc<Notify>>,
@@ -85,9 +73,7 @@ impl Pipeline {
             reorder_window_ns,
             last_arrival: 0,
             counts: PipelineCounts::default(),
-            holding: Vec::new(),
-            settled: HashSet::new(),
-            evicted_seen: 0,
+            accounts: accounting::Accounts::default(),
             metadata_wait_ns: 0,
             refresh: None,
             last_refresh: None,
@@ -133,7 +119,7 @@ impl Pipeline {
 
     /// Feeds facts behind the reorder watermark to the detector (or, when no fact
     /// arrived for a window, those a window older than now), then lets time pass.
-    pub fn tick(&mut self, now_boot_ns: u64) -> Step {
+    pub fn tick(&mut self, now_boot_ns: u64) -> Vec<Outcome> {
         let pruned = self.inventory.maintain(now_boot_ns);
         let idle = now_boot_ns.saturating_sub(self.last_arrival) >= self.reorder_window_ns;
         let facts = self.reorder.release(now_boot_ns, idle);
@@ -177,12 +163,18 @@ impl Pipeline {
     }
 
     /// Everything still held, at shutdown: accounted for now, named or not.
-    pub fn flush(&mut self, now_boot_ns: u64) -> Step {
+    pub fn flush(&mut self, now_boot_ns: u64) -> Vec<Outcome> {
         let facts = self.reorder.drain();
         self.detect(facts, now_boot_ns, true, Vec::new())
     }
 
-    fn detect(&mut self, facts: Vec<Fact>, now: u64, last: bool, mut changes: Vec<Change>) -> Step {
+    fn detect(
+        &mut self,
+        facts: Vec<Fact>,
+        now: u64,
+        last: bool,
+        mut changes: Vec<Change>,
+    ) -> Vec<Outcome> {
         for fact in facts {
             changes.extend(self.detector.observe(fact, &self.inventory.pods));
         }
@@ -195,159 +187,7 @@ impl Pipeline {
                 }
             }
         }
-        let settled = self.settle(&changes, now, last);
-        Step { changes, settled }
-    }
-
-    /// Final incidents become due for accounting once their pod and client are named,
-    /// or when the wait for names is over.
-    fn settle(&mut self, changes: &[Change], now: u64, last: bool) -> Vec<u64> {
-        for id in changes.iter().filter_map(Change::incident) {
-            let Some(inc) = self.detector.incidents().get(id) else {
-                continue;
-            };
-            if inc.is_final()
-                && inc.is_shown()
-                && !self.settled.contains(&id)
-                && !self.holding.iter().any(|(h, _)| *h == id)
-            {
-                self.holding
-                    .push((id, now.saturating_add(self.metadata_wait_ns)));
-            }
-        }
-        let mut due = Vec::new();
-        let log = self.detector.incidents();
-        let pods = &self.inventory.pods;
-        let may_learn = self.inventory.has_pod_source;
-        self.holding.retain(|&(id, deadline)| {
-            let Some(inc) = log.get(id) else {
-                return false; // evicted
-            };
-            if !inc.is_shown() {
-                return false;
-            }
-            let named = pods.pod(&inc.pod_uid).is_some()
-                && inc
-                    .client_container_id()
-                    .is_none_or(|c| pods.container_name(c).is_some());
-            if named || !may_learn || last || now >= deadline {
-                due.push(id);
-                false
-            } else {
-                true
-            }
-        });
-        self.settled.extend(due.iter().copied());
-        // Forget incidents the log has evicted since the last look.
-        if log.evicted() != self.evicted_seen {
-            self.evicted_seen = log.evicted();
-            self.settled.retain(|id| log.get(*id).is_some());
-        }
-        due
-    }
-
-    /// Whether incident `id` had its final accounting.
-    pub fn is_settled(&self, id: u64) -> bool {
-        self.settled.contains(&id)
-    }
-
-    fn fact(&mut self, ev: &KernelEvent) -> Option<Fact> {
-        match ev {
-            KernelEvent::Refused(s) => {
-                let (pod_uid, client) = self.pod_client(s)?;
-                Some(Fact::Refused {
-                    ts: s.ts_boot_ns,
-                    pod_uid,
-                    client,
-                    dst: s.dst?,
-                    local_dst: s.local_dst,
-                })
-            }
-            KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
-                let (pod_uid, client) = self.pod_client(s)?;
-                let container_id = match client {
-                    Client::Container(id) => Some(id),
-                    Client::Cgroup(_) => None,
-                };
-                let (ts, addr) = (s.ts_boot_ns, s.src);
-                Some(if matches!(ev, KernelEvent::Listen(_)) {
-                    Fact::ListenerUp {
-                        ts,
-                        pod_uid,
-                        container_id,
-                        addr,
-                    }
-                } else {
-                    Fact::ListenerDown {
-                        ts,
-                        pod_uid,
-                        container_id,
-                        addr,
-                    }
-                })
-            }
-            KernelEvent::CgroupCreated(c) => match cgroup_path::parse(&c.path) {
-                PathInfo::Pod { pod_uid } => {
-                    self.unknown_pod_seen(&pod_uid);
-                    Some(Fact::PodStarted {
-                        ts: c.ts_boot_ns,
-                        pod_uid,
-                    })
-                }
-                PathInfo::PodContainer {
-                    pod_uid,
-                    container_id,
-                    ..
-                } => {
-                    self.unknown_pod_seen(&pod_uid);
-                    Some(Fact::ContainerStarted {
-                        ts: c.ts_boot_ns,
-                        pod_uid,
-                        container_id,
-                    })
-                }
-                _ => None,
-            },
-            KernelEvent::CgroupRemoved(c) => match cgroup_path::parse(&c.path) {
-                PathInfo::Pod { pod_uid } => Some(Fact::PodRemoved {
-                    ts: c.ts_boot_ns,
-                    pod_uid,
-                }),
-                PathInfo::PodContainer {
-                    pod_uid,
-                    container_id,
-                    ..
-                } => Some(Fact::ContainerRemoved {
-                    ts: c.ts_boot_ns,
-                    pod_uid,
-                    container_id,
-                }),
-                _ => None,
-            },
-        }
-    }
-
-    /// The pod and client of a socket event; counted when there is no pod.
-    fn pod_client(&mut self, s: &SocketFact) -> Option<(String, Client)> {
-        // Only the path's pod and container are needed here: names come later.
-        let (pod_uid, container_id) = match self.inventory.path_info(s.owner.cgroup_id) {
-            PathInfo::PodContainer {
-                pod_uid,
-                container_id,
-                ..
-            } => (pod_uid, Some(container_id)),
-            PathInfo::Pod { pod_uid } => (pod_uid, None),
-            _ => {
-                self.counts.events_without_pod += 1;
-                return None;
-            }
-        };
-        self.unknown_pod_seen(&pod_uid);
-        let client = match container_id {
-            Some(id) => Client::Container(id),
-            None => Client::Cgroup(s.owner.cgroup_id),
-        };
-        Some((pod_uid, client))
+        self.outcomes(&changes, now, last)
     }
 
     /// Incidents as the API shows them, newest first, at most `limit`, and whether
@@ -361,14 +201,8 @@ impl Pipeline {
             .newest_first()
             .filter(|i| i.is_shown())
             .filter(|i| {
-                filter
-                    .phase
-                    .as_deref()
-                    .is_none_or(|p| p == i.phase.as_str())
-                    && filter
-                        .state
-                        .as_deref()
-                        .is_none_or(|s| s == i.state.as_str())
+                filter.phase.is_none_or(|p| p == i.phase)
+                    && filter.state.is_none_or(|s| s == i.state)
                     && filter.namespace.as_deref().is_none_or(|n| {
                         pods.pod(&i.pod_uid).map(|p| p.namespace.as_str()) == Some(n)
                     })

@@ -1,0 +1,205 @@
+//! The detector's incidents and, per pod, which of them are open, resolved by a
+//! listener, stuck or awaiting the pod's IPs. One owner for both: the log evicts only
+//! through `insert`, which drops the victims from the index in the same call, so an
+//! index never names an incident the log no longer holds.
+
+use std::collections::HashMap;
+
+use super::Key;
+use crate::detect::{
+    fact::Client,
+    incident::{Hidden, Incident, IncidentLog},
+};
+
+pub(super) struct Incidents {
+    log: IncidentLog,
+    pods: HashMap<String, PodIndex>,
+}
+
+#[derive(Default)]
+struct PodIndex {
+    /// The open incident of each client and port.
+    open: HashMap<Key, u64>,
+    /// The incident each key's last resolving listener closed, for late refusals.
+    resolved_by_listener: HashMap<Key, u64>,
+    /// The open stuck-Job incident of this pod.
+    stuck_job: Option<u64>,
+    /// Incidents hidden until the pod's IPs are known (open or already resolved).
+    awaiting_ips: Vec<u64>,
+}
+
+impl PodIndex {
+    fn forget(&mut self, id: u64) {
+        self.open.retain(|_, v| *v != id);
+        self.resolved_by_listener.retain(|_, v| *v != id);
+        self.awaiting_ips.retain(|v| *v != id);
+        if self.stuck_job == Some(id) {
+            self.stuck_job = None;
+        }
+    }
+}
+
+impl Incidents {
+    pub(super) fn new(capacity: usize, per_pod: usize) -> Self {
+        Self {
+            log: IncidentLog::new(capacity, per_pod),
+            pods: HashMap::new(),
+        }
+    }
+
+    pub(super) fn log(&self) -> &IncidentLog {
+        &self.log
+    }
+
+    pub(super) fn get(&self, id: u64) -> Option<&Incident> {
+        self.log.get(id)
+    }
+
+    pub(super) fn get_mut(&mut self, id: u64) -> Option<&mut Incident> {
+        self.log.get_mut(id)
+    }
+
+    /// Stores a new refusal incident, open under `key` (and awaiting the pod's IPs
+    /// when hidden for them); returns its id.
+    pub(super) fn insert_open(&mut self, incident: Incident, key: Key) -> u64 {
+        let awaiting_ips = incident.hidden == Some(Hidden::PodIpUnknown);
+        let pod = incident.pod_uid.clone();
+        let id = self.insert(incident);
+        let index = self.pods.entry(pod).or_default();
+        index.open.insert(key, id);
+        if awaiting_ips {
+            index.awaiting_ips.push(id);
+        }
+        id
+    }
+
+    /// Stores a new stuck-Job incident, the pod's one; returns its id.
+    pub(super) fn insert_stuck_job(&mut self, incident: Incident) -> u64 {
+        let pod = incident.pod_uid.clone();
+        let id = self.insert(incident);
+        self.pods.entry(pod).or_default().stuck_job = Some(id);
+        id
+    }
+
+    /// Stores `incident`; those the log evicts to make room leave the index too.
+    fn insert(&mut self, incident: Incident) -> u64 {
+        let (id, evicted) = self.log.insert(incident);
+        for old in evicted {
+            if let Some(index) = self.pods.get_mut(&old.pod_uid) {
+                index.forget(old.id);
+            }
+        }
+        id
+    }
+
+    /// The open incident of `key` in the pod.
+    pub(super) fn open(&mut self, pod: &str, key: &Key) -> Option<(u64, &mut Incident)> {
+        let id = *self.pods.get(pod)?.open.get(key)?;
+        Some((id, self.log.get_mut(id)?))
+    }
+
+    /// The incident the last listener of `key` resolved, in the pod.
+    pub(super) fn resolved_by_listener(
+        &mut self,
+        pod: &str,
+        key: &Key,
+    ) -> Option<(u64, &mut Incident)> {
+        let id = *self.pods.get(pod)?.resolved_by_listener.get(key)?;
+        Some((id, self.log.get_mut(id)?))
+    }
+
+    /// The pod's open incidents with their keys.
+    pub(super) fn open_in(&self, pod: &str) -> impl Iterator<Item = (&Key, &Incident)> {
+        self.pods
+            .get(pod)
+            .into_iter()
+            .flat_map(|index| index.open.iter())
+            .filter_map(|(key, id)| Some((key, self.log.get(*id)?)))
+    }
+
+    /// The pod's incidents to look at as time passes: the open ones, then those
+    /// awaiting the pod's IPs.
+    pub(super) fn pending_in(&self, pod: &str) -> Vec<u64> {
+        let Some(index) = self.pods.get(pod) else {
+            return Vec::new();
+        };
+        let mut ids: Vec<u64> = index.open.values().copied().collect();
+        let waiting: Vec<u64> = index
+            .awaiting_ips
+            .iter()
+            .copied()
+            .filter(|id| !ids.contains(id))
+            .collect();
+        ids.extend(waiting);
+        ids
+    }
+
+    /// Open incident `id` continues under `key` (a new instance of a crash-looping
+    /// client container).
+    pub(super) fn reopen_under(&mut self, pod: &str, id: u64, key: Key) -> Option<&mut Incident> {
+        let index = self.pods.get_mut(pod)?;
+        index.open.retain(|_, v| *v != id);
+        index.open.insert(key, id);
+        self.log.get_mut(id)
+    }
+
+    /// Incident `id` is no longer open: its listener resolved it, and later refusals
+    /// of its key within the late-refusal window count into it.
+    pub(super) fn resolved_by(&mut self, pod: &str, id: u64, key: Key) {
+        if let Some(index) = self.pods.get_mut(pod) {
+            index.open.remove(&key);
+            index.resolved_by_listener.insert(key, id);
+        }
+    }
+
+    /// Incident `id` is no longer open.
+    pub(super) fn close(&mut self, pod: &str, id: u64) {
+        if let Some(index) = self.pods.get_mut(pod) {
+            index.open.retain(|_, v| *v != id);
+        }
+    }
+
+    /// Incident `id` no longer waits for the pod's IPs.
+    pub(super) fn stop_awaiting_ips(&mut self, pod: &str, id: u64) {
+        if let Some(index) = self.pods.get_mut(pod) {
+            index.awaiting_ips.retain(|i| *i != id);
+        }
+    }
+
+    /// The pod's incidents that end when it goes (or, with `client`, when that client
+    /// container goes): open ones, and for the pod its stuck Job; and those awaiting
+    /// IPs that are not among them.
+    pub(super) fn ending_with(&self, pod: &str, client: Option<&Client>) -> (Vec<u64>, Vec<u64>) {
+        let Some(index) = self.pods.get(pod) else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut ids: Vec<u64> = index
+            .open
+            .iter()
+            .filter(|((c, _), _)| client.is_none_or(|gone| gone == c))
+            .map(|(_, id)| *id)
+            .collect();
+        let mut unconfirmed = Vec::new();
+        if client.is_none() {
+            ids.extend(index.stuck_job);
+            // Resolved while waiting for the pod's IPs, which never came.
+            unconfirmed.extend(index.awaiting_ips.iter().filter(|id| !ids.contains(id)));
+        }
+        (ids, unconfirmed)
+    }
+
+    pub(super) fn has_stuck_job(&self, pod: &str) -> bool {
+        self.pods.get(pod).is_some_and(|i| i.stuck_job.is_some())
+    }
+
+    /// The pod's stuck Job ended: its incident, to resolve.
+    pub(super) fn take_stuck_job(&mut self, pod: &str) -> Option<&mut Incident> {
+        let id = self.pods.get_mut(pod)?.stuck_job.take()?;
+        self.log.get_mut(id)
+    }
+
+    /// The pod is gone: its index goes (its incidents stay in the log).
+    pub(super) fn forget_pod(&mut self, pod: &str) {
+        self.pods.remove(pod);
+    }
+}

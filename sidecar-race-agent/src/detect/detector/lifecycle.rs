@@ -1,0 +1,306 @@
+//! Time passing and pods going: open incidents become `unresolved` or drains, hidden
+//! ones are shown or discarded as the pod's IPs become known, a pod or client
+//! container gone ends its incidents, and Job pods kept alive by a sidecar are found.
+
+use std::net::SocketAddr;
+
+use super::{Change, Detector, NotARace, SECOND};
+use crate::{
+    detect::{
+        fact::Client,
+        incident::{Episode, Hidden, Incident, Phase, State, Subject},
+        listeners::canonical,
+    },
+    inventory::{
+        pod_info::{PodInfo, Role, RunState},
+        pod_meta::PodMeta,
+    },
+};
+
+/// Clock skew allowed between the API server's deletion time and the node's kernel.
+const DELETION_SKEW_NS: u64 = 5 * SECOND;
+
+impl Detector {
+    pub(super) fn advance_incident(
+        &mut self,
+        now: u64,
+        uid: &str,
+        id: u64,
+        meta: &dyn PodMeta,
+    ) -> Vec<Change> {
+        let drain = self.drain_condition(uid, id, meta);
+        let Some(inc) = self.incidents.get(id) else {
+            return vec![];
+        };
+        let mut changes = Vec::new();
+        let since = match inc.episode {
+            Episode::BeforeListener => inc.first_refused_at,
+            Episode::AfterClose { closed_at } => closed_at,
+        };
+        match inc.hidden {
+            Some(Hidden::HostNetworkPort)
+                if now.saturating_sub(since) >= self.cfg.unresolved_after_ns =>
+            {
+                return self.discard(uid, id, NotARace::Other);
+            }
+            Some(Hidden::PodIpUnknown) => {
+                let target = canonical(inc.targets[0].ip());
+                let timed_out = now.saturating_sub(inc.first_refused_at) >= self.cfg.pod_ip_wait_ns;
+                let own = match meta.pod(uid).filter(|p| !p.pod_ips.is_empty()) {
+                    Some(p) => p.pod_ips.iter().any(|ip| canonical(*ip) == target),
+                    None if timed_out => false,
+                    None => return vec![],
+                };
+                self.incidents.stop_awaiting_ips(uid, id);
+                if !own {
+                    return self.discard(uid, id, NotARace::Other);
+                }
+                let Some(inc) = self.incidents.get_mut(id) else {
+                    return changes;
+                };
+                inc.hidden = None;
+                changes.push(Change::Opened(id));
+                if inc.state == State::Resolved {
+                    changes.push(Change::Resolved(id));
+                    return changes;
+                }
+            }
+            _ => {}
+        }
+        let Some(inc) = self.incidents.get_mut(id) else {
+            return changes;
+        };
+        let from = inc.phase;
+        let to = match inc.episode {
+            // A listener that went away never makes an `unresolved`: the port was served.
+            Episode::AfterClose { .. } if drain => Phase::Drain,
+            Episode::AfterClose { .. } => from,
+            Episode::BeforeListener
+                if now.saturating_sub(since) >= self.cfg.unresolved_after_ns =>
+            {
+                Phase::Unresolved
+            }
+            Episode::BeforeListener => from,
+        };
+        if to != from && from != Phase::Unresolved {
+            inc.phase = to;
+            if inc.is_shown() {
+                changes.push(Change::Rephased { id, from });
+            }
+        }
+        changes
+    }
+
+    /// Whether incident `id` (refused after its listener went away) is a drain: the pod
+    /// is being deleted and the listener went away after the deletion began. Without
+    /// any metadata for the pod this cannot be known here (see `pod_gone`).
+    pub(super) fn drain_condition(&self, uid: &str, id: u64, meta: &dyn PodMeta) -> bool {
+        let Some(inc) = self.incidents.get(id) else {
+            return false;
+        };
+        let Episode::AfterClose { closed_at } = inc.episode else {
+            return false;
+        };
+        meta.pod(uid)
+            .and_then(|p| terminating_since(p, meta))
+            .is_some_and(|since| closed_at.saturating_add(DELETION_SKEW_NS) >= since)
+    }
+
+    /// The pod (or, with `client`, one client container) is gone: open incidents end.
+    pub(super) fn pod_gone(
+        &mut self,
+        ts: u64,
+        pod_uid: &str,
+        client: Option<&Client>,
+        meta: &dyn PodMeta,
+    ) -> Vec<Change> {
+        if !self.pods.contains_key(pod_uid) {
+            return vec![];
+        }
+        let has_meta = meta.pod(pod_uid).is_some();
+        // When the deletion began is unknown (no metadata, or a deletion reported
+        // without its timestamp), a teardown soon after the listener went away is a drain.
+        let deletion_known = meta
+            .pod(pod_uid)
+            .is_some_and(|p| p.deletion_timestamp.is_some());
+        let (ids, unconfirmed) = self.incidents.ending_with(pod_uid, client);
+        let grace = self.cfg.drain_grace_ns;
+        let timing_drain = |closed_at: u64| {
+            (!has_meta || (client.is_none() && !deletion_known))
+                && ts.saturating_sub(closed_at) <= grace
+        };
+        let mut changes = Vec::new();
+        for id in unconfirmed {
+            changes.extend(self.discard(pod_uid, id, NotARace::Other));
+        }
+        for id in ids {
+            let drain = self.drain_condition(pod_uid, id, meta);
+            let Some(inc) = self.incidents.get_mut(id) else {
+                continue;
+            };
+            if let Subject::StuckJob { .. } = inc.subject {
+                inc.state = State::Resolved;
+                inc.resolved_at = Some(ts);
+                changes.push(Change::Resolved(id));
+                continue;
+            }
+            if client.is_some() {
+                match inc.episode {
+                    // A crashed client's startup incident still ends when the listener comes.
+                    Episode::BeforeListener => continue,
+                    // With metadata, a client leaving while the pod is not being deleted
+                    // does not end an outage: the listener may come back.
+                    Episode::AfterClose { .. } if has_meta && !drain => continue,
+                    Episode::AfterClose { .. } => {}
+                }
+            }
+            if inc.hidden.is_some() {
+                let why = match inc.hidden {
+                    Some(Hidden::Discarded) => continue,
+                    _ => NotARace::Other,
+                };
+                changes.extend(self.discard(pod_uid, id, why));
+                continue;
+            }
+            let from = inc.phase;
+            inc.phase = match inc.episode {
+                _ if from == Phase::Unresolved => Phase::Unresolved,
+                Episode::AfterClose { .. } if drain => Phase::Drain,
+                Episode::AfterClose { closed_at } if timing_drain(closed_at) => Phase::Drain,
+                Episode::AfterClose { .. } => Phase::Steady,
+                // No listener ever served the port during the incident.
+                Episode::BeforeListener => Phase::Unresolved,
+            };
+            inc.state = State::Resolved;
+            inc.resolved_at = Some(ts);
+            if inc.phase != from {
+                changes.push(Change::Rephased { id, from });
+            }
+            changes.push(Change::Resolved(id));
+            self.incidents.close(pod_uid, id);
+        }
+        if client.is_none() {
+            self.pods.remove(pod_uid);
+            self.incidents.forget_pod(pod_uid);
+        }
+        changes
+    }
+
+    /// Incident `id` is not a race after all: hidden, and its refusals counted as `why`.
+    pub(super) fn discard(&mut self, pod_uid: &str, id: u64, why: NotARace) -> Vec<Change> {
+        let Some(inc) = self.incidents.get_mut(id) else {
+            return vec![];
+        };
+        // Its refusals were counted as not a race the first time.
+        if inc.hidden == Some(Hidden::Discarded) {
+            return vec![];
+        }
+        // Nothing counted it yet: accounting waits for an incident to be final, and a
+        // final incident is never discarded.
+        inc.hidden = Some(Hidden::Discarded);
+        inc.state = State::Resolved;
+        let refused = inc.refused_count;
+        self.incidents.close(pod_uid, id);
+        self.incidents.stop_awaiting_ips(pod_uid, id);
+        vec![Change::NotARace { why, refused }]
+    }
+
+    /// Job pods whose app containers all finished while a classic sidecar still runs,
+    /// for longer than the threshold: one incident per pod, resolved when the sidecar
+    /// stops or the pod goes away.
+    pub(super) fn stuck_jobs(&mut self, now: u64, meta: &dyn PodMeta) -> Vec<Change> {
+        let mut found: Vec<(String, String, u64)> = Vec::new();
+        let mut unstuck: Vec<String> = Vec::new();
+        meta.each_pod(&mut |pod| {
+            if !pod.is_job() {
+                return;
+            }
+            match stuck_since(pod, meta) {
+                Some((sidecar, finished)) => {
+                    if now.saturating_sub(finished) >= self.cfg.stuck_job_after_ns {
+                        found.push((pod.uid.clone(), sidecar, finished));
+                    }
+                }
+                None => unstuck.push(pod.uid.clone()),
+            }
+        });
+        let mut changes = Vec::new();
+        for uid in unstuck {
+            if let Some(inc) = self.incidents.take_stuck_job(&uid) {
+                inc.state = State::Resolved;
+                inc.resolved_at = Some(now);
+                changes.push(Change::Resolved(inc.id));
+            }
+        }
+        for (uid, sidecar, finished) in found {
+            if self.incidents.has_stuck_job(&uid) {
+                continue;
+            }
+            let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+            self.pods.entry(uid.clone()).or_default();
+            let id = self.incidents.insert_stuck_job(Incident {
+                id: 0,
+                subject: Subject::StuckJob { sidecar },
+                phase: Phase::Drain,
+                state: State::Open,
+                pod_uid: uid.clone(),
+                client: Client::Cgroup(0),
+                port: 0,
+                destination: unspecified,
+                local_destination: None,
+                targets: vec![],
+                client_instances: 0,
+                refused_count: 0,
+                first_refused_at: finished,
+                last_refused_at: finished,
+                listener_ready_at: None,
+                listener_closed_at: None,
+                resolved_at: None,
+                listener_container_id: None,
+                episode: Episode::BeforeListener,
+                hidden: None,
+            });
+            changes.push(Change::Opened(id));
+        }
+        changes
+    }
+}
+
+/// Since when the pod is being deleted, in boot-clock ns: `deletionTimestamp` is the
+/// deadline, the deletion began `deletionGracePeriodSeconds` before it. 0 when the pod
+/// is terminating but the time cannot be read.
+fn terminating_since(pod: &PodInfo, meta: &dyn PodMeta) -> Option<u64> {
+    let deadline = pod.deletion_timestamp?;
+    let Some(deadline) = meta.boot_ns(deadline) else {
+        return Some(0);
+    };
+    let grace = pod.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64;
+    Some(deadline.saturating_sub(grace * SECOND))
+}
+
+/// A Job pod's running classic sidecar and when its last app container finished, if
+/// every app container has finished and a classic sidecar still runs.
+fn stuck_since(pod: &PodInfo, meta: &dyn PodMeta) -> Option<(String, u64)> {
+    let mut finished = 0;
+    let mut apps = 0;
+    for c in pod.containers.iter().filter(|c| c.role == Role::App) {
+        let s = pod.status(&c.name)?;
+        if s.state != RunState::Terminated {
+            return None;
+        }
+        finished = finished.max(meta.boot_ns(s.finished_at?)?);
+        apps += 1;
+    }
+    if apps == 0 {
+        return None;
+    }
+    let sidecar = pod
+        .containers
+        .iter()
+        .filter(|c| c.role == Role::ClassicSidecar)
+        .find(|c| {
+            pod.status(&c.name)
+                .is_some_and(|s| s.state == RunState::Running)
+        })?;
+    Some((sidecar.name.clone(), finished))
+}

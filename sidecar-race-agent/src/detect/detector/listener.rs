@@ -1,0 +1,129 @@
+//! A listener coming up resolves the open incidents it covers (as a startup race, a
+//! steady outage or a drain, or not at all: a container refused by its own port);
+//! one going away is remembered for the refusals that follow.
+
+use std::net::SocketAddr;
+
+use super::{Change, Detector, NotARace};
+use crate::{
+    detect::{
+        fact::Client,
+        incident::{Episode, Hidden, Phase, State},
+        listeners::covers,
+    },
+    inventory::pod_meta::PodMeta,
+};
+
+impl Detector {
+    pub(super) fn listener_up(
+        &mut self,
+        ts: u64,
+        pod_uid: &str,
+        container_id: Option<String>,
+        addr: SocketAddr,
+        meta: &dyn PodMeta,
+    ) -> Vec<Change> {
+        let ps = self.pods.entry(pod_uid.to_string()).or_default();
+        if !ps.listeners.up(addr, container_id.clone(), ts) {
+            self.listeners_dropped += 1;
+            return Vec::new();
+        }
+        let ids: Vec<u64> = self
+            .incidents
+            .open_in(pod_uid)
+            .filter(|((_, port), _)| *port == addr.port())
+            .map(|(_, inc)| inc.id)
+            .collect();
+        let mut changes = Vec::new();
+        for id in ids {
+            let Some(inc) = self.incidents.get(id) else {
+                continue;
+            };
+            if inc.targets.iter().any(|t| covers(addr, *t))
+                && inc.first_refused_at <= ts.saturating_add(self.cfg.late_refusal_ns)
+            {
+                changes.extend(self.resolve_by_listener(
+                    pod_uid,
+                    id,
+                    ts,
+                    container_id.clone(),
+                    meta,
+                ));
+            } else if let Some(inc) = self.incidents.get_mut(id) {
+                // A listener in the pod on that port ties the port to the pod.
+                if inc.hidden == Some(Hidden::HostNetworkPort) {
+                    inc.hidden = None;
+                    changes.push(Change::Opened(id));
+                }
+            }
+        }
+        changes
+    }
+
+    pub(super) fn resolve_by_listener(
+        &mut self,
+        pod_uid: &str,
+        id: u64,
+        ts: u64,
+        container_id: Option<String>,
+        meta: &dyn PodMeta,
+    ) -> Vec<Change> {
+        let Some(inc) = self.incidents.get(id) else {
+            return vec![];
+        };
+        // A container refused by its own port before it listened (its exec probe). Not
+        // once the incident is `unresolved`: that phase is final and already counted.
+        if let (Client::Container(client), Some(server)) = (&inc.client, &container_id)
+            && client == server
+            && !inc.is_final()
+        {
+            return self.discard(pod_uid, id, NotARace::SelfRefusal);
+        }
+        let startup = inc.episode == Episode::BeforeListener
+            && self.is_startup(
+                pod_uid,
+                &inc.client,
+                container_id.as_deref(),
+                inc.first_refused_at,
+                meta,
+            );
+        let drain = self.drain_condition(pod_uid, id, meta);
+        let Some(inc) = self.incidents.get_mut(id) else {
+            return vec![];
+        };
+        let mut changes = Vec::new();
+        if inc.hidden == Some(Hidden::HostNetworkPort) {
+            inc.hidden = None;
+            changes.push(Change::Opened(id));
+        }
+        inc.phase = match inc.episode {
+            // A listener after the window does not make it a race.
+            _ if inc.phase == Phase::Unresolved => Phase::Unresolved,
+            Episode::BeforeListener if startup => Phase::Startup,
+            Episode::BeforeListener => Phase::Steady,
+            Episode::AfterClose { .. } if drain => Phase::Drain,
+            Episode::AfterClose { .. } => Phase::Steady,
+        };
+        inc.listener_ready_at = Some(ts);
+        inc.listener_container_id = container_id.or(inc.listener_container_id.take());
+        inc.state = State::Resolved;
+        inc.resolved_at = Some(ts);
+        let key = (inc.client.clone(), inc.port);
+        if inc.is_shown() {
+            changes.push(Change::Resolved(id));
+        }
+        self.incidents.resolved_by(pod_uid, id, key);
+        changes
+    }
+
+    pub(super) fn listener_down(
+        &mut self,
+        ts: u64,
+        pod_uid: &str,
+        container_id: Option<String>,
+        addr: SocketAddr,
+    ) {
+        let ps = self.pods.entry(pod_uid.to_string()).or_default();
+        ps.listeners.down(addr, container_id, ts);
+    }
+}

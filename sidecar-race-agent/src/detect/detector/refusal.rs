@@ -1,0 +1,341 @@
+//! A refused connect: counted into the client's open incident on that port (or the
+//! one its listener just resolved), discarded when it is no race, or a new incident
+//! whose phase follows from the listeners seen on the port.
+
+use std::net::SocketAddr;
+
+use super::{Change, Detector, Key, NotARace, PodState};
+use crate::{
+    detect::{
+        fact::Client,
+        incident::{Episode, Hidden, Incident, Phase, State, Subject},
+        listeners::{Listener, canonical, covers, is_loopback},
+    },
+    inventory::{pod_info::PodInfo, pod_meta::PodMeta},
+};
+
+/// Targets kept per incident (both loopback families and a pod IP, say).
+const TARGETS_PER_INCIDENT: usize = 4;
+
+/// One refusal, as the detector reads it.
+struct Refusal {
+    ts: u64,
+    client: Client,
+    dst: SocketAddr,
+    local_dst: Option<SocketAddr>,
+    /// Where it was refused after redirects.
+    target: SocketAddr,
+}
+
+/// What the listeners on the refused port say about a refusal.
+struct ListenerHistory {
+    /// A covering listener came up just after (the SYN was refused just before): its
+    /// time and container.
+    just_up: Option<(u64, Option<String>)>,
+    episode: Episode,
+    listener_container_id: Option<String>,
+    /// Any listener was ever seen on the port in the pod.
+    seen_on_port: bool,
+}
+
+impl Detector {
+    pub(super) fn refused(
+        &mut self,
+        ts: u64,
+        pod_uid: String,
+        client: Client,
+        dst: SocketAddr,
+        local_dst: Option<SocketAddr>,
+        meta: &dyn PodMeta,
+    ) -> Vec<Change> {
+        let target = local_dst.unwrap_or(dst);
+        let r = Refusal {
+            ts,
+            client,
+            dst,
+            local_dst,
+            target,
+        };
+        let port = target.port();
+        let pod = meta.pod(&pod_uid);
+        let host_network = pod.is_some_and(|p| p.host_network);
+        let ips_known = pod.is_some_and(|p| !p.pod_ips.is_empty());
+        let own_ip = pod.is_some_and(|p| {
+            p.pod_ips
+                .iter()
+                .any(|ip| canonical(*ip) == canonical(target.ip()))
+        });
+        let loopback = is_loopback(target.ip());
+        // Pod-local: loopback, or the pod's own IP (on hostNetwork pods "own IP" is the
+        // node's). A redirect to another pod's IP (kube-proxy DNAT) is not.
+        let wait_for_ips = !loopback && !ips_known && !host_network && self.cfg.pod_ip_wait_ns > 0;
+        let pod_local = loopback || (own_ip && !host_network);
+        if !pod_local && !wait_for_ips {
+            return vec![not_a_race(NotARace::Other)];
+        }
+        let key = (r.client.clone(), port);
+        self.pods.entry(pod_uid.clone()).or_default();
+        if let Some(changes) = self.count_into_known(&pod_uid, &key, &r) {
+            return changes;
+        }
+        // A container refused on a port it declares itself (its own exec probe).
+        let client_name = match &r.client {
+            Client::Container(id) => meta.container_name(id),
+            Client::Cgroup(_) => None,
+        };
+        if let (Some(p), Some(name)) = (pod, client_name)
+            && p.declaring(port).is_some_and(|c| c.name == name)
+        {
+            return vec![not_a_race(NotARace::SelfRefusal)];
+        }
+        let ps = self.pods.entry(pod_uid.clone()).or_default();
+        let history = match listener_history(ps, &r, loopback, self.cfg.late_refusal_ns) {
+            Ok(history) => history,
+            Err(why) => return vec![not_a_race(why)],
+        };
+        if history.episode == Episode::BeforeListener
+            && let Some(id) = self.crash_loop_incident(&pod_uid, &r.client, port, meta)
+            && let Some(inc) = self.incidents.reopen_under(&pod_uid, id, key.clone())
+        {
+            inc.client = r.client;
+            inc.client_instances += 1;
+            return counted(inc, id, r.ts, target);
+        }
+        let declared = pod.is_some_and(|p| p.declaring(port).is_some());
+        let hidden = if host_network && local_dst.is_none() && !declared && !history.seen_on_port {
+            Some(Hidden::HostNetworkPort)
+        } else if wait_for_ips {
+            Some(Hidden::PodIpUnknown)
+        } else {
+            None
+        };
+        self.open_incident(pod_uid, key, r, history, hidden, meta)
+    }
+
+    /// Counts the refusal into the client's open incident on the port, or into the
+    /// one a listener resolved just before (the reset of a SYN refused just before
+    /// the listener came up); `None` when there is neither.
+    fn count_into_known(&mut self, pod_uid: &str, key: &Key, r: &Refusal) -> Option<Vec<Change>> {
+        if let Some((id, inc)) = self.incidents.open(pod_uid, key) {
+            return Some(counted(inc, id, r.ts, r.target));
+        }
+        let late = self.cfg.late_refusal_ns;
+        let (id, inc) = self.incidents.resolved_by_listener(pod_uid, key)?;
+        let ready = inc.listener_ready_at.unwrap_or(0);
+        (r.ts <= ready.saturating_add(late) && r.ts >= inc.first_refused_at)
+            .then(|| counted(inc, id, r.ts, r.target))
+    }
+
+    /// A new incident of `r`, resolved at once when a covering listener came up just
+    /// after the refusal.
+    fn open_incident(
+        &mut self,
+        pod_uid: String,
+        key: Key,
+        r: Refusal,
+        history: ListenerHistory,
+        hidden: Option<Hidden>,
+        meta: &dyn PodMeta,
+    ) -> Vec<Change> {
+        let episode = history.episode;
+        let phase = match episode {
+            Episode::BeforeListener
+                if self.is_startup(
+                    &pod_uid,
+                    &r.client,
+                    history.listener_container_id.as_deref(),
+                    r.ts,
+                    meta,
+                ) =>
+            {
+                Phase::Startup
+            }
+            // Not started recently (or the agent found the pod running): a listener that
+            // comes later is a steady-state outage, not a startup race.
+            Episode::BeforeListener => Phase::Steady,
+            Episode::AfterClose { .. } => Phase::Steady,
+        };
+        let incident = Incident {
+            id: 0,
+            subject: Subject::Refusals,
+            phase,
+            state: State::Open,
+            pod_uid: pod_uid.clone(),
+            client: r.client,
+            port: key.1,
+            destination: r.dst,
+            local_destination: r.local_dst,
+            targets: vec![r.target],
+            client_instances: 1,
+            refused_count: 1,
+            first_refused_at: r.ts,
+            last_refused_at: r.ts,
+            listener_ready_at: None,
+            listener_closed_at: match episode {
+                Episode::AfterClose { closed_at } => Some(closed_at),
+                Episode::BeforeListener => None,
+            },
+            resolved_at: None,
+            listener_container_id: history.listener_container_id,
+            episode,
+            hidden,
+        };
+        let id = self.incidents.insert_open(incident, key);
+        let mut changes = if hidden.is_none() {
+            vec![Change::Opened(id)]
+        } else {
+            vec![]
+        };
+        if let Episode::AfterClose { .. } = episode
+            && self.drain_condition(&pod_uid, id, meta)
+            && let Some(inc) = self.incidents.get_mut(id)
+        {
+            inc.phase = Phase::Drain;
+        }
+        if let Some((up, container)) = history.just_up {
+            changes.extend(self.resolve_by_listener(&pod_uid, id, up, container, meta));
+        }
+        changes
+    }
+
+    /// Whether refusals from `client` first seen at `first` are a startup race: the
+    /// client container (and the serving one, when known) started at most the startup
+    /// bound before. A client that is not a container is timed by the pod's start.
+    pub(super) fn is_startup(
+        &self,
+        uid: &str,
+        client: &Client,
+        server_container_id: Option<&str>,
+        first: u64,
+        meta: &dyn PodMeta,
+    ) -> bool {
+        let ps = self.pods.get(uid);
+        let pod = meta.pod(uid);
+        let recent = |t: u64| first.saturating_sub(t) <= self.cfg.startup_bound_ns;
+        let client_start = match client {
+            Client::Container(id) => container_start(ps, pod, id, meta),
+            Client::Cgroup(_) => None,
+        }
+        .or_else(|| ps.and_then(|p| p.started_at));
+        let server_start = server_container_id.and_then(|id| container_start(ps, pod, id, meta));
+        client_start.is_some_and(recent) && server_start.is_none_or(recent)
+    }
+
+    /// An open startup incident on `port` of an earlier instance of `client`'s
+    /// container that has been torn down (a crash loop): the new instance's refusals
+    /// join it. Instances are the same container when their names agree or are unknown.
+    fn crash_loop_incident(
+        &self,
+        uid: &str,
+        client: &Client,
+        port: u16,
+        meta: &dyn PodMeta,
+    ) -> Option<u64> {
+        let Client::Container(new_id) = client else {
+            return None;
+        };
+        let removed = &self.pods.get(uid)?.removed;
+        let new_name = meta.container_name(new_id);
+        self.incidents.open_in(uid).find_map(|((old, p), inc)| {
+            let Client::Container(old_id) = old else {
+                return None;
+            };
+            if *p != port || !removed.contains(old_id) {
+                return None;
+            }
+            let same = match (new_name, meta.container_name(old_id)) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            };
+            (same && inc.episode == Episode::BeforeListener).then_some(inc.id)
+        })
+    }
+}
+
+/// What the pod's listeners on the refused port say about `r`, or why it is no race
+/// (something listens there and still refused, or a dual-stack client's fallback).
+fn listener_history(
+    ps: &PodState,
+    r: &Refusal,
+    loopback: bool,
+    late_refusal_ns: u64,
+) -> Result<ListenerHistory, NotARace> {
+    let (ts, port) = (r.ts, r.target.port());
+    let on_port = ps.listeners.on_port(port);
+    let covering: Vec<&Listener> = on_port
+        .iter()
+        .filter(|l| covers(l.addr, r.target))
+        .collect();
+    let just_up = covering
+        .iter()
+        .filter(|l| l.is_up_at(ts))
+        .filter_map(|l| l.up_at.map(|up| (up, l.container_id.clone())))
+        .find(|(up, _)| ts.saturating_sub(*up) <= late_refusal_ns);
+    if covering.iter().any(|l| l.is_up_at(ts)) && just_up.is_none() {
+        // Something listens there and still refused: not a race we can explain.
+        return Err(NotARace::Other);
+    }
+    // Loopback of the other family while the port is served on loopback: a
+    // dual-stack client's fallback (`localhost` tried as ::1, then 127.0.0.1).
+    if loopback
+        && just_up.is_none()
+        && on_port
+            .iter()
+            .any(|l| l.is_up_at(ts) && (is_loopback(l.addr.ip()) || l.addr.ip().is_unspecified()))
+    {
+        return Err(NotARace::Other);
+    }
+    // The last time a listener for this address went away, if it ever did.
+    let episode = match covering
+        .iter()
+        .filter_map(|l| l.down_at)
+        .filter(|d| *d <= ts)
+        .max()
+    {
+        Some(closed_at) => Episode::AfterClose { closed_at },
+        None => Episode::BeforeListener,
+    };
+    Ok(ListenerHistory {
+        just_up,
+        episode,
+        listener_container_id: covering.iter().rev().find_map(|l| l.container_id.clone()),
+        seen_on_port: !on_port.is_empty(),
+    })
+}
+
+/// When container `container_id` of `pod` started: its cgroup's creation, else the
+/// pod source's `startedAt`.
+fn container_start(
+    ps: Option<&PodState>,
+    pod: Option<&PodInfo>,
+    container_id: &str,
+    meta: &dyn PodMeta,
+) -> Option<u64> {
+    ps.and_then(|p| p.containers_started.get(container_id).copied())
+        .or_else(|| {
+            pod?.statuses
+                .iter()
+                .find(|s| s.container_id == container_id)
+                .and_then(|s| s.started_at)
+                .and_then(|t| meta.boot_ns(t))
+        })
+}
+
+pub(super) fn not_a_race(why: NotARace) -> Change {
+    Change::NotARace { why, refused: 1 }
+}
+
+/// Counts a refusal at `ts` on `target` into incident `id`: a change when it is shown.
+fn counted(inc: &mut Incident, id: u64, ts: u64, target: SocketAddr) -> Vec<Change> {
+    inc.refused_count += 1;
+    inc.first_refused_at = inc.first_refused_at.min(ts);
+    inc.last_refused_at = inc.last_refused_at.max(ts);
+    if inc.targets.len() < TARGETS_PER_INCIDENT && !inc.targets.contains(&target) {
+        inc.targets.push(target);
+    }
+    if inc.is_shown() {
+        vec![Change::Refused(id)]
+    } else {
+        vec![]
+    }
+}

@@ -1,0 +1,254 @@
+//! The pipeline's outcomes counted into the families: incidents at their final
+//! accounting, with the names known by then (the kubelet names a container only some
+//! time after it starts, which is exactly when startup races happen), refusals that
+//! come later, pod starts, and the stuck-Job gauge.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use super::{
+    cap::{Labels, SeriesCap},
+    families::Families,
+};
+use crate::{
+    detect::{Kind, Phase, render::IncidentView},
+    outcome::{Accounting, Outcome, PodNames, StuckJob},
+    suppressed::Owner,
+};
+
+/// The label value of a name the agent does not know (never empty).
+const UNKNOWN: &str = "unknown";
+/// The `port` label of a port no container declares and nothing was seen listening on.
+const OTHER_PORT: &str = "other";
+
+/// Counted starts are forgotten after this (startup incidents settle within minutes).
+const START_MEMORY: Duration = Duration::from_secs(3600);
+
+/// A counted pod start, under the labels its workload had then, so a pod counted as
+/// affected always falls under the same labels as its start.
+struct Start {
+    seen: Instant,
+    labels: Labels,
+    /// It had a startup incident (counted once).
+    affected: bool,
+}
+
+pub(super) struct Sink {
+    pub families: Families,
+    pub series: SeriesCap,
+    pod_label: bool,
+    /// Open stuck-Job incidents and the labels their gauge was raised under.
+    stuck: HashMap<u64, Labels>,
+    /// Pod starts counted, by pod uid.
+    starts: HashMap<String, Start>,
+    /// Pods with a startup incident settled before their start was counted.
+    affected_early: HashMap<String, Instant>,
+}
+
+impl Sink {
+    pub(super) fn new(families: Families, series: SeriesCap, pod_label: bool) -> Self {
+        Self {
+            families,
+            series,
+            pod_label,
+            stuck: HashMap::new(),
+            starts: HashMap::new(),
+            affected_early: HashMap::new(),
+        }
+    }
+
+    pub(super) fn consume(&mut self, outcome: &Outcome, now: Instant) {
+        match outcome {
+            Outcome::Settled(a) => self.settle(a, now),
+            Outcome::LateRefusals(a) => self.count_refusals(a),
+            Outcome::PodStarted { pod_uid, names } => self.pod_started(pod_uid, names, now),
+            Outcome::StuckJob(StuckJob::Found(v)) if !self.stuck.contains_key(&v.id) => {
+                let mut labels = self.workload_labels(v);
+                labels.push(("sidecar", name(&v.sidecar)));
+                let labels = self.series.labels("stuck_job_pods", labels);
+                self.families.stuck_jobs.get_or_create(&labels).inc();
+                self.stuck.insert(v.id, labels);
+            }
+            Outcome::StuckJob(StuckJob::Ended(id)) => {
+                if let Some(labels) = self.stuck.remove(id) {
+                    self.families.stuck_jobs.get_or_create(&labels).dec();
+                }
+            }
+            Outcome::StuckJob(StuckJob::Found(_)) | Outcome::Opened(_) | Outcome::Rephased(_) => {}
+        }
+    }
+
+    /// Forgets counted starts after a while.
+    pub(super) fn prune(&mut self, now: Instant) {
+        let recent = |seen: &Instant| now.duration_since(*seen) < START_MEMORY;
+        self.starts.retain(|_, s| recent(&s.seen));
+        self.affected_early.retain(|_, seen| recent(seen));
+    }
+
+    /// Adds the refusals an incident gained since it was last counted.
+    fn count_refusals(&mut self, a: &Accounting) {
+        if a.new_refusals == 0 {
+            return;
+        }
+        let v = &a.view;
+        let port = a
+            .port
+            .map_or_else(|| OTHER_PORT.to_string(), |p| p.to_string());
+        match v.kind {
+            Kind::AppNotReady => {
+                let mut l = self.workload_labels(v);
+                l.extend([
+                    ("container", name(&v.container)),
+                    ("app", name(&v.sidecar)),
+                    ("port", port),
+                ]);
+                let l = self.series.labels("app_not_ready_refusals", l);
+                self.families
+                    .app_not_ready
+                    .get_or_create(&l)
+                    .inc_by(a.new_refusals);
+            }
+            Kind::StuckJob => {}
+            Kind::SidecarRace | Kind::InitDeadlock => {
+                let mut l = self.workload_labels(v);
+                l.extend([
+                    ("container", name(&v.container)),
+                    ("sidecar", name(&v.sidecar)),
+                    ("port", port),
+                    ("phase", v.phase.as_str().to_string()),
+                ]);
+                let l = self.series.labels("refused_connections", l);
+                self.families
+                    .refused
+                    .get_or_create(&l)
+                    .inc_by(a.new_refusals);
+            }
+        }
+    }
+
+    /// Final accounting of an incident (once: the pipeline says when).
+    fn settle(&mut self, a: &Accounting, now: Instant) {
+        self.count_refusals(a);
+        let v = &a.view;
+        if !matches!(v.kind, Kind::SidecarRace | Kind::InitDeadlock) {
+            return;
+        }
+        let l = self
+            .series
+            .labels("incidents", self.incident_labels(v, true));
+        self.families.incidents.get_or_create(&l).inc();
+        if let Some(w) = v.race_window_seconds {
+            let l = self
+                .series
+                .labels("window_seconds", self.incident_labels(v, false));
+            self.families.window.get_or_create(&l).observe(w);
+        }
+        if v.kind != Kind::InitDeadlock && v.phase != Phase::Startup {
+            return;
+        }
+        match self.starts.get_mut(&v.pod_uid) {
+            Some(start) if !start.affected => {
+                start.affected = true;
+                let l = self
+                    .series
+                    .labels("affected_pod_starts", start.labels.clone());
+                self.families.affected_starts.get_or_create(&l).inc();
+            }
+            Some(_) => {}
+            None => {
+                self.affected_early.insert(v.pod_uid.clone(), now);
+            }
+        }
+    }
+
+    /// Counts a pod start (once), and as affected when a startup incident of the pod
+    /// was settled before.
+    fn pod_started(&mut self, pod_uid: &str, names: &PodNames, now: Instant) {
+        if self.starts.contains_key(pod_uid) {
+            return;
+        }
+        let labels = self.owner_labels(
+            &names.namespace,
+            &names.workload_kind,
+            &names.workload,
+            &names.pod,
+        );
+        let l = self.series.labels("pod_starts", labels.clone());
+        self.families.pod_starts.get_or_create(&l).inc();
+        let affected = self.affected_early.remove(pod_uid).is_some();
+        if affected {
+            let l = self.series.labels("affected_pod_starts", labels.clone());
+            self.families.affected_starts.get_or_create(&l).inc();
+        }
+        self.starts.insert(
+            pod_uid.to_string(),
+            Start {
+                seen: now,
+                labels,
+                affected,
+            },
+        );
+    }
+
+    /// Adds suppressed refusals, per owner (already deltas).
+    pub(super) fn add_suppressed(&mut self, deltas: &[(Owner, u64)]) {
+        for (o, n) in deltas {
+            let mut l = self.owner_labels(&o.namespace, &o.workload_kind, &o.workload, &o.pod);
+            l.push(("container", name(&o.container)));
+            let l = self.series.labels("refusals_suppressed", l);
+            self.families
+                .refusals_suppressed
+                .get_or_create(&l)
+                .inc_by(*n);
+        }
+    }
+
+    fn workload_labels(&self, v: &IncidentView) -> Labels {
+        let workload = v.workload.as_ref();
+        self.owner_labels(
+            &v.namespace,
+            &workload.map(|w| w.kind.clone()),
+            &workload.map(|w| w.name.clone()),
+            &v.pod,
+        )
+    }
+
+    /// `namespace`, `workload_kind`, `workload`, and `pod` with `--metrics-pod-label`.
+    fn owner_labels(
+        &self,
+        namespace: &Option<String>,
+        workload_kind: &Option<String>,
+        workload: &Option<String>,
+        pod: &Option<String>,
+    ) -> Labels {
+        let mut l = vec![
+            ("namespace", name(namespace)),
+            ("workload_kind", name(workload_kind)),
+            ("workload", name(workload)),
+        ];
+        if self.pod_label {
+            l.push(("pod", name(pod)));
+        }
+        l
+    }
+
+    fn incident_labels(&self, v: &IncidentView, with_pattern: bool) -> Labels {
+        let mut l = self.workload_labels(v);
+        l.extend([
+            ("sidecar", name(&v.sidecar)),
+            ("phase", v.phase.as_str().to_string()),
+        ]);
+        if with_pattern {
+            l.push(("pattern", v.pattern.as_str().to_string()));
+            l.push(("kind", v.kind.as_str().to_string()));
+        }
+        l
+    }
+}
+
+/// A label value for a name that may be unknown.
+fn name(n: &Option<String>) -> String {
+    n.clone().unwrap_or_else(|| UNKNOWN.to_string())
+}

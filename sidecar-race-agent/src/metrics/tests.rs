@@ -1,0 +1,262 @@
+//! The exposition from the pipeline's outcomes and the totals read at scrape time.
+
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+    time::Duration,
+};
+
+use super::*;
+use crate::{
+    detect::DetectorConfig,
+    events::{KernelEvent, Kind},
+    inventory::{pod_info::PodInfo, sources::PodUpdate},
+    outcome::Outcome,
+    pipeline::Pipeline,
+    test_facts::{
+        CHECKOUT as UID, MS, OTHER_POD as UID2, checkout_pod, container_path, created, pipeline,
+        pod_path, socket, temp_dir,
+    },
+};
+
+/// Two pods race at start; one has metadata (a Deployment), one has none. Returns
+/// the pipeline after its first step (3 s): the pod without metadata still waits
+/// for names.
+fn scenario() -> (Pipeline, Vec<Outcome>) {
+    let dir = temp_dir("metrics");
+    let mut p = pipeline(&dir, Some(checkout_pod()), DetectorConfig::default());
+    let (a, b) = ("a".repeat(64), "b".repeat(64));
+    let events = vec![
+        created(0, 100, pod_path(UID)),
+        created(MS, 101, container_path(UID, &a)),
+        created(MS, 102, container_path(UID, &b)),
+        created(0, 200, pod_path(UID2)),
+        created(MS, 201, container_path(UID2, &"c".repeat(64))),
+        created(MS, 202, container_path(UID2, &"d".repeat(64))),
+        KernelEvent::Refused(socket(
+            100 * MS,
+            101,
+            "127.0.0.1:40000",
+            Some("127.0.0.1:15001"),
+        )),
+        KernelEvent::Refused(socket(
+            200 * MS,
+            101,
+            "127.0.0.1:40001",
+            Some("127.0.0.1:15001"),
+        )),
+        KernelEvent::Refused(socket(
+            300 * MS,
+            201,
+            "127.0.0.1:40002",
+            Some("127.0.0.1:9000"),
+        )),
+        KernelEvent::Refused(socket(
+            310 * MS,
+            201,
+            "10.0.0.1:40003",
+            Some("10.96.0.1:443"),
+        )),
+        // A container refused on its own port before it listens (its own probe).
+        KernelEvent::Refused(socket(
+            320 * MS,
+            201,
+            "127.0.0.1:40004",
+            Some("127.0.0.1:9100"),
+        )),
+        KernelEvent::Listen(socket(1500 * MS, 102, "0.0.0.0:15001", None)),
+        KernelEvent::Listen(socket(2000 * MS, 202, "127.0.0.1:9000", None)),
+        KernelEvent::Listen(socket(2100 * MS, 201, "127.0.0.1:9100", None)),
+    ];
+    for ev in &events {
+        p.kernel_event(ev);
+    }
+    let step = p.tick(3000 * MS);
+    (p, step)
+}
+
+#[test]
+fn golden_exposition() {
+    let (mut p, step) = scenario();
+    let mut m = Metrics::new(false, "0.1.0", "6.18.0-test");
+    let now = Instant::now();
+    m.consume(&step, now);
+    assert!(
+        !m.encode().contains(r#"port="9000""#),
+        "the race of the pod without names waits for them"
+    );
+    // The pod without metadata is counted under `unknown` once names had their
+    // chance; its refusal to a non-loopback address never became pod-local.
+    let step = p.tick(14_000 * MS);
+    m.consume(&step, now + Duration::from_secs(11));
+    assert_eq!(p.counts.refusals_other, 1);
+    let m = m.with_totals(Box::new(Fixed(Totals {
+        kernel: Some(KernelTotals {
+            seen: vec![(Kind::Refused.name(), 4), (Kind::Listen.name(), 2)],
+            lost: 1,
+        }),
+        refusals_other: p.counts.refusals_other,
+        self_refusals: p.counts.self_refusals,
+        unattributed: 3,
+        pod_source: ("api", 2),
+        dropped_in_agent: 5,
+        undecodable: 1,
+        events_not_posted: None,
+        bounds: BoundsTotals::default(),
+    })));
+    let mut m = m;
+    let app = crate::suppressed::Owner {
+        namespace: Some("shop".into()),
+        workload_kind: Some("Deployment".into()),
+        workload: Some("checkout".into()),
+        pod: Some("checkout-7d4b9c8f5-x2k8q".into()),
+        container: Some("app".into()),
+    };
+    m.add_suppressed(&[(app.clone(), 300), (Default::default(), 2), (app, 20)]);
+    let got = m.encode();
+    let golden =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/metrics/golden.openmetrics");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&golden, &got).unwrap();
+    }
+    assert_eq!(
+        normalized(&got),
+        normalized(&std::fs::read_to_string(&golden).unwrap()),
+        "run with UPDATE_GOLDEN=1 after a deliberate change"
+    );
+}
+
+/// Totals that never change.
+#[derive(Debug)]
+struct Fixed(Totals);
+
+impl TotalsSource for Fixed {
+    fn totals(&self) -> Totals {
+        self.0.clone()
+    }
+}
+
+/// Events not posted, as the publisher counts them, read anew at each scrape.
+#[derive(Debug, Default)]
+struct Publisher {
+    dropped: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl TotalsSource for Arc<Publisher> {
+    fn totals(&self) -> Totals {
+        Totals {
+            events_not_posted: Some((self.dropped.load(Relaxed), self.failed.load(Relaxed))),
+            ..Totals::default()
+        }
+    }
+}
+
+#[test]
+fn events_not_posted_are_read_at_scrape_time_by_reason() {
+    let m = Metrics::new(false, "0.1.0", "6.18.0-test");
+    assert!(!m.encode().contains("k8s_events_not_posted_total{"));
+    let publisher = Arc::new(Publisher::default());
+    let m = m.with_totals(Box::new(publisher.clone()));
+    let classic = m.encode_classic();
+    assert!(
+        classic.contains(r#"sidecar_race_k8s_events_not_posted_total{reason="dropped"} 0"#),
+        "both series exist from the start, so an alert can rate() them: {classic}"
+    );
+    assert!(
+        classic.contains(r#"sidecar_race_k8s_events_not_posted_total{reason="failed"} 0"#),
+        "{classic}"
+    );
+    publisher.dropped.store(7, Relaxed);
+    publisher.failed.store(2, Relaxed);
+    let classic = m.encode_classic();
+    assert!(
+        classic.contains(r#"sidecar_race_k8s_events_not_posted_total{reason="dropped"} 7"#),
+        "{classic}"
+    );
+    assert!(
+        classic.contains(r#"sidecar_race_k8s_events_not_posted_total{reason="failed"} 2"#),
+        "{classic}"
+    );
+    assert!(
+        classic.contains("# TYPE sidecar_race_k8s_events_not_posted_total counter\n"),
+        "{classic}"
+    );
+}
+
+/// Series of a family come out in hash order, and the collector's families after the
+/// registered ones: compare each family's lines sorted, and the families sorted.
+fn normalized(exposition: &str) -> Vec<Vec<String>> {
+    let mut families: Vec<Vec<String>> = Vec::new();
+    for line in exposition.lines() {
+        if line.starts_with("# HELP ") || line == "# EOF" || families.is_empty() {
+            families.push(Vec::new());
+        }
+        families.last_mut().unwrap().push(line.to_string());
+    }
+    for f in &mut families {
+        f.sort();
+    }
+    families.sort();
+    families
+}
+
+/// The second pod's metadata as the pod source reports it late: its containers
+/// `c…` (the client) and `d…` (serving 9000, a declared port of `log-proxy`).
+fn late_pod() -> PodInfo {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pods/classic-deployment.json");
+    let text = std::fs::read_to_string(fixture)
+        .unwrap()
+        .replace("6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b", UID2)
+        .replace(&"a".repeat(64), &"c".repeat(64))
+        .replace(&"b".repeat(64), &"d".repeat(64))
+        .replace("checkout", "billing");
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["spec"]["containers"][1]["name"] = "log-proxy".into();
+    v["spec"]["containers"][1]["ports"] = serde_json::json!([{"containerPort": 9000}]);
+    v["status"]["containerStatuses"][1]["name"] = "log-proxy".into();
+    PodInfo::from_json(v).unwrap()
+}
+
+#[test]
+fn metadata_that_arrives_after_the_race_labels_its_series() {
+    let (mut p, step) = scenario();
+    let mut m = Metrics::new(false, "0.1.0", "k");
+    let now = Instant::now();
+    m.consume(&step, now);
+    // The pod source names the pod 5 s later, within the wait.
+    p.pod_update(PodUpdate::Apply(Box::new(late_pod())));
+    let step = p.tick(8_000 * MS);
+    m.consume(&step, now + Duration::from_secs(5));
+    let om = m.encode();
+    assert!(
+        om.contains(r#"sidecar_race_incidents_total{namespace="shop",workload_kind="Deployment",workload="billing",sidecar="log-proxy",phase="startup",pattern="classic",kind="sidecar_race"} 1"#),
+        "{om}"
+    );
+    assert!(
+        om.contains(r#"sidecar_race_refused_connections_total{namespace="shop",workload_kind="Deployment",workload="billing",container="app",sidecar="log-proxy",port="9000",phase="startup"} 1"#),
+        "{om}"
+    );
+    assert!(
+        !om.contains(r#""unknown""#) && !om.contains(r#"="""#),
+        "{om}"
+    );
+}
+
+#[test]
+fn pod_label_and_classic_format() {
+    let (_p, step) = scenario();
+    let mut m = Metrics::new(true, "0.1.0", "k");
+    m.consume(&step, Instant::now());
+    let om = m.encode();
+    assert!(om.contains(r#"sidecar_race_affected_pod_starts_total{namespace="shop",workload_kind="Deployment",workload="checkout",pod="checkout-7d4b9c8f5-x2k8q"} 1"#), "{om}");
+    let classic = m.encode_classic();
+    assert!(classic.contains("# TYPE sidecar_race_incidents_total counter\n"));
+    assert!(classic.contains("# HELP sidecar_race_refused_connections_total "));
+    assert!(!classic.contains("# EOF"));
+    assert!(classic.contains("# TYPE sidecar_race_window_seconds histogram\n"));
+}

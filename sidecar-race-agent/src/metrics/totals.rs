@@ -1,0 +1,168 @@
+//! Counters that live elsewhere (the kernel's per-CPU counts, the pipeline's counts,
+//! the agent's drops and bounds), read at scrape time by a `prometheus-client`
+//! collector, the way kube-state-metrics reads its state: no copies, no deltas.
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{MetricType, counter::ConstCounter},
+};
+
+/// What the agent counted so far, as totals since it started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// The kernel's counts; `None` when its counters could not be read.
+    pub kernel: Option<KernelTotals>,
+    /// Refusals that are not pod-local, and those of a container on its own port.
+    pub refusals_other: u64,
+    pub self_refusals: u64,
+    /// Kernel events whose cgroup is unknown or of an unknown layout.
+    pub unattributed: u64,
+    /// The pod source's name and its failures.
+    pub pod_source: (&'static str, u64),
+    /// Records dropped on a full pipeline, and those that could not be decoded.
+    pub dropped_in_agent: u64,
+    pub undecodable: u64,
+    /// Kubernetes Events dropped and failed; `None` when Events are off.
+    pub events_not_posted: Option<(u64, u64)>,
+    pub bounds: BoundsTotals,
+}
+
+/// Kernel events seen per kind, and those the full ring buffer could not take.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelTotals {
+    pub seen: Vec<(&'static str, u64)>,
+    pub lost: u64,
+}
+
+/// What the agent's bounds dropped or reordered (see SECURITY.md, agent bounds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BoundsTotals {
+    pub incidents_evicted: u64,
+    pub facts_out_of_order: u64,
+    pub listeners_dropped: u64,
+    pub log_lines_suppressed: u64,
+}
+
+/// Where the totals are read from at each scrape.
+pub trait TotalsSource: std::fmt::Debug + Send + Sync + 'static {
+    fn totals(&self) -> Totals;
+}
+
+/// The collector of a `TotalsSource`. HELP texts end in a full stop, as the
+/// registry writes those of the families registered with it.
+#[derive(Debug)]
+pub(super) struct TotalsCollector(pub Box<dyn TotalsSource>);
+
+impl Collector for TotalsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let t = self.0.totals();
+        if let Some(kernel) = &t.kernel {
+            let mut family = encoder.encode_descriptor(
+                "kernel_events",
+                "Kernel events seen, by kind (exact per-CPU counts).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (kind, seen) in &kernel.seen {
+                ConstCounter::new(*seen).encode(family.encode_family(&[("kind", *kind)])?)?;
+            }
+            counter(
+                &mut encoder,
+                "kernel_events_lost",
+                "Kernel events the full ring buffer could not take.",
+                kernel.lost,
+            )?;
+        }
+        counter(
+            &mut encoder,
+            "refusals_other",
+            "Refusals that are not pod-local: never incidents.",
+            t.refusals_other,
+        )?;
+        counter(
+            &mut encoder,
+            "self_refusals",
+            "Refusals of a container on a port it serves itself (its own probes): never incidents.",
+            t.self_refusals,
+        )?;
+        counter(
+            &mut encoder,
+            "unattributed_events",
+            "Kernel events whose cgroup is unknown or of an unknown layout.",
+            t.unattributed,
+        )?;
+        let (source, errors) = t.pod_source;
+        let mut family = encoder.encode_descriptor(
+            "pod_source_errors",
+            "Failures of the pod metadata source.",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(errors).encode(family.encode_family(&[("source", source)])?)?;
+        if let Some((dropped, failed)) = t.events_not_posted {
+            let mut family = encoder.encode_descriptor(
+                "k8s_events_not_posted",
+                "Kubernetes Events not posted: dropped (queue full or rate limit) or failed (the API server answered an error after retries).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (reason, n) in [("dropped", dropped), ("failed", failed)] {
+                ConstCounter::new(n).encode(family.encode_family(&[("reason", reason)])?)?;
+            }
+        }
+        counter(
+            &mut encoder,
+            "kernel_events_dropped",
+            "Kernel records decoded but dropped because the agent's pipeline was full.",
+            t.dropped_in_agent,
+        )?;
+        counter(
+            &mut encoder,
+            "kernel_records_undecodable",
+            "Kernel records the agent could not decode.",
+            t.undecodable,
+        )?;
+        let b = t.bounds;
+        for (name, help, n) in [
+            (
+                "incidents_evicted",
+                "Incidents dropped from the history to stay within --incident-history (per pod, fairly).",
+                b.incidents_evicted,
+            ),
+            (
+                "facts_out_of_order",
+                "Kernel facts that arrived behind the reorder watermark and reached the detector out of order.",
+                b.facts_out_of_order,
+            ),
+            (
+                "listeners_dropped",
+                "Listeners not tracked because their pod already had the maximum of open listeners.",
+                b.listeners_dropped,
+            ),
+            (
+                "log_lines_suppressed",
+                "Incident log lines suppressed by the per-pod and global log budget.",
+                b.log_lines_suppressed,
+            ),
+        ] {
+            counter(&mut encoder, name, help, n)?;
+        }
+        Ok(())
+    }
+}
+
+/// One counter without labels.
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    ConstCounter::new(value).encode(encoder.encode_descriptor(
+        name,
+        help,
+        None,
+        MetricType::Counter,
+    )?)
+}

@@ -1,0 +1,55 @@
+//! What one step of the pipeline means to its sinks (logs, metrics, Kubernetes
+//! Events). Each outcome is built once by the pipeline, with the incident view it is
+//! about, so no sink filters the detector's changes again or reaches back into the
+//! pipeline, the detector or the inventory.
+
+use crate::detect::render::IncidentView;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// An incident is shown for the first time.
+    Opened(IncidentView),
+    /// An incident whose final accounting is not done yet is in another phase now.
+    Rephased(IncidentView),
+    /// An incident's final accounting is due (once): it is final and shown, and its
+    /// pod and client are named, or the wait for their names is over.
+    Settled(Accounting),
+    /// Refusals counted into an incident after its final accounting (one per refusal
+    /// the detector counted; `new_refusals` is 0 for the later ones of a step).
+    LateRefusals(Accounting),
+    /// A pod start the agent saw, once its names are known or the wait for them is over.
+    PodStarted {
+        pod_uid: String,
+        names: PodNames,
+    },
+    StuckJob(StuckJob),
+}
+
+/// An incident to account for, with what a count of its refusals needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accounting {
+    pub view: IncidentView,
+    /// The port to count refusals under: `None` when no container of the pod declares
+    /// it and no listener was seen on it (a client can dial any of 65,535 ports).
+    pub port: Option<u16>,
+    /// Refusals not accounted for in an earlier outcome.
+    pub new_refusals: u64,
+}
+
+/// A Job pod kept running by a classic sidecar after its app containers finished.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StuckJob {
+    /// Found (the incident is opened): it stays stuck until someone acts.
+    Found(Box<IncidentView>),
+    /// Incident `id` ended: the sidecar stopped or the pod went away.
+    Ended(u64),
+}
+
+/// The names of a pod as its pod source reports them; `None` while unknown.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodNames {
+    pub namespace: Option<String>,
+    pub workload_kind: Option<String>,
+    pub workload: Option<String>,
+    pub pod: Option<String>,
+}

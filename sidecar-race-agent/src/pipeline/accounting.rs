@@ -1,0 +1,197 @@
+//! Which of the detector's changes the sinks hear about, and when, as outcomes each
+//! built once with its view: an incident's final accounting waits for its names (or
+//! a deadline), refusals after it are late, a pod start waits for its workload's name.
+
+use std::collections::HashMap;
+
+use super::Pipeline;
+use crate::{
+    detect::{Change, Incident, PodMeta, incident::Subject, render::IncidentView},
+    outcome::{Accounting, Outcome, PodNames, StuckJob},
+};
+
+/// Pod starts whose workload is still unknown are counted after this, unnamed.
+pub const POD_START_NAME_WAIT_NS: u64 = 10_000_000_000;
+
+/// What the pipeline's sinks were told so far.
+#[derive(Debug, Default)]
+pub(super) struct Accounts {
+    /// Final incidents whose pod or client is not named yet, with the boot-clock time
+    /// their accounting stops waiting.
+    holding: Vec<(u64, u64)>,
+    /// Settled incidents and the refusals accounted for in each.
+    settled: HashMap<u64, u64>,
+    /// The incident log's eviction count when `settled` was last pruned.
+    evicted_seen: u64,
+    /// Pod starts waiting for their names, with the boot-clock time the wait ends.
+    starts: Vec<(String, u64)>,
+}
+
+impl Accounts {
+    pub(super) fn is_settled(&self, id: u64) -> bool {
+        self.settled.contains_key(&id)
+    }
+}
+
+impl Pipeline {
+    /// The outcomes of `changes` (one step of the detector), at boot ns `now`
+    /// (`last`: at shutdown, nothing waits for names any more).
+    pub(super) fn outcomes(&mut self, changes: &[Change], now: u64, last: bool) -> Vec<Outcome> {
+        let settled = self.settle(changes, now, last);
+        // Views as the step left the incidents, built once each.
+        let mut views: HashMap<u64, IncidentView> = HashMap::new();
+        let mut out = Vec::new();
+        for c in changes {
+            let outcome = match c {
+                Change::Opened(id) => self.incident(*id).map(|inc| {
+                    let v = self.view_once(inc, &mut views);
+                    match inc.subject {
+                        Subject::StuckJob { .. } => Outcome::StuckJob(StuckJob::Found(Box::new(v))),
+                        Subject::Refusals => Outcome::Opened(v),
+                    }
+                }),
+                Change::Rephased { id, .. } if !self.accounts.is_settled(*id) => self
+                    .incident(*id)
+                    .map(|inc| Outcome::Rephased(self.view_once(inc, &mut views))),
+                Change::Refused(id) if self.accounts.is_settled(*id) => {
+                    self.account(*id, &mut views).map(Outcome::LateRefusals)
+                }
+                Change::Resolved(id) => self
+                    .incident(*id)
+                    .filter(|inc| matches!(inc.subject, Subject::StuckJob { .. }))
+                    .filter(|inc| inc.is_final())
+                    .map(|_| Outcome::StuckJob(StuckJob::Ended(*id))),
+                Change::PodStarted { pod_uid } => {
+                    if !self.accounts.starts.iter().any(|(uid, _)| uid == pod_uid) {
+                        let deadline = now.saturating_add(POD_START_NAME_WAIT_NS);
+                        self.accounts.starts.push((pod_uid.clone(), deadline));
+                    }
+                    None
+                }
+                _ => None,
+            };
+            out.extend(outcome);
+        }
+        for id in settled {
+            out.extend(self.account(id, &mut views).map(Outcome::Settled));
+        }
+        out.extend(self.named_starts(now));
+        out
+    }
+
+    /// Whether incident `id` had its final accounting.
+    pub fn is_settled(&self, id: u64) -> bool {
+        self.accounts.is_settled(id)
+    }
+
+    /// The view of `inc`, built at most once per step.
+    fn view_once(&self, inc: &Incident, views: &mut HashMap<u64, IncidentView>) -> IncidentView {
+        views
+            .entry(inc.id)
+            .or_insert_with(|| self.view(inc))
+            .clone()
+    }
+
+    /// The accounting of settled incident `id`: the refusals it gained since the last.
+    fn account(&mut self, id: u64, views: &mut HashMap<u64, IncidentView>) -> Option<Accounting> {
+        let inc = self.incident(id)?;
+        let view = self.view_once(inc, views);
+        let port = self.counted_port(inc);
+        let counted = self.accounts.settled.entry(id).or_default();
+        let new_refusals = view.refused_count.saturating_sub(*counted);
+        *counted = view.refused_count;
+        Some(Accounting {
+            view,
+            port,
+            new_refusals,
+        })
+    }
+
+    /// The port to count `inc`'s refusals under, when a container of the pod declares
+    /// it or a listener was seen on it.
+    fn counted_port(&self, inc: &Incident) -> Option<u16> {
+        let declared = self
+            .inventory
+            .pods
+            .pod(&inc.pod_uid)
+            .is_some_and(|pod| pod.containers.iter().any(|c| c.ports.contains(&inc.port)));
+        let listened = inc.listener_ready_at.is_some()
+            || inc.listener_closed_at.is_some()
+            || self.detector.listened_on(&inc.pod_uid, inc.port);
+        (declared || listened).then_some(inc.port)
+    }
+
+    /// Final incidents become due for accounting once their pod and client are named,
+    /// or when the wait for names is over.
+    fn settle(&mut self, changes: &[Change], now: u64, last: bool) -> Vec<u64> {
+        let log = self.detector.incidents();
+        let a = &mut self.accounts;
+        for id in changes.iter().filter_map(Change::incident) {
+            let Some(inc) = log.get(id) else {
+                continue;
+            };
+            if inc.is_final()
+                && inc.is_shown()
+                && !a.settled.contains_key(&id)
+                && !a.holding.iter().any(|(h, _)| *h == id)
+            {
+                a.holding
+                    .push((id, now.saturating_add(self.metadata_wait_ns)));
+            }
+        }
+        let mut due = Vec::new();
+        let pods = &self.inventory.pods;
+        let may_learn = self.inventory.has_pod_source;
+        a.holding.retain(|&(id, deadline)| {
+            let Some(inc) = log.get(id) else {
+                return false; // evicted
+            };
+            if !inc.is_shown() {
+                return false;
+            }
+            let named = pods.pod(&inc.pod_uid).is_some()
+                && inc
+                    .client_container_id()
+                    .is_none_or(|c| pods.container_name(c).is_some());
+            if named || !may_learn || last || now >= deadline {
+                due.push(id);
+                false
+            } else {
+                true
+            }
+        });
+        // Settled from now on: refusals counted in this step are late ones too.
+        a.settled.extend(due.iter().map(|id| (*id, 0)));
+        // Forget incidents the log has evicted since the last look.
+        if log.evicted() != a.evicted_seen {
+            a.evicted_seen = log.evicted();
+            a.settled.retain(|id, _| log.get(*id).is_some());
+        }
+        due
+    }
+
+    /// Pod starts whose names are known now, or whose wait for them is over (at once
+    /// without a pod source).
+    fn named_starts(&mut self, now: u64) -> Vec<Outcome> {
+        let pods = &self.inventory.pods;
+        let may_learn = self.inventory.has_pod_source;
+        let mut named = Vec::new();
+        self.accounts.starts.retain(|(uid, deadline)| {
+            let pod = pods.pod(uid);
+            if pod.is_none() && may_learn && now < *deadline {
+                return true;
+            }
+            named.push(Outcome::PodStarted {
+                pod_uid: uid.clone(),
+                names: PodNames {
+                    namespace: pod.map(|p| p.namespace.clone()),
+                    workload_kind: pod.map(|p| p.workload.kind.clone()),
+                    workload: pod.map(|p| p.workload.name.clone()),
+                    pod: pod.map(|p| p.name.clone()),
+                },
+            });
+            false
+        });
+        named
+    }
+}

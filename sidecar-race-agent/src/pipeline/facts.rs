@@ -1,0 +1,110 @@
+//! Kernel events as detector facts: attributed to a pod and client by cgroup path
+//! alone (names come later); events with no pod are counted.
+
+use super::Pipeline;
+use crate::{
+    detect::{Client, Fact},
+    events::{KernelEvent, SocketFact},
+    inventory::cgroup_path::{self, PathInfo},
+};
+
+impl Pipeline {
+    pub(super) fn fact(&mut self, ev: &KernelEvent) -> Option<Fact> {
+        match ev {
+            KernelEvent::Refused(s) => {
+                let (pod_uid, client) = self.pod_client(s)?;
+                Some(Fact::Refused {
+                    ts: s.ts_boot_ns,
+                    pod_uid,
+                    client,
+                    dst: s.dst?,
+                    local_dst: s.local_dst,
+                })
+            }
+            KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
+                let (pod_uid, client) = self.pod_client(s)?;
+                let container_id = match client {
+                    Client::Container(id) => Some(id),
+                    Client::Cgroup(_) => None,
+                };
+                let (ts, addr) = (s.ts_boot_ns, s.src);
+                Some(if matches!(ev, KernelEvent::Listen(_)) {
+                    Fact::ListenerUp {
+                        ts,
+                        pod_uid,
+                        container_id,
+                        addr,
+                    }
+                } else {
+                    Fact::ListenerDown {
+                        ts,
+                        pod_uid,
+                        container_id,
+                        addr,
+                    }
+                })
+            }
+            KernelEvent::CgroupCreated(c) => match cgroup_path::parse(&c.path) {
+                PathInfo::Pod { pod_uid } => {
+                    self.unknown_pod_seen(&pod_uid);
+                    Some(Fact::PodStarted {
+                        ts: c.ts_boot_ns,
+                        pod_uid,
+                    })
+                }
+                PathInfo::PodContainer {
+                    pod_uid,
+                    container_id,
+                    ..
+                } => {
+                    self.unknown_pod_seen(&pod_uid);
+                    Some(Fact::ContainerStarted {
+                        ts: c.ts_boot_ns,
+                        pod_uid,
+                        container_id,
+                    })
+                }
+                _ => None,
+            },
+            KernelEvent::CgroupRemoved(c) => match cgroup_path::parse(&c.path) {
+                PathInfo::Pod { pod_uid } => Some(Fact::PodRemoved {
+                    ts: c.ts_boot_ns,
+                    pod_uid,
+                }),
+                PathInfo::PodContainer {
+                    pod_uid,
+                    container_id,
+                    ..
+                } => Some(Fact::ContainerRemoved {
+                    ts: c.ts_boot_ns,
+                    pod_uid,
+                    container_id,
+                }),
+                _ => None,
+            },
+        }
+    }
+
+    /// The pod and client of a socket event; counted when there is no pod.
+    fn pod_client(&mut self, s: &SocketFact) -> Option<(String, Client)> {
+        // Only the path's pod and container are needed here: names come later.
+        let (pod_uid, container_id) = match self.inventory.path_info(s.owner.cgroup_id) {
+            PathInfo::PodContainer {
+                pod_uid,
+                container_id,
+                ..
+            } => (pod_uid, Some(container_id)),
+            PathInfo::Pod { pod_uid } => (pod_uid, None),
+            _ => {
+                self.counts.events_without_pod += 1;
+                return None;
+            }
+        };
+        self.unknown_pod_seen(&pod_uid);
+        let client = match container_id {
+            Some(id) => Client::Container(id),
+            None => Client::Cgroup(s.owner.cgroup_id),
+        };
+        Some((pod_uid, client))
+    }
+}
