@@ -183,7 +183,7 @@ impl Incident {
         self.hidden.is_none()
     }
 
-    /// The race window as defined in the README; none while the incident is open
+    /// The race window as defined in docs/detection.md; none while the incident is open
     /// (a suspected race whose end is not known yet).
     pub fn race_window_ns(&self) -> Option<u64> {
         if self.state == State::Open {

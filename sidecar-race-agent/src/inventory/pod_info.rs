@@ -61,7 +61,7 @@ impl Role {
     }
 }
 
-/// How a sidecar is declared, as the README and metrics name it.
+/// How a sidecar is declared, as docs/reference.md and the metrics name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]

@@ -1,5 +1,5 @@
 //! The metric families the sink counts into, registered with their names and HELP
-//! (a public interface: the README, alert rules and dashboard use them).
+//! (a public interface: docs/reference.md, the alert rules and dashboard use them).
 
 use std::sync::atomic::AtomicI64;
 

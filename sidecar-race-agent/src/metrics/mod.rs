@@ -1,5 +1,5 @@
 //! Prometheus metrics (`GET /metrics`, OpenMetrics). Names and labels are a public
-//! interface, documented in the README.
+//! interface, documented in docs/reference.md.
 //!
 //! Labels are workload-level so series stay bounded across pod churn (`--metrics-pod-label`
 //! adds `pod`). Two sources feed them: the pipeline's outcomes, counted by the sink as
