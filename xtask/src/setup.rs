@@ -209,18 +209,19 @@ fn ensure_kubernetes_validate() -> anyhow::Result<()> {
         return Ok(());
     }
     let python: PathBuf = bin.join("python");
-    if !python.exists() || !succeeds(Command::new(&python).args(["-m", "pip", "--version"])) {
-        eprintln!(
-            "xtask: creating a Python venv for kubernetes-validate in {}",
-            venv.display()
-        );
-        checked(
-            Command::new("python3")
-                .args(["-m", "venv", "--clear"])
-                .arg(&venv),
-        )
-        .context("cannot create the venv (Debian: apt-get install python3-venv)")?;
-    }
+    // Not the pinned version, or not runnable: a venv's scripts name its path in their
+    // `#!` line, so a moved or copied target/ leaves them pointing nowhere, and pip
+    // would call the package already satisfied. Start from an empty venv.
+    eprintln!(
+        "xtask: creating a Python venv for kubernetes-validate in {}",
+        venv.display()
+    );
+    checked(
+        Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv),
+    )
+    .context("cannot create the venv (Debian: apt-get install python3-venv)")?;
     eprintln!("xtask: installing kubernetes-validate {KUBERNETES_VALIDATE_VERSION} (PyPI) into it");
     checked(
         Command::new(&python)

@@ -21,8 +21,21 @@ pub use self::evidence::{ProbePlan, ProbeSpec, container, dialers, probe_for, se
 use super::{Options, input::Location, workload::Workload};
 use crate::inventory::pod_info::{ContainerInfo, Role};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    clap::ValueEnum,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Severity {
     Info,
     Warning,
@@ -31,74 +44,58 @@ pub enum Severity {
 
 impl Severity {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Error => "error",
-        }
+        self.into()
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A finding's rule. Its name is the variant in kebab case; its ID (`SR001`…) is
+/// stable and never reused, so it is written out, in declaration order.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+    strum::EnumProperty,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Rule {
+    #[strum(props(id = "SR001"))]
     ClassicSidecarServesPort,
+    #[strum(props(id = "SR002"))]
     JobWithClassicSidecar,
+    #[strum(props(id = "SR003"))]
     NativeSidecarWithoutStartupProbe,
+    #[strum(props(id = "SR004"))]
     StartupProbeWrongPort,
+    #[strum(props(id = "SR005"))]
     SleepBeforeApp,
+    #[strum(props(id = "SR006"), serialize = "prestop-sleep")]
     PreStopSleep,
+    #[strum(props(id = "SR007"))]
     InitWaitsForContainer,
+    #[strum(props(id = "SR008"))]
     IstioHoldApplication,
+    #[strum(props(id = "SR009"))]
     MeshNativeSidecarMode,
+    #[strum(props(id = "SR010"))]
     ClusterTooOld,
+    #[strum(props(id = "SR011"))]
     InjectedClassicSidecar,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 11] = [
-        Rule::ClassicSidecarServesPort,
-        Rule::JobWithClassicSidecar,
-        Rule::NativeSidecarWithoutStartupProbe,
-        Rule::StartupProbeWrongPort,
-        Rule::SleepBeforeApp,
-        Rule::PreStopSleep,
-        Rule::InitWaitsForContainer,
-        Rule::IstioHoldApplication,
-        Rule::MeshNativeSidecarMode,
-        Rule::ClusterTooOld,
-        Rule::InjectedClassicSidecar,
-    ];
-
     pub fn id(self) -> &'static str {
-        match self {
-            Rule::ClassicSidecarServesPort => "SR001",
-            Rule::JobWithClassicSidecar => "SR002",
-            Rule::NativeSidecarWithoutStartupProbe => "SR003",
-            Rule::StartupProbeWrongPort => "SR004",
-            Rule::SleepBeforeApp => "SR005",
-            Rule::PreStopSleep => "SR006",
-            Rule::InitWaitsForContainer => "SR007",
-            Rule::IstioHoldApplication => "SR008",
-            Rule::MeshNativeSidecarMode => "SR009",
-            Rule::ClusterTooOld => "SR010",
-            Rule::InjectedClassicSidecar => "SR011",
-        }
+        strum::EnumProperty::get_str(&self, "id").expect("every rule has an id")
     }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Rule::ClassicSidecarServesPort => "classic-sidecar-serves-port",
-            Rule::JobWithClassicSidecar => "job-with-classic-sidecar",
-            Rule::NativeSidecarWithoutStartupProbe => "native-sidecar-without-startup-probe",
-            Rule::StartupProbeWrongPort => "startup-probe-wrong-port",
-            Rule::SleepBeforeApp => "sleep-before-app",
-            Rule::PreStopSleep => "prestop-sleep",
-            Rule::InitWaitsForContainer => "init-waits-for-container",
-            Rule::IstioHoldApplication => "istio-hold-application",
-            Rule::MeshNativeSidecarMode => "mesh-native-sidecar-mode",
-            Rule::ClusterTooOld => "cluster-too-old",
-            Rule::InjectedClassicSidecar => "injected-classic-sidecar",
-        }
+        self.into()
     }
 
     /// Rules about start/stop ordering: none of them is left after `lint --fix`.
@@ -199,4 +196,23 @@ pub fn check(w: &Workload, opts: &Options) -> Vec<Finding> {
         version::cluster_version(w, v, !out.is_empty(), &mut out);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_ids_run_from_sr001_in_declaration_order_and_names_are_the_documented_ones() {
+        let rules: Vec<Rule> = <Rule as strum::IntoEnumIterator>::iter().collect();
+        let ids: Vec<&str> = rules.iter().map(|r| r.id()).collect();
+        let expected: Vec<String> = (1..=rules.len()).map(|n| format!("SR{n:03}")).collect();
+        assert_eq!(ids, expected);
+        assert_eq!(Rule::PreStopSleep.name(), "prestop-sleep");
+        assert_eq!(
+            Rule::NativeSidecarWithoutStartupProbe.name(),
+            "native-sidecar-without-startup-probe"
+        );
+        assert_eq!(Severity::Warning.as_str(), "warning");
+    }
 }
