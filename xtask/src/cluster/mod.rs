@@ -92,7 +92,8 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        const WHY: &str = "the cluster tier needs root (a kubelet, containerd, kube-proxy); CI runs as root";
+        const WHY: &str =
+            "the cluster tier needs root (a kubelet, containerd, kube-proxy); CI runs as root";
         if std::env::var("SIDECAR_RACE_SKIP_ROOT").as_deref() == Ok("1") {
             eprintln!("SKIPPED {WHY}");
             tally.skip_tier(WHY);
