@@ -651,16 +651,24 @@ fn case3_rollout_restart_drains_a_classic_sidecar_before_its_app() {
     let addr = c.agent_addr();
     let ns = &fresh_namespace("drain");
     // The app starts dialing once the proxy serves (no startup race) and keeps
-    // sending for 3 s after SIGTERM; the proxy exits at SIGTERM.
-    let app = "trap 'stop=1' TERM; sleep 3; n=0; \
-               while :; do nc -w 1 127.0.0.1 15001 </dev/null >/dev/null 2>&1; sleep 0.2; \
+    // sending for 3 s after SIGTERM; the proxy exits at SIGTERM. Each refused dial
+    // (one connect) is a line in a file named after the pod on a hostPath, so the
+    // count survives the pod.
+    let evidence = format!("/var/lib/sidecar-race-cluster/evidence/{ns}");
+    let app = "trap 'stop=1' TERM; sleep 3; n=0; f=/evidence/$(hostname); \
+               while :; do nc -w 1 127.0.0.1 15001 </dev/null >/dev/null 2>&1 || echo refused >> $f; sleep 0.2; \
                if [ -n \"$stop\" ]; then n=$((n+1)); [ \"$n\" -ge 15 ] && exit 0; fi; done";
+    let mut app = shell("app", app);
+    app["volumeMounts"] = json!([{"name": "evidence", "mountPath": "/evidence"}]);
     let mut proxy = shell(
         "proxy",
         "trap 'exit 0' TERM; nc -ll -p 15001 -e /bin/true & wait",
     );
     proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
-    let mut spec = json!({"containers": [shell("app", app), proxy]});
+    let mut spec = json!({
+        "containers": [app, proxy],
+        "volumes": [{"name": "evidence", "hostPath": {"path": evidence, "type": "DirectoryOrCreate"}}],
+    });
     spec["terminationGracePeriodSeconds"] = json!(10);
     c.apply(&deployment(ns, "checkout", spec));
     let old = running_pod(ns, "checkout");
@@ -693,7 +701,32 @@ fn case3_rollout_restart_drains_a_classic_sidecar_before_its_app() {
         drain["workload"],
         json!({"kind": "Deployment", "name": "checkout"})
     );
-    assert!(drain["refused_count"].as_u64().unwrap() >= 1, "{drain:#}");
+    // The app's own count, once its container has exited (its file is complete), and
+    // the agent's count once it has taken in the last refusals.
+    let refused_file = std::path::Path::new(&evidence).join(name(&old));
+    let app_count = wait_until("the old app's exit", Duration::from_secs(60), || {
+        let selector = format!("metadata.name={}", name(&old));
+        let gone = c.json(&["-n", ns, "get", "pods", "--field-selector", &selector])["items"]
+            .as_array()
+            .is_some_and(|items| items.is_empty());
+        gone.then(|| {
+            std::fs::read_to_string(&refused_file)
+                .unwrap_or_default()
+                .lines()
+                .count() as u64
+        })
+    });
+    assert!(app_count >= 1, "the app was never refused after SIGTERM");
+    let drain = wait_until(
+        "the drain incident's final count",
+        Duration::from_secs(30),
+        || {
+            incidents_of(&addr, &uid(&old))
+                .into_iter()
+                .find(|i| i["phase"] == "drain" && i["refused_count"].as_u64() == Some(app_count))
+        },
+    );
+    assert_eq!(drain["refused_count"], app_count, "{drain:#}");
     let all = incidents_of(&addr, &uid(&old));
     assert_eq!(all.len(), 1, "only the drain: {all:#?}");
     c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
