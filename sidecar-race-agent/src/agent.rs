@@ -108,6 +108,13 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
     if let SetStateHook::Tracepoint { why_not_btf } = &probes.set_state_hook {
         tracing::info!("inet_sock_set_state through tracefs, not tp_btf: {why_not_btf}");
     }
+    if let Some(why) = &probes.per_cgroup_budgets {
+        tracing::warn!(
+            "degraded: budgets are charged per cgroup, not per container (the kernel's \
+             cgroup layout is unknown: {why}); a container that makes sub-cgroups gets a \
+             budget for each"
+        );
+    }
     let (tx, pod_updates) = mpsc::channel(64);
     let source_stats = Arc::new(SourceStats::default());
     let has_pod_source = sources::spawn(

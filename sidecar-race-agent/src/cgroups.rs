@@ -56,6 +56,8 @@ pub struct CgroupIndex {
     grace_ns: u64,
     last_rescan: Option<Instant>,
     last_prune: Option<Instant>,
+    /// Bumped whenever a cgroup is added, removed or forgotten.
+    generation: u64,
 }
 
 /// Unknown ids trigger at most one rescan per this interval.
@@ -71,7 +73,21 @@ impl CgroupIndex {
             grace_ns,
             last_rescan: None,
             last_prune: None,
+            generation: 0,
         }
+    }
+
+    /// Changes whenever the set of cgroups or their removal state changes.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Ids and paths of cgroups not removed.
+    pub fn live(&self) -> impl Iterator<Item = (u64, &str)> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.removed_at.is_none())
+            .map(|(id, e)| (*id, e.path.as_str()))
     }
 
     pub fn mount(&self) -> &Path {
@@ -87,6 +103,7 @@ impl CgroupIndex {
     /// [`CgroupIndex::scan`] at boot time `now_boot_ns`: entries no longer on disk are
     /// marked removed then, and expire after the grace period like removed ones.
     pub fn scan_at(&mut self, now_boot_ns: u64) -> io::Result<usize> {
+        self.generation += 1;
         let mut stack = vec![self.mount.clone()];
         let mut found = 0;
         let mut seen = HashSet::new();
@@ -138,6 +155,7 @@ impl CgroupIndex {
     }
 
     pub fn created(&mut self, id: u64, path: &str) {
+        self.generation += 1;
         self.entries.insert(
             id,
             Entry {
@@ -149,6 +167,7 @@ impl CgroupIndex {
 
     /// Marks a cgroup removed at `at_boot_ns`; it resolves until the grace period ends.
     pub fn removed(&mut self, id: u64, path: &str, at_boot_ns: u64) {
+        self.generation += 1;
         self.entries
             .entry(id)
             .or_insert_with(|| Entry {

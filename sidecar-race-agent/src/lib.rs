@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod catalog;
 pub mod cgroups;
+pub(crate) mod charge_points;
 pub mod cli;
 pub mod clock;
 pub mod commands;

@@ -36,6 +36,12 @@ pub const SUPPRESSED_CGROUPS: u32 = 16_384;
 pub const BUDGET_CGROUPS: u32 = 16_384;
 /// Bytes of the ring for control records (cgroups, listeners), which refusals never use.
 pub const CONTROL_RING_BYTES: u32 = 256 * 1024;
+/// Containers and pods the agent marks for the kernel to charge budgets to.
+pub const CHARGE_POINTS: u32 = 16_384;
+/// Levels of the cgroup tree the kernel looks at, from the top, for the container to
+/// charge: a runtime puts containers far above this; how deep a container nests its
+/// own cgroups does not matter.
+pub const CHARGE_MAX_LEVEL: u32 = 16;
 
 /// Address families as the kernel numbers them.
 pub const AF_INET: u16 = 2;
@@ -45,16 +51,29 @@ pub const AF_INET6: u16 = 10;
 /// `REFUSED` that is every refusal), `lost` those the full ring buffer could not take.
 /// Refusals over their cgroup's budget are not sent: `SUPPRESSED` counts them all,
 /// `SUPPRESSED_UNKEYED` those the per-cgroup map had no room for.
+///
+/// Control records over their container's budget are counted per kind
+/// (`control_suppressed`). `CONNECTING_GONE` and `LISTENING_GONE` count sockets that
+/// left SYN_SENT or LISTEN without an entry in their LRU table: evicted by a full
+/// table (or made before the programs were loaded).
 pub mod counter {
     use super::kind;
     pub const SUPPRESSED: u32 = 2 * kind::COUNT as u32;
     pub const SUPPRESSED_UNKEYED: u32 = SUPPRESSED + 1;
-    pub const SLOTS: u32 = SUPPRESSED_UNKEYED + 1;
+    const CONTROL_SUPPRESSED: u32 = SUPPRESSED_UNKEYED + 1;
+    /// Control records over budget that the per-cgroup map had no room for.
+    pub const CONTROL_SUPPRESSED_UNKEYED: u32 = CONTROL_SUPPRESSED + kind::COUNT as u32;
+    pub const CONNECTING_GONE: u32 = CONTROL_SUPPRESSED_UNKEYED + 1;
+    pub const LISTENING_GONE: u32 = CONNECTING_GONE + 1;
+    pub const SLOTS: u32 = LISTENING_GONE + 1;
     pub const fn seen(kind: u8) -> u32 {
         kind as u32
     }
     pub const fn lost(kind: u8) -> u32 {
         kind::COUNT as u32 + kind as u32
+    }
+    pub const fn control_suppressed(kind: u8) -> u32 {
+        CONTROL_SUPPRESSED + kind as u32
     }
 }
 

@@ -76,6 +76,58 @@ pub struct SockFields {
     pub v6_saddr: u16,
 }
 
+/// Byte offsets for finding the cgroup ancestors of a socket or of the current task,
+/// read by the agent from the kernel's BTF; the walk that charges a container's
+/// budget (see `programs/charge.rs`). Unset (`MISSING`) without BTF: each cgroup is
+/// then charged for itself.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupFields {
+    /// `sock.sk_cgrp_data`: its first 8 bytes are the socket's `struct cgroup *`
+    /// (5.15+), or on older kernels that pointer when its two low bits are clear.
+    pub sk_cgrp: u16,
+    /// `task_struct.cgroups` (`struct css_set *`).
+    pub task_cgroups: u16,
+    /// `css_set.dfl_cgrp` (`struct cgroup *`, the task's cgroup v2).
+    pub dfl_cgrp: u16,
+    /// `cgroup.level` (int; the root is level 0).
+    pub level: u16,
+    /// `cgroup.ancestors` (6.0+: `struct cgroup *[]`) or `cgroup.ancestor_ids` (older:
+    /// `u64[]`), indexed by level, see `ancestors_are_ids`.
+    pub ancestors: u16,
+    /// `cgroup.kn` (`struct kernfs_node *`).
+    pub kn: u16,
+    /// `kernfs_node.id` (u64: the cgroup id).
+    pub kn_id: u16,
+    /// 1 when `ancestors` is `ancestor_ids` (ids), 0 when it holds pointers.
+    pub ancestors_are_ids: u16,
+}
+
+impl CgroupFields {
+    pub const UNSET: CgroupFields = CgroupFields {
+        sk_cgrp: MISSING,
+        task_cgroups: MISSING,
+        dfl_cgrp: MISSING,
+        level: MISSING,
+        ancestors: MISSING,
+        kn: MISSING,
+        kn_id: MISSING,
+        ancestors_are_ids: 0,
+    };
+}
+
+/// A port the kernel keeps in network order (`skc_dport`, `inet_sport`), loaded as a
+/// `u16` on a target of the given byte order, in host order. On a big-endian target
+/// the load already is the number; on a little-endian one its two bytes are swapped.
+#[inline(always)]
+pub const fn port_to_host(loaded: u16, big_endian_target: bool) -> u16 {
+    if big_endian_target {
+        loaded
+    } else {
+        loaded.swap_bytes()
+    }
+}
+
 /// Everything the programs need to know about this kernel, as a read-only global.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,9 +144,71 @@ pub struct Config {
     pub refusal_budget: RefusalBudget,
     /// For the `tp_btf` program; unset when it is not used.
     pub sock: SockFields,
+    /// The budget of control records (listeners, cgroups) per container.
+    pub control_budget: RefusalBudget,
+    /// For charging a container rather than each of its sub-cgroups.
+    pub cgroup: CgroupFields,
+    /// 1 when the kernel has `BPF_ATOMIC` compare-and-exchange (5.12+): the budget is
+    /// then updated only if its entry still holds the value read.
+    pub has_cmpxchg: u32,
+    pub _pad2: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<Config>() == 96);
+const _: () = assert!(core::mem::size_of::<Config>() == 136);
+
+/// Control records (listener up/down, cgroup made/removed) a container may send in
+/// one burst: a pod's start makes a handful.
+pub const CONTROL_BURST: u32 = 200;
+/// Control records a container may send per second once its burst is spent.
+pub const CONTROL_REFILL_PER_SECOND: u32 = 100;
+
+/// Low bits of a stored budget value that hold a tag of the charged cgroup id
+/// instead of time (65 µs of a timestamp in ns: nothing next to a budget's interval).
+/// A compare-and-exchange then only lands on an entry that still belongs to that
+/// cgroup and holds the value read: an LRU entry recycled for another cgroup under
+/// eviction pressure has another tag.
+pub const BUDGET_TAG_MASK: u64 = 0xffff;
+
+/// The tag of `cgroup_id` in its budget entry (the id folded to 16 bits).
+#[inline(always)]
+pub const fn budget_tag(cgroup_id: u64) -> u64 {
+    (cgroup_id ^ (cgroup_id >> 16) ^ (cgroup_id >> 32) ^ (cgroup_id >> 48)) & BUDGET_TAG_MASK
+}
+
+/// A budget entry: the theoretical arrival time, its low bits replaced by the tag.
+#[inline(always)]
+pub const fn budget_entry(tat: u64, cgroup_id: u64) -> u64 {
+    (tat & !BUDGET_TAG_MASK) | budget_tag(cgroup_id)
+}
+
+impl RefusalBudget {
+    /// The entry to store after a record of `cgroup_id` at `now`, given what its entry
+    /// holds (`None`: over budget). An entry carrying another cgroup's tag (a write
+    /// through a recycled LRU entry) counts as a fresh budget, so it never holds this
+    /// cgroup back. Shared by the kernel programs and the unit tests.
+    #[inline(always)]
+    pub const fn charge(&self, entry: u64, cgroup_id: u64, now: u64) -> Option<u64> {
+        let tat = match budget_tat(entry, cgroup_id) {
+            Some(t) => t,
+            None => 0,
+        };
+        match self.admit(tat, now) {
+            Some(next) => Some(budget_entry(next, cgroup_id)),
+            None => None,
+        }
+    }
+}
+
+/// The theoretical arrival time in an entry of `cgroup_id`; `None` when the entry
+/// carries another cgroup's tag.
+#[inline(always)]
+pub const fn budget_tat(entry: u64, cgroup_id: u64) -> Option<u64> {
+    if entry & BUDGET_TAG_MASK == budget_tag(cgroup_id) {
+        Some(entry & !BUDGET_TAG_MASK)
+    } else {
+        None
+    }
+}
 
 /// Refusal records a cgroup (a container) may send in one burst, by default.
 pub const REFUSAL_BURST: u32 = 200;
@@ -190,6 +304,10 @@ impl Config {
             saddr: M,
             v6_saddr: M,
         },
+        control_budget: RefusalBudget::OFF,
+        cgroup: CgroupFields::UNSET,
+        has_cmpxchg: 0,
+        _pad2: 0,
     };
 }
 
@@ -231,6 +349,55 @@ mod tests {
             .flatten()
             .count();
         assert_eq!(n, 3);
+    }
+
+    #[test]
+    fn a_budget_entry_keeps_its_time_and_names_its_cgroup() {
+        let (a, b) = (4_242u64, 4_243u64);
+        let e = budget_entry(7 * S + 123_456, a);
+        let tat = budget_tat(e, a).expect("its own entry");
+        assert!(tat <= 7 * S + 123_456 && 7 * S + 123_456 - tat <= BUDGET_TAG_MASK);
+        assert_eq!(budget_tat(e, b), None, "a recycled entry of another cgroup");
+        // Ids that differ only in high bits still differ in their tags.
+        assert_ne!(budget_tag(1), budget_tag(1 + (1 << 40)));
+    }
+
+    #[test]
+    fn ports_in_network_order_come_out_in_host_order_on_either_byte_order() {
+        // Port 15001 (0x3a99) as the kernel stores it: bytes 0x3a, 0x99.
+        let stored = 15001u16.to_be_bytes();
+        let on_little_endian = u16::from_le_bytes(stored);
+        let on_big_endian = u16::from_be_bytes(stored);
+        assert_eq!(on_little_endian, 39226, "what a missing swap shows");
+        assert_eq!(port_to_host(on_little_endian, false), 15001);
+        assert_eq!(port_to_host(on_big_endian, true), 15001);
+        for port in [0u16, 1, 80, 255, 256, 15001, 65535] {
+            let b = port.to_be_bytes();
+            assert_eq!(port_to_host(u16::from_le_bytes(b), false), port);
+            assert_eq!(port_to_host(u16::from_be_bytes(b), true), port);
+        }
+    }
+
+    #[test]
+    fn a_stale_write_of_another_cgroup_never_holds_a_cgroup_back() {
+        let b = RefusalBudget::new(3, 10);
+        let (flooder, quiet) = (77u64, 4_242u64);
+        let now = 5 * S;
+        // The flooder's entry, far ahead of now after its burst.
+        let mut flooder_entry = budget_entry(0, flooder);
+        for _ in 0..3 {
+            flooder_entry = b.charge(flooder_entry, flooder, now).unwrap();
+        }
+        assert_eq!(b.charge(flooder_entry, flooder, now), None, "over budget");
+        // That value written through a stale pointer into the quiet cgroup's entry:
+        // the quiet cgroup still gets its whole burst.
+        let mut entry = flooder_entry;
+        for i in 0..3 {
+            entry = b
+                .charge(entry, quiet, now)
+                .unwrap_or_else(|| panic!("record {i} held back by a foreign time"));
+        }
+        assert_eq!(b.charge(entry, quiet, now), None, "then its own budget applies");
     }
 
     #[test]

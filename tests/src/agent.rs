@@ -224,6 +224,13 @@ impl RunAgent {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// `GET /metrics`: the body of a 200 answer.
+    pub fn metrics(&self) -> String {
+        let (status, body) = crate::http::get(&self.addr, "/metrics").expect("GET /metrics");
+        assert_eq!(status, 200);
+        body
+    }
+
     /// The agent's process id (its /proc/PID/status tells its memory).
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -85,6 +85,20 @@ impl SimPod {
         })
     }
 
+    /// Creates a cgroup `name` below a container's, as a container with a delegated
+    /// cgroup tree does (systemd inside, Sysbox); removed before the container's.
+    pub fn sub_cgroup(&mut self, c: &SimContainer, name: &str) -> anyhow::Result<SimContainer> {
+        let dir = c.cgroup_dir.join(name);
+        fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        self.containers.push(dir.clone());
+        Ok(SimContainer {
+            cgroup_id: cgroups::id_of(&dir)?,
+            cgroup_path: format!("{}/{name}", c.cgroup_path),
+            cgroup_dir: dir,
+            ..c.clone()
+        })
+    }
+
     /// Starts `cmd` inside the pod's network namespace and the container's cgroup.
     pub fn spawn(&mut self, container: &SimContainer, mut cmd: Command) -> anyhow::Result<u32> {
         let netns = fs::File::open(format!("/run/netns/{}", self.netns))?;

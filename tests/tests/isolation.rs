@@ -5,14 +5,11 @@
 //! for in `/metrics`, sent or counted in the kernel. Its own test binary, so no other
 //! test of this crate floods at the same time.
 
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::{process::Command, time::Duration};
 
 use sidecar_race_tests::{
     agent::RunAgent,
-    http::get,
+    metrics_text::{poll_until, sum},
     pod::{
         Decl, Declared, SimPod, empty_pods_file, require_binary, sibling_binary, write_pod_list,
     },
@@ -154,17 +151,7 @@ fn a_flooding_pod_does_not_blind_detection_for_its_neighbour() {
 }
 
 fn metrics(agent: &RunAgent) -> String {
-    let (status, body) = get(&agent.addr, "/metrics").expect("GET /metrics");
-    assert_eq!(status, 200);
-    body
-}
-
-/// The sum of the samples whose line starts with `prefix`.
-fn sum(body: &str, prefix: &str) -> u64 {
-    body.lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    agent.metrics()
 }
 
 fn wait_for_sum(agent: &RunAgent, prefix: &str, want: u64, what: &str) {
@@ -173,17 +160,8 @@ fn wait_for_sum(agent: &RunAgent, prefix: &str, want: u64, what: &str) {
     }
 }
 
-fn wait_until<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+fn wait_until<T>(f: impl FnMut() -> Option<T>) -> Option<T> {
+    poll_until(SETTLE, f)
 }
 
 /// Records the agent decoded but could not hand to its pipeline (a full channel) are

@@ -3,7 +3,7 @@
 //! expose member offsets, so this reads the few it needs itself: struct members by
 //! name, through anonymous unions and structs.
 
-use sidecar_race_ebpf::layout::SockFields;
+use sidecar_race_ebpf::layout::{CgroupFields, SockFields};
 use thiserror::Error;
 
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
@@ -187,6 +187,27 @@ pub fn sock_fields(data: &[u8]) -> Result<SockFields, BtfError> {
     })
 }
 
+/// The offsets that let the programs find a socket's or a task's cgroup ancestors
+/// (see `programs/charge.rs`). Kernels before 6.0 keep the ancestors' ids
+/// (`ancestor_ids`), later ones pointers to them (`ancestors`).
+pub fn cgroup_fields(data: &[u8]) -> Result<CgroupFields, BtfError> {
+    let btf = Btf::parse(data)?;
+    let (ancestors, ancestors_are_ids) = match btf.offset("cgroup", "ancestors") {
+        Ok(off) => (off, 0),
+        Err(_) => (btf.offset("cgroup", "ancestor_ids")?, 1),
+    };
+    Ok(CgroupFields {
+        sk_cgrp: btf.offset("sock", "sk_cgrp_data")?,
+        task_cgroups: btf.offset("task_struct", "cgroups")?,
+        dfl_cgrp: btf.offset("css_set", "dfl_cgrp")?,
+        level: btf.offset("cgroup", "level")?,
+        ancestors,
+        kn: btf.offset("cgroup", "kn")?,
+        kn_id: btf.offset("kernfs_node", "id")?,
+        ancestors_are_ids,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,5 +327,17 @@ mod tests {
         let f = sock_fields(&data).unwrap();
         assert!(f.family < 64 && f.dport < 64 && f.daddr < 64, "{f:?}");
         assert!(f.protocol > f.family && f.sport > f.protocol, "{f:?}");
+    }
+
+    /// The running kernel's cgroup offsets, when it has BTF: all found, and this
+    /// kernel (6.0+) keeps pointers to the ancestors.
+    #[test]
+    fn this_kernels_cgroup() {
+        let Ok(data) = std::fs::read(VMLINUX) else {
+            return;
+        };
+        let f = cgroup_fields(&data).unwrap();
+        assert_eq!(f.ancestors_are_ids, 0, "{f:?}");
+        assert!(f.ancestors > f.level && f.kn < f.ancestors, "{f:?}");
     }
 }

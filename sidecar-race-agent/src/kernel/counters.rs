@@ -31,6 +31,15 @@ impl KernelCounters {
         Ok(values.iter().sum())
     }
 
+    /// Sockets that left SYN_SENT or LISTEN without their entry in the kernel's LRU
+    /// table (evicted when it was full, or older than the programs), per table.
+    pub fn entries_gone(&self) -> Result<[(&'static str, u64); 2], ProbeError> {
+        Ok([
+            ("connecting", self.sum(counter::CONNECTING_GONE)?),
+            ("listening", self.sum(counter::LISTENING_GONE)?),
+        ])
+    }
+
     /// Exact kernel counts per kind, summed over CPUs.
     pub fn counts(&self) -> Result<BTreeMap<Kind, KindCounts>, ProbeError> {
         Kind::ALL
@@ -41,11 +50,11 @@ impl KernelCounters {
                     KindCounts {
                         seen: self.sum(counter::seen(k.code()))?,
                         lost: self.sum(counter::lost(k.code()))?,
-                        suppressed: if k.code() == kind::REFUSED {
-                            self.sum(counter::SUPPRESSED)?
+                        suppressed: self.sum(if k.code() == kind::REFUSED {
+                            counter::SUPPRESSED
                         } else {
-                            0
-                        },
+                            counter::control_suppressed(k.code())
+                        })?,
                     },
                 ))
             })

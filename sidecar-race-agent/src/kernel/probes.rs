@@ -10,7 +10,10 @@ use aya::{
 };
 use sidecar_race_ebpf::{
     abi::counter,
-    layout::{Config, REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND, RefusalBudget},
+    layout::{
+        CONTROL_BURST, CONTROL_REFILL_PER_SECOND, Config, REFUSAL_BURST,
+        REFUSAL_REFILL_PER_SECOND, RefusalBudget,
+    },
 };
 use thiserror::Error;
 
@@ -71,6 +74,8 @@ pub struct ProbeOptions {
     pub cgroup2_hierarchy: i32,
     /// Refusal records each cgroup may send; the rest are counted in the kernel.
     pub refusal_budget: RefusalBudget,
+    /// Control records (listeners, cgroups) each container may send.
+    pub control_budget: RefusalBudget,
     /// Try the BTF tracepoint for `inet_sock_set_state` before the tracefs one.
     pub set_state_btf: bool,
 }
@@ -81,6 +86,7 @@ impl Default for ProbeOptions {
             ring_buffer_bytes: 1 << 20,
             cgroup2_hierarchy: 0,
             refusal_budget: RefusalBudget::new(REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND),
+            control_budget: RefusalBudget::new(CONTROL_BURST, CONTROL_REFILL_PER_SECOND),
             set_state_btf: true,
         }
     }
@@ -100,7 +106,7 @@ pub struct KindCounts {
     pub seen: u64,
     /// Those the full ring buffer could not take.
     pub lost: u64,
-    /// Refusals over their cgroup's budget: counted in the kernel, not sent.
+    /// Events over their container's budget: counted in the kernel, not sent.
     pub suppressed: u64,
 }
 
@@ -121,6 +127,9 @@ pub struct Probes {
     pub control: Option<RingBuf<MapData>>,
     counters: Arc<KernelCounters>,
     suppressed: BpfHashMap<MapData, u64, u64>,
+    charge_points: BpfHashMap<MapData, u64, u8>,
+    /// Why budgets are charged per cgroup rather than per container, if they are.
+    pub per_cgroup_budgets: Option<String>,
     pub attached: Vec<Tracepoint>,
     pub degraded: Vec<Degraded>,
     /// Which hook serves `inet_sock_set_state`.
@@ -158,10 +167,22 @@ impl Probes {
         let mut config = layout.config;
         config.cgroup2_hierarchy = opts.cgroup2_hierarchy;
         config.refusal_budget = opts.refusal_budget;
+        config.control_budget = opts.control_budget;
+        config.has_cmpxchg = u32::from(has_cmpxchg());
+        let vmlinux = std::fs::read(btf::VMLINUX).map_err(|e| format!("{}: {e}", btf::VMLINUX));
+        let per_cgroup_budgets = match vmlinux
+            .as_deref()
+            .map_err(Clone::clone)
+            .and_then(|data| btf::cgroup_fields(data).map_err(|e| e.to_string()))
+        {
+            Ok(fields) => {
+                config.cgroup = fields;
+                None
+            }
+            Err(why) => Some(why),
+        };
         let sock = if opts.set_state_btf {
-            std::fs::read(btf::VMLINUX)
-                .map_err(|e| format!("{}: {e}", btf::VMLINUX))
-                .and_then(|data| btf::sock_fields(&data).map_err(|e| e.to_string()))
+            vmlinux.and_then(|data| btf::sock_fields(&data).map_err(|e| e.to_string()))
         } else {
             Err("turned off".to_string())
         };
@@ -220,12 +241,21 @@ impl Probes {
                 cause,
             }
         })?;
+        let charge_points =
+            BpfHashMap::try_from(take(&mut ebpf, "CHARGE_POINTS")?).map_err(|cause| {
+                ProbeError::Map {
+                    name: "CHARGE_POINTS",
+                    cause,
+                }
+            })?;
         Ok(Self {
             _ebpf: ebpf,
             ring: Some(ring),
             control: Some(control),
             counters: Arc::new(KernelCounters::new(counters)),
             suppressed,
+            charge_points,
+            per_cgroup_budgets,
             attached,
             degraded,
             set_state_hook,
@@ -261,6 +291,27 @@ impl Probes {
     pub fn forget_suppressed(&mut self, cgroup_id: u64) {
         let _ = self.suppressed.remove(&cgroup_id);
     }
+
+    /// Marks a container or pod cgroup for the kernel to charge budgets to.
+    pub fn mark_charge_point(&mut self, cgroup_id: u64) -> Result<(), ProbeError> {
+        self.charge_points
+            .insert(cgroup_id, 1, 0)
+            .map_err(|cause| ProbeError::Map {
+                name: "CHARGE_POINTS",
+                cause,
+            })
+    }
+
+    pub fn unmark_charge_point(&mut self, cgroup_id: u64) {
+        let _ = self.charge_points.remove(&cgroup_id);
+    }
+}
+
+/// Whether this kernel has `BPF_ATOMIC` compare-and-exchange (5.12+). A kernel whose
+/// version cannot be read is taken not to: the budget then checks its entry's tag
+/// before a plain write.
+fn has_cmpxchg() -> bool {
+    aya::util::KernelVersion::current().is_ok_and(|v| v >= aya::util::KernelVersion::new(5, 12, 0))
 }
 
 fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, ProbeError> {

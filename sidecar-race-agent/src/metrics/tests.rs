@@ -97,6 +97,8 @@ fn golden_exposition() {
         kernel: Some(KernelTotals {
             seen: vec![(Kind::Refused.name(), 4), (Kind::Listen.name(), 2)],
             lost: 1,
+            suppressed: vec![(Kind::Refused.name(), 320), (Kind::Listen.name(), 7)],
+            entries_gone: vec![("connecting", 0), ("listening", 3)],
         }),
         refusals_other: p.counts.refusals_other,
         self_refusals: p.counts.self_refusals,

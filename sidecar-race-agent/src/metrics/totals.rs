@@ -33,6 +33,10 @@ pub struct Totals {
 pub struct KernelTotals {
     pub seen: Vec<(&'static str, u64)>,
     pub lost: u64,
+    /// Per kind: events over their container's budget, counted instead of sent.
+    pub suppressed: Vec<(&'static str, u64)>,
+    /// Per kernel table: sockets whose entry was gone when they left the state.
+    pub entries_gone: Vec<(&'static str, u64)>,
 }
 
 /// What the agent's bounds dropped or reordered (see SECURITY.md, agent bounds).
@@ -73,6 +77,24 @@ impl Collector for TotalsCollector {
                 "Kernel events the full ring buffer could not take.",
                 kernel.lost,
             )?;
+            let mut family = encoder.encode_descriptor(
+                "kernel_events_suppressed",
+                "Kernel events over their container's budget, by kind: counted in the kernel (exactly), not sent.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (kind, n) in &kernel.suppressed {
+                ConstCounter::new(*n).encode(family.encode_family(&[("kind", *kind)])?)?;
+            }
+            let mut family = encoder.encode_descriptor(
+                "kernel_table_entries_gone",
+                "Sockets whose entry in a kernel LRU table (connecting, listening) was gone when they left that state: evicted by a full table, or older than the agent.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (table, n) in &kernel.entries_gone {
+                ConstCounter::new(*n).encode(family.encode_family(&[("table", *table)])?)?;
+            }
         }
         counter(
             &mut encoder,

@@ -1,63 +1,111 @@
-//! The refusal budget: each cgroup (container) may send a burst of refusal records
-//! and then a steady rate; the rest are counted per cgroup in the kernel, exactly,
-//! instead of sent. Only the refusal path consults it.
+//! Budgets: each container may send a burst of records of one class (refusals, or
+//! control records) and then a steady rate; the rest are counted in the kernel,
+//! exactly, instead of sent. Only the refusal and control paths consult them.
+//!
+//! A budget entry lives in an LRU map, whose entries the kernel may recycle for
+//! another key while a program still holds a pointer to it. The entry carries a tag
+//! of its cgroup id (see `layout::budget_entry`): an entry with another cgroup's tag
+//! counts as a fresh budget, so a write through a recycled entry cannot hold the
+//! entry's new owner back. Where the kernel has compare-and-exchange (5.12+) the new
+//! time is written only if the entry still holds the exact value read; below that
+//! with a plain write (SECURITY.md: the race that is left).
 
-use aya_ebpf::bindings::BPF_NOEXIST;
-use sidecar_race_ebpf::abi::counter;
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    maps::{HashMap, LruHashMap},
+};
+use sidecar_race_ebpf::layout::{RefusalBudget, budget_entry};
 
-use super::{BUDGET, SUPPRESSED, config, count};
+use super::{config, count};
 
-/// Whether a refusal of `cgroup_id` at `now` may be sent, and takes its token if so.
+/// The maps and counter slots of one class of records.
+pub struct Ledger {
+    pub budget: &'static LruHashMap<u64, u64>,
+    pub suppressed: &'static HashMap<u64, u64>,
+    /// Counted for every record over budget.
+    pub suppressed_slot: u32,
+    /// Counted for those the per-cgroup map had no room for.
+    pub unkeyed_slot: u32,
+}
+
+/// Whether a record charged to `cgroup_id` at `now` may be sent; takes its token if so.
 #[inline(always)]
-pub fn admit(cgroup_id: u64, now: u64) -> bool {
-    let budget = config!(refusal_budget);
+pub fn admit(ledger: &Ledger, budget: RefusalBudget, cgroup_id: u64, now: u64) -> bool {
     if budget.interval_ns == 0 {
         return true;
     }
-    match BUDGET.get_ptr_mut(&cgroup_id) {
-        Some(tat) => {
-            // SAFETY: a map value valid for this program run. Two CPUs updating the
-            // same cgroup at once may both pass or overwrite each other's time: the
-            // budget is approximate, the counts of what it lets through are not.
-            let current = unsafe { *tat };
-            match budget.admit(current, now) {
-                Some(next) => {
-                    unsafe { *tat = next };
-                    true
-                }
-                None => false,
-            }
-        }
-        None => {
-            let next = budget.admit(0, now).unwrap_or(now);
-            let _ = BUDGET.insert(&cgroup_id, &next, 0);
-            true
+    let Some(entry) = ledger.budget.get_ptr_mut(&cgroup_id) else {
+        let next = budget.admit(0, now).unwrap_or(now);
+        let _ = ledger.budget.insert(&cgroup_id, &budget_entry(next, cgroup_id), 0);
+        return true;
+    };
+    // Two tries: another CPU charging the same cgroup may update the entry between
+    // our read and our exchange; a second conflict counts the record as over budget.
+    for _ in 0..2 {
+        // SAFETY: a map value valid for this program run (RCU); read once.
+        let seen = unsafe { core::ptr::read_volatile(entry) };
+        // Another cgroup's tag (a write through a recycled entry landed here, or this
+        // one was recycled since the lookup) counts as a fresh budget, as when the LRU
+        // forgets a cgroup, and the entry is taken back.
+        let Some(next) = budget.charge(seen, cgroup_id, now) else {
+            return false;
+        };
+        if store(entry, seen, next) {
+            return true;
         }
     }
+    false
 }
 
-/// Counts a refusal of `cgroup_id` that was not sent: into its entry, or when the map
-/// is full into a per-CPU slot, so none goes uncounted.
+/// Writes `new` into the entry if it still holds `seen`; whether it did.
 #[inline(always)]
-pub fn suppress(cgroup_id: u64) {
-    count(counter::SUPPRESSED);
-    if add_one(cgroup_id) {
+fn store(entry: *mut u64, seen: u64, new: u64) -> bool {
+    if config!(has_cmpxchg) == 0 {
+        // SAFETY: as above. Without compare-and-exchange (before 5.12): a recycle
+        // since the read lands our tagged time on another cgroup's entry, which that
+        // cgroup then reads as a fresh budget.
+        unsafe { core::ptr::write_volatile(entry, new) };
+        return true;
+    }
+    let mut old = seen;
+    // SAFETY: an aligned u64 map value. BPF_ATOMIC | BPF_CMPXCHG (5.12+), written out
+    // because the core library has no atomics for this target; `has_cmpxchg` is in
+    // the frozen config, so on older kernels the verifier never walks this branch.
+    unsafe {
+        core::arch::asm!(
+            "r0 = cmpxchg_64({p} + 0, r0, {new})",
+            p = in(reg) entry,
+            new = in(reg) new,
+            inout("r0") old,
+            options(nostack),
+        )
+    };
+    old == seen
+}
+
+/// Counts a record charged to `cgroup_id` that was not sent: into its entry, or when
+/// the map is full into a per-CPU slot, so none goes uncounted.
+#[inline(always)]
+pub fn suppress(ledger: &Ledger, cgroup_id: u64) {
+    count(ledger.suppressed_slot);
+    if add_one(ledger.suppressed, cgroup_id) {
         return;
     }
     // No entry yet: create it; a CPU racing us may create it first (then add to it).
-    if SUPPRESSED
+    if ledger
+        .suppressed
         .insert(&cgroup_id, &1, BPF_NOEXIST as u64)
         .is_ok()
-        || add_one(cgroup_id)
+        || add_one(ledger.suppressed, cgroup_id)
     {
         return;
     }
-    count(counter::SUPPRESSED_UNKEYED);
+    count(ledger.unkeyed_slot);
 }
 
 #[inline(always)]
-fn add_one(cgroup_id: u64) -> bool {
-    match SUPPRESSED.get_ptr_mut(&cgroup_id) {
+fn add_one(map: &HashMap<u64, u64>, cgroup_id: u64) -> bool {
+    match map.get_ptr_mut(&cgroup_id) {
         Some(p) => {
             // SAFETY: an aligned u64 map value; other CPUs add to it atomically too.
             // Written out as BPF_XADD (the core library has no atomic read-modify-write

@@ -2,7 +2,9 @@
 //! kernel's record of containers being created and torn down.
 
 use aya_ebpf::{
-    EbpfContext, helpers::bpf_probe_read_kernel_str_bytes, macros::tracepoint,
+    EbpfContext,
+    helpers::{bpf_probe_read_kernel_str_bytes, generated},
+    macros::tracepoint,
     programs::TracePointContext,
 };
 use sidecar_race_ebpf::{
@@ -10,7 +12,7 @@ use sidecar_race_ebpf::{
     layout::CgroupDir,
 };
 
-use super::{CONTROL, config, count, field, now_boot_ns};
+use super::{CONTROL, charge, config, control_admitted, count, field, now_boot_ns};
 
 #[tracepoint]
 pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
@@ -34,6 +36,13 @@ fn emit(ctx: &TracePointContext, l: &CgroupDir, hierarchy: i32, k: u8) -> Result
         return Ok(0); // a cgroup v1 hierarchy: ids there are not the ones sockets carry
     }
     count(counter::seen(k));
+    // The task making or removing the cgroup pays: a container with a delegated tree
+    // for its own sub-cgroups; the runtime making a pod is not budgeted.
+    // SAFETY: helper without preconditions.
+    let own = unsafe { generated::bpf_get_current_cgroup_id() };
+    if !control_admitted(k, &charge::of_current_task(own)) {
+        return Ok(0);
+    }
     let Some(mut entry) = CONTROL.reserve::<CgroupEvent>(0) else {
         count(counter::lost(k));
         return Ok(0);

@@ -9,8 +9,10 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 
+use sidecar_race_ebpf::abi::counter;
+
 use super::{
-    CONNECTING, IPPROTO_TCP, PendingConnect, TCP_CLOSE, TCP_LISTEN, TCP_SYN_SENT, config,
+    CONNECTING, IPPROTO_TCP, PendingConnect, TCP_CLOSE, TCP_LISTEN, TCP_SYN_SENT, config, count,
     ctx_load::{load_i32, load_u64},
     current_owner, listen, now_boot_ns,
     set_state::{SetStateSource, Sock},
@@ -77,8 +79,9 @@ fn changed<S: SetStateSource>(src: &S, sk: u64, old: i32, new: i32) -> Result<u3
             start_boot_ns: now_boot_ns(),
         };
         let _ = CONNECTING.insert(&sk, &pending, 0);
-    } else if old == TCP_SYN_SENT {
-        let _ = CONNECTING.remove(&sk);
+    } else if old == TCP_SYN_SENT && CONNECTING.remove(&sk).is_err() {
+        // Evicted by a full table (or in SYN_SENT before the programs were loaded).
+        count(counter::CONNECTING_GONE);
     }
     if new == TCP_LISTEN {
         listen::started(src, sk)?;

@@ -3,7 +3,8 @@
 use sidecar_race_ebpf::abi::{SocketEvent, counter, flags, kind};
 
 use super::{
-    CONTROL, LISTENING, ListenOwner, count, current_owner, now_boot_ns, set_state::SetStateSource,
+    CONTROL, LISTENING, ListenOwner, charge, control_admitted, count, current_owner,
+    now_boot_ns, set_state::SetStateSource,
 };
 
 #[inline(always)]
@@ -13,7 +14,7 @@ pub fn started<S: SetStateSource>(src: &S, sk: u64) -> Result<u32, u32> {
         start_boot_ns: now_boot_ns(),
     };
     let _ = LISTENING.insert(&sk, &owner, 0);
-    emit(src, kind::LISTEN, &owner, 0)
+    emit(src, sk, kind::LISTEN, &owner, 0)
 }
 
 #[inline(always)]
@@ -24,13 +25,15 @@ pub fn stopped<S: SetStateSource>(src: &S, sk: u64) -> Result<u32, u32> {
     let recorded = unsafe { LISTENING.get(&sk) }.copied();
     let _ = LISTENING.remove(&sk);
     match recorded {
-        Some(owner) => emit(src, kind::LISTEN_CLOSED, &owner, flags::OWNER_FROM_START),
+        Some(owner) => emit(src, sk, kind::LISTEN_CLOSED, &owner, flags::OWNER_FROM_START),
         None => {
+            // Evicted by a full table (or listening before the programs were loaded).
+            count(counter::LISTENING_GONE);
             let owner = ListenOwner {
                 owner: current_owner(),
                 start_boot_ns: 0,
             };
-            emit(src, kind::LISTEN_CLOSED, &owner, 0)
+            emit(src, sk, kind::LISTEN_CLOSED, &owner, 0)
         }
     }
 }
@@ -38,11 +41,15 @@ pub fn stopped<S: SetStateSource>(src: &S, sk: u64) -> Result<u32, u32> {
 #[inline(always)]
 fn emit<S: SetStateSource>(
     src: &S,
+    sk: u64,
     k: u8,
     owner: &ListenOwner,
     event_flags: u8,
 ) -> Result<u32, u32> {
     count(counter::seen(k));
+    if !control_admitted(k, &charge::of_socket(sk, owner.owner.cgroup_id)) {
+        return Ok(0);
+    }
     let Some(mut entry) = CONTROL.reserve::<SocketEvent>(0) else {
         count(counter::lost(k));
         return Ok(0);

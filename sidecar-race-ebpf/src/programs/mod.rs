@@ -2,6 +2,7 @@
 
 mod budget;
 mod cgroups;
+mod charge;
 mod connect;
 mod ctx_load;
 mod listen;
@@ -15,7 +16,10 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use sidecar_race_ebpf::{
-    abi::{BUDGET_CGROUPS, CONTROL_RING_BYTES, ClientEnd, Owner, SUPPRESSED_CGROUPS, counter},
+    abi::{
+        BUDGET_CGROUPS, CHARGE_POINTS as CHARGE_POINT_ENTRIES, CONTROL_RING_BYTES, ClientEnd,
+        Owner, SUPPRESSED_CGROUPS, counter,
+    },
     layout::{Config, MISSING},
 };
 
@@ -39,6 +43,56 @@ static BUDGET: LruHashMap<u64, u64> = LruHashMap::with_max_entries(BUDGET_CGROUP
 /// Refusals over budget per cgroup id, exact (atomic adds); the agent reads and deletes.
 #[map]
 static SUPPRESSED: HashMap<u64, u64> = HashMap::with_max_entries(SUPPRESSED_CGROUPS, 0);
+
+/// Control-record budget per charged cgroup, as `BUDGET` (only containers and pods
+/// the agent marked are budgeted: the runtimes and the kubelet making pods are not).
+#[map]
+static CONTROL_BUDGET: LruHashMap<u64, u64> = LruHashMap::with_max_entries(BUDGET_CGROUPS, 0);
+
+/// Control records over budget per charged cgroup, exact, as `SUPPRESSED`.
+#[map]
+static CONTROL_SUPPRESSED: HashMap<u64, u64> = HashMap::with_max_entries(SUPPRESSED_CGROUPS, 0);
+
+/// Cgroup ids of containers and pods, filled by the agent: what budgets are charged to.
+#[map]
+static CHARGE_POINTS: HashMap<u64, u8> = HashMap::with_max_entries(CHARGE_POINT_ENTRIES, 0);
+
+/// Refusals: their budget and suppressed counts.
+#[inline(always)]
+pub fn refusals() -> budget::Ledger {
+    budget::Ledger {
+        budget: &BUDGET,
+        suppressed: &SUPPRESSED,
+        suppressed_slot: counter::SUPPRESSED,
+        unkeyed_slot: counter::SUPPRESSED_UNKEYED,
+    }
+}
+
+/// Control records of kind `k`: their budget and suppressed counts.
+#[inline(always)]
+pub fn control(k: u8) -> budget::Ledger {
+    budget::Ledger {
+        budget: &CONTROL_BUDGET,
+        suppressed: &CONTROL_SUPPRESSED,
+        suppressed_slot: counter::control_suppressed(k),
+        unkeyed_slot: counter::CONTROL_SUPPRESSED_UNKEYED,
+    }
+}
+
+/// Whether a control record of kind `k` charged to `charge` may be sent; counts it
+/// when not. Only containers and pods the agent marked are budgeted.
+#[inline(always)]
+pub fn control_admitted(k: u8, charge: &charge::Charge) -> bool {
+    if !charge.marked {
+        return true;
+    }
+    let ledger = control(k);
+    if budget::admit(&ledger, config!(control_budget), charge.cgroup_id, now_boot_ns()) {
+        return true;
+    }
+    budget::suppress(&ledger, charge.cgroup_id);
+    false
+}
 
 /// Exact per-CPU counts (seen / lost per kind), independent of the ring buffer.
 #[map]

@@ -8,8 +8,8 @@ use sidecar_race_ebpf::abi::{
 };
 
 use super::{
-    CONNECTING, EVENTS, LOCAL_REFUSALS, LocalRefusal, budget, config, count, ctx_load::load_u64,
-    field, now_boot_ns,
+    CONNECTING, EVENTS, LOCAL_REFUSALS, LocalRefusal, budget, charge, config, count,
+    ctx_load::load_u64, field, now_boot_ns, refusals,
 };
 
 /// A local refusal older than this is not the one a reset just delivered.
@@ -38,8 +38,11 @@ fn try_receive_reset(ctx: &TracePointContext) -> Result<u32, u32> {
     };
     // SAFETY: `pending` points into a map value valid for this program run (RCU).
     let cgroup_id = unsafe { (*pending).owner.cgroup_id };
-    if !budget::admit(cgroup_id, now) {
-        budget::suppress(cgroup_id);
+    // The container pays, not each sub-cgroup it makes (unmarked: the cgroup itself).
+    let charged = charge::of_socket(sk, cgroup_id).cgroup_id;
+    let ledger = refusals();
+    if !budget::admit(&ledger, config!(refusal_budget), charged, now) {
+        budget::suppress(&ledger, charged);
         let _ = LOCAL_REFUSALS.remove(&client);
         return Ok(0);
     }

@@ -6,7 +6,7 @@
 use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::TracePointContext};
 use sidecar_race_ebpf::{
     abi::{AF_INET6, v4_mapped},
-    layout::MISSING,
+    layout::{MISSING, port_to_host},
 };
 
 use super::{
@@ -57,15 +57,10 @@ impl SetStateSource for TracePointContext {
     }
 }
 
-/// Network to host order of a port, by a 32-bit swap and the upper half: the Debian
-/// 6.1 guest of the kernel matrix ran the 16-bit swap (`be16`) of the BTF program as a
-/// no-op (every destination port came out byte-swapped; 5.10, 6.12 and the host were
-/// right), while the 32-bit swap is right everywhere. `black_box` keeps LLVM from
-/// folding this back into `be16`.
+/// Network to host order of a port read from the socket, for this target's byte order.
 #[inline(always)]
 fn ntohs(v: u16) -> u16 {
-    let wide = core::hint::black_box(u32::from(v) << 16);
-    u32::from_be(wide) as u16
+    port_to_host(v, cfg!(target_endian = "big"))
 }
 
 /// The `struct sock *` argument of the BTF tracepoint.

@@ -1,9 +1,11 @@
 //! A noisy neighbour: refuses as fast as it can, in one thread across a range of
 //! closed local ports and in another in a tight loop on one closed port, for a given
-//! time. Writes how many connects were refused (ECONNREFUSED) to `--out`.
+//! time. Writes how many connects were refused (ECONNREFUSED) to `--out`. With
+//! `--listen-churn` it instead listens on the hot port and closes, in a tight loop,
+//! and writes how many listeners it opened.
 
 use std::{
-    net::{Ipv4Addr, SocketAddr, TcpStream},
+    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
     sync::atomic::{AtomicU64, Ordering::Relaxed},
     time::{Duration, Instant},
 };
@@ -14,8 +16,13 @@ static OTHER_ERRORS: AtomicU64 = AtomicU64::new(0);
 fn main() {
     let (mut first, mut last, mut hot) = (16_000u16, 25_999u16, 9_999u16);
     let (mut seconds, mut out) = (3.0f64, None::<String>);
+    let mut churn = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
+        if a == "--listen-churn" {
+            churn = true;
+            continue;
+        }
         let v = args.next().unwrap_or_else(|| usage(&a));
         match a.as_str() {
             "--ports" => {
@@ -30,6 +37,19 @@ fn main() {
         }
     }
     let until = Instant::now() + Duration::from_secs_f64(seconds);
+    if churn {
+        let mut opened = 0u64;
+        while Instant::now() < until {
+            if TcpListener::bind((Ipv4Addr::LOCALHOST, hot)).is_ok() {
+                opened += 1;
+            }
+        }
+        println!("sr-flood: {opened} listeners opened and closed");
+        if let Some(out) = out {
+            std::fs::write(out, opened.to_string()).expect("write --out");
+        }
+        return;
+    }
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut port = first;
@@ -68,7 +88,7 @@ fn dial(port: u16) {
 
 fn usage(at: &str) -> ! {
     eprintln!(
-        "sr-flood: bad argument {at}\nusage: sr-flood [--ports FIRST-LAST] [--hot PORT] [--seconds S] [--out PATH]"
+        "sr-flood: bad argument {at}\nusage: sr-flood [--ports FIRST-LAST] [--hot PORT] [--seconds S] [--out PATH] [--listen-churn]"
     );
     std::process::exit(2)
 }

@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 
 use crate::{
     agent::{self, AgentOptions},
+    charge_points::ChargePoints,
     clock,
     detect::DetectorConfig,
     events::Kind,
@@ -132,6 +133,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let mut stopping = false;
     let lock = || pipeline.lock();
     let mut batch = Vec::with_capacity(BATCH);
+    let mut charge_points = ChargePoints::default();
+    charge_points.sync(&lock().inventory.cgroups, &mut probes);
     loop {
         let until_due = lock()
             .next_release_boot_ns()
@@ -143,6 +146,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 }
                 let p = &mut *lock();
                 batch.drain(..).for_each(|ev| p.kernel_event(&ev));
+                // New containers are charged as such from their first refusal on.
+                charge_points.sync(&p.inventory.cgroups, &mut probes);
             }
             Some(update) = pod_updates.recv() => lock().pod_update(update),
             _ = tick.tick() => {
@@ -157,6 +162,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             }
             _ = suppressed.tick() => {
                 logs.summary(Instant::now());
+                charge_points.sync(&lock().inventory.cgroups, &mut probes);
                 read_suppressed(&mut probes, &pipeline, &metrics, false);
             }
             _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),

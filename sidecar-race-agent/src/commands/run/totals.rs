@@ -37,9 +37,12 @@ impl std::fmt::Debug for NodeTotals {
 
 impl TotalsSource for NodeTotals {
     fn totals(&self) -> Totals {
+        let gone = self.kernel.entries_gone().unwrap_or_default();
         let kernel = self.kernel.counts().ok().map(|counts| KernelTotals {
             seen: counts.iter().map(|(k, c)| (k.name(), c.seen)).collect(),
             lost: counts.values().map(|c| c.lost).sum(),
+            suppressed: counts.iter().map(|(k, c)| (k.name(), c.suppressed)).collect(),
+            entries_gone: gone.to_vec(),
         });
         let p = self.pipeline.lock();
         Totals {

@@ -1,0 +1,104 @@
+//! Which cgroup pays for a refusal or a control record: the deepest ancestor of the
+//! socket's (or the task's) cgroup, itself included, that the agent marked as a
+//! container or a pod in `CHARGE_POINTS`. A container that makes sub-cgroups
+//! (privileged, systemd inside, Sysbox) then spends one budget, not one per
+//! sub-cgroup. Only the refusal and control paths walk; a successful connect never.
+//!
+//! The walk reads `struct cgroup` at offsets from the kernel's BTF (no CO-RE in Rust
+//! eBPF) and goes top down over at most `CHARGE_MAX_LEVEL` levels: the runtime decides
+//! how deep a container sits, the container only how deep it nests below itself.
+
+use aya_ebpf::helpers::{bpf_probe_read_kernel, generated};
+use sidecar_race_ebpf::{abi::CHARGE_MAX_LEVEL, layout::MISSING};
+
+use super::{CHARGE_POINTS, config};
+
+/// Where a charge was found.
+pub struct Charge {
+    pub cgroup_id: u64,
+    /// Whether it is a container or pod the agent marked (else: the cgroup itself).
+    pub marked: bool,
+}
+
+/// The charge for socket `sk`, owned by cgroup `own` (used when the walk cannot run).
+#[inline(always)]
+pub fn of_socket(sk: u64, own: u64) -> Charge {
+    let off = config!(cgroup.sk_cgrp);
+    match read::<u64>(sk, off) {
+        // Kernels before 5.15 keep other data here when its two low bits are set.
+        Some(cgrp) if cgrp != 0 && cgrp & 3 == 0 => walk(cgrp, own),
+        _ => unmarked(own),
+    }
+}
+
+/// The charge for the current task, whose cgroup is `own`.
+#[inline(always)]
+pub fn of_current_task(own: u64) -> Charge {
+    let f = config!(cgroup);
+    // SAFETY: helper without preconditions.
+    let task = unsafe { generated::bpf_get_current_task() };
+    match read::<u64>(task, f.task_cgroups).and_then(|css_set| read::<u64>(css_set, f.dfl_cgrp)) {
+        Some(cgrp) if cgrp != 0 => walk(cgrp, own),
+        _ => unmarked(own),
+    }
+}
+
+#[inline(always)]
+fn unmarked(own: u64) -> Charge {
+    Charge {
+        cgroup_id: own,
+        marked: false,
+    }
+}
+
+#[inline(always)]
+fn walk(cgrp: u64, own: u64) -> Charge {
+    let f = config!(cgroup);
+    let Some(level) = read::<i32>(cgrp, f.level) else {
+        return unmarked(own);
+    };
+    let mut found = unmarked(own);
+    for lvl in 1..=CHARGE_MAX_LEVEL {
+        if lvl as i32 > level {
+            break;
+        }
+        let Some(id) = ancestor_id(cgrp, lvl, &f) else {
+            break;
+        };
+        // SAFETY: a plain lookup; the value is not used.
+        if unsafe { CHARGE_POINTS.get(&id) }.is_some() {
+            found = Charge {
+                cgroup_id: id,
+                marked: true,
+            };
+        }
+    }
+    found
+}
+
+/// The id of `cgrp`'s ancestor at `lvl` (its own id at its own level).
+#[inline(always)]
+fn ancestor_id(cgrp: u64, lvl: u32, f: &sidecar_race_ebpf::layout::CgroupFields) -> Option<u64> {
+    if f.ancestors == MISSING {
+        return None;
+    }
+    let slot = cgrp + u64::from(f.ancestors) + 8 * u64::from(lvl);
+    if f.ancestors_are_ids != 0 {
+        return read::<u64>(slot, 0);
+    }
+    let ancestor = read::<u64>(slot, 0)?;
+    let kn = read::<u64>(ancestor, f.kn)?;
+    read::<u64>(kn, f.kn_id)
+}
+
+/// Reads a `T` at `base + offset` of kernel memory; `None` when the offset is unknown
+/// or the read fails.
+#[inline(always)]
+fn read<T>(base: u64, offset: u16) -> Option<T> {
+    if offset == MISSING || base == 0 {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the access; offsets come from this
+    // kernel's BTF.
+    unsafe { bpf_probe_read_kernel((base + u64::from(offset)) as *const T) }.ok()
+}

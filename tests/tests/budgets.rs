@@ -1,0 +1,239 @@
+//! Budgets per container, not per cgroup: a container that makes its own sub-cgroups
+//! (a delegated tree: systemd inside, Sysbox) and floods from each still spends one
+//! refusal budget, and a pod that listens and closes in a tight loop spends one
+//! control budget; the racing pod beside either stays exact and no record is lost.
+//! Its own test binary, so no other test of this crate floods at the same time; the
+//! two tests here take turns.
+
+use std::{
+    path::PathBuf,
+    process::Command,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use sidecar_race_ebpf::layout::{
+    CONTROL_BURST, CONTROL_REFILL_PER_SECOND, REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND,
+};
+use sidecar_race_tests::{
+    agent::RunAgent,
+    metrics_text::{poll_until, sum},
+    pod::{
+        Decl, Declared, SimContainer, SimPod, empty_pods_file, require_binary, sibling_binary,
+        write_pod_list,
+    },
+    root::is_root_or_skip,
+    scenario::{app_done, proxy},
+};
+
+/// One flood at a time on this machine's budget of CPU.
+static TURN: Mutex<()> = Mutex::new(());
+
+const RACE_REFUSALS: u64 = 10;
+const FLOOD_SECONDS: u64 = 4;
+const SUB_CGROUPS: usize = 50;
+const SETTLE: Duration = Duration::from_secs(30);
+
+#[test]
+fn a_container_flooding_from_50_sub_cgroups_spends_one_refusal_budget() {
+    if !is_root_or_skip("a_container_flooding_from_50_sub_cgroups_spends_one_refusal_budget") {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = format!("budgets-{}", std::process::id());
+    let (pods_file, source) = empty_pods_file("budgets-refusals");
+    let agent = RunAgent::start(&[
+        "--pods-from",
+        &source,
+        "--pods-poll-seconds",
+        "0.1",
+        "--unresolved-after-seconds",
+        "3",
+    ]);
+    let mut flood_pod = SimPod::new("subflood").unwrap();
+    let f = flood_pod.container("flooder").unwrap();
+    let flood_manifest = app_only_manifest(&flood_pod, &ns, &f);
+    write_pod_list(&pods_file, std::slice::from_ref(&flood_manifest));
+    let subs: Vec<SimContainer> = (0..SUB_CGROUPS)
+        .map(|i| flood_pod.sub_cgroup(&f, &format!("worker-{i}")).unwrap())
+        .collect();
+    // The agent marks the container for the kernel once it has seen its cgroup.
+    std::thread::sleep(Duration::from_millis(1500));
+    let outs: Vec<PathBuf> = (0..SUB_CGROUPS)
+        .map(|i| std::env::temp_dir().join(format!("sr-subflood-{}-{i}", std::process::id())))
+        .collect();
+    let flooders: Vec<u32> = subs
+        .iter()
+        .zip(&outs)
+        .map(|(sub, out)| {
+            let mut cmd = Command::new(require_binary(&sibling_binary("sr-flood")));
+            cmd.args(["--seconds", &FLOOD_SECONDS.to_string()])
+                .args(["--ports", "16000-16099", "--hot", "9999"])
+                .arg("--out")
+                .arg(out);
+            flood_pod.spawn(sub, cmd).unwrap()
+        })
+        .collect();
+    let started = Instant::now();
+
+    std::thread::sleep(Duration::from_millis(1000));
+    let race_pod = race_beside(&pods_file, &ns, &flood_manifest);
+    for pid in flooders {
+        assert!(flood_pod.wait(pid).unwrap().success());
+    }
+    let flood_seconds = started.elapsed().as_secs() + 1;
+    let flooded: u64 = outs
+        .iter()
+        .map(|o| {
+            let n = std::fs::read_to_string(o).unwrap().trim().parse::<u64>().unwrap();
+            let _ = std::fs::remove_file(o);
+            n
+        })
+        .sum();
+    eprintln!("the {SUB_CGROUPS} sub-cgroups were refused {flooded} times");
+
+    assert_race_exact(&agent, &race_pod);
+    let labels = format!(
+        r#"namespace="{ns}",workload_kind="Pod",workload="{}",container="flooder""#,
+        flood_manifest["metadata"]["name"].as_str().unwrap()
+    );
+    let delivered_series = format!("sidecar_race_refused_connections_total{{{labels},");
+    let suppressed_series = format!("sidecar_race_refusals_suppressed_total{{{labels}}}");
+    let (delivered, suppressed) = poll_until(SETTLE, || {
+        let body = agent.metrics();
+        let (d, s) = (sum(&body, &delivered_series), sum(&body, &suppressed_series));
+        (d + s == flooded).then_some((d, s))
+    })
+    .unwrap_or_else(|| {
+        let body = agent.metrics();
+        panic!(
+            "the flood's {flooded} refusals are not all accounted for: {} delivered + {} suppressed",
+            sum(&body, &delivered_series),
+            sum(&body, &suppressed_series),
+        )
+    });
+    eprintln!("delivered {delivered}, suppressed {suppressed}");
+    let one_budget =
+        u64::from(REFUSAL_BURST) + u64::from(REFUSAL_REFILL_PER_SECOND) * flood_seconds;
+    assert!(
+        delivered <= one_budget,
+        "the container sent {delivered} refusal records, more than one budget ({one_budget}): \
+         each sub-cgroup got its own"
+    );
+    assert_nothing_lost(&agent);
+    let _ = std::fs::remove_file(&pods_file);
+}
+
+#[test]
+fn a_pod_listening_and_closing_in_a_loop_spends_one_control_budget() {
+    if !is_root_or_skip("a_pod_listening_and_closing_in_a_loop_spends_one_control_budget") {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = format!("budgets-churn-{}", std::process::id());
+    let (pods_file, source) = empty_pods_file("budgets-control");
+    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
+    let mut churn_pod = SimPod::new("churn").unwrap();
+    let c = churn_pod.container("server").unwrap();
+    let churn_manifest = app_only_manifest(&churn_pod, &ns, &c);
+    write_pod_list(&pods_file, std::slice::from_ref(&churn_manifest));
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = agent.metrics();
+    let out = std::env::temp_dir().join(format!("sr-churn-{}", std::process::id()));
+    let mut cmd = Command::new(require_binary(&sibling_binary("sr-flood")));
+    cmd.args(["--listen-churn", "--hot", "15050"])
+        .args(["--seconds", &FLOOD_SECONDS.to_string()])
+        .arg("--out")
+        .arg(&out);
+    let churner = churn_pod.spawn(&c, cmd).unwrap();
+    let started = Instant::now();
+
+    std::thread::sleep(Duration::from_millis(1000));
+    let race_pod = race_beside(&pods_file, &ns, &churn_manifest);
+    assert!(churn_pod.wait(churner).unwrap().success());
+    let churn_seconds = started.elapsed().as_secs() + 1;
+    let opened: u64 = std::fs::read_to_string(&out).unwrap().trim().parse().unwrap();
+    let _ = std::fs::remove_file(&out);
+    eprintln!("the pod opened and closed {opened} listeners");
+
+    assert_race_exact(&agent, &race_pod);
+    let one_budget =
+        u64::from(CONTROL_BURST) + u64::from(CONTROL_REFILL_PER_SECOND) * churn_seconds;
+    let suppressed = |body: &str| {
+        ["listen", "listen_closed"]
+            .iter()
+            .map(|k| {
+                sum(body, &format!(r#"sidecar_race_kernel_events_suppressed_total{{kind="{k}"}}"#))
+            })
+            .sum::<u64>()
+    };
+    let body = agent.metrics();
+    let held_back = suppressed(&body) - suppressed(&before);
+    eprintln!("control records suppressed: {held_back}");
+    assert!(
+        held_back + one_budget >= 2 * opened,
+        "{} listener records of the churning pod were sent, more than one control budget \
+         ({one_budget}):\n{body}",
+        2 * opened - held_back.min(2 * opened)
+    );
+    assert_nothing_lost(&agent);
+    let _ = std::fs::remove_file(&pods_file);
+}
+
+/// A pod with one app container, as the pods file lists it.
+fn app_only_manifest(pod: &SimPod, ns: &str, c: &SimContainer) -> serde_json::Value {
+    pod.manifest(
+        ns,
+        None,
+        &[Decl {
+            container: c,
+            declared: Declared::App,
+            ports: &[],
+            with_status: true,
+        }],
+    )
+}
+
+/// Starts a pod whose app is refused exactly `RACE_REFUSALS` times before its classic
+/// proxy listens, listed in the pods file beside `neighbour`.
+fn race_beside(pods_file: &std::path::Path, ns: &str, neighbour: &serde_json::Value) -> SimPod {
+    let mut race_pod = SimPod::new("racer").unwrap();
+    let p = race_pod.container("proxy").unwrap();
+    let a = race_pod.container("app").unwrap();
+    let race_manifest = race_pod.app_and_proxy_manifest(ns, "racer", &a, &p, Declared::App);
+    write_pod_list(pods_file, &[neighbour.clone(), race_manifest]);
+    app_done(
+        &mut race_pod,
+        &a,
+        &[
+            "--connect",
+            "127.0.0.1:15001",
+            "--interval-ms",
+            "20",
+            "--attempts",
+            &RACE_REFUSALS.to_string(),
+        ],
+    );
+    proxy(&mut race_pod, &p, &["--listen", "127.0.0.1:15001"]);
+    race_pod
+}
+
+fn assert_race_exact(agent: &RunAgent, race_pod: &SimPod) {
+    let race = agent.one_resolved(&race_pod.uid, SETTLE);
+    assert_eq!(
+        (race["phase"].as_str(), race["refused_count"].as_u64()),
+        (Some("startup"), Some(RACE_REFUSALS)),
+        "the neighbour's race, exactly: {race:#}"
+    );
+    assert_eq!(race["refusals_suppressed"], 0, "{race:#}");
+}
+
+/// No record was lost to a full ring, of any kind.
+fn assert_nothing_lost(agent: &RunAgent) {
+    let body = agent.metrics();
+    assert_eq!(
+        sum(&body, "sidecar_race_kernel_events_lost_total"),
+        0,
+        "records lost to a full ring:\n{body}"
+    );
+}
