@@ -44,11 +44,16 @@ impl ChargePoints {
         self.generation = Some(index.generation());
         let mut want = HashSet::new();
         for (id, path) in index.live() {
-            if *self.is_point.entry(id).or_insert_with(|| is_charge_point(path)) {
+            if *self
+                .is_point
+                .entry(id)
+                .or_insert_with(|| is_charge_point(path))
+            {
                 want.insert(id);
             }
         }
-        self.is_point.retain(|id, _| want.contains(id) || index.path(*id).is_some());
+        self.is_point
+            .retain(|id, _| want.contains(id) || index.path(*id).is_some());
         for gone in self.marked.difference(&want) {
             marks.unmark(*gone);
         }
@@ -72,7 +77,10 @@ pub fn is_charge_point(path: &str) -> bool {
     ) {
         return false;
     }
-    let parent = path.trim_end_matches('/').rsplit_once('/').map_or("/", |(p, _)| p);
+    let parent = path
+        .trim_end_matches('/')
+        .rsplit_once('/')
+        .map_or("/", |(p, _)| p);
     cgroup_path::parse(parent) != info
 }
 

@@ -397,7 +397,11 @@ mod tests {
                 .charge(entry, quiet, now)
                 .unwrap_or_else(|| panic!("record {i} held back by a foreign time"));
         }
-        assert_eq!(b.charge(entry, quiet, now), None, "then its own budget applies");
+        assert_eq!(
+            b.charge(entry, quiet, now),
+            None,
+            "then its own budget applies"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::{
 
 use crate::{
     agent::incidents_at,
-    pod::{SimContainer, SimPod, require_binary, sibling_binary},
+    pod::{Declared, SimContainer, SimPod, require_binary, sibling_binary, write_pod_list},
 };
 
 /// Starts `sr-proxy` in `c` with `args` (e.g. `--delay-ms 1500`).
@@ -30,6 +30,36 @@ pub fn app(pod: &mut SimPod, c: &SimContainer, args: &[&str]) -> u32 {
 pub fn app_done(pod: &mut SimPod, c: &SimContainer, args: &[&str]) {
     let pid = app(pod, c, args);
     assert!(pod.wait(pid).expect("wait sr-app").success());
+}
+
+/// A pod with a classic startup race, started beside `neighbour` and listed with it
+/// in the pods file: its app is refused exactly `refusals` times (every 20 ms) on
+/// 127.0.0.1:15001, then its proxy listens there. The pod and its app container.
+pub fn race_beside(
+    pods_file: &std::path::Path,
+    ns: &str,
+    neighbour: &serde_json::Value,
+    refusals: u64,
+) -> (SimPod, SimContainer) {
+    let mut race_pod = SimPod::new("racer").expect("racing pod");
+    let p = race_pod.container("proxy").expect("proxy container");
+    let a = race_pod.container("app").expect("app container");
+    let race_manifest = race_pod.app_and_proxy_manifest(ns, "racer", &a, &p, Declared::App);
+    write_pod_list(pods_file, &[neighbour.clone(), race_manifest]);
+    app_done(
+        &mut race_pod,
+        &a,
+        &[
+            "--connect",
+            "127.0.0.1:15001",
+            "--interval-ms",
+            "20",
+            "--attempts",
+            &refusals.to_string(),
+        ],
+    );
+    proxy(&mut race_pod, &p, &["--listen", "127.0.0.1:15001"]);
+    (race_pod, a)
 }
 
 /// Runs `sr-app` to completion; how many of its connects were refused, as it counted.

@@ -14,7 +14,7 @@ use sidecar_race_tests::{
         Decl, Declared, SimPod, empty_pods_file, require_binary, sibling_binary, write_pod_list,
     },
     root::is_root_or_skip,
-    scenario::{app_done, proxy},
+    scenario::{app_done, race_beside},
 };
 
 /// Refused connects the racing app makes before its proxy listens.
@@ -68,24 +68,7 @@ fn a_flooding_pod_does_not_blind_detection_for_its_neighbour() {
     // In the middle of the flood a pod starts and races: its app is refused exactly
     // RACE_REFUSALS times, then its classic proxy listens.
     std::thread::sleep(Duration::from_millis(1000));
-    let mut race_pod = SimPod::new("racer").unwrap();
-    let p = race_pod.container("proxy").unwrap();
-    let a = race_pod.container("app").unwrap();
-    let race_manifest = race_pod.app_and_proxy_manifest(&ns, "racer", &a, &p, Declared::App);
-    write_pod_list(&pods_file, &[flood_manifest.clone(), race_manifest]);
-    app_done(
-        &mut race_pod,
-        &a,
-        &[
-            "--connect",
-            "127.0.0.1:15001",
-            "--interval-ms",
-            "20",
-            "--attempts",
-            &RACE_REFUSALS.to_string(),
-        ],
-    );
-    proxy(&mut race_pod, &p, &["--listen", "127.0.0.1:15001"]);
+    let (race_pod, app) = race_beside(&pods_file, &ns, &flood_manifest, RACE_REFUSALS);
     assert!(flood_pod.wait(flooder).unwrap().success());
     let flooded: u64 = std::fs::read_to_string(&flood_out)
         .unwrap()
@@ -101,7 +84,7 @@ fn a_flooding_pod_does_not_blind_detection_for_its_neighbour() {
         (Some("startup"), Some(RACE_REFUSALS)),
         "the neighbour's race, exactly: {race:#}"
     );
-    assert_eq!(race["container_id"], a.id.as_str());
+    assert_eq!(race["container_id"], app.id.as_str());
     wait_for_sum(
         &agent,
         &format!(

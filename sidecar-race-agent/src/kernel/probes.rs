@@ -11,8 +11,8 @@ use aya::{
 use sidecar_race_ebpf::{
     abi::counter,
     layout::{
-        CONTROL_BURST, CONTROL_REFILL_PER_SECOND, Config, REFUSAL_BURST,
-        REFUSAL_REFILL_PER_SECOND, RefusalBudget,
+        CONTROL_BURST, CONTROL_REFILL_PER_SECOND, Config, REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND,
+        RefusalBudget,
     },
 };
 use thiserror::Error;

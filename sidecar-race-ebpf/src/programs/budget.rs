@@ -36,7 +36,9 @@ pub fn admit(ledger: &Ledger, budget: RefusalBudget, cgroup_id: u64, now: u64) -
     }
     let Some(entry) = ledger.budget.get_ptr_mut(&cgroup_id) else {
         let next = budget.admit(0, now).unwrap_or(now);
-        let _ = ledger.budget.insert(&cgroup_id, &budget_entry(next, cgroup_id), 0);
+        let _ = ledger
+            .budget
+            .insert(&cgroup_id, &budget_entry(next, cgroup_id), 0);
         return true;
     };
     // Two tries: another CPU charging the same cgroup may update the entry between

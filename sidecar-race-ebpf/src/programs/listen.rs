@@ -3,8 +3,8 @@
 use sidecar_race_ebpf::abi::{SocketEvent, counter, flags, kind};
 
 use super::{
-    CONTROL, LISTENING, ListenOwner, charge, control_admitted, count, current_owner,
-    now_boot_ns, set_state::SetStateSource,
+    CONTROL, LISTENING, ListenOwner, charge, control_admitted, count, current_owner, now_boot_ns,
+    set_state::SetStateSource,
 };
 
 #[inline(always)]
@@ -25,7 +25,13 @@ pub fn stopped<S: SetStateSource>(src: &S, sk: u64) -> Result<u32, u32> {
     let recorded = unsafe { LISTENING.get(&sk) }.copied();
     let _ = LISTENING.remove(&sk);
     match recorded {
-        Some(owner) => emit(src, sk, kind::LISTEN_CLOSED, &owner, flags::OWNER_FROM_START),
+        Some(owner) => emit(
+            src,
+            sk,
+            kind::LISTEN_CLOSED,
+            &owner,
+            flags::OWNER_FROM_START,
+        ),
         None => {
             // Evicted by a full table (or listening before the programs were loaded).
             count(counter::LISTENING_GONE);

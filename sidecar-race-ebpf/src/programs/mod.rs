@@ -87,7 +87,12 @@ pub fn control_admitted(k: u8, charge: &charge::Charge) -> bool {
         return true;
     }
     let ledger = control(k);
-    if budget::admit(&ledger, config!(control_budget), charge.cgroup_id, now_boot_ns()) {
+    if budget::admit(
+        &ledger,
+        config!(control_budget),
+        charge.cgroup_id,
+        now_boot_ns(),
+    ) {
         return true;
     }
     budget::suppress(&ledger, charge.cgroup_id);

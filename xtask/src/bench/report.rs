@@ -389,9 +389,12 @@ needs, with `bpf_probe_read_kernel`: so the program alone is a little dearer \
 (bpf_stats, 4 alternated runs: tracefs 94, tp_btf 102 ns per run, medians) while the \
 dispatch it saves is not in bpf_stats. A root test runs both hooks side by side and \
 compares every event field; the kernel matrix runs on tp_btf on 5.10, 6.1 and 6.12. \
-On the Debian 6.1 guest, the 16-bit byte swap (`be16`) of a port gave the port \
-unswapped (5.10, 6.12 and the host were right); the program now swaps ports with a \
-32-bit swap, right on all three. Measured on 2026-11-30 once the machine was quiet \
+An earlier note said the Debian 6.1 guest ran the 16-bit byte swap (`be16`) of a \
+port as a no-op; that did not hold up: dumped in that guest (6.1.0-57), the loaded \
+program has `r9 = be16 r9` (xlated) and `ror $0x8,%r15w; movzwl` (JIT), and the \
+refused destination and the listener source ports come out right, as on 5.10 and \
+6.12. The 32-bit swap that replaced it (0 on a big-endian target) is gone: ports are \
+swapped by a helper that follows the target's byte order. Measured on 2026-11-30 once the machine was quiet \
 (no other agent attached, `perf` on the pinned loop's CPU, 30,000 connects, \
 alternated 3×): the whole tracepoint — dispatch and program — took 3.53 / 3.95 / \
 4.54 % of the loop's samples with tracefs and 3.00 / 3.11 / 3.26 % with tp_btf (min \

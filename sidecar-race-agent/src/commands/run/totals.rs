@@ -41,7 +41,10 @@ impl TotalsSource for NodeTotals {
         let kernel = self.kernel.counts().ok().map(|counts| KernelTotals {
             seen: counts.iter().map(|(k, c)| (k.name(), c.seen)).collect(),
             lost: counts.values().map(|c| c.lost).sum(),
-            suppressed: counts.iter().map(|(k, c)| (k.name(), c.suppressed)).collect(),
+            suppressed: counts
+                .iter()
+                .map(|(k, c)| (k.name(), c.suppressed))
+                .collect(),
             entries_gone: gone.to_vec(),
         });
         let p = self.pipeline.lock();
