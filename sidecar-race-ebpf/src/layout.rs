@@ -148,13 +148,9 @@ pub struct Config {
     pub control_budget: RefusalBudget,
     /// For charging a container rather than each of its sub-cgroups.
     pub cgroup: CgroupFields,
-    /// 1 when the kernel has `BPF_ATOMIC` compare-and-exchange (5.12+): the budget is
-    /// then updated only if its entry still holds the value read.
-    pub has_cmpxchg: u32,
-    pub _pad2: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<Config>() == 136);
+const _: () = assert!(core::mem::size_of::<Config>() == 128);
 
 /// Control records (listener up/down, cgroup made/removed) a container may send in
 /// one burst: a pod's start makes a handful.
@@ -306,8 +302,6 @@ impl Config {
         },
         control_budget: RefusalBudget::OFF,
         cgroup: CgroupFields::UNSET,
-        has_cmpxchg: 0,
-        _pad2: 0,
     };
 }
 

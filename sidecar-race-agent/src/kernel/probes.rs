@@ -168,7 +168,6 @@ impl Probes {
         config.cgroup2_hierarchy = opts.cgroup2_hierarchy;
         config.refusal_budget = opts.refusal_budget;
         config.control_budget = opts.control_budget;
-        config.has_cmpxchg = u32::from(has_cmpxchg());
         let vmlinux = std::fs::read(btf::VMLINUX).map_err(|e| format!("{}: {e}", btf::VMLINUX));
         let per_cgroup_budgets = match vmlinux
             .as_deref()
@@ -210,7 +209,7 @@ impl Probes {
             if !layout.is_usable(tp.program) {
                 continue; // reported by the layout already
             }
-            match attach(&mut ebpf, &tp) {
+            match attach(&mut ebpf, &tp, program_for(&tp)) {
                 Ok(()) => attached.push(tp),
                 Err(e) if tp.required => return Err(e),
                 Err(e) => degraded.push(Degraded {
@@ -308,8 +307,7 @@ impl Probes {
 }
 
 /// Whether this kernel has `BPF_ATOMIC` compare-and-exchange (5.12+). A kernel whose
-/// version cannot be read is taken not to: the budget then checks its entry's tag
-/// before a plain write.
+/// version cannot be read is taken not to: the budget is then written plainly.
 fn has_cmpxchg() -> bool {
     aya::util::KernelVersion::current().is_ok_and(|v| v >= aya::util::KernelVersion::new(5, 12, 0))
 }
@@ -336,11 +334,20 @@ fn attach_btf(ebpf: &mut Ebpf) -> Result<(), String> {
     Ok(())
 }
 
-fn attach(ebpf: &mut Ebpf, tp: &Tracepoint) -> Result<(), ProbeError> {
-    let what = |verb: &str| format!("{verb} {} on {}:{}", tp.program, tp.category, tp.name);
+/// The program to load for `tp` on this kernel: the refusal program updates its budget
+/// by compare-and-exchange where the kernel has it; older verifiers refuse it.
+fn program_for(tp: &Tracepoint) -> &'static str {
+    match tp.program {
+        "tcp_receive_reset" if !has_cmpxchg() => "tcp_receive_reset_plain",
+        program => program,
+    }
+}
+
+fn attach(ebpf: &mut Ebpf, tp: &Tracepoint, program: &str) -> Result<(), ProbeError> {
+    let what = |verb: &str| format!("{verb} {program} on {}:{}", tp.category, tp.name);
     let program: &mut TracePoint = ebpf
-        .program_mut(tp.program)
-        .ok_or_else(|| ProbeError::Missing(format!("program {}", tp.program)))?
+        .program_mut(program)
+        .ok_or_else(|| ProbeError::Missing(format!("program {program}")))?
         .try_into()
         .map_err(|cause| ProbeError::Program {
             what: what("use"),

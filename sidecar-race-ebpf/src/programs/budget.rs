@@ -16,7 +16,7 @@ use aya_ebpf::{
 };
 use sidecar_race_ebpf::layout::{RefusalBudget, budget_entry};
 
-use super::{config, count};
+use super::count;
 
 /// The maps and counter slots of one class of records.
 pub struct Ledger {
@@ -29,8 +29,15 @@ pub struct Ledger {
 }
 
 /// Whether a record charged to `cgroup_id` at `now` may be sent; takes its token if so.
+/// `CMPXCHG`: update the entry by compare-and-exchange (only in programs loaded on
+/// 5.12+: older verifiers refuse the instruction even where it is never reached).
 #[inline(always)]
-pub fn admit(ledger: &Ledger, budget: RefusalBudget, cgroup_id: u64, now: u64) -> bool {
+pub fn admit<const CMPXCHG: bool>(
+    ledger: &Ledger,
+    budget: RefusalBudget,
+    cgroup_id: u64,
+    now: u64,
+) -> bool {
     if budget.interval_ns == 0 {
         return true;
     }
@@ -52,7 +59,7 @@ pub fn admit(ledger: &Ledger, budget: RefusalBudget, cgroup_id: u64, now: u64) -
         let Some(next) = budget.charge(seen, cgroup_id, now) else {
             return false;
         };
-        if store(entry, seen, next) {
+        if store::<CMPXCHG>(entry, seen, next) {
             return true;
         }
     }
@@ -61,8 +68,8 @@ pub fn admit(ledger: &Ledger, budget: RefusalBudget, cgroup_id: u64, now: u64) -
 
 /// Writes `new` into the entry if it still holds `seen`; whether it did.
 #[inline(always)]
-fn store(entry: *mut u64, seen: u64, new: u64) -> bool {
-    if config!(has_cmpxchg) == 0 {
+fn store<const CMPXCHG: bool>(entry: *mut u64, seen: u64, new: u64) -> bool {
+    if !CMPXCHG {
         // SAFETY: as above. Without compare-and-exchange (before 5.12): a recycle
         // since the read lands our tagged time on another cgroup's entry, which that
         // cgroup then reads as a fresh budget.
@@ -71,8 +78,7 @@ fn store(entry: *mut u64, seen: u64, new: u64) -> bool {
     }
     let mut old = seen;
     // SAFETY: an aligned u64 map value. BPF_ATOMIC | BPF_CMPXCHG (5.12+), written out
-    // because the core library has no atomics for this target; `has_cmpxchg` is in
-    // the frozen config, so on older kernels the verifier never walks this branch.
+    // because the core library has no atomics for this target.
     unsafe {
         core::arch::asm!(
             "r0 = cmpxchg_64({p} + 0, r0, {new})",

@@ -87,7 +87,9 @@ pub fn control_admitted(k: u8, charge: &charge::Charge) -> bool {
         return true;
     }
     let ledger = control(k);
-    if budget::admit(
+    // Plain writes: control records are rare next to refusals, and one program per
+    // hook is enough for them (SECURITY.md).
+    if budget::admit::<false>(
         &ledger,
         config!(control_budget),
         charge.cgroup_id,

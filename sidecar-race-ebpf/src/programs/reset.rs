@@ -15,15 +15,25 @@ use super::{
 /// A local refusal older than this is not the one a reset just delivered.
 const LOCAL_REFUSAL_MAX_AGE_NS: u64 = 1_000_000_000;
 
+/// For kernels with compare-and-exchange (5.12+): the budget is updated atomically.
 #[tracepoint]
 pub fn tcp_receive_reset(ctx: TracePointContext) -> u32 {
-    match try_receive_reset(&ctx) {
+    match try_receive_reset::<true>(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// The same for older kernels, whose verifier refuses that instruction even where it
+/// is never reached.
+#[tracepoint]
+pub fn tcp_receive_reset_plain(ctx: TracePointContext) -> u32 {
+    match try_receive_reset::<false>(&ctx) {
         Ok(r) | Err(r) => r,
     }
 }
 
 #[inline(always)]
-fn try_receive_reset(ctx: &TracePointContext) -> Result<u32, u32> {
+fn try_receive_reset<const CMPXCHG: bool>(ctx: &TracePointContext) -> Result<u32, u32> {
     let sk = load_u64(ctx, config!(receive_reset.skaddr))?;
     let Some(pending) = CONNECTING.get_ptr(&sk) else {
         return Ok(0); // not a connect in progress: a reset of an established flow
@@ -41,7 +51,7 @@ fn try_receive_reset(ctx: &TracePointContext) -> Result<u32, u32> {
     // The container pays, not each sub-cgroup it makes (unmarked: the cgroup itself).
     let charged = charge::of_socket(sk, cgroup_id).cgroup_id;
     let ledger = refusals();
-    if !budget::admit(&ledger, config!(refusal_budget), charged, now) {
+    if !budget::admit::<CMPXCHG>(&ledger, config!(refusal_budget), charged, now) {
         budget::suppress(&ledger, charged);
         let _ = LOCAL_REFUSALS.remove(&client);
         return Ok(0);
