@@ -294,6 +294,20 @@ pub struct Decl<'a> {
 }
 
 impl SimPod {
+    /// A bare pod with one app container `c` and its status, as the pods file lists it.
+    pub fn app_manifest(&self, ns: &str, c: &SimContainer) -> serde_json::Value {
+        self.manifest(
+            ns,
+            None,
+            &[Decl {
+                container: c,
+                declared: Declared::App,
+                ports: &[],
+                with_status: true,
+            }],
+        )
+    }
+
     /// The pod as `kubectl get pod -o json` would show it, for `--pods-from file:`.
     /// `deployment` makes it a Deployment's pod (through a ReplicaSet).
     pub fn manifest(

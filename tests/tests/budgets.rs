@@ -18,10 +18,7 @@ use sidecar_race_ebpf::layout::{
 use sidecar_race_tests::{
     agent::RunAgent,
     metrics_text::{poll_until, sum},
-    pod::{
-        Decl, Declared, SimContainer, SimPod, empty_pods_file, require_binary, sibling_binary,
-        write_pod_list,
-    },
+    pod::{SimContainer, SimPod, empty_pods_file, require_binary, sibling_binary, write_pod_list},
     root::is_root_or_skip,
     scenario::race_beside,
 };
@@ -52,7 +49,7 @@ fn a_container_flooding_from_50_sub_cgroups_spends_one_refusal_budget() {
     ]);
     let mut flood_pod = SimPod::new("subflood").unwrap();
     let f = flood_pod.container("flooder").unwrap();
-    let flood_manifest = app_only_manifest(&flood_pod, &ns, &f);
+    let flood_manifest = flood_pod.app_manifest(&ns, &f);
     write_pod_list(&pods_file, std::slice::from_ref(&flood_manifest));
     let subs: Vec<SimContainer> = (0..SUB_CGROUPS)
         .map(|i| flood_pod.sub_cgroup(&f, &format!("worker-{i}")).unwrap())
@@ -142,7 +139,7 @@ fn a_pod_listening_and_closing_in_a_loop_spends_one_control_budget() {
     let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
     let mut churn_pod = SimPod::new("churn").unwrap();
     let c = churn_pod.container("server").unwrap();
-    let churn_manifest = app_only_manifest(&churn_pod, &ns, &c);
+    let churn_manifest = churn_pod.app_manifest(&ns, &c);
     write_pod_list(&pods_file, std::slice::from_ref(&churn_manifest));
     std::thread::sleep(Duration::from_millis(1500));
     let before = agent.metrics();
@@ -192,20 +189,6 @@ fn a_pod_listening_and_closing_in_a_loop_spends_one_control_budget() {
     );
     assert_nothing_lost(&agent);
     let _ = std::fs::remove_file(&pods_file);
-}
-
-/// A pod with one app container, as the pods file lists it.
-fn app_only_manifest(pod: &SimPod, ns: &str, c: &SimContainer) -> serde_json::Value {
-    pod.manifest(
-        ns,
-        None,
-        &[Decl {
-            container: c,
-            declared: Declared::App,
-            ports: &[],
-            with_status: true,
-        }],
-    )
 }
 
 fn assert_race_exact(agent: &RunAgent, race_pod: &SimPod) {

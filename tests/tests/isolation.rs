@@ -10,9 +10,7 @@ use std::{process::Command, time::Duration};
 use sidecar_race_tests::{
     agent::RunAgent,
     metrics_text::{poll_until, sum},
-    pod::{
-        Decl, Declared, SimPod, empty_pods_file, require_binary, sibling_binary, write_pod_list,
-    },
+    pod::{SimPod, empty_pods_file, require_binary, sibling_binary, write_pod_list},
     root::is_root_or_skip,
     scenario::{app_done, race_beside},
 };
@@ -41,16 +39,7 @@ fn a_flooding_pod_does_not_blind_detection_for_its_neighbour() {
 
     let mut flood_pod = SimPod::new("flood").unwrap();
     let f = flood_pod.container("flooder").unwrap();
-    let flood_manifest = flood_pod.manifest(
-        &ns,
-        None,
-        &[Decl {
-            container: &f,
-            declared: Declared::App,
-            ports: &[],
-            with_status: true,
-        }],
-    );
+    let flood_manifest = flood_pod.app_manifest(&ns, &f);
     write_pod_list(&pods_file, std::slice::from_ref(&flood_manifest));
     let flood_out = std::env::temp_dir().join(format!("sr-flood-{}.count", std::process::id()));
     let mut flood = Command::new(require_binary(&sibling_binary("sr-flood")));
