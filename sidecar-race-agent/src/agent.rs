@@ -15,7 +15,7 @@ use crate::{
         store::PodStore,
     },
     kernel::{
-        probes::{ProbeError, ProbeOptions, Probes, SetStateHook},
+        probes::{ProbeError, ProbeOptions, Probes, ProcessNames, SetStateHook},
         requirements::{self, Environment, Locations, MissingRequirements},
     },
     stream::EventStream,
@@ -107,6 +107,11 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
     );
     if let SetStateHook::Tracepoint { why_not_btf } = &probes.set_state_hook {
         tracing::info!("inet_sock_set_state through tracefs, not tp_btf: {why_not_btf}");
+    }
+    if let ProcessNames::Thread { why_not_leader } = &probes.process_names {
+        tracing::warn!(
+            "refused processes are named by their thread, not their process (no task_struct offsets: {why_not_leader})"
+        );
     }
     let (tx, pod_updates) = mpsc::channel(64);
     let source_stats = Arc::new(SourceStats::default());

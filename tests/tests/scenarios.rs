@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::RunAgent,
-    pod::{Declared, SimPod, empty_pods_file, write_pod_list},
+    pod::{Declared, SimPod, empty_pods_file, sibling_binary, write_pod_list},
     root::{have, is_root_or_skip},
-    scenario::{app, app_done, proxy},
+    scenario::{CountedApp, app, app_done, app_named, proxy},
 };
 
 const SETTLE: Duration = Duration::from_secs(10);
@@ -318,4 +318,67 @@ fn filters_and_bad_queries() {
     );
     // With no pod source nothing has a namespace, so a namespace filter finds nothing.
     assert!(agent.incidents("namespace=shop").is_empty());
+}
+
+/// The incident names the refused processes by process, not by thread: the app's
+/// threaded client dials from a worker thread with a name of its own, and a `curl`
+/// wait loop in the same container dials too. Exact counts, and `guarded`.
+#[test]
+fn the_incident_names_the_refused_processes_and_a_wait_tool_guards_it() {
+    if !is_root_or_skip("the_incident_names_the_refused_processes_and_a_wait_tool_guards_it") {
+        return;
+    }
+    let (pods_file, source) = empty_pods_file("scn-processes");
+    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
+    let mut pod = SimPod::new("processes").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let manifest = pod.app_and_proxy_manifest("shop", "checkout", &a, &p, Declared::App);
+    write_pod_list(&pods_file, &[manifest]);
+    proxy(
+        &mut pod,
+        &p,
+        &["--listen", "127.0.0.1:15001", "--delay-ms", "1500"],
+    );
+    let dial = ["--connect", "127.0.0.1:15001", "--interval-ms", "50"];
+    let wait_loop = CountedApp::start(
+        &mut pod,
+        &a,
+        &app_named("curl"),
+        &[&dial[..], &["--attempts", "3"]].concat(),
+    );
+    let threaded = CountedApp::start(
+        &mut pod,
+        &a,
+        &sibling_binary("sr-app"),
+        &[&dial[..], &["--dial-thread", "pool-1-worker"]].concat(),
+    );
+    let curl = wait_loop.refused(&mut pod);
+    let app = threaded.refused(&mut pod);
+    assert_eq!(
+        curl, 3,
+        "every attempt of the wait loop came before the proxy"
+    );
+    let i = agent.one_resolved_holding(&pod.uid, app + curl, SETTLE);
+    assert_eq!(i["phase"], "startup", "{i:#}");
+    assert_eq!(i["refused_count"], app + curl, "{i:#}");
+    assert_eq!(
+        i["processes"],
+        json!([{"name": "sr-app", "count": app}, {"name": "curl", "count": curl}]),
+        "named by process (not `pool-1-worker`), most refused first: {i:#}"
+    );
+    assert_eq!(i["guarded"], true, "{i:#}");
+    let advice = i["advice"].as_str().unwrap();
+    assert!(
+        advice.contains("The pod works around the start order: curl waits until port 15001"),
+        "{advice}"
+    );
+    let log = agent.stop();
+    let summary = format!("sr-app x{app}, curl x{curl}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("incident resolved") && l.contains(&summary)),
+        "the log line names them: {log:#?}"
+    );
+    std::fs::remove_file(pods_file).unwrap();
 }
