@@ -1,12 +1,12 @@
 //! Detection end to end on the real kernel: simulated pods race, the agent binary runs
 //! as users run it (`run`), and `/api/v1/incidents` must tell the story.
 
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::RunAgent,
-    pod::{Declared, SimPod, empty_pods_file, sibling_binary, write_pod_list},
+    pod::{Declared, SimContainer, SimPod, empty_pods_file, sibling_binary, write_pod_list},
     root::{have, is_root_or_skip},
     scenario::{CountedApp, app, app_done, app_named, proxy},
 };
@@ -22,6 +22,27 @@ fn one(incidents: Vec<Value>) -> Value {
     incidents.into_iter().next().unwrap()
 }
 
+/// The agent, reading a pods file, then a new pod `name` (Deployment shop/checkout:
+/// app `a`, classic sidecar `p`) whose proxy listens on 127.0.0.1:15001 1.5 s late.
+/// The agent watches before the pod starts (it would not call a race in a pod it
+/// found running a startup race). Returns the agent, the pod, `p`, `a` and the file.
+fn late_proxy_pod(name: &str) -> (RunAgent, SimPod, SimContainer, SimContainer, PathBuf) {
+    let (pods_file, source) = empty_pods_file(&format!("scn-{name}"));
+    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
+    let mut pod = SimPod::new(name).unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let manifest = pod.app_and_proxy_manifest("shop", "checkout", &a, &p, Declared::App);
+    write_pod_list(&pods_file, &[manifest]);
+    // Both containers start together; the proxy is slow to listen.
+    proxy(
+        &mut pod,
+        &p,
+        &["--listen", "127.0.0.1:15001", "--delay-ms", "1500"],
+    );
+    (agent, pod, p, a, pods_file)
+}
+
 fn window(i: &Value) -> f64 {
     i["race_window_seconds"]
         .as_f64()
@@ -33,21 +54,7 @@ fn classic_startup_race_is_one_startup_incident_with_the_right_window() {
     if !is_root_or_skip("classic_startup_race_is_one_startup_incident_with_the_right_window") {
         return;
     }
-    let (pods_file, source) = empty_pods_file("scn-startup");
-    // The agent watches before the pod starts (it would not call a race in a pod it
-    // found running a startup race).
-    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
-    let mut pod = SimPod::new("startup").unwrap();
-    let p = pod.container("proxy").unwrap();
-    let a = pod.container("app").unwrap();
-    let manifest = pod.app_and_proxy_manifest("shop", "checkout", &a, &p, Declared::App);
-    write_pod_list(&pods_file, &[manifest]);
-    // Both containers start together; the proxy is slow to listen.
-    proxy(
-        &mut pod,
-        &p,
-        &["--listen", "127.0.0.1:15001", "--delay-ms", "1500"],
-    );
+    let (agent, mut pod, p, a, pods_file) = late_proxy_pod("startup");
     app_done(
         &mut pod,
         &a,
@@ -328,18 +335,7 @@ fn the_incident_names_the_refused_processes_and_a_wait_tool_guards_it() {
     if !is_root_or_skip("the_incident_names_the_refused_processes_and_a_wait_tool_guards_it") {
         return;
     }
-    let (pods_file, source) = empty_pods_file("scn-processes");
-    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
-    let mut pod = SimPod::new("processes").unwrap();
-    let p = pod.container("proxy").unwrap();
-    let a = pod.container("app").unwrap();
-    let manifest = pod.app_and_proxy_manifest("shop", "checkout", &a, &p, Declared::App);
-    write_pod_list(&pods_file, &[manifest]);
-    proxy(
-        &mut pod,
-        &p,
-        &["--listen", "127.0.0.1:15001", "--delay-ms", "1500"],
-    );
+    let (agent, mut pod, _, a, pods_file) = late_proxy_pod("processes");
     let dial = ["--connect", "127.0.0.1:15001", "--interval-ms", "50"];
     let wait_loop = CountedApp::start(
         &mut pod,
