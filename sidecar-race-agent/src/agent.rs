@@ -15,7 +15,7 @@ use crate::{
         store::PodStore,
     },
     kernel::{
-        probes::{ProbeError, ProbeOptions, Probes, SetStateHook},
+        probes::{ProbeError, ProbeOptions, Probes, ProcessNames, SetStateHook},
         requirements::{self, Environment, Locations, MissingRequirements},
     },
     stream::EventStream,
@@ -113,6 +113,11 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
             "degraded: budgets are charged per cgroup, not per container (the kernel's \
              cgroup layout is unknown: {why}); a container that makes sub-cgroups gets a \
              budget for each"
+        );
+    }
+    if let ProcessNames::Thread { why_not_leader } = &probes.process_names {
+        tracing::warn!(
+            "refused processes are named by their thread, not their process (no task_struct offsets: {why_not_leader})"
         );
     }
     let (tx, pod_updates) = mpsc::channel(64);

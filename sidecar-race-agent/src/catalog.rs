@@ -18,6 +18,8 @@ pub static CATALOG: LazyLock<Catalog> =
 pub struct Catalog {
     pub sidecars: Vec<Sidecar>,
     pub injectors: Vec<Injector>,
+    /// Process names of tools that wait for a port (`guarded` incidents).
+    pub wait_tools: Vec<String>,
 }
 
 /// A sidecar image the agent and lint know.
@@ -150,6 +152,11 @@ impl Catalog {
             .map(String::as_str)
     }
 
+    /// Whether process name `name` is a known wait tool (whole name, no patterns).
+    pub fn is_wait_tool(&self, name: &str) -> bool {
+        self.wait_tools.iter().any(|t| t == name)
+    }
+
     /// Every image repository of a known sidecar.
     pub fn image_names(&self) -> impl Iterator<Item = &str> {
         self.sidecars
@@ -193,5 +200,12 @@ mod tests {
         let csql = c.sidecar("cloud-sql-proxy").unwrap();
         assert_eq!(csql.health.as_ref().unwrap().default_port, 9090);
         assert_eq!(CATALOG.sidecars.len(), c.sidecars.len());
+        for t in &c.wait_tools {
+            assert!(
+                !t.is_empty() && t.len() < sidecar_race_ebpf::abi::COMM_LEN,
+                "{t}: a process name the kernel can record whole"
+            );
+        }
+        assert!(c.is_wait_tool("pg_isready") && !c.is_wait_tool("java"));
     }
 }

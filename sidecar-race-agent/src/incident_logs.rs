@@ -5,7 +5,10 @@
 use std::{collections::HashMap, time::Instant};
 
 use crate::{
-    detect::render::{IncidentView, role_name},
+    detect::{
+        processes::summary,
+        render::{IncidentView, role_name},
+    },
     log_budget::LogBudget,
     outcome::{Outcome, StuckJob},
 };
@@ -79,6 +82,8 @@ fn line(v: &IncidentView, what: &str) {
         port = v.port,
         destination = v.destination.as_deref().unwrap_or(""),
         refused_count = v.refused_count,
+        processes = %summary(&v.processes),
+        guarded = v.guarded,
         race_window_seconds = v.race_window_seconds,
         advice = %v.advice,
         "{what}"

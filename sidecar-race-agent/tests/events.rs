@@ -122,6 +122,8 @@ fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
         local_destination: None,
         refused_count: 15,
         client_instances: 1,
+        processes: vec![],
+        guarded: false,
         first_refused_at: Some("2026-11-29T10:00:00.100000000Z".into()),
         last_refused_at: Some("2026-11-29T10:00:01.500000000Z".into()),
         apps_finished_at: None,

@@ -214,6 +214,7 @@ fn fact(ts: u64, s: &Step) -> Option<Fact> {
                 sock(addr, PORTS[port])
             },
             local_dst: redirect.then(|| sock(0, PORTS[port])),
+            process: ["java", "curl"][what as usize].into(),
         },
         2 => Fact::ListenerUp {
             ts,
@@ -310,6 +311,13 @@ fn run(steps: &[Step], shapes: &[PodShape], history: usize) -> Result<(), String
             };
             counted_before.insert(inc.id, counted);
             in_incidents += counted;
+            let by_process: u64 = inc.processes.top().iter().map(|p| p.count).sum();
+            if by_process != inc.refused_count {
+                return Err(format!(
+                    "step {i}: incident {} counts {} refusals, its processes {by_process}",
+                    inc.id, inc.refused_count
+                ));
+            }
             if inc.is_final() && inc.is_shown() {
                 match final_phase.get(&inc.id) {
                     Some(p) if *p != inc.phase => {

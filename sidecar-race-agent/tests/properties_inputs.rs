@@ -271,6 +271,7 @@ fn incidents_api() -> axum::Router {
         client: Client::Cgroup(7),
         dst: format!("127.0.0.1:{port}").parse().unwrap(),
         local_dst: None,
+        process: "app".into(),
     };
     let meta = sidecar_race_agent::detect::NoMeta;
     let d = &mut pipeline.detector;

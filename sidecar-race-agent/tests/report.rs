@@ -584,6 +584,7 @@ async fn table_markdown_and_json() {
             "affected_pod_starts",
             "affected_share",
             "fixes",
+            "guarded",
             "incidents",
             "misconfiguration",
             "namespace",
@@ -619,6 +620,8 @@ async fn table_markdown_and_json() {
             "container": "app",
             "port": 15001,
             "refusals": 412,
+            "processes": [],
+            "guarded": false,
             "move_to_init_containers": "istio-proxy",
             "startup_probe_port": 15001,
             "advice": "Move istio-proxy from containers to initContainers with restartPolicy: Always and give it a startupProbe that tests port 15001, so app starts only once istio-proxy serves."

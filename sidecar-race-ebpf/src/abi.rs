@@ -98,6 +98,8 @@ pub struct Owner {
     pub pid: u32,
     /// Thread-group id: the process id users see.
     pub tgid: u32,
+    /// The process name: the thread-group leader's `comm` where the kernel's BTF
+    /// gives its offsets, else the task's own.
     pub comm: [u8; COMM_LEN],
 }
 

@@ -128,6 +128,25 @@ pub const fn port_to_host(loaded: u16, big_endian_target: bool) -> u16 {
     }
 }
 
+/// Byte offsets in `struct task_struct`, read by the agent from the kernel's BTF: a
+/// task's process name is its thread-group leader's `comm`. Its own global (`TASK`),
+/// apart from [`Config`]: without BTF the programs fall back to the thread's `comm`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskFields {
+    /// `group_leader` (`struct task_struct *`).
+    pub group_leader: u16,
+    /// `comm` (`char[TASK_COMM_LEN]`).
+    pub comm: u16,
+}
+
+impl TaskFields {
+    pub const UNSET: TaskFields = TaskFields {
+        group_leader: MISSING,
+        comm: MISSING,
+    };
+}
+
 /// Everything the programs need to know about this kernel, as a read-only global.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

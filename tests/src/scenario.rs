@@ -2,6 +2,7 @@
 //! started in a simulated pod.
 
 use std::{
+    path::{Path, PathBuf},
     process::Command,
     sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
@@ -64,20 +65,52 @@ pub fn race_beside(
 
 /// Runs `sr-app` to completion; how many of its connects were refused, as it counted.
 pub fn app_refused(pod: &mut SimPod, c: &SimContainer, args: &[&str]) -> u64 {
-    static SEQ: AtomicU32 = AtomicU32::new(0);
-    let out = std::env::temp_dir().join(format!(
-        "sr-app-{}-{}.out",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let mut cmd = Command::new(require_binary(&sibling_binary("sr-app")));
-    cmd.args(args)
-        .stdout(std::fs::File::create(&out).expect("sr-app output file"));
-    let pid = pod.spawn(c, cmd).expect("start sr-app");
-    assert!(pod.wait(pid).expect("wait sr-app").success());
-    let text = std::fs::read_to_string(&out).expect("sr-app output");
-    let _ = std::fs::remove_file(&out);
-    refused_in(&text).unwrap_or_else(|| panic!("no refusal count in sr-app's output: {text}"))
+    CountedApp::start(pod, c, &sibling_binary("sr-app"), args).refused(pod)
+}
+
+/// `sr-app` running in a pod, its output going to a file to read its count from.
+pub struct CountedApp {
+    pid: u32,
+    out: PathBuf,
+}
+
+impl CountedApp {
+    /// Starts `program` (`sr-app`, or a link to it under another name) with `args`.
+    pub fn start(pod: &mut SimPod, c: &SimContainer, program: &Path, args: &[&str]) -> Self {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let out = std::env::temp_dir().join(format!(
+            "sr-app-{}-{}.out",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut cmd = Command::new(require_binary(program));
+        cmd.args(args)
+            .stdout(std::fs::File::create(&out).expect("sr-app output file"));
+        let pid = pod.spawn(c, cmd).expect("start sr-app");
+        Self { pid, out }
+    }
+
+    /// Waits for it to finish; how many of its connects were refused, as it counted.
+    pub fn refused(self, pod: &mut SimPod) -> u64 {
+        assert!(pod.wait(self.pid).expect("wait sr-app").success());
+        let text = std::fs::read_to_string(&self.out).expect("sr-app output");
+        let _ = std::fs::remove_file(&self.out);
+        refused_in(&text).unwrap_or_else(|| panic!("no refusal count in sr-app's output: {text}"))
+    }
+}
+
+/// `sr-app` under process name `name` (the kernel names a process by the file it was
+/// run as): a symlink in a directory of this test process, e.g. `curl` for a shell's
+/// wait loop.
+pub fn app_named(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sr-named-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("directory for named links");
+    let link = dir.join(name);
+    if !link.exists() {
+        std::os::unix::fs::symlink(require_binary(&sibling_binary("sr-app")), &link)
+            .expect("link to sr-app");
+    }
+    link
 }
 
 /// sr-app's last line: `… after N refused attempts, …` or `…: N refused, …`.

@@ -1,14 +1,14 @@
 //! Detection end to end on the real kernel: simulated pods race, the agent binary runs
 //! as users run it (`run`), and `/api/v1/incidents` must tell the story.
 
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::RunAgent,
-    pod::{Declared, SimPod, empty_pods_file, write_pod_list},
+    pod::{Declared, SimContainer, SimPod, empty_pods_file, sibling_binary, write_pod_list},
     root::{have, is_root_or_skip},
-    scenario::{app, app_done, proxy},
+    scenario::{CountedApp, app, app_done, app_named, proxy},
 };
 
 const SETTLE: Duration = Duration::from_secs(10);
@@ -22,6 +22,27 @@ fn one(incidents: Vec<Value>) -> Value {
     incidents.into_iter().next().unwrap()
 }
 
+/// The agent, reading a pods file, then a new pod `name` (Deployment shop/checkout:
+/// app `a`, classic sidecar `p`) whose proxy listens on 127.0.0.1:15001 1.5 s late.
+/// The agent watches before the pod starts (it would not call a race in a pod it
+/// found running a startup race). Returns the agent, the pod, `p`, `a` and the file.
+fn late_proxy_pod(name: &str) -> (RunAgent, SimPod, SimContainer, SimContainer, PathBuf) {
+    let (pods_file, source) = empty_pods_file(&format!("scn-{name}"));
+    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
+    let mut pod = SimPod::new(name).unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let manifest = pod.app_and_proxy_manifest("shop", "checkout", &a, &p, Declared::App);
+    write_pod_list(&pods_file, &[manifest]);
+    // Both containers start together; the proxy is slow to listen.
+    proxy(
+        &mut pod,
+        &p,
+        &["--listen", "127.0.0.1:15001", "--delay-ms", "1500"],
+    );
+    (agent, pod, p, a, pods_file)
+}
+
 fn window(i: &Value) -> f64 {
     i["race_window_seconds"]
         .as_f64()
@@ -33,21 +54,7 @@ fn classic_startup_race_is_one_startup_incident_with_the_right_window() {
     if !is_root_or_skip("classic_startup_race_is_one_startup_incident_with_the_right_window") {
         return;
     }
-    let (pods_file, source) = empty_pods_file("scn-startup");
-    // The agent watches before the pod starts (it would not call a race in a pod it
-    // found running a startup race).
-    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
-    let mut pod = SimPod::new("startup").unwrap();
-    let p = pod.container("proxy").unwrap();
-    let a = pod.container("app").unwrap();
-    let manifest = pod.app_and_proxy_manifest("shop", "checkout", &a, &p, Declared::App);
-    write_pod_list(&pods_file, &[manifest]);
-    // Both containers start together; the proxy is slow to listen.
-    proxy(
-        &mut pod,
-        &p,
-        &["--listen", "127.0.0.1:15001", "--delay-ms", "1500"],
-    );
+    let (agent, mut pod, p, a, pods_file) = late_proxy_pod("startup");
     app_done(
         &mut pod,
         &a,
@@ -318,4 +325,56 @@ fn filters_and_bad_queries() {
     );
     // With no pod source nothing has a namespace, so a namespace filter finds nothing.
     assert!(agent.incidents("namespace=shop").is_empty());
+}
+
+/// The incident names the refused processes by process, not by thread: the app's
+/// threaded client dials from a worker thread with a name of its own, and a `curl`
+/// wait loop in the same container dials too. Exact counts, and `guarded`.
+#[test]
+fn the_incident_names_the_refused_processes_and_a_wait_tool_guards_it() {
+    if !is_root_or_skip("the_incident_names_the_refused_processes_and_a_wait_tool_guards_it") {
+        return;
+    }
+    let (agent, mut pod, _, a, pods_file) = late_proxy_pod("processes");
+    let dial = ["--connect", "127.0.0.1:15001", "--interval-ms", "50"];
+    let wait_loop = CountedApp::start(
+        &mut pod,
+        &a,
+        &app_named("curl"),
+        &[&dial[..], &["--attempts", "3"]].concat(),
+    );
+    let threaded = CountedApp::start(
+        &mut pod,
+        &a,
+        &sibling_binary("sr-app"),
+        &[&dial[..], &["--dial-thread", "pool-1-worker"]].concat(),
+    );
+    let curl = wait_loop.refused(&mut pod);
+    let app = threaded.refused(&mut pod);
+    assert_eq!(
+        curl, 3,
+        "every attempt of the wait loop came before the proxy"
+    );
+    let i = agent.one_resolved_holding(&pod.uid, app + curl, SETTLE);
+    assert_eq!(i["phase"], "startup", "{i:#}");
+    assert_eq!(i["refused_count"], app + curl, "{i:#}");
+    assert_eq!(
+        i["processes"],
+        json!([{"name": "sr-app", "count": app}, {"name": "curl", "count": curl}]),
+        "named by process (not `pool-1-worker`), most refused first: {i:#}"
+    );
+    assert_eq!(i["guarded"], true, "{i:#}");
+    let advice = i["advice"].as_str().unwrap();
+    assert!(
+        advice.contains("The pod works around the start order: curl waits until port 15001"),
+        "{advice}"
+    );
+    let log = agent.stop();
+    let summary = format!("sr-app x{app}, curl x{curl}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("incident resolved") && l.contains(&summary)),
+        "the log line names them: {log:#?}"
+    );
+    std::fs::remove_file(pods_file).unwrap();
 }

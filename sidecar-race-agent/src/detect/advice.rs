@@ -125,6 +125,22 @@ fn sidecar_race(s: &Subject) -> String {
     format!("{dialed}{text}")
 }
 
+/// Whether a `guarded` incident's advice says the pod works around the start order:
+/// a sidecar race at startup (an init deadlock's wait never ends, an `unresolved`
+/// port is no race).
+pub fn shows_workaround(kind: Kind, phase: Phase) -> bool {
+    kind == Kind::SidecarRace && phase == Phase::Startup
+}
+
+/// The sentence that ends a `guarded` incident's advice: wait tool `tool` (a process
+/// name) was refused, so the pod already holds the client back until `port` serves.
+pub fn workaround(tool: &str, sidecar: Option<&str>, port: u16) -> String {
+    let sidecar = sidecar.unwrap_or("the sidecar");
+    format!(
+        " The pod works around the start order: {tool} waits until port {port} accepts connections (its refusals are counted here); running {sidecar} as a native sidecar with a startupProbe on port {port} makes that workaround unnecessary."
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@ fn refused(ts: u64, pod: &str, client: &str, dst: &str) -> Fact {
         client: Client::Container(client.into()),
         dst: dst.parse().unwrap(),
         local_dst: None,
+        process: "app".into(),
     }
 }
 

@@ -22,6 +22,8 @@ pub enum Fact {
         dst: SocketAddr,
         /// Where the local stack refused it after a NAT redirect.
         local_dst: Option<SocketAddr>,
+        /// The refused process's name (its thread-group leader's `comm`).
+        process: String,
     },
     /// A socket of the pod started listening.
     ListenerUp {

@@ -8,7 +8,7 @@ use std::{
 
 use serde::Serialize;
 
-use super::fact::Client;
+use super::{fact::Client, processes::Processes};
 
 #[derive(
     Debug,
@@ -171,6 +171,8 @@ pub struct Incident {
     pub listener_container_id: Option<String>,
     pub episode: Episode,
     pub hidden: Option<Hidden>,
+    /// The refused processes by name.
+    pub processes: Processes,
 }
 
 impl Incident {

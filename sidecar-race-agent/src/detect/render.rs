@@ -4,8 +4,9 @@
 use serde::Serialize;
 
 use super::{
-    advice::{Subject as AdviceSubject, advice},
+    advice::{Subject as AdviceSubject, advice, shows_workaround, workaround},
     incident::{Incident, Kind, Phase, State, Subject},
+    processes::ProcessCount,
 };
 use crate::inventory::{
     pod_info::{Pattern, Role, Workload},
@@ -39,6 +40,11 @@ pub struct IncidentView {
     pub refused_count: u64,
     /// Instances of the client container whose refusals this incident sums (a crash loop).
     pub client_instances: u32,
+    /// The refused processes by name, most refused first: at most 8, then `(other)`
+    /// summing the rest.
+    pub processes: Vec<ProcessCount>,
+    /// A known wait tool was refused: the pod works around the start order.
+    pub guarded: bool,
     pub first_refused_at: Option<String>,
     pub last_refused_at: Option<String>,
     pub listener_ready_at: Option<String>,
@@ -103,7 +109,8 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         .zip(sidecar.as_deref())
         .and_then(|(p, name)| p.container(name))
         .and_then(|c| c.startup_probe.as_ref());
-    let advice = advice(&AdviceSubject {
+    let wait_tool = inc.processes.wait_tool();
+    let mut advice = advice(&AdviceSubject {
         kind,
         phase: inc.phase,
         pattern,
@@ -115,6 +122,9 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         roles_known: container_role.is_some() && sidecar_role.is_some(),
         client_is_sidecar: container_role.is_some_and(Role::is_sidecar),
     });
+    if let Some(tool) = wait_tool.filter(|_| shows_workaround(kind, inc.phase)) {
+        advice.push_str(&workaround(tool, sidecar.as_deref(), inc.port));
+    }
     IncidentView {
         id: inc.id,
         kind,
@@ -136,6 +146,8 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         local_destination: inc.local_destination.map(|d| d.to_string()),
         refused_count: inc.refused_count,
         client_instances: inc.client_instances,
+        processes: inc.processes.top(),
+        guarded: wait_tool.is_some(),
         first_refused_at: refusals.then(|| wall(inc.first_refused_at)),
         last_refused_at: refusals.then(|| wall(inc.last_refused_at)),
         listener_ready_at: inc.listener_ready_at.map(wall),

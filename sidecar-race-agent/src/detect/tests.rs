@@ -144,6 +144,7 @@ fn refused(ts: u64, client: &str, dst: &str) -> Fact {
         client: Client::Container(client.into()),
         dst: dst.parse().unwrap(),
         local_dst: None,
+        process: "app".into(),
     }
 }
 fn up(ts: u64, container: &str, addr: &str) -> Fact {
@@ -681,6 +682,7 @@ fn redirected_refusals_use_the_local_port_and_keep_the_dialed_destination() {
             client: Client::Container(APP.into()),
             dst: "10.96.0.10:80".parse().unwrap(),
             local_dst: Some("127.0.0.1:15001".parse().unwrap()),
+            process: "app".into(),
         },
         up(S, PROXY, "0.0.0.0:15001"),
     ];
@@ -1354,6 +1356,7 @@ fn a_redirect_to_another_pods_ip_is_not_pod_local() {
                 dst: "10.96.0.20:80".parse().unwrap(),
                 // kube-proxy DNAT to a pod on this node, refused there.
                 local_dst: Some("10.244.1.99:8080".parse().unwrap()),
+                process: "app".into(),
             },
             // The client pod happens to listen on 8080 too.
             up(S, APP, "0.0.0.0:8080"),

@@ -3,7 +3,7 @@
 //! expose member offsets, so this reads the few it needs itself: struct members by
 //! name, through anonymous unions and structs.
 
-use sidecar_race_ebpf::layout::{CgroupFields, SockFields};
+use sidecar_race_ebpf::layout::{CgroupFields, SockFields, TaskFields};
 use thiserror::Error;
 
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
@@ -208,6 +208,15 @@ pub fn cgroup_fields(data: &[u8]) -> Result<CgroupFields, BtfError> {
     })
 }
 
+/// The offsets that name a task by its process (the thread-group leader's `comm`).
+pub fn task_fields(data: &[u8]) -> Result<TaskFields, BtfError> {
+    let btf = Btf::parse(data)?;
+    Ok(TaskFields {
+        group_leader: btf.offset("task_struct", "group_leader")?,
+        comm: btf.offset("task_struct", "comm")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,5 +348,16 @@ mod tests {
         let f = cgroup_fields(&data).unwrap();
         assert_eq!(f.ancestors_are_ids, 0, "{f:?}");
         assert!(f.ancestors > f.level && f.kn < f.ancestors, "{f:?}");
+    }
+
+    /// The running kernel's BTF, when it has one: both task fields are found, apart.
+    #[test]
+    fn this_kernels_task() {
+        let Ok(data) = std::fs::read(VMLINUX) else {
+            return;
+        };
+        let f = task_fields(&data).unwrap();
+        assert!(f.group_leader > 0 && f.comm > 0, "{f:?}");
+        assert!(f.group_leader.abs_diff(f.comm) >= 8, "{f:?}");
     }
 }

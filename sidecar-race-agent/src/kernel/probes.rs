@@ -12,7 +12,7 @@ use sidecar_race_ebpf::{
     abi::counter,
     layout::{
         CONTROL_BURST, CONTROL_REFILL_PER_SECOND, Config, REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND,
-        RefusalBudget,
+        RefusalBudget, TaskFields,
     },
 };
 use thiserror::Error;
@@ -134,6 +134,17 @@ pub struct Probes {
     pub degraded: Vec<Degraded>,
     /// Which hook serves `inet_sock_set_state`.
     pub set_state_hook: SetStateHook,
+    /// Whose `comm` names the task behind a socket.
+    pub process_names: ProcessNames,
+}
+
+/// Whose `comm` the kernel records as a socket owner's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessNames {
+    /// The thread-group leader's: the process name.
+    Leader,
+    /// The connecting thread's own (no BTF offsets for `task_struct`), and why.
+    Thread { why_not_leader: String },
 }
 
 /// How `inet_sock_set_state` is hooked.
@@ -181,16 +192,28 @@ impl Probes {
             Err(why) => Some(why),
         };
         let sock = if opts.set_state_btf {
-            vmlinux.and_then(|data| btf::sock_fields(&data).map_err(|e| e.to_string()))
+            vmlinux
+                .as_deref()
+                .map_err(Clone::clone)
+                .and_then(|data| btf::sock_fields(data).map_err(|e| e.to_string()))
         } else {
             Err("turned off".to_string())
         };
         if let Ok(fields) = sock {
             config.sock = fields;
         }
+        let task = vmlinux.and_then(|data| btf::task_fields(&data).map_err(|e| e.to_string()));
+        let process_names = match &task {
+            Ok(_) => ProcessNames::Leader,
+            Err(why) => ProcessNames::Thread {
+                why_not_leader: why.clone(),
+            },
+        };
         let config_bytes = config_bytes(&config);
+        let task_bytes = task_bytes(&task.unwrap_or(TaskFields::UNSET));
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config_bytes, true)
+            .override_global("TASK", &task_bytes, true)
             .map_max_entries("EVENTS", size)
             .load(OBJECT)
             .map_err(ProbeError::Load)?;
@@ -258,6 +281,7 @@ impl Probes {
             attached,
             degraded,
             set_state_hook,
+            process_names,
         })
     }
 
@@ -415,6 +439,12 @@ fn perf_event_paranoid() -> Option<i32> {
 fn config_bytes(config: &Config) -> [u8; size_of::<Config>()] {
     // SAFETY: Config is repr(C) plain data with explicit padding fields.
     unsafe { std::mem::transmute_copy(config) }
+}
+
+/// The task offsets as the bytes of the `TASK` global.
+fn task_bytes(task: &TaskFields) -> [u8; size_of::<TaskFields>()] {
+    // SAFETY: TaskFields is repr(C) plain data without padding.
+    unsafe { std::mem::transmute_copy(task) }
 }
 
 fn page_size() -> usize {

@@ -19,6 +19,7 @@ impl Pipeline {
                     client,
                     dst: s.dst?,
                     local_dst: s.local_dst,
+                    process: s.owner.comm.clone(),
                 })
             }
             KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {

@@ -3,6 +3,8 @@
 
 mod accounting;
 mod facts;
+#[cfg(test)]
+mod process_tests;
 
 use std::{
     collections::HashSet,

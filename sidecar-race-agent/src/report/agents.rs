@@ -10,7 +10,10 @@ use super::{
     Evidence, Fleet, IncidentCount, RefusalCount, ReportError, Source, WorkloadKey,
     client::Endpoint, parse_kind, parse_pattern,
 };
-use crate::detect::{Kind, Phase};
+use crate::detect::{
+    Kind, Phase,
+    processes::{ProcessCount, ranked},
+};
 
 /// An agent's whole history (up to its most, `MAX_LIMIT`).
 const PATH: &str = "/api/v1/incidents?limit=10000"; // crate::http::MAX_LIMIT
@@ -39,6 +42,11 @@ pub struct AgentIncident {
     pub refused_count: u64,
     #[serde(default)]
     pub race_window_seconds: Option<f64>,
+    /// Absent from older agents.
+    #[serde(default)]
+    pub processes: Vec<ProcessCount>,
+    #[serde(default)]
+    pub guarded: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -94,13 +102,14 @@ pub fn parse(url: &str, body: &str) -> Result<Vec<AgentIncident>, ReportError> {
 }
 
 /// Groups incidents by workload: counts per (sidecar, phase, pattern) and per
-/// (container, sidecar, port, phase), affected pod starts = distinct pods with a
-/// startup incident, window quantiles by nearest rank.
+/// (container, sidecar, port, phase) with the refused processes summed (guarded when
+/// all its incidents are), affected pod starts = distinct pods with a startup
+/// incident, window quantiles by nearest rank.
 pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentIncident>) -> Fleet {
     #[derive(Default)]
     struct Acc {
         incidents: BTreeMap<(Kind, String, Phase, String), f64>,
-        refusals: BTreeMap<(String, String, u16, Phase), f64>,
+        refusals: BTreeMap<(String, String, u16, Phase), Refused>,
         affected: BTreeSet<String>,
         windows: Vec<f64>,
         stuck: BTreeMap<String, BTreeSet<String>>,
@@ -131,9 +140,14 @@ pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentInciden
         *acc.incidents
             .entry((kind, sidecar.clone(), phase, i.pattern))
             .or_default() += 1.0;
-        *acc.refusals
+        let refused = acc
+            .refusals
             .entry((i.container.unwrap_or_default(), sidecar, port, phase))
-            .or_default() += i.refused_count as f64;
+            .or_default();
+        refused.count += i.refused_count as f64;
+        refused.processes.extend(i.processes);
+        refused.incidents += 1;
+        refused.guarded += u64::from(i.guarded);
         if phase == Phase::Startup || kind == Kind::InitDeadlock {
             acc.affected.insert(i.pod_uid);
         }
@@ -161,12 +175,14 @@ pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentInciden
                 refusals: acc
                     .refusals
                     .into_iter()
-                    .map(|((container, sidecar, port, phase), count)| RefusalCount {
+                    .map(|((container, sidecar, port, phase), r)| RefusalCount {
                         container,
                         sidecar,
                         port,
                         phase,
-                        count,
+                        count: r.count,
+                        processes: ranked(r.processes.iter().map(|p| (p.name.as_str(), p.count))),
+                        guarded: r.guarded == r.incidents,
                     })
                     .collect(),
                 window_p50: nearest_rank(&acc.windows, 0.5),
@@ -184,6 +200,16 @@ pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentInciden
         source: Source::Agents { urls },
         workloads,
     }
+}
+
+/// Refusals of one client container on one sidecar port in one phase, summed.
+#[derive(Default)]
+struct Refused {
+    count: f64,
+    processes: Vec<ProcessCount>,
+    incidents: u64,
+    /// Of those incidents, the `guarded` ones.
+    guarded: u64,
 }
 
 /// The nearest-rank quantile of sorted values: the smallest value with at least
@@ -216,6 +242,8 @@ mod tests {
             port: Some(15001),
             refused_count: 4,
             race_window_seconds: window,
+            processes: vec![],
+            guarded: false,
         }
     }
 
@@ -255,5 +283,37 @@ mod tests {
         assert_eq!(startup.count, 3.0);
         let refused: f64 = ev.refusals.iter().map(|r| r.count).sum();
         assert_eq!(refused, 16.0);
+    }
+
+    #[test]
+    fn refused_processes_sum_per_client_and_port_and_guard_only_when_all_do() {
+        let with = |processes: &[(&str, u64)], guarded: bool| AgentIncident {
+            processes: processes
+                .iter()
+                .map(|(name, count)| ProcessCount {
+                    name: (*name).into(),
+                    count: *count,
+                })
+                .collect(),
+            guarded,
+            ..incident("p1", "startup", None)
+        };
+        let f = fleet(
+            vec!["http://a".into()],
+            [
+                with(&[("java", 3), ("curl", 1)], true),
+                with(&[("java", 1)], false),
+            ],
+        );
+        let r = &f.workloads.values().next().unwrap().refusals[0];
+        let got: Vec<(&str, u64)> = r
+            .processes
+            .iter()
+            .map(|p| (p.name.as_str(), p.count))
+            .collect();
+        assert_eq!(got, [("java", 4), ("curl", 1)]);
+        assert!(!r.guarded, "one unguarded incident is unguarded evidence");
+        let all = fleet(vec![], [with(&[("nc", 2)], true), with(&[("nc", 1)], true)]);
+        assert!(all.workloads.values().next().unwrap().refusals[0].guarded);
     }
 }

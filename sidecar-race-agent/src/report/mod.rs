@@ -9,11 +9,15 @@
 //! ordered by affected pod starts (descending; an init container deadlocked on a
 //! classic sidecar counts as an affected start), then Job pods kept running by a
 //! sidecar, then startup incidents, then refused connections, then the worst
-//! (largest) race-window p95; ties by namespace, kind and name. Workloads whose only
-//! incidents are `unresolved` sidecar races come last whatever their counts: nothing
-//! ever listened on the port, a misconfiguration, not a race, so migrating the sidecar
-//! would not help them. `app_not_ready` findings (a sidecar dialing an app that was
-//! not listening yet) are never evidence here.
+//! (largest) race-window p95; ties by namespace, kind and name. Workloads whose
+//! refusals all come from `guarded` incidents (a wait tool such as `nc` or
+//! `linkerd-await` was refused: the pod already works around the start order) rank
+//! below every unguarded one, and within a workload guarded fixes come last; only
+//! agents know the refused processes, so from Prometheus nothing is guarded.
+//! Workloads whose only incidents are `unresolved` sidecar races come last whatever
+//! their counts: nothing ever listened on the port, a misconfiguration, not a race, so
+//! migrating the sidecar would not help them. `app_not_ready` findings (a sidecar
+//! dialing an app that was not listening yet) are never evidence here.
 //!
 //! The fix sentences are the agent's own ([`crate::detect::advice`]): one piece of
 //! code says what to do, here and on `/api/v1/incidents`.
@@ -31,9 +35,11 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::{
+    catalog::CATALOG,
     detect::{
         Kind, Phase,
-        advice::{Subject, advice},
+        advice::{Subject, advice, shows_workaround, workaround},
+        processes::ProcessCount,
     },
     inventory::pod_info::Pattern,
 };
@@ -142,6 +148,10 @@ pub struct RefusalCount {
     pub port: u16,
     pub phase: Phase,
     pub count: f64,
+    /// The refused processes, as incidents show them (none from Prometheus).
+    pub processes: Vec<ProcessCount>,
+    /// Every incident behind these refusals was `guarded`.
+    pub guarded: bool,
 }
 
 /// What a source knows about one workload.
@@ -197,6 +207,8 @@ pub struct WorkloadReport {
     pub phases: Vec<Phase>,
     /// Only `unresolved` incidents: a misconfiguration, not a race.
     pub misconfiguration: bool,
+    /// Every refusal came from a `guarded` incident: the pod works around the order.
+    pub guarded: bool,
     pub fixes: Vec<Fix>,
 }
 
@@ -219,6 +231,10 @@ pub struct Fix {
     /// The refused port (`null` for a stuck Job).
     pub port: Option<u16>,
     pub refusals: u64,
+    /// The refused processes by name, most refused first (8, then `(other)`).
+    pub processes: Vec<ProcessCount>,
+    /// Its incidents were `guarded`: a wait tool already holds the client back.
+    pub guarded: bool,
     /// The sidecar to move to `initContainers` with `restartPolicy: Always`, when the
     /// fix includes that (for tools; the sentence in `advice` says the same).
     pub move_to_init_containers: Option<String>,
@@ -251,6 +267,7 @@ pub fn build(fleet: Fleet, top: Option<usize>) -> Report {
     workloads.sort_by(|a, b| {
         a.misconfiguration
             .cmp(&b.misconfiguration)
+            .then(a.guarded.cmp(&b.guarded))
             .then(b.affected_pod_starts.cmp(&a.affected_pod_starts))
             .then(b.stuck_job_pods.cmp(&a.stuck_job_pods))
             .then(b.startup_incidents.cmp(&a.startup_incidents))
@@ -339,6 +356,7 @@ fn workload(key: &WorkloadKey, ev: &Evidence) -> Option<WorkloadReport> {
             && incidents.iter().all(|i| i.kind == Kind::SidecarRace)
             && phases.iter().all(|p| *p == Phase::Unresolved),
         phases: phases.into_iter().collect(),
+        guarded: stuck.is_empty() && !refusals.is_empty() && refusals.iter().all(|r| r.guarded),
         fixes: fixes(&incidents, &refusals)
             .into_iter()
             .chain(stuck.iter().map(|(sidecar, _)| stuck_job_fix(sidecar)))
@@ -386,12 +404,16 @@ fn fixes(incidents: &[&IncidentCount], refusals: &[&RefusalCount]) -> Vec<Fix> {
                 &r.container,
                 r.port,
             ))
-            .or_insert_with(|| fix(i, &r.container, r.port))
+            .or_insert_with(|| fix(i, r))
             .add_refusals(whole(r.count));
         }
     }
     let mut fixes: Vec<Fix> = out.into_values().collect();
-    fixes.sort_by(|a, b| a.phase.cmp(&b.phase).then(b.refusals.cmp(&a.refusals)));
+    fixes.sort_by(|a, b| {
+        (a.guarded.cmp(&b.guarded))
+            .then(a.phase.cmp(&b.phase))
+            .then(b.refusals.cmp(&a.refusals))
+    });
     fixes
 }
 
@@ -401,10 +423,10 @@ impl Fix {
     }
 }
 
-fn fix(i: &IncidentCount, container: &str, port: u16) -> Fix {
-    let (kind, phase, pattern) = (i.kind, i.phase, i.pattern);
+fn fix(i: &IncidentCount, r: &RefusalCount) -> Fix {
+    let (kind, phase, pattern, port) = (i.kind, i.phase, i.pattern, r.port);
     let sidecar = known(&i.sidecar);
-    let container = known(container);
+    let container = known(&r.container);
     // Mirrors advice()'s decision table for tools; a test holds the two together.
     let moves = kind == Kind::InitDeadlock
         || matches!(
@@ -412,7 +434,7 @@ fn fix(i: &IncidentCount, container: &str, port: u16) -> Fix {
             (Phase::Startup, Pattern::Classic | Pattern::Unknown)
                 | (Phase::Drain, Pattern::Classic)
         );
-    Fix {
+    let mut fix = Fix {
         advice: advice(&Subject {
             kind,
             phase,
@@ -435,7 +457,18 @@ fn fix(i: &IncidentCount, container: &str, port: u16) -> Fix {
         container,
         port: Some(port),
         refusals: 0,
+        processes: r.processes.clone(),
+        guarded: r.guarded,
+    };
+    if fix.guarded && shows_workaround(kind, phase) {
+        let tool = (fix.processes.iter())
+            .map(|p| p.name.as_str())
+            .find(|name| CATALOG.is_wait_tool(name))
+            .unwrap_or("a wait tool");
+        let sentence = workaround(tool, fix.sidecar.as_deref(), port);
+        fix.advice.push_str(&sentence);
     }
+    fix
 }
 
 /// How the metrics and the incidents API spell a pattern.
@@ -464,6 +497,8 @@ fn stuck_job_fix(sidecar: &str) -> Fix {
         container: None,
         port: None,
         refusals: 0,
+        processes: Vec::new(),
+        guarded: false,
     }
 }
 
@@ -537,6 +572,8 @@ mod tests {
             port,
             phase,
             count,
+            processes: Vec::new(),
+            guarded: false,
         }
     }
 
@@ -700,7 +737,10 @@ mod tests {
         ];
         for phase in phases {
             for pattern in patterns {
-                let f = fix(&inc("proxy", phase, pattern, 1.0), "app", 15001);
+                let f = fix(
+                    &inc("proxy", phase, pattern, 1.0),
+                    &refused("proxy", phase, 15001, 1.0),
+                );
                 let says_move = f.advice.contains("initContainers");
                 assert_eq!(
                     f.move_to_init_containers.is_some(),
@@ -714,6 +754,72 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn guarded_workloads_rank_below_unguarded_ones_and_guarded_fixes_come_last() {
+        let guarded = |container: &str, phase: Phase, n: f64| RefusalCount {
+            container: container.into(),
+            processes: vec![ProcessCount {
+                name: "nc".into(),
+                count: n as u64,
+            }],
+            guarded: true,
+            ..refused("proxy", phase, 15001, n)
+        };
+        // Most affected starts, but every refusal was a wait tool's.
+        let waits = Evidence {
+            affected_pod_starts: 5.0,
+            incidents: vec![inc("proxy", Phase::Startup, Pattern::Classic, 5.0)],
+            refusals: vec![guarded("wait", Phase::Startup, 40.0)],
+            ..Evidence::default()
+        };
+        let plain = Evidence {
+            affected_pod_starts: 1.0,
+            incidents: vec![inc("proxy", Phase::Startup, Pattern::Classic, 1.0)],
+            refusals: vec![refused("proxy", Phase::Startup, 15001, 3.0)],
+            ..Evidence::default()
+        };
+        // A guarded startup and an unguarded drain: unguarded evidence, fixes reordered.
+        let mixed = Evidence {
+            affected_pod_starts: 2.0,
+            incidents: vec![
+                inc("proxy", Phase::Startup, Pattern::Classic, 2.0),
+                inc("proxy", Phase::Drain, Pattern::Classic, 1.0),
+            ],
+            refusals: vec![
+                guarded("wait", Phase::Startup, 9.0),
+                refused("proxy", Phase::Drain, 15001, 1.0),
+            ],
+            ..Evidence::default()
+        };
+        let r = build(
+            fleet(vec![
+                (key("waits"), waits),
+                (key("plain"), plain),
+                (key("mixed"), mixed),
+            ]),
+            None,
+        );
+        let order: Vec<(&str, bool)> = r
+            .workloads
+            .iter()
+            .map(|w| (w.workload.as_deref().unwrap(), w.guarded))
+            .collect();
+        assert_eq!(order, [("mixed", false), ("plain", false), ("waits", true)]);
+        let mixed = &r.workloads[0];
+        let phases: Vec<(Phase, bool)> = mixed.fixes.iter().map(|f| (f.phase, f.guarded)).collect();
+        assert_eq!(phases, [(Phase::Drain, false), (Phase::Startup, true)]);
+        let startup = &mixed.fixes[1];
+        assert_eq!(startup.processes[0].name, "nc");
+        assert!(
+            startup
+                .advice
+                .contains("The pod works around the start order: nc waits until port 15001"),
+            "{}",
+            startup.advice
+        );
+        assert!(!mixed.fixes[0].advice.contains("works around"));
     }
 
     #[test]

@@ -297,6 +297,9 @@ pub async fn collect(url: &str, range: &str) -> Result<Fleet, ReportError> {
                 port,
                 phase,
                 count: finite(s.value),
+                // The metrics carry no process names (unbounded label values).
+                processes: Vec::new(),
+                guarded: false,
             });
     }
     for (samples, p95) in [(&p50, false), (&p95, true)] {

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use clap::ValueEnum;
 
 use super::{Fix, Report, Source, WorkloadReport};
-use crate::detect::Phase;
+use crate::detect::{Phase, processes::summary};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -253,8 +253,15 @@ fn fix_subject(f: &Fix, md: bool) -> String {
     } else {
         "refusals"
     };
+    let mut by = String::new();
+    if !f.processes.is_empty() {
+        by = format!(": {}", summary(&f.processes));
+    }
+    if f.guarded {
+        by.push_str(", guarded");
+    }
     format!(
-        "{phase}: {} → {} ({kind}{}, {} {refusals})",
+        "{phase}: {} → {} ({kind}{}, {} {refusals}{by})",
         code(name(&f.container).to_string()),
         code(format!("{}:{}", name(&f.sidecar), port)),
         f.pattern.as_str(),
@@ -317,6 +324,8 @@ mod tests {
             move_to_init_containers: Some("istio-proxy".into()),
             startup_probe_port: Some(15001),
             advice: "Move istio-proxy from containers to initContainers.".into(),
+            processes: vec![],
+            guarded: false,
         };
         Report {
             source: Source::Agents {
@@ -346,6 +355,7 @@ mod tests {
                 race_window_p95_seconds: None,
                 phases: vec![Phase::Startup],
                 misconfiguration: false,
+                guarded: false,
                 fixes: vec![fix],
             }],
         }

@@ -6,11 +6,12 @@ mod charge;
 mod connect;
 mod ctx_load;
 mod listen;
+mod process;
 mod reset;
 mod set_state;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, generated},
+    helpers::{bpf_get_current_pid_tgid, generated},
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::TracePointContext,
@@ -167,16 +168,17 @@ pub fn now_boot_ns() -> u64 {
     unsafe { generated::bpf_ktime_get_boot_ns() }
 }
 
-/// The current task as owner; only meaningful in process context.
+/// The current task as owner, named by its process; only meaningful in process context.
 #[inline(always)]
 pub fn current_owner() -> Owner {
     let pid_tgid = bpf_get_current_pid_tgid();
+    let (pid, tgid) = (pid_tgid as u32, (pid_tgid >> 32) as u32);
     Owner {
         // SAFETY: helper without preconditions.
         cgroup_id: unsafe { generated::bpf_get_current_cgroup_id() },
-        pid: pid_tgid as u32,
-        tgid: (pid_tgid >> 32) as u32,
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        pid,
+        tgid,
+        comm: process::current_process_name(pid, tgid),
     }
 }
 

@@ -10,6 +10,7 @@ use crate::{
         fact::Client,
         incident::{Episode, Hidden, Incident, Phase, State, Subject},
         listeners::canonical,
+        processes::Processes,
     },
     inventory::{
         pod_info::{PodInfo, Role, RunState},
@@ -259,6 +260,7 @@ impl Detector {
                 listener_container_id: None,
                 episode: Episode::BeforeListener,
                 hidden: None,
+                processes: Processes::default(),
             });
             changes.push(Change::Opened(id));
         }

@@ -153,7 +153,8 @@ impl Detector {
                 client,
                 dst,
                 local_dst,
-            } => self.refused(ts, pod_uid, client, dst, local_dst, meta),
+                process,
+            } => self.refused(ts, pod_uid, client, (dst, local_dst), process, meta),
             Fact::ListenerUp {
                 ts,
                 pod_uid,

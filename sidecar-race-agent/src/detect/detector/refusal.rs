@@ -10,6 +10,7 @@ use crate::{
         fact::Client,
         incident::{Episode, Hidden, Incident, Phase, State, Subject},
         listeners::{Listener, canonical, covers, is_loopback},
+        processes::Processes,
     },
     inventory::{pod_info::PodInfo, pod_meta::PodMeta},
 };
@@ -25,6 +26,7 @@ struct Refusal {
     local_dst: Option<SocketAddr>,
     /// Where it was refused after redirects.
     target: SocketAddr,
+    process: String,
 }
 
 /// What the listeners on the refused port say about a refusal.
@@ -44,8 +46,8 @@ impl Detector {
         ts: u64,
         pod_uid: String,
         client: Client,
-        dst: SocketAddr,
-        local_dst: Option<SocketAddr>,
+        (dst, local_dst): (SocketAddr, Option<SocketAddr>),
+        process: String,
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
         let target = local_dst.unwrap_or(dst);
@@ -55,6 +57,7 @@ impl Detector {
             dst,
             local_dst,
             target,
+            process,
         };
         let port = target.port();
         let pod = meta.pod(&pod_uid);
@@ -97,9 +100,9 @@ impl Detector {
             && let Some(id) = self.crash_loop_incident(&pod_uid, &r.client, port, meta)
             && let Some(inc) = self.incidents.reopen_under(&pod_uid, id, key.clone())
         {
-            inc.client = r.client;
+            inc.client = r.client.clone();
             inc.client_instances += 1;
-            return counted(inc, id, r.ts, target);
+            return counted(inc, id, &r);
         }
         let declared = pod.is_some_and(|p| p.declaring(port).is_some());
         let hidden = if host_network && local_dst.is_none() && !declared && !history.seen_on_port {
@@ -117,13 +120,13 @@ impl Detector {
     /// the listener came up); `None` when there is neither.
     fn count_into_known(&mut self, pod_uid: &str, key: &Key, r: &Refusal) -> Option<Vec<Change>> {
         if let Some((id, inc)) = self.incidents.open(pod_uid, key) {
-            return Some(counted(inc, id, r.ts, r.target));
+            return Some(counted(inc, id, r));
         }
         let late = self.cfg.late_refusal_ns;
         let (id, inc) = self.incidents.resolved_by_listener(pod_uid, key)?;
         let ready = inc.listener_ready_at.unwrap_or(0);
         (r.ts <= ready.saturating_add(late) && r.ts >= inc.first_refused_at)
-            .then(|| counted(inc, id, r.ts, r.target))
+            .then(|| counted(inc, id, r))
     }
 
     /// A new incident of `r`, resolved at once when a covering listener came up just
@@ -138,6 +141,8 @@ impl Detector {
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
         let episode = history.episode;
+        let mut processes = Processes::default();
+        processes.record(&r.process);
         let phase = match episode {
             Episode::BeforeListener
                 if self.is_startup(
@@ -179,6 +184,7 @@ impl Detector {
             listener_container_id: history.listener_container_id,
             episode,
             hidden,
+            processes,
         };
         let id = self.incidents.insert_open(incident, key);
         let mut changes = if hidden.is_none() {
@@ -325,9 +331,11 @@ pub(super) fn not_a_race(why: NotARace) -> Change {
     Change::NotARace { why, refused: 1 }
 }
 
-/// Counts a refusal at `ts` on `target` into incident `id`: a change when it is shown.
-fn counted(inc: &mut Incident, id: u64, ts: u64, target: SocketAddr) -> Vec<Change> {
+/// Counts refusal `r` into incident `id`: a change when it is shown.
+fn counted(inc: &mut Incident, id: u64, r: &Refusal) -> Vec<Change> {
+    let (ts, target) = (r.ts, r.target);
     inc.refused_count += 1;
+    inc.processes.record(&r.process);
     inc.first_refused_at = inc.first_refused_at.min(ts);
     inc.last_refused_at = inc.last_refused_at.max(ts);
     if inc.targets.len() < TARGETS_PER_INCIDENT && !inc.targets.contains(&target) {
