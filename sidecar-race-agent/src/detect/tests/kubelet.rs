@@ -13,6 +13,20 @@ fn checkout_naming(instances: &[(&str, &str)]) -> Meta {
     meta_with(pod)
 }
 
+/// The shown incidents as (client container, refusals, instances), by container.
+fn per_container(d: &Detector, meta: &dyn PodMeta) -> Vec<(String, u64, u32)> {
+    let mut got: Vec<(String, u64, u32)> = all(d)
+        .iter()
+        .map(|i| {
+            let v = view(i, meta, &wall);
+            let name = v.container.unwrap_or_default();
+            (name, v.refused_count, v.client_instances)
+        })
+        .collect();
+    got.sort();
+    got
+}
+
 fn observe_all(d: &mut Detector, facts: Vec<Fact>, meta: &dyn PodMeta) -> Vec<Change> {
     facts.into_iter().flat_map(|f| d.observe(f, meta)).collect()
 }
@@ -49,17 +63,9 @@ fn crash_looping_clients_named_late_keep_an_incident_each() {
     d.advance(3 * S, &named);
     d.observe(up(4 * S, PROXY, "0.0.0.0:15001"), &named);
     assert!(all(&d).iter().all(|i| i.state == State::Resolved));
-    let mut got: Vec<(Option<String>, u64, u32)> = all(&d)
-        .iter()
-        .map(|i| {
-            let v = view(i, &named, &wall);
-            (v.container, v.refused_count, v.client_instances)
-        })
-        .collect();
-    got.sort();
     assert_eq!(
-        got,
-        vec![(Some("app".into()), 3, 2), (Some("app2".into()), 4, 2)]
+        per_container(&d, &named),
+        vec![("app".into(), 3, 2), ("app2".into(), 4, 2)]
     );
 }
 
@@ -83,17 +89,9 @@ fn a_new_instance_of_another_container_is_never_guessed_into_a_crash_loop() {
     observe_all(&mut d, facts, &early);
     let changes = d.advance(3 * S, &named);
     assert!(changes.contains(&Change::Opened(2)), "{changes:?}");
-    let mut got: Vec<(Option<String>, u64, u32)> = all(&d)
-        .iter()
-        .map(|i| {
-            let v = view(i, &named, &wall);
-            (v.container, v.refused_count, v.client_instances)
-        })
-        .collect();
-    got.sort();
     assert_eq!(
-        got,
-        vec![(Some("app".into()), 1, 1), (Some("app2".into()), 2, 1)]
+        per_container(&d, &named),
+        vec![("app".into(), 1, 1), ("app2".into(), 2, 1)]
     );
 }
 
