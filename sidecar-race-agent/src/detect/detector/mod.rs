@@ -8,6 +8,7 @@
 
 mod hidden;
 mod incidents;
+mod instances;
 mod lifecycle;
 mod listener;
 mod refusal;

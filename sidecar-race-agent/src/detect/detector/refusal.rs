@@ -4,7 +4,9 @@
 
 use std::net::SocketAddr;
 
-use super::{Change, Detector, Key, NotARace, PodState, hidden::TARGETS_PER_INCIDENT};
+use super::{
+    Change, Detector, Key, NotARace, PodState, hidden::TARGETS_PER_INCIDENT, instances::Instance,
+};
 use crate::{
     detect::{
         fact::Client,
@@ -248,70 +250,6 @@ impl Detector {
         let server_start = server_container_id.and_then(|id| container_start(ps, pod, id, meta));
         client_start.is_some_and(recent) && server_start.is_none_or(recent)
     }
-
-    /// The open startup incident on `port` of an earlier, torn-down instance of
-    /// `client`'s container (a crash loop), which the new instance's refusals join.
-    /// Instances are the same container when their names agree; an unknown name is
-    /// never guessed.
-    fn crash_loop_incident(
-        &self,
-        uid: &str,
-        client: &Client,
-        port: u16,
-        meta: &dyn PodMeta,
-    ) -> Instance {
-        let Client::Container(new_id) = client else {
-            return Instance::None;
-        };
-        let mut candidates = self.earlier_instances(uid, port, new_id);
-        candidates.retain(|(_, inc)| inc.state == State::Open);
-        if candidates.is_empty() {
-            return Instance::None;
-        }
-        let Some(new_name) = meta.container_name(new_id) else {
-            return Instance::Unnamed;
-        };
-        candidates
-            .into_iter()
-            .find(|(old_id, _)| meta.container_name(old_id) == Some(new_name))
-            .map_or(Instance::None, |(_, inc)| Instance::Of(inc.id))
-    }
-
-    /// Startup incidents on `port` (open, or resolved by a listener) of client
-    /// containers torn down, other than `new_id`, with their client's id.
-    pub(super) fn earlier_instances(
-        &self,
-        uid: &str,
-        port: u16,
-        new_id: &str,
-    ) -> Vec<(&str, &Incident)> {
-        let Some(ps) = self.pods.get(uid) else {
-            return Vec::new();
-        };
-        self.incidents
-            .open_or_resolved_in(uid)
-            .filter_map(|((client, p), inc)| {
-                let Client::Container(old_id) = client else {
-                    return None;
-                };
-                let earlier = *p == port
-                    && old_id != new_id
-                    && inc.is_shown()
-                    && inc.episode == Episode::BeforeListener
-                    && ps.removed_at(old_id).is_some();
-                earlier.then_some((old_id.as_str(), inc))
-            })
-            .collect()
-    }
-}
-
-/// Whose instance a new client container is.
-enum Instance {
-    /// Of the container whose crash-loop incident this is.
-    Of(u64),
-    /// Earlier instances have incidents on the port, but this one's name is unknown.
-    Unnamed,
-    None,
 }
 
 /// What the pod's listeners on the refused port say about `r`, or why it is no race
