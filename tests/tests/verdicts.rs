@@ -95,6 +95,34 @@ fn wait_self_refusals(agent: &RunAgent, refused: u64) {
     }
 }
 
+/// The proxy in `p` serves 127.0.0.1:15001 for 1 s and exits; the app in `a` keeps
+/// dialing through the outage, then exits (its cgroup removed). Its refusals.
+fn outage_while_the_app_exits(pod: &mut SimPod, p: &SimContainer, a: &SimContainer) -> u64 {
+    let first = proxy(
+        pod,
+        p,
+        &["--listen", "127.0.0.1:15001", "--close-after-ms", "1000"],
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let refused = app_refused(
+        pod,
+        a,
+        &[
+            "--connect",
+            "127.0.0.1:15001",
+            "--interval-ms",
+            "100",
+            "--attempts",
+            "15",
+            "--keep-dialing",
+        ],
+    );
+    pod.remove_container(a).unwrap();
+    assert!(pod.wait(first).unwrap().success());
+    assert!(refused > 0, "the app was never refused during the outage");
+    refused
+}
+
 fn one(incidents: Vec<Value>) -> Value {
     assert_eq!(incidents.len(), 1, "expected one incident: {incidents:#?}");
     incidents.into_iter().next().unwrap()
@@ -236,29 +264,7 @@ fn a_sidecar_restarted_while_the_app_exits_is_steady_never_drain() {
     let a = pod.container("app").unwrap();
     let manifest = pod.app_and_proxy_manifest("shop", "cart", &a, &p1, Declared::App);
     pods.write(&[manifest]);
-    let first = proxy(
-        &mut pod,
-        &p1,
-        &["--listen", "127.0.0.1:15001", "--close-after-ms", "1000"],
-    );
-    std::thread::sleep(Duration::from_millis(200));
-    // The app keeps working through the outage, then exits (its cgroup removed).
-    let refused = app_refused(
-        &mut pod,
-        &a,
-        &[
-            "--connect",
-            "127.0.0.1:15001",
-            "--interval-ms",
-            "100",
-            "--attempts",
-            "15",
-            "--keep-dialing",
-        ],
-    );
-    pod.remove_container(&a).unwrap();
-    assert!(pod.wait(first).unwrap().success());
-    assert!(refused > 0, "the app was never refused during the outage");
+    let refused = outage_while_the_app_exits(&mut pod, &p1, &a);
     // Once every refusal the app counted is in the pod's incidents:
     let during = agent.wait_incidents(&pod.uid, SETTLE, |i| {
         i.iter()
@@ -668,30 +674,9 @@ fn without_a_pod_source_a_sidecar_restarting_in_place_while_the_app_restarts_is_
     let mut pod = SimPod::new("inplace").unwrap();
     let p = pod.container("proxy").unwrap();
     let a1 = pod.container("app").unwrap();
-    let first = proxy(
-        &mut pod,
-        &p,
-        &["--listen", "127.0.0.1:15001", "--close-after-ms", "1000"],
-    );
-    std::thread::sleep(Duration::from_millis(200));
-    let refused = app_refused(
-        &mut pod,
-        &a1,
-        &[
-            "--connect",
-            "127.0.0.1:15001",
-            "--interval-ms",
-            "100",
-            "--attempts",
-            "15",
-            "--keep-dialing",
-        ],
-    );
-    assert!(refused > 0, "the app was never refused during the outage");
-    // The app exits (its container torn down) and is restarted; the proxy restarts in
-    // its own container and listens again 0.5 s later.
-    pod.remove_container(&a1).unwrap();
-    assert!(pod.wait(first).unwrap().success());
+    outage_while_the_app_exits(&mut pod, &p, &a1);
+    // The app is restarted; the proxy restarts in its own container and listens again
+    // 0.5 s later.
     let a2 = pod.container("app-restarted").unwrap();
     proxy(
         &mut pod,
