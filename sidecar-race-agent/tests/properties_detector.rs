@@ -304,7 +304,8 @@ fn run(steps: &[Step], shapes: &[PodShape], history: usize) -> Result<(), String
         let mut in_incidents = 0;
         for inc in log.newest_first() {
             seen_ids.insert(inc.id);
-            let counted = if inc.hidden == Some(Hidden::Discarded) {
+            // Discarded refusals count as not a race, merged ones in another incident.
+            let counted = if matches!(inc.hidden, Some(Hidden::Discarded | Hidden::Merged)) {
                 0
             } else {
                 inc.refused_count

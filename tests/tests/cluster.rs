@@ -6,8 +6,6 @@
 //! cluster (one for all cases, `--test-threads=1`) and takes it down after. Without a
 //! cluster each case fails with the reason; it never passes.
 //!
-//! Not here yet: case 3's forced deletion and case 5 (init deadlock) wait for the
-//! `unresolved` / `init_deadlock` verdicts of issue #16.
 
 use std::time::Duration;
 
@@ -645,8 +643,6 @@ fn case8_the_kubelet_pod_source_reads_the_real_kubelet_with_its_token_and_the_do
 #[test]
 #[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
 fn case3_rollout_restart_drains_a_classic_sidecar_before_its_app() {
-    // The forced deletion half of case 3 (`kubectl delete pod --grace-period=0
-    // --force` gives no `unresolved` incident) waits for that verdict (issue #16).
     let c = cluster();
     let addr = c.agent_addr();
     let ns = &fresh_namespace("drain");
@@ -729,6 +725,109 @@ fn case3_rollout_restart_drains_a_classic_sidecar_before_its_app() {
     assert_eq!(drain["refused_count"], app_count, "{drain:#}");
     let all = incidents_of(&addr, &uid(&old));
     assert_eq!(all.len(), 1, "only the drain: {all:#?}");
+    c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case3_a_forced_deletion_of_a_running_pod_drains_and_gives_no_unresolved_incident() {
+    let c = cluster();
+    let addr = c.agent_addr();
+    let ns = &fresh_namespace("force");
+    // The app dials the proxy every 0.2 s and goes on after SIGTERM; the proxy exits
+    // at SIGTERM. `--grace-period=0 --force` removes the pod from the API at once
+    // while the kubelet still tears its containers down.
+    let app = "trap '' TERM; while :; do nc -w 1 127.0.0.1 15001 </dev/null >/dev/null 2>&1; sleep 0.2; done";
+    let mut proxy = shell(
+        "proxy",
+        "trap 'exit 0' TERM; nc -ll -p 15001 -e /bin/true & wait",
+    );
+    proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
+    c.apply(&deployment(
+        ns,
+        "checkout",
+        json!({"containers": [shell("app", app), proxy]}),
+    ));
+    let old = running_pod(ns, "checkout");
+    std::thread::sleep(Duration::from_secs(4));
+    c.kubectl(&[
+        "-n",
+        ns,
+        "delete",
+        "pod",
+        &name(&old),
+        "--grace-period=0",
+        "--force",
+    ]);
+    // Its incidents once the node has torn it down (no container of it runs).
+    let incidents = wait_until(
+        "the force-deleted pod's incidents, resolved",
+        Duration::from_secs(90),
+        || {
+            let all = incidents_of(&addr, &uid(&old));
+            let done = !all.is_empty() && all.iter().all(|i| i["state"] == "resolved");
+            done.then_some(all)
+        },
+    );
+    eprintln!("incidents: {incidents:#?}");
+    assert!(
+        incidents.iter().all(|i| i["phase"] != "unresolved"),
+        "{incidents:#?}"
+    );
+    let drain: Vec<&Value> = incidents.iter().filter(|i| i["phase"] == "drain").collect();
+    assert_eq!(drain.len(), 1, "one drain: {incidents:#?}");
+    assert_eq!(drain[0]["container"], "app", "{:#}", drain[0]);
+    c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case5_an_init_container_declared_before_the_native_sidecar_it_polls_is_an_init_deadlock() {
+    let c = cluster();
+    let addr = c.agent_addr();
+    let ns = &fresh_namespace("deadlock");
+    // initContainers: [wait-for-proxy, proxy (restartPolicy: Always)]: the kubelet
+    // starts init containers in order, so the proxy never starts.
+    let wait = shell(
+        "wait-for-proxy",
+        "until nc -w 1 127.0.0.1 15001 </dev/null >/dev/null 2>&1; do sleep 0.2; done",
+    );
+    let mut proxy = shell(
+        "proxy",
+        "trap 'exit 0' TERM; nc -ll -p 15001 -e /bin/true & wait",
+    );
+    proxy["restartPolicy"] = json!("Always");
+    proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
+    c.apply(&deployment(
+        ns,
+        "ledger",
+        json!({"initContainers": [wait, proxy], "containers": [shell("app", "sleep 3600")]}),
+    ));
+    let pod = c.wait_pod(
+        ns,
+        "app=ledger",
+        "the pod's first init container running",
+        Duration::from_secs(90),
+        |p| p["status"]["initContainerStatuses"][0]["containerID"].is_string(),
+    );
+    let incident = wait_until(
+        "the init_deadlock incident",
+        Duration::from_secs(30),
+        || {
+            incidents_of(&addr, &uid(&pod))
+                .into_iter()
+                .find(|i| i["container"] == "wait-for-proxy")
+        },
+    );
+    eprintln!("incident: {incident:#}");
+    assert_eq!(incident["kind"], "init_deadlock", "{incident:#}");
+    assert_eq!(incident["sidecar"], "proxy");
+    assert_eq!(incident["sidecar_role"], "native_sidecar");
+    let advice = incident["advice"].as_str().unwrap_or_default();
+    assert!(
+        advice.contains("Move proxy above wait-for-proxy in initContainers"),
+        "{advice}"
+    );
     c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
 }
 

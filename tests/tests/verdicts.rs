@@ -80,6 +80,49 @@ fn wait_metric(agent: &RunAgent, prefix: &str, timeout: Duration) -> String {
     }
 }
 
+/// Waits until `/metrics` counts at least `refused` self-refusals (copied there every
+/// second; other pods on the node may add theirs).
+fn wait_self_refusals(agent: &RunAgent, refused: u64) {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let line = wait_metric(agent, "sidecar_race_self_refusals_total", SETTLE);
+        let n: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        if n >= refused as f64 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{line}, {refused} refused");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The proxy in `p` serves 127.0.0.1:15001 for 1 s and exits; the app in `a` keeps
+/// dialing through the outage, then exits (its cgroup removed). Its refusals.
+fn outage_while_the_app_exits(pod: &mut SimPod, p: &SimContainer, a: &SimContainer) -> u64 {
+    let first = proxy(
+        pod,
+        p,
+        &["--listen", "127.0.0.1:15001", "--close-after-ms", "1000"],
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let refused = app_refused(
+        pod,
+        a,
+        &[
+            "--connect",
+            "127.0.0.1:15001",
+            "--interval-ms",
+            "100",
+            "--attempts",
+            "15",
+            "--keep-dialing",
+        ],
+    );
+    pod.remove_container(a).unwrap();
+    assert!(pod.wait(first).unwrap().success());
+    assert!(refused > 0, "the app was never refused during the outage");
+    refused
+}
+
 fn one(incidents: Vec<Value>) -> Value {
     assert_eq!(incidents.len(), 1, "expected one incident: {incidents:#?}");
     incidents.into_iter().next().unwrap()
@@ -181,16 +224,7 @@ fn a_sidecar_probing_its_own_port_is_no_incident() {
     assert!(refused >= 5, "the probe was refused {refused} times");
     // Counted where they belong (copied into /metrics every second): the agent has
     // seen them all, and made no incident of them.
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        let line = wait_metric(&agent, "sidecar_race_self_refusals_total", SETTLE);
-        let n: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-        if n >= refused as f64 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{line}, {refused} refused");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_self_refusals(&agent, refused);
     assert!(agent.incidents_of(&pod.uid).is_empty());
 }
 
@@ -230,29 +264,7 @@ fn a_sidecar_restarted_while_the_app_exits_is_steady_never_drain() {
     let a = pod.container("app").unwrap();
     let manifest = pod.app_and_proxy_manifest("shop", "cart", &a, &p1, Declared::App);
     pods.write(&[manifest]);
-    let first = proxy(
-        &mut pod,
-        &p1,
-        &["--listen", "127.0.0.1:15001", "--close-after-ms", "1000"],
-    );
-    std::thread::sleep(Duration::from_millis(200));
-    // The app keeps working through the outage, then exits (its cgroup removed).
-    let refused = app_refused(
-        &mut pod,
-        &a,
-        &[
-            "--connect",
-            "127.0.0.1:15001",
-            "--interval-ms",
-            "100",
-            "--attempts",
-            "15",
-            "--keep-dialing",
-        ],
-    );
-    pod.remove_container(&a).unwrap();
-    assert!(pod.wait(first).unwrap().success());
-    assert!(refused > 0, "the app was never refused during the outage");
+    let refused = outage_while_the_app_exits(&mut pod, &p1, &a);
     // Once every refusal the app counted is in the pod's incidents:
     let during = agent.wait_incidents(&pod.uid, SETTLE, |i| {
         i.iter()
@@ -280,34 +292,34 @@ fn a_sidecar_restarted_while_the_app_exits_is_steady_never_drain() {
     assert!(i["race_window_seconds"].as_f64().unwrap() > 0.5, "{i:#}");
 }
 
-#[test]
-fn an_init_container_polling_a_classic_sidecar_is_a_deadlock() {
-    if !is_root_or_skip("an_init_container_polling_a_classic_sidecar_is_a_deadlock") {
-        return;
-    }
-    let pods = PodsFile::new("deadlock");
+/// A pod whose init container `wait-for-proxy` polls port 5432 of `sidecar`, declared
+/// as `declared` after it, which never starts; the pod's one incident once it is
+/// `unresolved` (after 2 s), with the agent, the pods file and the pod still up.
+fn init_container_waiting_for(
+    sidecar: &str,
+    declared: Declared,
+) -> (Value, RunAgent, PodsFile, SimPod) {
+    let pods = PodsFile::new(sidecar);
     let agent = pods.agent(&["--unresolved-after-seconds", "2"]);
-    let mut pod = SimPod::new("deadlock").unwrap();
+    let mut pod = SimPod::new(sidecar).unwrap();
     let init = pod.container("wait-for-proxy").unwrap();
     let a = pod.container("app").unwrap();
-    let p = pod.container("cloud-sql-proxy").unwrap();
+    let p = pod.container(sidecar).unwrap();
+    let not_started = |c, declared, ports| Decl {
+        with_status: false,
+        ..decl(c, declared, ports)
+    };
     pods.write(&[pod.manifest(
         "billing",
         Some("ledger"),
         &[
             decl(&init, Declared::Init, &[]),
-            Decl {
-                with_status: false,
-                ..decl(&a, Declared::App, &[8080])
-            },
-            Decl {
-                with_status: false,
-                ..decl(&p, Declared::App, &[5432])
-            },
+            not_started(&a, Declared::App, &[8080]),
+            not_started(&p, declared, &[5432]),
         ],
     )]);
     std::thread::sleep(Duration::from_millis(500));
-    // Only the init container runs: `containers` start after it, so nothing listens.
+    // Only the init container runs, so nothing listens.
     app_done(
         &mut pod,
         &init,
@@ -326,8 +338,18 @@ fn an_init_container_polling_a_classic_sidecar_is_a_deadlock() {
     assert_eq!(i["kind"], "init_deadlock", "{i:#}");
     assert_eq!(
         (i["container"].as_str(), i["sidecar"].as_str()),
-        (Some("wait-for-proxy"), Some("cloud-sql-proxy"))
+        (Some("wait-for-proxy"), Some(sidecar))
     );
+    (i, agent, pods, pod)
+}
+
+#[test]
+fn an_init_container_polling_a_classic_sidecar_is_a_deadlock() {
+    if !is_root_or_skip("an_init_container_polling_a_classic_sidecar_is_a_deadlock") {
+        return;
+    }
+    // `containers` start only after every init container.
+    let (i, agent, _pods, _pod) = init_container_waiting_for("cloud-sql-proxy", Declared::App);
     let advice = i["advice"].as_str().unwrap();
     assert!(
         advice.contains("Make cloud-sql-proxy a native sidecar (initContainers, restartPolicy: Always) listed before wait-for-proxy"),
@@ -467,10 +489,14 @@ fn a_pods_file_written_after_the_race_still_labels_the_metrics() {
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
     let refused = late_proxy_race(&mut pod, &p, &a, 1000);
-    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
-    assert!(i["namespace"].is_null(), "the pod is not known yet: {i:#}");
     std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        agent.incidents_of(&pod.uid).is_empty(),
+        "waits for the pod's metadata"
+    );
     pods.write(&[pod.app_and_proxy_manifest("shop", "late-writer", &a, &p, Declared::App)]);
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    assert_eq!(i["namespace"], "shop", "{i:#}");
     let line = wait_metric(
         &agent,
         r#"sidecar_race_incidents_total{namespace="shop",workload_kind="Deployment",workload="late-writer",sidecar="proxy",phase="startup",pattern="classic",kind="sidecar_race"}"#,
@@ -526,6 +552,233 @@ fn an_unknown_pod_makes_the_pods_file_be_read_at_once() {
         &agent,
         r#"sidecar_race_incidents_total{namespace="shop",workload_kind="Deployment",workload="fresh","#,
         SETTLE,
+    );
+}
+
+#[test]
+fn an_init_container_declared_before_its_native_sidecar_is_a_deadlock() {
+    if !is_root_or_skip("an_init_container_declared_before_its_native_sidecar_is_a_deadlock") {
+        return;
+    }
+    // initContainers: [wait-for-proxy, proxy (restartPolicy: Always)]: the kubelet
+    // starts them in order, so the proxy never starts.
+    let (i, ..) = init_container_waiting_for("proxy", Declared::NativeSidecar);
+    let advice = i["advice"].as_str().unwrap();
+    assert!(
+        advice.contains("Move proxy above wait-for-proxy in initContainers"),
+        "{advice}"
+    );
+}
+
+#[test]
+fn a_listener_on_the_other_family_leaves_the_client_unresolved() {
+    if !is_root_or_skip("a_listener_on_the_other_family_leaves_the_client_unresolved") {
+        return;
+    }
+    let pods = PodsFile::new("family");
+    let agent = pods.agent(&["--unresolved-after-seconds", "3"]);
+    let mut pod = SimPod::new("family").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    pods.write(&[pod.app_and_proxy_manifest("shop", "family", &a, &p, Declared::App)]);
+    // The proxy serves [::1] only; the app dials 127.0.0.1 and never connects.
+    proxy(&mut pod, &p, &["--listen", "[::1]:15001"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let refused = app_refused(
+        &mut pod,
+        &a,
+        &[
+            "--connect",
+            "127.0.0.1:15001",
+            "--interval-ms",
+            "100",
+            "--attempts",
+            "10",
+        ],
+    );
+    assert_eq!(refused, 10);
+    let i = one(agent.wait_incidents(&pod.uid, SETTLE, |i| {
+        i.iter().any(|i| i["phase"] == "unresolved")
+    }));
+    assert_eq!(i["refused_count"], refused, "{i:#}");
+    let advice = i["advice"].as_str().unwrap();
+    assert!(
+        advice.contains("proxy listens on [::1]:15001")
+            && advice.contains("connections to 127.0.0.1:15001"),
+        "{advice}"
+    );
+}
+
+#[test]
+fn a_pod_force_deleted_while_it_runs_drains_once_never_unresolved() {
+    if !is_root_or_skip("a_pod_force_deleted_while_it_runs_drains_once_never_unresolved") {
+        return;
+    }
+    let pods = PodsFile::new("force");
+    let agent = pods.agent(&[]);
+    let mut pod = SimPod::new("force").unwrap();
+    let uid = pod.uid.clone();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    pods.write(&[pod.app_and_proxy_manifest("shop", "force", &a, &p, Declared::App)]);
+    // The proxy serves, then goes down 1.5 s later: the kubelet's SIGTERM.
+    let sidecar = proxy(
+        &mut pod,
+        &p,
+        &["--listen", "127.0.0.1:15001", "--close-after-ms", "1500"],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // `kubectl delete pod --grace-period=0 --force`: gone from the API at once, while
+    // its containers still run.
+    pods.write(&[]);
+    let refused = app_refused(
+        &mut pod,
+        &a,
+        &[
+            "--connect",
+            "127.0.0.1:15001",
+            "--interval-ms",
+            "100",
+            "--attempts",
+            "25",
+            "--keep-dialing",
+        ],
+    );
+    assert!(pod.wait(sidecar).unwrap().success());
+    assert!(refused > 5, "the app was refused {refused} times");
+    drop(pod); // the containers and the pod cgroup go
+    let incidents = agent.wait_incidents(&uid, SETTLE, |i| {
+        i.iter().all(|i| i["state"] == "resolved")
+            && i.iter()
+                .map(|i| i["refused_count"].as_u64().unwrap_or(0))
+                .sum::<u64>()
+                >= refused
+    });
+    let i = one(incidents);
+    assert_eq!(
+        (i["phase"].as_str(), i["state"].as_str()),
+        (Some("drain"), Some("resolved")),
+        "{i:#}"
+    );
+    assert_eq!(i["refused_count"], refused, "{i:#}");
+}
+
+#[test]
+fn without_a_pod_source_a_sidecar_restarting_in_place_while_the_app_restarts_is_steady() {
+    if !is_root_or_skip(
+        "without_a_pod_source_a_sidecar_restarting_in_place_while_the_app_restarts_is_steady",
+    ) {
+        return;
+    }
+    let agent = RunAgent::start(&["--pods-from", "none"]);
+    let mut pod = SimPod::new("inplace").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a1 = pod.container("app").unwrap();
+    outage_while_the_app_exits(&mut pod, &p, &a1);
+    // The app is restarted; the proxy restarts in its own container and listens again
+    // 0.5 s later.
+    let a2 = pod.container("app-restarted").unwrap();
+    proxy(
+        &mut pod,
+        &p,
+        &["--listen", "127.0.0.1:15001", "--delay-ms", "500"],
+    );
+    app_done(
+        &mut pod,
+        &a2,
+        &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
+    );
+    let incidents = agent.wait_incidents(&pod.uid, SETTLE, |i| {
+        !i.is_empty() && i.iter().all(|i| i["state"] == "resolved")
+    });
+    assert!(
+        !incidents.is_empty() && incidents.iter().all(|i| i["phase"] == "steady"),
+        "steady, never a drain while the pod runs: {incidents:#?}"
+    );
+}
+
+#[test]
+fn a_sidecar_refused_by_its_probe_then_replaced_is_a_self_refusal() {
+    if !is_root_or_skip("a_sidecar_refused_by_its_probe_then_replaced_is_a_self_refusal") {
+        return;
+    }
+    let pods = PodsFile::new("replaced");
+    let agent = pods.agent(&[]);
+    let mut pod = SimPod::new("replaced").unwrap();
+    let p1 = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    pods.write(&[pod.app_and_proxy_manifest("shop", "replaced", &a, &p1, Declared::App)]);
+    std::thread::sleep(Duration::from_millis(300));
+    // The proxy's exec probe dials its own admin port, which nothing serves yet.
+    let refused = app_refused(
+        &mut pod,
+        &p1,
+        &[
+            "--connect",
+            "127.0.0.1:15020",
+            "--interval-ms",
+            "50",
+            "--attempts",
+            "8",
+        ],
+    );
+    assert_eq!(refused, 8);
+    // The kubelet replaces the proxy: a new container named `proxy`, which listens.
+    pod.remove_container(&p1).unwrap();
+    let mut p2 = pod.container("proxy-2").unwrap();
+    p2.name = "proxy".into();
+    pods.write(&[pod.app_and_proxy_manifest("shop", "replaced", &a, &p2, Declared::App)]);
+    std::thread::sleep(Duration::from_millis(300));
+    proxy(&mut pod, &p2, &["--listen", "0.0.0.0:15020"]);
+    wait_self_refusals(&agent, refused);
+    assert!(
+        agent.incidents_of(&pod.uid).is_empty(),
+        "{:#?}",
+        agent.incidents_of(&pod.uid)
+    );
+}
+
+#[test]
+fn a_host_network_pod_known_late_reports_nothing() {
+    if !is_root_or_skip("a_host_network_pod_known_late_reports_nothing") {
+        return;
+    }
+    let pods = PodsFile::new("hostnet");
+    let agent = pods.agent(&["--unresolved-after-seconds", "2"]);
+    let mut pod = SimPod::new("hostnet").unwrap();
+    let a = pod.container("app").unwrap();
+    // The app dials a node port nothing in the pod serves, before the pod is known.
+    let refused = app_refused(
+        &mut pod,
+        &a,
+        &[
+            "--connect",
+            "127.0.0.1:7777",
+            "--interval-ms",
+            "100",
+            "--attempts",
+            "5",
+        ],
+    );
+    assert_eq!(refused, 5);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(agent.incidents_of(&pod.uid).is_empty(), "waits for the pod");
+    let mut manifest = pod.manifest("infra", Some("node-agent"), &[decl(&a, Declared::App, &[])]);
+    manifest["spec"]["hostNetwork"] = json!(true);
+    pods.write(&[manifest]);
+    // Past the unresolved timeout: a hostNetwork pod's loopback is the node's.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        agent.incidents_of(&pod.uid).is_empty(),
+        "{:#?}",
+        agent.incidents_of(&pod.uid)
+    );
+    let body = metrics(&agent);
+    assert!(
+        !body.lines().any(|l| l.starts_with("sidecar_race_")
+            && l.contains("node-agent")
+            && !l.starts_with("sidecar_race_pod_starts")),
+        "nothing counted:\n{body}"
     );
 }
 

@@ -109,7 +109,7 @@ impl RunArgs {
             unresolved_after_ns: secs_ns(self.unresolved_after_seconds),
             drain_grace_ns: secs_ns(self.drain_grace_seconds),
             startup_bound_ns: secs_ns(self.startup_bound_seconds),
-            pod_ip_wait_ns: secs_ns(self.metadata_wait_seconds),
+            metadata_wait_ns: secs_ns(self.metadata_wait_seconds),
             stuck_job_after_ns: secs_ns(self.stuck_job_after_seconds),
             history: self.incident_history.max(1),
             history_per_pod: self.incident_history_per_pod.max(1),

@@ -1,5 +1,7 @@
 //! One sentence per incident: the fix that applies, in the names the user knows.
 
+use std::net::SocketAddr;
+
 use super::incident::{Kind, Phase};
 use crate::inventory::pod_info::{Pattern, ProbeTarget};
 
@@ -22,6 +24,10 @@ pub struct Subject<'a> {
     pub roles_known: bool,
     /// The client is a sidecar (for `app_not_ready`: a proxy forwarding to the app).
     pub client_is_sidecar: bool,
+    /// A listener on the port that does not take the address dialed (another family).
+    pub listening_on: Option<SocketAddr>,
+    /// The address refused.
+    pub dialed: Option<SocketAddr>,
 }
 
 pub fn advice(s: &Subject) -> String {
@@ -51,6 +57,11 @@ fn init_deadlock(s: &Subject) -> String {
     let init = s.container.unwrap_or("the init container");
     let sidecar = s.sidecar.unwrap_or("the sidecar");
     let port = s.port;
+    if matches!(s.pattern, Pattern::Native | Pattern::NativeProbed) {
+        return format!(
+            "Init container {init} waits for port {port} of native sidecar {sidecar}, but {sidecar} is listed after {init} in initContainers and the kubelet starts them in order: a deadlock. Move {sidecar} above {init} in initContainers, with a startupProbe on port {port}."
+        );
+    }
     format!(
         "Init container {init} waits for port {port} of {sidecar}, but {sidecar} is in containers and starts only after every init container has finished: a deadlock. Make {sidecar} a native sidecar (initContainers, restartPolicy: Always) listed before {init}, with a startupProbe on port {port}."
     )
@@ -74,11 +85,14 @@ fn app_not_ready(s: &Subject) -> String {
 fn sidecar_race(s: &Subject) -> String {
     let app = s.container.unwrap_or("the app container");
     let port = s.port;
-    // After a redirect (a mesh's outbound capture) the app dialed another port.
-    let dialed = match s.dialed_port {
-        Some(d) if d != port => format!("{app} dialed port {d}, redirected to port {port}: "),
-        _ => String::new(),
-    };
+    let dialed = dialed_prefix(s, app, port);
+    if let (Phase::Unresolved, Some(listen), Some(dialed)) = (s.phase, s.listening_on, s.dialed) {
+        let server = s.sidecar.unwrap_or("a container of the pod");
+        return format!(
+            "{dialed_note}{server} listens on {listen}, which does not take {app}'s connections to {dialed}: make {server} listen on an address that does (e.g. [::] for both families) or have {app} dial {listen}; this is a misconfiguration, not a race.",
+            dialed_note = dialed_prefix(s, app, port),
+        );
+    }
     let Some(sidecar) = s.sidecar else {
         return match s.phase {
             Phase::Unresolved => format!(
@@ -125,6 +139,14 @@ fn sidecar_race(s: &Subject) -> String {
     format!("{dialed}{text}")
 }
 
+/// After a redirect (a mesh's outbound capture) the app dialed another port.
+fn dialed_prefix(s: &Subject, app: &str, port: u16) -> String {
+    match s.dialed_port {
+        Some(d) if d != port => format!("{app} dialed port {d}, redirected to port {port}: "),
+        _ => String::new(),
+    }
+}
+
 /// Whether a `guarded` incident's advice says the pod works around the start order:
 /// a sidecar race at startup (an init deadlock's wait never ends, an `unresolved`
 /// port is no race).
@@ -157,6 +179,8 @@ mod tests {
             startup_probe: probe,
             roles_known: true,
             client_is_sidecar: false,
+            listening_on: None,
+            dialed: None,
         })
     }
 

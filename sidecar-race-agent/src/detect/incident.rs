@@ -131,8 +131,26 @@ pub enum Hidden {
     /// Refused on a non-loopback address while the pod's IPs are unknown: shown once
     /// they are known and include it, else counted as `other`.
     PodIpUnknown,
+    /// Refused on loopback in a pod the pod source has not reported yet: shown once it
+    /// does (unless it is a hostNetwork pod's node port), or after the metadata wait.
+    PodUnknown,
+    /// A new instance of a client container not named yet, while an earlier instance's
+    /// incident is open on the port: merged into it once named the same, else shown.
+    ClientUnnamed,
     /// Turned out not to be a race (a container refused by itself, or not pod-local).
     Discarded,
+    /// Its refusals were merged into an earlier instance's incident (a crash loop).
+    Merged,
+}
+
+impl Hidden {
+    /// Hidden until the pod source tells more (or its wait is over).
+    pub fn awaits_metadata(self) -> bool {
+        matches!(
+            self,
+            Hidden::PodIpUnknown | Hidden::PodUnknown | Hidden::ClientUnnamed
+        )
+    }
 }
 
 /// What the refusals happened relative to: the listener never seen yet, or the
@@ -169,6 +187,9 @@ pub struct Incident {
     pub resolved_at: Option<u64>,
     /// Container whose process was seen listening on the port in this pod.
     pub listener_container_id: Option<String>,
+    /// A listener on the port that does not take the refused address (the other
+    /// loopback family, another address): named in the advice.
+    pub uncovering_listener: Option<SocketAddr>,
     pub episode: Episode,
     pub hidden: Option<Hidden>,
     /// The refused processes by name.

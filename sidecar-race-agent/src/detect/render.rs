@@ -88,9 +88,16 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
     let role_of = |name: Option<&str>| pod.zip(name).and_then(|(p, n)| p.role(n));
     let (container_role, sidecar_role) =
         (role_of(container.as_deref()), role_of(sidecar.as_deref()));
+    // An init container waiting for a native sidecar declared after it: the kubelet
+    // starts init containers in order, so the sidecar never starts.
+    let native_after_init = || {
+        pod.zip(container.as_deref().zip(sidecar.as_deref()))
+            .is_some_and(|(p, (init, side))| p.declared_after(side, init))
+    };
     let kind = match (container_role, sidecar_role) {
         _ if !refusals => Kind::StuckJob,
         (Some(Role::Init), Some(server)) if server.in_containers() => Kind::InitDeadlock,
+        (Some(Role::Init), Some(Role::NativeSidecar)) if native_after_init() => Kind::InitDeadlock,
         // A known client refused by an app container (a proxy forwarding to it, or an
         // app dialing another app): the server is no sidecar.
         (Some(_), Some(Role::App)) => Kind::AppNotReady,
@@ -121,6 +128,8 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         startup_probe,
         roles_known: container_role.is_some() && sidecar_role.is_some(),
         client_is_sidecar: container_role.is_some_and(Role::is_sidecar),
+        listening_on: inc.uncovering_listener,
+        dialed: inc.targets.first().copied(),
     });
     if let Some(tool) = wait_tool.filter(|_| shows_workaround(kind, inc.phase)) {
         advice.push_str(&workaround(tool, sidecar.as_deref(), inc.port));

@@ -286,6 +286,13 @@ impl PodInfo {
         }
     }
 
+    /// Whether container `later` is declared after container `earlier` (init
+    /// containers come first, in their order, then `containers`).
+    pub fn declared_after(&self, later: &str, earlier: &str) -> bool {
+        let at = |name: &str| self.containers.iter().position(|c| c.name == name);
+        at(later).zip(at(earlier)).is_some_and(|(l, e)| l > e)
+    }
+
     pub fn role(&self, name: &str) -> Option<Role> {
         self.container(name).map(|c| c.role)
     }

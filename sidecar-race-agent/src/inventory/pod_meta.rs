@@ -17,6 +17,10 @@ pub trait PodMeta {
     fn boot_ns(&self, t: Timestamp) -> Option<u64>;
     /// Every pod the source reports (for findings that need no kernel event).
     fn each_pod(&self, f: &mut dyn FnMut(&PodInfo));
+    /// Whether a pod source feeds it: what is unknown now may still be told.
+    fn has_source(&self) -> bool {
+        true
+    }
 }
 
 /// No pod source: detection from the kernel alone.
@@ -36,4 +40,7 @@ impl PodMeta for NoMeta {
         None
     }
     fn each_pod(&self, _: &mut dyn FnMut(&PodInfo)) {}
+    fn has_source(&self) -> bool {
+        false
+    }
 }

@@ -121,8 +121,8 @@ impl Pipeline {
         (declared || listened).then_some(inc.port)
     }
 
-    /// Final incidents become due for accounting once their pod and client are named,
-    /// or when the wait for names is over.
+    /// Final incidents become due for accounting once their pod, client and listener
+    /// are named, or when the wait for names is over.
     fn settle(&mut self, changes: &[Change], now: u64, last: bool) -> Vec<u64> {
         let log = self.detector.incidents();
         let a = &mut self.accounts;
@@ -135,8 +135,11 @@ impl Pipeline {
                 && !a.settled.contains_key(&id)
                 && !a.holding.iter().any(|(h, _)| *h == id)
             {
+                // The wait counts from the incident's end: one hidden while its pod
+                // was unknown has waited already.
+                let since = inc.resolved_at.unwrap_or(now).min(now);
                 a.holding
-                    .push((id, now.saturating_add(self.metadata_wait_ns)));
+                    .push((id, since.saturating_add(self.metadata_wait_ns)));
             }
         }
         let mut due = Vec::new();
@@ -149,10 +152,15 @@ impl Pipeline {
             if !inc.is_shown() {
                 return false;
             }
+            // The listener's name too: it decides the sidecar, so the kind counted.
             let named = pods.pod(&inc.pod_uid).is_some()
-                && inc
-                    .client_container_id()
-                    .is_none_or(|c| pods.container_name(c).is_some());
+                && [
+                    inc.client_container_id(),
+                    inc.listener_container_id.as_deref(),
+                ]
+                .into_iter()
+                .flatten()
+                .all(|c| pods.container_name(c).is_some());
             if named || !may_learn || last || now >= deadline {
                 due.push(id);
                 false

@@ -5,6 +5,8 @@ mod accounting;
 mod facts;
 #[cfg(test)]
 mod process_tests;
+#[cfg(test)]
+mod tests;
 
 use std::{
     collections::HashSet,
@@ -67,7 +69,10 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(inventory: Inventory, config: DetectorConfig, reorder_window_ns: u64) -> Self {
+    pub fn new(inventory: Inventory, mut config: DetectorConfig, reorder_window_ns: u64) -> Self {
+        if !inventory.has_pod_source {
+            config.metadata_wait_ns = 0; // no names or IPs will ever come
+        }
         Self {
             inventory,
             detector: Detector::new(config),

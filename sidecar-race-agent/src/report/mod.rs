@@ -428,7 +428,9 @@ fn fix(i: &IncidentCount, r: &RefusalCount) -> Fix {
     let sidecar = known(&i.sidecar);
     let container = known(&r.container);
     // Mirrors advice()'s decision table for tools; a test holds the two together.
-    let moves = kind == Kind::InitDeadlock
+    // An init container before a native sidecar: it is in initContainers already.
+    let native = matches!(pattern, Pattern::Native | Pattern::NativeProbed);
+    let moves = (kind == Kind::InitDeadlock && !native)
         || matches!(
             (phase, pattern),
             (Phase::Startup, Pattern::Classic | Pattern::Unknown)
@@ -447,6 +449,8 @@ fn fix(i: &IncidentCount, r: &RefusalCount) -> Fix {
             startup_probe: None,
             roles_known: true,
             client_is_sidecar: false,
+            listening_on: None,
+            dialed: None,
         }),
         move_to_init_containers: sidecar.clone().filter(|_| moves),
         startup_probe_port: (phase == Phase::Startup || kind == Kind::InitDeadlock).then_some(port),
@@ -487,6 +491,8 @@ fn stuck_job_fix(sidecar: &str) -> Fix {
             startup_probe: None,
             roles_known: true,
             client_is_sidecar: false,
+            listening_on: None,
+            dialed: None,
         }),
         kind: Kind::StuckJob,
         phase: Phase::Drain,

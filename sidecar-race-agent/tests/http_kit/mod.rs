@@ -76,7 +76,7 @@ pub fn pipeline_with_races(n: u64) -> Pipeline {
     );
     let config = DetectorConfig {
         history: n as usize,
-        pod_ip_wait_ns: 0,
+        metadata_wait_ns: 0,
         ..DetectorConfig::default()
     };
     let mut p = Pipeline::new(inventory, config, 0);

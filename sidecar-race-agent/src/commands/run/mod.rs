@@ -67,16 +67,16 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         source_stats,
     } = agent::start(&opts.agent)?;
     let has_pod_source = inventory.has_pod_source;
-    let mut detector = opts.detector;
-    if !has_pod_source {
-        detector.pod_ip_wait_ns = 0; // no IPs will ever come
-    }
     let pipeline = Arc::new(Mutex::new(
-        Pipeline::new(inventory, detector, opts.reorder_window.as_nanos() as u64)
-            .with_metadata_wait(
-                opts.metadata_wait,
-                has_pod_source.then(|| opts.agent.source.refresh.clone()),
-            ),
+        Pipeline::new(
+            inventory,
+            opts.detector,
+            opts.reorder_window.as_nanos() as u64,
+        )
+        .with_metadata_wait(
+            opts.metadata_wait,
+            has_pod_source.then(|| opts.agent.source.refresh.clone()),
+        ),
     ));
     let source_name = opts.agent.pods_from.name();
     let events = match opts.events {

@@ -1,5 +1,5 @@
 //! The detector's incidents and, per pod, which of them are open, resolved by a
-//! listener, stuck or awaiting the pod's IPs. One owner for both: the log evicts only
+//! listener, stuck or awaiting metadata. One owner for both: the log evicts only
 //! through `insert`, which drops the victims from the index in the same call, so an
 //! index never names an incident the log no longer holds.
 
@@ -18,21 +18,25 @@ pub(super) struct Incidents {
 
 #[derive(Default)]
 struct PodIndex {
-    /// The open incident of each client and port.
+    /// The open incident of each client and port (pod-local refusals).
     open: HashMap<Key, u64>,
+    /// The open incident of each client and port whose refusals to a non-loopback
+    /// address wait for the pod's IPs: kept apart, so loopback refusals never join it.
+    open_awaiting_ips: HashMap<Key, u64>,
     /// The incident each key's last resolving listener closed, for late refusals.
     resolved_by_listener: HashMap<Key, u64>,
     /// The open stuck-Job incident of this pod.
     stuck_job: Option<u64>,
-    /// Incidents hidden until the pod's IPs are known (open or already resolved).
-    awaiting_ips: Vec<u64>,
+    /// Incidents hidden until the pod source tells more (open or already resolved).
+    awaiting: Vec<u64>,
 }
 
 impl PodIndex {
     fn forget(&mut self, id: u64) {
         self.open.retain(|_, v| *v != id);
+        self.open_awaiting_ips.retain(|_, v| *v != id);
         self.resolved_by_listener.retain(|_, v| *v != id);
-        self.awaiting_ips.retain(|v| *v != id);
+        self.awaiting.retain(|v| *v != id);
         if self.stuck_job == Some(id) {
             self.stuck_job = None;
         }
@@ -59,16 +63,20 @@ impl Incidents {
         self.log.get_mut(id)
     }
 
-    /// Stores a new refusal incident, open under `key` (and awaiting the pod's IPs
-    /// when hidden for them); returns its id.
+    /// Stores a new refusal incident, open under `key` (and awaiting metadata when
+    /// hidden for it); returns its id.
     pub(super) fn insert_open(&mut self, incident: Incident, key: Key) -> u64 {
-        let awaiting_ips = incident.hidden == Some(Hidden::PodIpUnknown);
+        let hidden = incident.hidden;
         let pod = incident.pod_uid.clone();
         let id = self.insert(incident);
         let index = self.pods.entry(pod).or_default();
-        index.open.insert(key, id);
-        if awaiting_ips {
-            index.awaiting_ips.push(id);
+        if hidden == Some(Hidden::PodIpUnknown) {
+            index.open_awaiting_ips.insert(key, id);
+        } else {
+            index.open.insert(key, id);
+        }
+        if hidden.is_some_and(Hidden::awaits_metadata) {
+            index.awaiting.push(id);
         }
         id
     }
@@ -98,6 +106,16 @@ impl Incidents {
         Some((id, self.log.get_mut(id)?))
     }
 
+    /// The open incident of `key` whose refusals wait for the pod's IPs.
+    pub(super) fn open_awaiting_ips(
+        &mut self,
+        pod: &str,
+        key: &Key,
+    ) -> Option<(u64, &mut Incident)> {
+        let id = *self.pods.get(pod)?.open_awaiting_ips.get(key)?;
+        Some((id, self.log.get_mut(id)?))
+    }
+
     /// The incident the last listener of `key` resolved, in the pod.
     pub(super) fn resolved_by_listener(
         &mut self,
@@ -113,19 +131,33 @@ impl Incidents {
         self.pods
             .get(pod)
             .into_iter()
-            .flat_map(|index| index.open.iter())
+            .flat_map(|index| index.open.iter().chain(&index.open_awaiting_ips))
+            .filter_map(|(key, id)| Some((key, self.log.get(*id)?)))
+    }
+
+    /// The pod's open incidents and those its listeners resolved, with their keys.
+    pub(super) fn open_or_resolved_in(&self, pod: &str) -> impl Iterator<Item = (&Key, &Incident)> {
+        self.pods
+            .get(pod)
+            .into_iter()
+            .flat_map(|index| index.open.iter().chain(&index.resolved_by_listener))
             .filter_map(|(key, id)| Some((key, self.log.get(*id)?)))
     }
 
     /// The pod's incidents to look at as time passes: the open ones, then those
-    /// awaiting the pod's IPs.
+    /// awaiting metadata.
     pub(super) fn pending_in(&self, pod: &str) -> Vec<u64> {
         let Some(index) = self.pods.get(pod) else {
             return Vec::new();
         };
-        let mut ids: Vec<u64> = index.open.values().copied().collect();
+        let mut ids: Vec<u64> = index
+            .open
+            .values()
+            .chain(index.open_awaiting_ips.values())
+            .copied()
+            .collect();
         let waiting: Vec<u64> = index
-            .awaiting_ips
+            .awaiting
             .iter()
             .copied()
             .filter(|id| !ids.contains(id))
@@ -134,11 +166,27 @@ impl Incidents {
         ids
     }
 
+    /// Open incident `id`, which waited for the pod's IPs, refused the pod's own IP:
+    /// it is open under `key` from now on, unless another incident is (returned, to
+    /// merge it into).
+    pub(super) fn confirm_pod_local(&mut self, pod: &str, id: u64, key: Key) -> Option<u64> {
+        let index = self.pods.get_mut(pod)?;
+        index.open_awaiting_ips.retain(|_, v| *v != id);
+        match index.open.get(&key) {
+            Some(other) if *other != id => Some(*other),
+            _ => {
+                index.open.insert(key, id);
+                None
+            }
+        }
+    }
+
     /// Open incident `id` continues under `key` (a new instance of a crash-looping
     /// client container).
     pub(super) fn reopen_under(&mut self, pod: &str, id: u64, key: Key) -> Option<&mut Incident> {
         let index = self.pods.get_mut(pod)?;
         index.open.retain(|_, v| *v != id);
+        index.resolved_by_listener.retain(|_, v| *v != id);
         index.open.insert(key, id);
         self.log.get_mut(id)
     }
@@ -147,8 +195,11 @@ impl Incidents {
     /// of its key within the late-refusal window count into it.
     pub(super) fn resolved_by(&mut self, pod: &str, id: u64, key: Key) {
         if let Some(index) = self.pods.get_mut(pod) {
-            index.open.remove(&key);
-            index.resolved_by_listener.insert(key, id);
+            index.open_awaiting_ips.retain(|_, v| *v != id);
+            if index.open.get(&key) == Some(&id) {
+                index.open.remove(&key);
+                index.resolved_by_listener.insert(key, id);
+            }
         }
     }
 
@@ -156,19 +207,20 @@ impl Incidents {
     pub(super) fn close(&mut self, pod: &str, id: u64) {
         if let Some(index) = self.pods.get_mut(pod) {
             index.open.retain(|_, v| *v != id);
+            index.open_awaiting_ips.retain(|_, v| *v != id);
         }
     }
 
-    /// Incident `id` no longer waits for the pod's IPs.
-    pub(super) fn stop_awaiting_ips(&mut self, pod: &str, id: u64) {
+    /// Incident `id` no longer waits for metadata.
+    pub(super) fn stop_awaiting(&mut self, pod: &str, id: u64) {
         if let Some(index) = self.pods.get_mut(pod) {
-            index.awaiting_ips.retain(|i| *i != id);
+            index.awaiting.retain(|i| *i != id);
         }
     }
 
     /// The pod's incidents that end when it goes (or, with `client`, when that client
     /// container goes): open ones, and for the pod its stuck Job; and those awaiting
-    /// IPs that are not among them.
+    /// metadata that are not among them.
     pub(super) fn ending_with(&self, pod: &str, client: Option<&Client>) -> (Vec<u64>, Vec<u64>) {
         let Some(index) = self.pods.get(pod) else {
             return (Vec::new(), Vec::new());
@@ -176,14 +228,15 @@ impl Incidents {
         let mut ids: Vec<u64> = index
             .open
             .iter()
+            .chain(&index.open_awaiting_ips)
             .filter(|((c, _), _)| client.is_none_or(|gone| gone == c))
             .map(|(_, id)| *id)
             .collect();
         let mut unconfirmed = Vec::new();
         if client.is_none() {
             ids.extend(index.stuck_job);
-            // Resolved while waiting for the pod's IPs, which never came.
-            unconfirmed.extend(index.awaiting_ips.iter().filter(|id| !ids.contains(id)));
+            // Resolved while waiting for metadata.
+            unconfirmed.extend(index.awaiting.iter().filter(|id| !ids.contains(id)));
         }
         (ids, unconfirmed)
     }

@@ -9,7 +9,6 @@ use crate::{
     detect::{
         fact::Client,
         incident::{Episode, Hidden, Incident, Phase, State, Subject},
-        listeners::canonical,
         processes::Processes,
     },
     inventory::{
@@ -44,25 +43,13 @@ impl Detector {
             {
                 return self.discard(uid, id, NotARace::Other);
             }
-            Some(Hidden::PodIpUnknown) => {
-                let target = canonical(inc.targets[0].ip());
-                let timed_out = now.saturating_sub(inc.first_refused_at) >= self.cfg.pod_ip_wait_ns;
-                let own = match meta.pod(uid).filter(|p| !p.pod_ips.is_empty()) {
-                    Some(p) => p.pod_ips.iter().any(|ip| canonical(*ip) == target),
-                    None if timed_out => false,
-                    None => return vec![],
-                };
-                self.incidents.stop_awaiting_ips(uid, id);
-                if !own {
-                    return self.discard(uid, id, NotARace::Other);
-                }
-                let Some(inc) = self.incidents.get_mut(id) else {
-                    return changes;
-                };
-                inc.hidden = None;
-                changes.push(Change::Opened(id));
-                if inc.state == State::Resolved {
-                    changes.push(Change::Resolved(id));
+            Some(h) if h.awaits_metadata() => {
+                changes = self.reveal(now, uid, id, meta, false);
+                let shown_open = self
+                    .incidents
+                    .get(id)
+                    .is_some_and(|i| i.is_shown() && i.state == State::Open);
+                if !shown_open {
                     return changes;
                 }
             }
@@ -93,8 +80,8 @@ impl Detector {
     }
 
     /// Whether incident `id` (refused after its listener went away) is a drain: the pod
-    /// is being deleted and the listener went away after the deletion began. Without
-    /// any metadata for the pod this cannot be known here (see `pod_gone`).
+    /// is being deleted (or left the pod source) and the listener went away after that
+    /// began. Without any metadata for the pod this cannot be known here (see `pod_gone`).
     pub(super) fn drain_condition(&self, uid: &str, id: u64, meta: &dyn PodMeta) -> bool {
         let Some(inc) = self.incidents.get(id) else {
             return false;
@@ -102,9 +89,16 @@ impl Detector {
         let Episode::AfterClose { closed_at } = inc.episode else {
             return false;
         };
+        self.deletion_began(uid, meta)
+            .is_some_and(|since| closed_at.saturating_add(DELETION_SKEW_NS) >= since)
+    }
+
+    /// Since when the pod is being deleted, as far as known: its deletion timestamp,
+    /// else when the pod source stopped reporting it.
+    fn deletion_began(&self, uid: &str, meta: &dyn PodMeta) -> Option<u64> {
         meta.pod(uid)
             .and_then(|p| terminating_since(p, meta))
-            .is_some_and(|since| closed_at.saturating_add(DELETION_SKEW_NS) >= since)
+            .or_else(|| self.pods.get(uid)?.source_gone_at)
     }
 
     /// The pod (or, with `client`, one client container) is gone: open incidents end.
@@ -118,24 +112,25 @@ impl Detector {
         if !self.pods.contains_key(pod_uid) {
             return vec![];
         }
-        let has_meta = meta.pod(pod_uid).is_some();
         // When the deletion began is unknown (no metadata, or a deletion reported
-        // without its timestamp), a teardown soon after the listener went away is a drain.
-        let deletion_known = meta
-            .pod(pod_uid)
-            .is_some_and(|p| p.deletion_timestamp.is_some());
+        // without its timestamp), a teardown soon after the sidecar's container went
+        // (else its listener) is a drain.
+        let deletion_known = self.deletion_began(pod_uid, meta).is_some();
         let (ids, unconfirmed) = self.incidents.ending_with(pod_uid, client);
         let grace = self.cfg.drain_grace_ns;
-        let timing_drain = |closed_at: u64| {
-            (!has_meta || (client.is_none() && !deletion_known))
-                && ts.saturating_sub(closed_at) <= grace
-        };
         let mut changes = Vec::new();
-        for id in unconfirmed {
-            changes.extend(self.discard(pod_uid, id, NotARace::Other));
+        if client.is_none() {
+            // Whatever still waits for metadata is decided with what is known now.
+            for id in ids.iter().chain(&unconfirmed) {
+                changes.extend(self.reveal(ts, pod_uid, *id, meta, true));
+            }
         }
         for id in ids {
             let drain = self.drain_condition(pod_uid, id, meta);
+            let sidecar_gone = self.incidents.get(id).and_then(|inc| {
+                let ps = self.pods.get(pod_uid)?;
+                ps.removed_at(inc.listener_container_id.as_deref()?)
+            });
             let Some(inc) = self.incidents.get_mut(id) else {
                 continue;
             };
@@ -149,28 +144,34 @@ impl Detector {
                 match inc.episode {
                     // A crashed client's startup incident still ends when the listener comes.
                     Episode::BeforeListener => continue,
-                    // With metadata, a client leaving while the pod is not being deleted
-                    // does not end an outage: the listener may come back.
-                    Episode::AfterClose { .. } if has_meta && !drain => continue,
+                    // A client leaving while the pod is not being deleted does not end an
+                    // outage: the listener may come back (the pod's removal decides).
+                    Episode::AfterClose { .. } if !drain => continue,
                     Episode::AfterClose { .. } => {}
                 }
             }
-            if inc.hidden.is_some() {
-                let why = match inc.hidden {
-                    Some(Hidden::Discarded) => continue,
-                    _ => NotARace::Other,
-                };
-                changes.extend(self.discard(pod_uid, id, why));
-                continue;
+            match inc.hidden {
+                None => {}
+                Some(Hidden::Discarded | Hidden::Merged) => continue,
+                Some(_) => {
+                    changes.extend(self.discard(pod_uid, id, NotARace::Other));
+                    continue;
+                }
             }
+            let timing_drain = |closed_at: u64| {
+                client.is_none()
+                    && !deletion_known
+                    && ts.saturating_sub(sidecar_gone.unwrap_or(closed_at)) <= grace
+            };
             let from = inc.phase;
             inc.phase = match inc.episode {
                 _ if from == Phase::Unresolved => Phase::Unresolved,
                 Episode::AfterClose { .. } if drain => Phase::Drain,
                 Episode::AfterClose { closed_at } if timing_drain(closed_at) => Phase::Drain,
                 Episode::AfterClose { .. } => Phase::Steady,
-                // No listener ever served the port during the incident.
-                Episode::BeforeListener => Phase::Unresolved,
+                // Cut short by the pod's end (a rollout undone, a scale-down): the
+                // refusals stay what they were, a startup race most often.
+                Episode::BeforeListener => from,
             };
             inc.state = State::Resolved;
             inc.resolved_at = Some(ts);
@@ -202,7 +203,7 @@ impl Detector {
         inc.state = State::Resolved;
         let refused = inc.refused_count;
         self.incidents.close(pod_uid, id);
-        self.incidents.stop_awaiting_ips(pod_uid, id);
+        self.incidents.stop_awaiting(pod_uid, id);
         vec![Change::NotARace { why, refused }]
     }
 
@@ -258,6 +259,7 @@ impl Detector {
                 listener_closed_at: None,
                 resolved_at: None,
                 listener_container_id: None,
+                uncovering_listener: None,
                 episode: Episode::BeforeListener,
                 hidden: None,
                 processes: Processes::default(),

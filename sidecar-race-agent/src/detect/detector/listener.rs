@@ -50,6 +50,12 @@ impl Detector {
                     meta,
                 ));
             } else if let Some(inc) = self.incidents.get_mut(id) {
+                // Not the address refused (the other family, another address): named
+                // in the advice if nothing ever takes it.
+                inc.uncovering_listener.get_or_insert(addr);
+                if inc.listener_container_id.is_none() {
+                    inc.listener_container_id = container_id.clone();
+                }
                 // A listener in the pod on that port ties the port to the pod.
                 if inc.hidden == Some(Hidden::HostNetworkPort) {
                     inc.hidden = None;
@@ -71,10 +77,11 @@ impl Detector {
         let Some(inc) = self.incidents.get(id) else {
             return vec![];
         };
-        // A container refused by its own port before it listened (its exec probe). Not
-        // once the incident is `unresolved`: that phase is final and already counted.
+        // A container refused by its own port before it listened (its exec probe), in
+        // this instance or, named the same, an earlier one the kubelet replaced. Not once
+        // the incident is `unresolved`: that phase is final and already counted.
         if let (Client::Container(client), Some(server)) = (&inc.client, &container_id)
-            && client == server
+            && same_container(client, server, meta)
             && !inc.is_final()
         {
             return self.discard(pod_uid, id, NotARace::SelfRefusal);
@@ -126,4 +133,13 @@ impl Detector {
         let ps = self.pods.entry(pod_uid.to_string()).or_default();
         ps.listeners.down(addr, container_id, ts);
     }
+}
+
+/// Whether two container ids are the same container of the pod: the same instance, or
+/// instances the pod source names the same (a container the kubelet restarted).
+fn same_container(a: &str, b: &str, meta: &dyn PodMeta) -> bool {
+    a == b
+        || meta
+            .container_name(a)
+            .is_some_and(|n| meta.container_name(b) == Some(n))
 }

@@ -6,7 +6,9 @@
 //! the incident's kind) is read from the pod metadata when the incident is shown, so
 //! names and roles that arrive late still count.
 
+mod hidden;
 mod incidents;
+mod instances;
 mod lifecycle;
 mod listener;
 mod refusal;
@@ -39,9 +41,9 @@ pub struct DetectorConfig {
     /// Refusals before a listener are a startup race only when the client container
     /// (and the serving one, when known) started at most this long before.
     pub startup_bound_ns: u64,
-    /// Refusals to a non-loopback address wait this long for the pod's IPs (0: no
-    /// pod source, never wait).
-    pub pod_ip_wait_ns: u64,
+    /// Refusals wait this long for what the pod source has not told yet: the pod's
+    /// IPs, the pod itself, a new client instance's name (0: no pod source, never wait).
+    pub metadata_wait_ns: u64,
     /// A Job pod whose app containers finished this long ago while a classic sidecar
     /// still runs is stuck.
     pub stuck_job_after_ns: u64,
@@ -57,7 +59,7 @@ impl Default for DetectorConfig {
             late_refusal_ns: SECOND / 10,
             drain_grace_ns: 30 * SECOND,
             startup_bound_ns: 120 * SECOND,
-            pod_ip_wait_ns: 10 * SECOND,
+            metadata_wait_ns: 10 * SECOND,
             stuck_job_after_ns: 60 * SECOND,
             history: 10_000,
             history_per_pod: 1_000,
@@ -118,8 +120,11 @@ struct PodState {
     started_at: Option<u64>,
     /// Container cgroups created while the agent watched, by container id.
     containers_started: HashMap<String, u64>,
-    /// Containers torn down, newest last (bounded).
-    removed: VecDeque<String>,
+    /// Containers torn down and when, newest last (bounded).
+    removed: VecDeque<(String, u64)>,
+    /// When the pod source stopped reporting the pod while its cgroups lived (a force
+    /// delete, a missed relist): its deletion began no later than this.
+    source_gone_at: Option<u64>,
     listeners: ListenerTable,
 }
 
@@ -129,6 +134,17 @@ pub struct Detector {
     incidents: Incidents,
     /// Listeners not tracked: their pod had the maximum of open listeners.
     listeners_dropped: u64,
+}
+
+impl PodState {
+    /// When container `id` was torn down, if it was while the agent watched.
+    fn removed_at(&self, id: &str) -> Option<u64> {
+        self.removed
+            .iter()
+            .rev()
+            .find(|(r, _)| r == id)
+            .map(|(_, t)| *t)
+    }
 }
 
 impl Detector {
@@ -195,7 +211,7 @@ impl Detector {
             } => {
                 if let Some(ps) = self.pods.get_mut(&pod_uid) {
                     ps.containers_started.remove(&container_id);
-                    ps.removed.push_back(container_id.clone());
+                    ps.removed.push_back((container_id.clone(), ts));
                     if ps.removed.len() > REMOVED_PER_POD {
                         ps.removed.pop_front();
                     }
@@ -206,15 +222,18 @@ impl Detector {
     }
 
     /// Time passes: open incidents without a listener become `unresolved`, what the
-    /// metadata now says (terminating, deleted, the pod's IPs) is taken into account,
+    /// metadata now says (terminating, deleted, the pod's IPs, names) is taken into account,
     /// and Job pods kept alive by a sidecar are found.
     pub fn advance(&mut self, now: u64, meta: &dyn PodMeta) -> Vec<Change> {
         let mut changes = Vec::new();
         let uids: Vec<String> = self.pods.keys().cloned().collect();
         for uid in uids {
-            if meta.is_deleted(&uid) {
-                changes.extend(self.pod_gone(now, &uid, None, meta));
-                continue;
+            // Gone from the pod source, not from the node: its state stays until its
+            // cgroup goes (or the pipeline finds it gone from both).
+            if meta.is_deleted(&uid)
+                && let Some(ps) = self.pods.get_mut(&uid)
+            {
+                ps.source_gone_at.get_or_insert(now);
             }
             for id in self.incidents.pending_in(&uid) {
                 changes.extend(self.advance_incident(now, &uid, id, meta));
@@ -229,8 +248,9 @@ impl Detector {
         self.pods.keys().map(String::as_str)
     }
 
-    /// The pod is gone though its removal was never seen: its open incidents end as
-    /// if its cgroup had been removed at `now`, and its state is dropped.
+    /// The pod is gone from the pod source and the node though its removal was never
+    /// seen: its open incidents end as if its cgroup had been removed at `now`, and its
+    /// state is dropped.
     pub fn forget_pod(&mut self, now: u64, pod_uid: &str, meta: &dyn PodMeta) -> Vec<Change> {
         self.pod_gone(now, pod_uid, None, meta)
     }

@@ -4,7 +4,9 @@
 
 use std::net::SocketAddr;
 
-use super::{Change, Detector, Key, NotARace, PodState};
+use super::{
+    Change, Detector, Key, NotARace, PodState, hidden::TARGETS_PER_INCIDENT, instances::Instance,
+};
 use crate::{
     detect::{
         fact::Client,
@@ -14,9 +16,6 @@ use crate::{
     },
     inventory::{pod_info::PodInfo, pod_meta::PodMeta},
 };
-
-/// Targets kept per incident (both loopback families and a pod IP, say).
-const TARGETS_PER_INCIDENT: usize = 4;
 
 /// One refusal, as the detector reads it.
 struct Refusal {
@@ -38,6 +37,8 @@ struct ListenerHistory {
     listener_container_id: Option<String>,
     /// Any listener was ever seen on the port in the pod.
     seen_on_port: bool,
+    /// A loopback listener up on the port that does not take the refused address.
+    uncovering: Option<SocketAddr>,
 }
 
 impl Detector {
@@ -69,16 +70,17 @@ impl Detector {
                 .any(|ip| canonical(*ip) == canonical(target.ip()))
         });
         let loopback = is_loopback(target.ip());
+        let may_wait = self.cfg.metadata_wait_ns > 0 && meta.has_source();
         // Pod-local: loopback, or the pod's own IP (on hostNetwork pods "own IP" is the
         // node's). A redirect to another pod's IP (kube-proxy DNAT) is not.
-        let wait_for_ips = !loopback && !ips_known && !host_network && self.cfg.pod_ip_wait_ns > 0;
+        let wait_for_ips = !loopback && !ips_known && !host_network && may_wait;
         let pod_local = loopback || (own_ip && !host_network);
         if !pod_local && !wait_for_ips {
             return vec![not_a_race(NotARace::Other)];
         }
         let key = (r.client.clone(), port);
         self.pods.entry(pod_uid.clone()).or_default();
-        if let Some(changes) = self.count_into_known(&pod_uid, &key, &r) {
+        if let Some(changes) = self.count_into_known(&pod_uid, &key, &r, wait_for_ips) {
             return changes;
         }
         // A container refused on a port it declares itself (its own exec probe).
@@ -91,24 +93,40 @@ impl Detector {
         {
             return vec![not_a_race(NotARace::SelfRefusal)];
         }
+        let dialed_before = self
+            .incidents
+            .resolved_by_listener(&pod_uid, &key)
+            .map(|(_, inc)| inc.targets.clone())
+            .unwrap_or_default();
         let ps = self.pods.entry(pod_uid.clone()).or_default();
-        let history = match listener_history(ps, &r, loopback, self.cfg.late_refusal_ns) {
-            Ok(history) => history,
-            Err(why) => return vec![not_a_race(why)],
-        };
-        if history.episode == Episode::BeforeListener
-            && let Some(id) = self.crash_loop_incident(&pod_uid, &r.client, port, meta)
-            && let Some(inc) = self.incidents.reopen_under(&pod_uid, id, key.clone())
-        {
-            inc.client = r.client.clone();
-            inc.client_instances += 1;
-            return counted(inc, id, &r);
+        let history =
+            match listener_history(ps, &r, loopback, &dialed_before, self.cfg.late_refusal_ns) {
+                Ok(history) => history,
+                Err(why) => return vec![not_a_race(why)],
+            };
+        let mut instance_unnamed = false;
+        if history.episode == Episode::BeforeListener {
+            match self.crash_loop_incident(&pod_uid, &r.client, port, meta) {
+                Instance::Of(id) => {
+                    if let Some(inc) = self.incidents.reopen_under(&pod_uid, id, key.clone()) {
+                        inc.client = r.client.clone();
+                        inc.client_instances += 1;
+                        return counted(inc, id, &r);
+                    }
+                }
+                Instance::Unnamed => instance_unnamed = may_wait,
+                Instance::None => {}
+            }
         }
         let declared = pod.is_some_and(|p| p.declaring(port).is_some());
-        let hidden = if host_network && local_dst.is_none() && !declared && !history.seen_on_port {
-            Some(Hidden::HostNetworkPort)
-        } else if wait_for_ips {
+        let hidden = if wait_for_ips {
             Some(Hidden::PodIpUnknown)
+        } else if pod.is_none() && may_wait {
+            Some(Hidden::PodUnknown)
+        } else if host_network && local_dst.is_none() && !declared && !history.seen_on_port {
+            Some(Hidden::HostNetworkPort)
+        } else if instance_unnamed {
+            Some(Hidden::ClientUnnamed)
         } else {
             None
         };
@@ -118,7 +136,18 @@ impl Detector {
     /// Counts the refusal into the client's open incident on the port, or into the
     /// one a listener resolved just before (the reset of a SYN refused just before
     /// the listener came up); `None` when there is neither.
-    fn count_into_known(&mut self, pod_uid: &str, key: &Key, r: &Refusal) -> Option<Vec<Change>> {
+    /// A refusal waiting for the pod's IPs counts only into an incident that waits too.
+    fn count_into_known(
+        &mut self,
+        pod_uid: &str,
+        key: &Key,
+        r: &Refusal,
+        wait_for_ips: bool,
+    ) -> Option<Vec<Change>> {
+        if wait_for_ips {
+            let (id, inc) = self.incidents.open_awaiting_ips(pod_uid, key)?;
+            return Some(counted(inc, id, r));
+        }
         if let Some((id, inc)) = self.incidents.open(pod_uid, key) {
             return Some(counted(inc, id, r));
         }
@@ -182,6 +211,7 @@ impl Detector {
             },
             resolved_at: None,
             listener_container_id: history.listener_container_id,
+            uncovering_listener: history.uncovering,
             episode,
             hidden,
             processes,
@@ -226,36 +256,6 @@ impl Detector {
         let server_start = server_container_id.and_then(|id| container_start(ps, pod, id, meta));
         client_start.is_some_and(recent) && server_start.is_none_or(recent)
     }
-
-    /// An open startup incident on `port` of an earlier instance of `client`'s
-    /// container that has been torn down (a crash loop): the new instance's refusals
-    /// join it. Instances are the same container when their names agree or are unknown.
-    fn crash_loop_incident(
-        &self,
-        uid: &str,
-        client: &Client,
-        port: u16,
-        meta: &dyn PodMeta,
-    ) -> Option<u64> {
-        let Client::Container(new_id) = client else {
-            return None;
-        };
-        let removed = &self.pods.get(uid)?.removed;
-        let new_name = meta.container_name(new_id);
-        self.incidents.open_in(uid).find_map(|((old, p), inc)| {
-            let Client::Container(old_id) = old else {
-                return None;
-            };
-            if *p != port || !removed.contains(old_id) {
-                return None;
-            }
-            let same = match (new_name, meta.container_name(old_id)) {
-                (Some(a), Some(b)) => a == b,
-                _ => true,
-            };
-            (same && inc.episode == Episode::BeforeListener).then_some(inc.id)
-        })
-    }
 }
 
 /// What the pod's listeners on the refused port say about `r`, or why it is no race
@@ -264,6 +264,7 @@ fn listener_history(
     ps: &PodState,
     r: &Refusal,
     loopback: bool,
+    dialed_before: &[SocketAddr],
     late_refusal_ns: u64,
 ) -> Result<ListenerHistory, NotARace> {
     let (ts, port) = (r.ts, r.target.port());
@@ -281,13 +282,17 @@ fn listener_history(
         // Something listens there and still refused: not a race we can explain.
         return Err(NotARace::Other);
     }
-    // Loopback of the other family while the port is served on loopback: a
-    // dual-stack client's fallback (`localhost` tried as ::1, then 127.0.0.1).
-    if loopback
-        && just_up.is_none()
-        && on_port
-            .iter()
-            .any(|l| l.is_up_at(ts) && (is_loopback(l.addr.ip()) || l.addr.ip().is_unspecified()))
+    // Up on the port, on loopback, yet not taking this address: the other family.
+    let uncovering = on_port
+        .iter()
+        .filter(|l| l.is_up_at(ts) && !covers(l.addr, r.target))
+        .find(|l| is_loopback(l.addr.ip()) || l.addr.ip().is_unspecified())
+        .filter(|_| loopback && just_up.is_none());
+    // A dual-stack client's fallback: `localhost` tried as ::1, then 127.0.0.1 served;
+    // or a client seen dialing the served address before. Else it never connects.
+    if let Some(l) = uncovering
+        && (canonical(r.target.ip()).is_ipv6() && canonical(l.addr.ip()).is_ipv4()
+            || dialed_before.iter().any(|d| covers(l.addr, *d)))
     {
         return Err(NotARace::Other);
     }
@@ -301,11 +306,17 @@ fn listener_history(
         Some(closed_at) => Episode::AfterClose { closed_at },
         None => Episode::BeforeListener,
     };
+    let listener_container_id = covering
+        .iter()
+        .rev()
+        .find_map(|l| l.container_id.clone())
+        .or_else(|| uncovering.and_then(|l| l.container_id.clone()));
     Ok(ListenerHistory {
         just_up,
         episode,
-        listener_container_id: covering.iter().rev().find_map(|l| l.container_id.clone()),
+        listener_container_id,
         seen_on_port: !on_port.is_empty(),
+        uncovering: uncovering.map(|l| l.addr),
     })
 }
 

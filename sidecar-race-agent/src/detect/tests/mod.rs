@@ -586,17 +586,21 @@ fn out_of_order_delivery_within_the_reorder_window() {
 #[test]
 fn pod_deleted_mid_incident() {
     let meta = meta_with(checkout(Role::ClassicSidecar, None));
-    // A startup candidate whose pod goes away before any listener: unresolved.
+    // A startup cut short by the deletion (a rollout undone): the pod leaving the
+    // source ends nothing while its cgroups live; their removal ends a startup race.
     let (mut d, _) = run(vec![started(0), refused(MS, APP, "127.0.0.1:15001")], &meta);
     let mut deleted = meta_with(checkout(Role::ClassicSidecar, None));
     deleted.deleted.insert(POD.into());
-    let changes = d.advance(2 * S, &deleted);
+    assert!(d.advance(2 * S, &deleted).is_empty());
+    d.observe(refused(2 * S + MS, APP, "127.0.0.1:15001"), &deleted);
+    let changes = d.observe(removed(3 * S), &deleted);
     assert!(changes.contains(&Change::Resolved(1)));
+    assert_eq!(all(&d).len(), 1, "{:#?}", all(&d));
     assert_eq!(
-        (all(&d)[0].phase, all(&d)[0].state),
-        (Phase::Unresolved, State::Resolved)
+        (all(&d)[0].phase, all(&d)[0].state, all(&d)[0].refused_count),
+        (Phase::Startup, State::Resolved, 2)
     );
-    // A drain in progress: the deletion resolves it as a drain.
+    // A drain in progress: a drain from the deletion on, resolved by the removal.
     let (mut d, _) = run(
         vec![
             started(0),
@@ -607,6 +611,8 @@ fn pod_deleted_mid_incident() {
         &meta,
     );
     d.advance(6 * S, &deleted);
+    assert_eq!(all(&d)[0].phase, Phase::Drain);
+    d.observe(removed(7 * S), &deleted);
     assert_eq!(
         (all(&d)[0].phase, all(&d)[0].state),
         (Phase::Drain, State::Resolved)
@@ -1060,7 +1066,12 @@ fn startup_is_bounded_by_the_containers_start() {
 
 #[test]
 fn a_crash_looping_app_is_one_startup_incident_per_port() {
-    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    // The pod source names each instance (the kubelet's restarts of `app`).
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    for id in ["a1", "a2", "a3"] {
+        pod.statuses.push(status("app", id));
+    }
+    let meta = meta_with(pod);
     let mut facts = vec![started(0)];
     for (n, id) in ["a1", "a2", "a3"].into_iter().enumerate() {
         let t = n as u64 * 10 * S;
@@ -1243,8 +1254,32 @@ fn an_init_container_waiting_for_a_classic_sidecar_is_a_deadlock() {
         v.advice
     );
     assert!(!v.advice.contains("check the address"), "{}", v.advice);
-    // Waiting for a native sidecar is an ordinary (native) startup race.
+}
+
+#[test]
+fn an_init_container_declared_before_its_native_sidecar_is_a_deadlock() {
+    // initContainers: [wait-for-mesh, istio-proxy (restartPolicy: Always)]: the kubelet
+    // starts them in order, so the proxy never starts and nothing ever listens.
     let meta = meta_with(with_init(checkout(Role::NativeSidecar, None)));
+    let mut facts = vec![started(0)];
+    facts.extend(refusals(100 * MS, 10 * S, "eeee", "127.0.0.1:15001"));
+    let (mut d, _) = run(facts, &meta);
+    d.advance(121 * S, &meta);
+    let v = view(all(&d)[0], &meta, &wall);
+    assert_eq!((v.kind, v.phase), (Kind::InitDeadlock, Phase::Unresolved));
+    assert!(
+        v.advice
+            .contains("Move istio-proxy above wait-for-mesh in initContainers"),
+        "{}",
+        v.advice
+    );
+    // The native sidecar declared first: it starts first, and the init container
+    // waiting for it is an ordinary (native) startup race.
+    let mut pod = checkout(Role::NativeSidecar, None);
+    pod.containers
+        .insert(1, container("wait-for-mesh", Role::Init, &[], None));
+    pod.statuses.push(status("wait-for-mesh", "eeee"));
+    let meta = meta_with(pod);
     let (d, _) = run(
         vec![
             started(0),
@@ -1433,3 +1468,5 @@ fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
     let v = view(all(&d)[0], &meta, &wall);
     assert_eq!((v.kind, v.pattern), (Kind::SidecarRace, Pattern::Classic));
 }
+
+mod kubelet;
