@@ -27,8 +27,8 @@ use axum::{
     routing::get,
 };
 use parking_lot::Mutex;
-use serde_json::json;
 use rendered::{Format, Rendered};
+use serde_json::json;
 pub use server::Limits;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 

@@ -248,11 +248,7 @@ async fn a_client_that_stops_reading_gives_its_answer_slot_back() {
 /// Reads an answer slowly but steadily (64 KiB every half second: the server's writes
 /// never stall for its write timeout) until the connection ends: how much it read, or
 /// None if it did not end within `give_up`.
-async fn slow_reader(
-    addr: std::net::SocketAddr,
-    path: &str,
-    give_up: Duration,
-) -> Option<usize> {
+async fn slow_reader(addr: std::net::SocketAddr, path: &str, give_up: Duration) -> Option<usize> {
     let started = Instant::now();
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: agent\r\n\r\n").as_bytes())
@@ -305,7 +301,10 @@ async fn slow_readers_are_cut_off_at_the_answer_deadline() {
         "a slot came free within the next client's deadline: {body}"
     );
     for r in readers {
-        let read = r.await.unwrap().expect("a slow reader's answer never ended");
+        let read = r
+            .await
+            .unwrap()
+            .expect("a slow reader's answer never ended");
         assert!(
             read > 10_000 && read < whole,
             "cut off while reading its answer: {read} of {whole} bytes"

@@ -139,7 +139,10 @@ async fn allowed_denied_cached_and_unreachable() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("sidecar_race_build_info"), "{body}");
     let (status, body) = get_with(addr, "/api/v1/incidents", Some("prom-token")).await;
-    assert_eq!((status, body.as_str()), (200, r#"{"incidents":[],"truncated":false}"#));
+    assert_eq!(
+        (status, body.as_str()),
+        (200, r#"{"incidents":[],"truncated":false}"#)
+    );
 
     // Denied, without detail.
     for (token, status, text) in [
@@ -189,7 +192,10 @@ async fn allowed_denied_cached_and_unreachable() {
         200,
         "a cached allow holds while the API server is unreachable"
     );
-    assert_eq!(get_with(addr, "/metrics", Some("stranger-token")).await.0, 503);
+    assert_eq!(
+        get_with(addr, "/metrics", Some("stranger-token")).await.0,
+        503
+    );
     assert_eq!(get_with(addr, "/metrics", None).await.0, 401);
     tokio::time::sleep(WHILE_UNREACHABLE).await;
     let (status, body) = get_with(addr, "/metrics", Some("prom-token")).await;
@@ -199,7 +205,9 @@ async fn allowed_denied_cached_and_unreachable() {
         "past the bound the cached allow no longer holds"
     );
     assert_eq!(
-        get_with(addr, "/api/v1/incidents", Some("prom-token")).await.0,
+        get_with(addr, "/api/v1/incidents", Some("prom-token"))
+            .await
+            .0,
         503
     );
 

@@ -428,7 +428,11 @@ fn only_callers_the_api_server_allows_read_the_agent() {
         "a valid token without the grant"
     );
     for open in ["/healthz", "/readyz"] {
-        assert_eq!(get(&addr, open).expect("the agent answers").0, 200, "{open}");
+        assert_eq!(
+            get(&addr, open).expect("the agent answers").0,
+            200,
+            "{open}"
+        );
     }
     let exposition = metrics(&addr);
     for result in ["allowed", "unauthenticated", "forbidden"] {

@@ -1266,7 +1266,13 @@ fn servicemonitor_scrapes_the_service_like_the_podmonitor() {
         .expect("the ServiceMonitor's port is a port of the Service");
     assert_eq!(port["targetPort"], pep["port"]);
     assert_eq!(svc["spec"]["clusterIP"], "None", "one endpoint per agent");
-    for k in ["path", "interval", "honorLabels", "relabelings", "authorization"] {
+    for k in [
+        "path",
+        "interval",
+        "honorLabels",
+        "relabelings",
+        "authorization",
+    ] {
         assert_eq!(ep[k], pep[k], "{k} as in the PodMonitor");
     }
     assert_eq!(ep["honorLabels"], true);

@@ -206,9 +206,10 @@ impl Filter {
     pub fn matches(&self, inc: &Incident, meta: &dyn PodMeta) -> bool {
         self.phase.is_none_or(|p| p == inc.phase)
             && self.state.is_none_or(|s| s == inc.state)
-            && self.namespace.as_deref().is_none_or(|n| {
-                meta.pod(&inc.pod_uid).map(|p| p.namespace.as_str()) == Some(n)
-            })
+            && self
+                .namespace
+                .as_deref()
+                .is_none_or(|n| meta.pod(&inc.pod_uid).map(|p| p.namespace.as_str()) == Some(n))
             && self.kind.is_none_or(|k| k == parties(inc, meta).kind)
     }
 }

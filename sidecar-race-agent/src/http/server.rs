@@ -189,8 +189,7 @@ pub async fn serve(
             // An answer past its deadline is cut off: reset, so that what the kernel
             // still buffers for a slow reader is discarded too.
             tokio::select! {
-                // A connection that failed (a client that stopped reading) is reset too.
-                served = conn.as_mut() => return if served.is_err() { reset_on_close(fd) },
+                _ = conn.as_mut() => return,
                 _ = deadline_passed(&mut cut_at) => return reset_on_close(fd),
                 _ = tokio::time::sleep(limits.max_connection_age) => {}
                 _ = stop.wait_for(|stop| *stop) => {}

@@ -137,7 +137,11 @@ mod tests {
                 ("port", OVERFLOW.to_string())
             ]
         );
-        assert_eq!(cap.labels("incidents", l("a"), now), l("a"), "known series stay");
+        assert_eq!(
+            cap.labels("incidents", l("a"), now),
+            l("a"),
+            "known series stay"
+        );
         assert_eq!(cap.labels("pod_starts", l("c"), now), l("c"), "per family");
         let n = cap
             .overflow_family()
@@ -159,7 +163,11 @@ mod tests {
         let gone = cap.expire(t0 + Duration::from_secs(61));
         assert_eq!(gone, vec![("incidents", l("b"))], "a was written since");
         let t2 = t0 + Duration::from_secs(62);
-        assert_eq!(cap.labels("incidents", l("c"), t2), l("c"), "b's slot is free");
+        assert_eq!(
+            cap.labels("incidents", l("c"), t2),
+            l("c"),
+            "b's slot is free"
+        );
         cap.touch("incidents", &l("a"), t0 + Duration::from_secs(89));
         let gone = cap.expire(t0 + Duration::from_secs(100));
         assert!(gone.is_empty(), "a was touched: {gone:?}");

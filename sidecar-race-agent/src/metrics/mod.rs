@@ -21,11 +21,11 @@ use std::{
 
 use prometheus_client::{encoding::text::encode, registry::Registry};
 
+use self::{cap::SeriesCap, families::Families, sink::Sink, totals::TotalsCollector};
 pub use self::{
     cap::{DEFAULT_MAX_SERIES, DEFAULT_SERIES_TTL},
     totals::{BoundsTotals, KernelTotals, Totals, TotalsSource},
 };
-use self::{cap::SeriesCap, families::Families, sink::Sink, totals::TotalsCollector};
 use crate::{outcome::Outcome, suppressed::Owner};
 
 pub struct Metrics {

@@ -186,7 +186,9 @@ impl Sink {
         self.families.pod_starts.get_or_create(&l).inc();
         let affected = self.affected_early.remove(pod_uid).is_some();
         if affected {
-            let l = self.series.labels("affected_pod_starts", labels.clone(), now);
+            let l = self
+                .series
+                .labels("affected_pod_starts", labels.clone(), now);
             self.families.affected_starts.get_or_create(&l).inc();
         }
         self.starts.insert(

@@ -201,7 +201,11 @@ impl Pipeline {
             .incidents()
             .newest_first()
             .filter(|i| i.is_shown() && filter.matches(i, pods));
-        let list: Vec<IncidentView> = matching.by_ref().take(limit).map(|i| self.view(i)).collect();
+        let list: Vec<IncidentView> = matching
+            .by_ref()
+            .take(limit)
+            .map(|i| self.view(i))
+            .collect();
         let more = matching.next().is_some();
         (list, more)
     }

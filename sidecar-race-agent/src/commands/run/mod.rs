@@ -204,7 +204,9 @@ fn read_suppressed(
         Ok(counts) => {
             // Not both locks at once: a scrape takes the metrics lock, then the pipeline's.
             let reading = pipeline.lock().read_suppressed(&counts, last);
-            metrics.lock().add_suppressed(&reading.deltas, Instant::now());
+            metrics
+                .lock()
+                .add_suppressed(&reading.deltas, Instant::now());
             reading
                 .forget
                 .iter()

@@ -26,11 +26,11 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
+use self::cache::{DecisionCache, TokenDigest};
 pub use self::{
     cache::CacheTtls,
     review::{KubeReviewer, Reviewer, Unreachable},
 };
-use self::cache::{DecisionCache, TokenDigest};
 
 /// Reviews sent to the API server at once; further requests wait (a client sending
 /// new tokens in a loop cannot multiply its load on the API server).
@@ -63,7 +63,10 @@ impl AuthCounts {
     pub fn read(&self) -> [(&'static str, u64); 5] {
         [
             ("allowed", self.allowed.load(Relaxed)),
-            ("allowed_api_unreachable", self.allowed_unreachable.load(Relaxed)),
+            (
+                "allowed_api_unreachable",
+                self.allowed_unreachable.load(Relaxed),
+            ),
             ("unauthenticated", self.unauthenticated.load(Relaxed)),
             ("forbidden", self.forbidden.load(Relaxed)),
             ("unavailable", self.unavailable.load(Relaxed)),
@@ -108,7 +111,11 @@ impl Authenticator {
         if let Some(d) = self.cache.lock().fresh(&digest, path, Instant::now()) {
             return Verdict::Decided(d);
         }
-        match self.reviewer.review(token.to_string(), path.to_string()).await {
+        match self
+            .reviewer
+            .review(token.to_string(), path.to_string())
+            .await
+        {
             Ok(d) => {
                 self.cache.lock().insert(digest, path, d, Instant::now());
                 Verdict::Decided(d)
@@ -142,11 +149,7 @@ impl Authenticator {
 }
 
 /// The middleware of the protected routes: the request goes on only when allowed.
-pub async fn require(
-    State(auth): State<Arc<Authenticator>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn require(State(auth): State<Arc<Authenticator>>, req: Request, next: Next) -> Response {
     let token = req
         .headers()
         .get(header::AUTHORIZATION)
