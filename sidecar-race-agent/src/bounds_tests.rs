@@ -245,3 +245,54 @@ fn what_the_bounds_dropped_is_exported() {
     }
     assert!(logged < 100);
 }
+
+/// The incident API filters before it renders: `?kind=stuck_job&limit=1` over a large
+/// history without stuck Jobs costs a small part of rendering that history (before,
+/// every incident was rendered to learn its kind, under the pipeline lock). Timed
+/// against rendering the whole history in the same process: a ratio, not a speed.
+#[test]
+fn a_kind_filter_that_matches_nothing_does_not_render_the_history() {
+    let dir = temp_dir("filterfirst");
+    let cfg = DetectorConfig {
+        history: 10_000,
+        history_per_pod: 10_000,
+        ..DetectorConfig::default()
+    };
+    let mut p = pipeline(&dir, Some(checkout_pod()), cfg);
+    let app = "a".repeat(64);
+    p.kernel_event(&created(0, 100, pod_path(CHECKOUT)));
+    p.kernel_event(&created(MS, 101, container_path(CHECKOUT, &app)));
+    let mut t = 10 * MS;
+    for port in 0..2_000u32 {
+        let dst = format!("127.0.0.1:{}", 20_000 + port);
+        p.kernel_event(&refused(t, 101, &dst));
+        t += MS;
+    }
+    p.tick(t + 300 * 1_000 * MS);
+    let all = Filter::default();
+    let (views, _) = p.incidents(&all, usize::MAX);
+    assert_eq!(views.len(), 2_000);
+    let stuck = Filter {
+        kind: Some(crate::detect::Kind::StuckJob),
+        ..Filter::default()
+    };
+    let fastest = |f: &Filter, limit: usize| {
+        (0..3)
+            .map(|_| {
+                let started = Instant::now();
+                let (list, _) = p.incidents(f, limit);
+                (started.elapsed(), list.len())
+            })
+            .min()
+            .unwrap()
+    };
+    let (rendering_all, n) = fastest(&all, usize::MAX);
+    assert_eq!(n, 2_000);
+    let (filtering, n) = fastest(&stuck, 1);
+    assert_eq!(n, 0, "no stuck Job here");
+    assert!(
+        filtering * 4 < rendering_all,
+        "filtering took {filtering:?}, rendering the history {rendering_all:?}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -2,6 +2,9 @@
 //! attached and the cgroup index built), `/metrics`, `/api/v1/incidents` (with the
 //! others, on its own address, or off: `--api-listen`).
 
+mod answer_deadline;
+pub mod auth;
+mod rendered;
 pub mod server;
 mod write_deadline;
 
@@ -24,6 +27,7 @@ use axum::{
     routing::get,
 };
 use parking_lot::Mutex;
+use rendered::{Format, Rendered};
 use serde_json::json;
 pub use server::Limits;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -51,6 +55,8 @@ pub struct HttpState {
     pub stream: Arc<StreamStats>,
     pub pipeline: Arc<Mutex<Pipeline>>,
     pub metrics: Arc<Mutex<Metrics>>,
+    /// `--auth=kubernetes`: who may read `/metrics` and `/api/v1/incidents`.
+    pub auth: Option<Arc<auth::Authenticator>>,
 }
 
 /// Where `/api/v1/incidents` is served instead of the main address (`--api-listen`).
@@ -80,35 +86,51 @@ struct Shared {
     state: HttpState,
     /// Slots for incidents answers being built or sent.
     api_slots: Arc<Semaphore>,
+    /// Slots for `/metrics` answers being sent, and their shared bodies.
+    metrics_slots: Arc<Semaphore>,
+    rendered: Arc<Rendered>,
 }
 
 /// What Prometheus asks for; prometheus-client writes OpenMetrics text.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const CLASSIC_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// `/healthz`, `/readyz`, `/metrics`, and `/api/v1/incidents` when `with_api`.
+/// `/healthz`, `/readyz` (always open, for the kubelet), `/metrics`, and
+/// `/api/v1/incidents` when `with_api` (behind `--auth` when it is on).
 pub fn router(state: HttpState, limits: Limits, with_api: bool) -> Router {
-    let mut r = Router::new()
+    let mut protected = Router::new().route("/metrics", get(metrics));
+    if with_api {
+        protected = protected.route("/api/v1/incidents", get(incidents));
+    }
+    Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics));
-    if with_api {
-        r = r.route("/api/v1/incidents", get(incidents));
-    }
-    r.with_state(shared(state, limits))
+        .merge(behind_auth(protected, &state))
+        .with_state(shared(state, limits))
 }
 
 /// `/api/v1/incidents` alone, for its own address.
 pub fn api_router(state: HttpState, limits: Limits) -> Router {
-    Router::new()
-        .route("/api/v1/incidents", get(incidents))
-        .with_state(shared(state, limits))
+    let api = Router::new().route("/api/v1/incidents", get(incidents));
+    behind_auth(api, &state).with_state(shared(state, limits))
+}
+
+fn behind_auth(routes: Router<Shared>, state: &HttpState) -> Router<Shared> {
+    match &state.auth {
+        Some(auth) => routes.route_layer(axum::middleware::from_fn_with_state(
+            auth.clone(),
+            auth::require,
+        )),
+        None => routes,
+    }
 }
 
 fn shared(state: HttpState, limits: Limits) -> Shared {
     Shared {
         state,
         api_slots: Arc::new(Semaphore::new(limits.api_concurrency.max(1))),
+        metrics_slots: Arc::new(Semaphore::new(limits.metrics_concurrency.max(1))),
+        rendered: Arc::default(),
     }
 }
 
@@ -233,27 +255,32 @@ fn sent_holding(bytes: Bytes, slot: OwnedSemaphorePermit) -> Body {
 }
 
 /// OpenMetrics for those who ask for it (Prometheus does), the classic text format
-/// otherwise (curl, promtool).
-async fn metrics(
-    State(Shared { state: s, .. }): State<Shared>,
-    headers: axum::http::HeaderMap,
-) -> impl axum::response::IntoResponse {
+/// otherwise (curl, promtool). A slot is held until the answer is sent; the body is
+/// shared with the other scrapes of the same second.
+async fn metrics(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Response {
     let wants_openmetrics = headers
-        .get_all(axum::http::header::ACCEPT)
+        .get_all(header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("application/openmetrics-text"));
-    let m = s.metrics.lock();
-    if wants_openmetrics {
-        (
-            [(axum::http::header::CONTENT_TYPE, OPENMETRICS)],
-            m.encode(),
-        )
+    let (format, content_type) = if wants_openmetrics {
+        (Format::OpenMetrics, OPENMETRICS)
     } else {
-        (
-            [(axum::http::header::CONTENT_TYPE, CLASSIC_TEXT)],
-            m.encode_classic(),
+        (Format::Classic, CLASSIC_TEXT)
+    };
+    let Ok(slot) = s.metrics_slots.clone().acquire_owned().await else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    match s.rendered.body(&s.state.metrics, format).await {
+        Ok(bytes) => (
+            [
+                (header::CONTENT_TYPE, content_type.to_string()),
+                (header::CONTENT_LENGTH, bytes.len().to_string()),
+            ],
+            sent_holding(bytes, slot),
         )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
 

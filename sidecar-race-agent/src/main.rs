@@ -39,6 +39,8 @@ async fn main() -> anyhow::Result<()> {
                 agent: args.kernel.options(),
                 metrics_pod_label: args.metrics_pod_label,
                 max_series_per_metric: args.max_series_per_metric,
+                series_ttl: args.series_ttl,
+                auth: args.auth,
                 events: args.events.then_some(args.events_per_minute),
                 listen: args.listen,
                 api_listen: args.api_listen,

@@ -244,3 +244,71 @@ async fn a_client_that_stops_reading_gives_its_answer_slot_back() {
     assert_eq!(next.0, 200, "{}", next.1);
     server.stop();
 }
+
+/// Reads an answer slowly but steadily (64 KiB every half second: the server's writes
+/// never stall for its write timeout) until the connection ends: how much it read, or
+/// None if it did not end within `give_up`.
+async fn slow_reader(addr: std::net::SocketAddr, path: &str, give_up: Duration) -> Option<usize> {
+    let started = Instant::now();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: agent\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut read = 0;
+    while started.elapsed() < give_up {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return Some(read),
+            Ok(n) => {
+                read += n;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    None
+}
+
+/// Two clients reading the largest answer slowly (but never stalling the server's
+/// writes) cannot hold both answer slots: each answer is cut off at its deadline (the
+/// request timeout, from the request), and the next client gets a slot in time.
+#[tokio::test]
+async fn slow_readers_are_cut_off_at_the_answer_deadline() {
+    // Long enough for a debug build to render both answers of 10,000 incidents.
+    const DEADLINE: Duration = Duration::from_secs(20);
+    let server = Server::start(
+        pipeline_with_races(10_000),
+        Limits {
+            request_timeout: DEADLINE,
+            ..limits()
+        },
+        true,
+    )
+    .await;
+    let path = "/api/v1/incidents?limit=10000";
+    let whole = get_streamed(server.addr, path, "\"pod_uid\":").await.bytes;
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let addr = server.addr;
+            tokio::spawn(async move { slow_reader(addr, path, Duration::from_secs(150)).await })
+        })
+        .collect();
+    // Both slots are taken; this client's deadline is 10 s after the readers'. Read at
+    // 128 KiB/s their answers (11 MB) would take 80 s: only their deadline frees a slot.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (status, body) = get(server.addr, "/api/v1/incidents?limit=1").await;
+    assert_eq!(
+        status, 200,
+        "a slot came free within the next client's deadline: {body}"
+    );
+    for r in readers {
+        let read = r
+            .await
+            .unwrap()
+            .expect("a slow reader's answer never ended");
+        assert!(
+            read > 10_000 && read < whole,
+            "cut off while reading its answer: {read} of {whole} bytes"
+        );
+    }
+    server.stop();
+}

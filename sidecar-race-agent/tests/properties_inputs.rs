@@ -302,6 +302,7 @@ fn incidents_api() -> axum::Router {
             stream: Arc::new(StreamStats::default()),
             pipeline: Arc::new(Mutex::new(pipeline)),
             metrics: Arc::new(Mutex::new(Metrics::new(false, "test", "test"))),
+            auth: None,
         },
         Limits::default(),
         true,

@@ -635,7 +635,12 @@ async fn table_markdown_and_json() {
 #[tokio::test]
 async fn agents_give_the_same_ranking_without_pod_starts() {
     let urls = fake_agents().await;
-    let fleet = report::collect(&Input::Agents(urls.clone())).await.unwrap();
+    let fleet = report::collect(&Input::Agents {
+        urls: urls.clone(),
+        token: None,
+    })
+    .await
+    .unwrap();
     let r = report::build(fleet, Some(3));
     assert_eq!(names(&r), &RANKED[..3], "--top 3");
     assert_eq!(r.workloads_total, 4);
@@ -799,7 +804,9 @@ async fn an_unreachable_agent_is_named() {
     let mut urls = fake_agents().await;
     let dead = dead_url();
     urls.push(dead.clone());
-    let err = report::collect(&Input::Agents(urls)).await.unwrap_err();
+    let err = report::collect(&Input::Agents { urls, token: None })
+        .await
+        .unwrap_err();
     assert!(
         err.to_string()
             .starts_with(&format!("cannot reach agent at {dead}: ")),
@@ -807,9 +814,12 @@ async fn an_unreachable_agent_is_named() {
     );
     // Something that is not an agent.
     let (prom, _) = fake_prometheus(Mode::Fleet).await;
-    let err = report::collect(&Input::Agents(vec![prom.clone()]))
-        .await
-        .unwrap_err();
+    let err = report::collect(&Input::Agents {
+        urls: vec![prom.clone()],
+        token: None,
+    })
+    .await
+    .unwrap_err();
     assert_eq!(
         err.to_string(),
         format!("agent at {prom} answered HTTP 404 to /api/v1/incidents?limit=10000: (empty body)")
@@ -1172,9 +1182,12 @@ async fn answers_larger_than_the_cap_are_refused() {
         .route("/api/v1/incidents", get(endless));
     let base = format!("http://{}", serve(router).await);
 
-    let err = report::collect(&Input::Agents(vec![base.clone()]))
-        .await
-        .unwrap_err();
+    let err = report::collect(&Input::Agents {
+        urls: vec![base.clone()],
+        token: None,
+    })
+    .await
+    .unwrap_err();
     assert!(matches!(err, ReportError::TooLarge { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
@@ -1228,4 +1241,38 @@ async fn a_truncated_agent_answer_is_reported_as_a_warning() {
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json_names(&v), ["checkout"], "{v:#}");
+}
+
+/// An agent run with `--auth kubernetes` answers only a bearer token: `report --agent`
+/// sends the one of `--agent-token-file` (as `kubectl create token` writes it), and
+/// without one says the agent answered 401.
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_are_read_with_the_token_of_agent_token_file() {
+    let router = Router::new().route(
+        "/api/v1/incidents",
+        get(|headers: axum::http::HeaderMap| async move {
+            match headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                Some("Bearer scraper-token") => Json(json!({"incidents": []})).into_response(),
+                _ => (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response(),
+            }
+        }),
+    );
+    let url = format!("http://{}", serve(router).await);
+    let file = std::env::temp_dir().join(format!("sr-report-token-{}", std::process::id()));
+    std::fs::write(&file, "scraper-token\n").unwrap();
+    let with = binary(
+        &["report", "--agent", &url, "--format", "json"],
+        &[("SIDECAR_RACE_AGENT_TOKEN_FILE", file.to_str().unwrap())],
+    )
+    .await;
+    assert!(
+        with.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with.stderr)
+    );
+    let without = binary(&["report", "--agent", &url], &[]).await;
+    assert!(!without.status.success());
+    let stderr = String::from_utf8_lossy(&without.stderr);
+    assert!(stderr.contains("401"), "{stderr}");
+    std::fs::remove_file(file).unwrap();
 }

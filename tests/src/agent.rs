@@ -372,12 +372,18 @@ impl Drop for RunAgent {
 
 /// `GET /api/v1/incidents?query` of the agent at `addr`.
 pub fn incidents_at(addr: &str, query: &str) -> Vec<Value> {
+    incidents_at_as(addr, query, None)
+}
+
+/// `GET /api/v1/incidents?query` of the agent at `addr`, with a bearer token when
+/// given (an agent run with `--auth kubernetes`).
+pub fn incidents_at_as(addr: &str, query: &str, token: Option<&str>) -> Vec<Value> {
     let path = if query.is_empty() {
         "/api/v1/incidents".to_string()
     } else {
         format!("/api/v1/incidents?{query}")
     };
-    let (status, body) = crate::http::get(addr, &path).expect("the agent answers");
+    let (status, body) = crate::http::get_as(addr, &path, token).expect("the agent answers");
     assert_eq!(status, 200, "{body}");
     let v: Value = serde_json::from_str(&body).expect("JSON");
     v["incidents"]

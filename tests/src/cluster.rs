@@ -141,6 +141,34 @@ impl Cluster {
         )
     }
 
+    /// The token Prometheus scrapes the agents with (`--auth kubernetes`): the scraper
+    /// ServiceAccount's, from the Secret the PodMonitor names, once
+    /// deploy/monitoring/scraper.yaml is applied and the token controller filled it.
+    pub fn scraper_token(&self) -> &'static str {
+        static TOKEN: OnceLock<String> = OnceLock::new();
+        TOKEN.get_or_init(|| {
+            let scraper =
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/monitoring/scraper.yaml");
+            self.kubectl(&["apply", "-f", scraper.to_str().unwrap()]);
+            wait_until(
+                "the scraper token Secret filled in",
+                Duration::from_secs(60),
+                || {
+                    let token = self.kubectl(&[
+                        "-n",
+                        AGENT_NAMESPACE,
+                        "get",
+                        "secret",
+                        "sidecar-race-scraper-token",
+                        "-o",
+                        "go-template={{if .data.token}}{{.data.token | base64decode}}{{end}}",
+                    ]);
+                    (!token.trim().is_empty()).then(|| token.trim().to_string())
+                },
+            )
+        })
+    }
+
     /// `podIP:9965` of the agent's Ready pod (reachable from the node).
     pub fn agent_addr(&self) -> String {
         let pod = self.agent_pod();

@@ -1,8 +1,10 @@
 //! A fake Kubernetes API server at the HTTP level for the agent's `--pods-from api`:
 //! `GET /api/v1/pods` lists and watches (chunked JSON lines, real Pod JSON), and can be
 //! told to fail the ways a real one does: down (nothing listens, or connections cut),
-//! slow, 500, and 410 Gone on watches. No real API server can run here; the agent
-//! talks to this one through kube's real client, as it would to a cluster.
+//! slow, 500, and 410 Gone on watches. For `--auth=kubernetes` it answers TokenReviews
+//! (tokens it was given, naming a user) and SubjectAccessReviews (`get` on the
+//! non-resource paths it was told the user may read). The agent talks to it through
+//! kube's real client, as it would to a cluster.
 
 use std::{
     collections::HashMap,
@@ -38,6 +40,12 @@ struct Store {
     rv: u64,
     /// Query strings of the requests, in order.
     requests: Vec<HashMap<String, String>>,
+    /// Valid bearer tokens and the users they name.
+    tokens: HashMap<String, String>,
+    /// (user, non-resource path) allowed `get`.
+    allowed: Vec<(String, String)>,
+    /// TokenReviews answered.
+    token_reviews: usize,
 }
 
 pub struct FakeApi {
@@ -111,6 +119,28 @@ impl FakeApi {
         s.pods.push((rv, pod));
     }
 
+    /// A token the TokenReview authenticates as `user`.
+    pub fn add_token(&self, token: &str, user: &str) {
+        let mut s = self.store.lock().unwrap();
+        s.tokens.insert(token.to_string(), user.to_string());
+    }
+
+    /// The token is no longer valid.
+    pub fn revoke_token(&self, token: &str) {
+        self.store.lock().unwrap().tokens.remove(token);
+    }
+
+    /// `user` may `get` the non-resource `path`.
+    pub fn allow(&self, user: &str, path: &str) {
+        let mut s = self.store.lock().unwrap();
+        s.allowed.push((user.to_string(), path.to_string()));
+    }
+
+    /// TokenReviews answered so far.
+    pub fn token_reviews(&self) -> usize {
+        self.store.lock().unwrap().token_reviews
+    }
+
     /// Lists (not watches) answered so far.
     pub fn lists(&self) -> usize {
         self.store
@@ -172,11 +202,21 @@ fn serve(conn: TcpStream, up: &AtomicBool, mode: &Mutex<Mode>, store: &Mutex<Sto
     if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
         return;
     }
+    let mut length = 0;
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
             break;
         }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; length];
+    if std::io::Read::read_exact(&mut reader, &mut body).is_err() {
+        return;
     }
     let target = request_line.split_whitespace().nth(1).unwrap_or("/");
     let q = query(target);
@@ -186,18 +226,21 @@ fn serve(conn: TcpStream, up: &AtomicBool, mode: &Mutex<Mode>, store: &Mutex<Sto
     if let Mode::Slow(d) = current {
         thread::sleep(d);
     }
-    if !target.starts_with("/api/v1/pods") {
-        return respond(
-            &mut conn,
-            "404 Not Found",
-            &status_json(404, "NotFound", "no such path"),
-        );
-    }
     if current == Mode::Error500 {
         return respond(
             &mut conn,
             "500 Internal Server Error",
             &status_json(500, "InternalError", "etcdserver: request timed out"),
+        );
+    }
+    if let Some(answer) = review(target, &body, store) {
+        return respond(&mut conn, "201 Created", &answer.to_string());
+    }
+    if !target.starts_with("/api/v1/pods") {
+        return respond(
+            &mut conn,
+            "404 Not Found",
+            &status_json(404, "NotFound", "no such path"),
         );
     }
     let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
@@ -247,6 +290,33 @@ fn serve(conn: TcpStream, up: &AtomicBool, mode: &Mutex<Mode>, store: &Mutex<Sto
         thread::sleep(Duration::from_millis(100));
     }
     let _ = conn.write_all(b"0\r\n\r\n");
+}
+
+/// The answer to a TokenReview or SubjectAccessReview POSTed to `target`, if it is one.
+fn review(target: &str, body: &[u8], store: &Mutex<Store>) -> Option<Value> {
+    let mut review: Value = serde_json::from_slice(body).ok()?;
+    let mut s = store.lock().unwrap();
+    if target.starts_with("/apis/authentication.k8s.io/v1/tokenreviews") {
+        s.token_reviews += 1;
+        let token = review["spec"]["token"].as_str().unwrap_or("");
+        review["status"] = match s.tokens.get(token) {
+            Some(user) => json!({"authenticated": true,
+                "user": {"username": user, "uid": format!("uid-{user}"), "groups": ["system:authenticated"]}}),
+            None => json!({"authenticated": false, "error": "invalid bearer token"}),
+        };
+        return Some(review);
+    }
+    if target.starts_with("/apis/authorization.k8s.io/v1/subjectaccessreviews") {
+        let spec = &review["spec"];
+        let attrs = &spec["nonResourceAttributes"];
+        let allowed = attrs["verb"] == "get"
+            && s.allowed.iter().any(|(user, path)| {
+                spec["user"].as_str() == Some(user) && attrs["path"].as_str() == Some(path)
+            });
+        review["status"] = json!({"allowed": allowed});
+        return Some(review);
+    }
+    None
 }
 
 fn with_rv(pod: &Value, rv: u64) -> Value {

@@ -8,11 +8,19 @@ use std::{
 
 /// `GET path` on `addr`: (status, body), or None when nothing answers.
 pub fn get(addr: &str, path: &str) -> Option<(u16, String)> {
+    get_as(addr, path, None)
+}
+
+/// `GET path` on `addr` with `Authorization: Bearer <token>` when given.
+pub fn get_as(addr: &str, path: &str, token: Option<&str>) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
     )
     .ok()?;
     let mut resp = Vec::new();

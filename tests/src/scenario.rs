@@ -9,7 +9,7 @@ use std::{
 };
 
 use crate::{
-    agent::incidents_at,
+    agent::incidents_at_as,
     pod::{Declared, SimContainer, SimPod, require_binary, sibling_binary, write_pod_list},
 };
 
@@ -144,13 +144,19 @@ pub fn late_proxy_race(pod: &mut SimPod, p: &SimContainer, a: &SimContainer, del
 /// dials at once and retries), and the resolved `startup` incident that the agent at
 /// `addr` must report for it, with the right client and sidecar containers.
 pub fn assert_startup_race_detected(addr: &str, name: &str) {
+    assert_startup_race_detected_as(addr, name, None);
+}
+
+/// As `assert_startup_race_detected`, reading the incidents with a bearer token (an
+/// agent run with `--auth kubernetes`).
+pub fn assert_startup_race_detected_as(addr: &str, name: &str, token: Option<&str>) {
     let mut pod = SimPod::new(name).expect("a simulated pod");
     let p = pod.container("proxy").expect("proxy container");
     let a = pod.container("app").expect("app container");
     late_proxy_race(&mut pod, &p, &a, 1000);
     let deadline = Instant::now() + Duration::from_secs(10);
     let incident = loop {
-        let resolved = incidents_at(addr, "state=resolved");
+        let resolved = incidents_at_as(addr, "state=resolved", token);
         if let Some(i) = resolved
             .into_iter()
             .find(|i| i["pod_uid"] == pod.uid.as_str())

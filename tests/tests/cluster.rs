@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use sidecar_race_tests::{
-    agent::{agent_binary, incidents_at},
+    agent::{agent_binary, incidents_at_as},
     bpf::{bpf_ids_of, bpftool_ids},
     cluster::{
         AGENT_NAMESPACE, AGENT_SELECTOR, BUSYBOX_IMAGE, cluster, condition, container_id,
         container_pids, container_status, wait_until,
     },
-    http::get,
+    http::{get, get_as},
 };
 
 /// A namespace of this run (the agent's counters are per namespace and workload, so
@@ -52,16 +52,18 @@ fn wait_event(ns: &str, pod: &str, reason: &str) -> Value {
     )
 }
 
-/// The agent's incidents for one pod UID.
+/// The agent's incidents for one pod UID (read with the scraper's token: the
+/// DaemonSet runs the agent with `--auth kubernetes`).
 fn incidents_of(addr: &str, uid: &str) -> Vec<Value> {
-    incidents_at(addr, "")
+    incidents_at_as(addr, "", Some(cluster().scraper_token()))
         .into_iter()
         .filter(|i| i["pod_uid"] == uid)
         .collect()
 }
 
 fn metrics(addr: &str) -> String {
-    let (status, body) = get(addr, "/metrics").expect("the agent's /metrics answers");
+    let (status, body) = get_as(addr, "/metrics", Some(cluster().scraper_token()))
+        .expect("the agent's /metrics answers");
     assert_eq!(status, 200, "{body}");
     body
 }
@@ -385,6 +387,63 @@ fn the_agent_runs_as_the_daemonset_says_on_the_pinned_kubernetes() {
     assert!(container_status(&pod, "agent")["ready"] == true, "{pod:#}");
     let (status, body) = get(&c.agent_addr(), "/readyz").expect("the agent answers on its pod IP");
     assert_eq!(status, 200, "{body}");
+}
+
+/// `--auth kubernetes`, as the DaemonSet runs the agent: the scraper ServiceAccount's
+/// token (from the Secret the PodMonitor hands to Prometheus, bound to the scraper
+/// ClusterRole) gets `/metrics` and `/api/v1/incidents`; no token gets 401, a token of
+/// a ServiceAccount without the grant 403; the kubelet's probes need none.
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn only_callers_the_api_server_allows_read_the_agent() {
+    let c = cluster();
+    let addr = c.agent_addr();
+    let token = c.scraper_token();
+    for path in ["/metrics", "/api/v1/incidents"] {
+        let (status, body) = get(&addr, path).expect("the agent answers");
+        assert_eq!((status, body.as_str()), (401, "Unauthorized\n"), "{path}");
+        let (status, body) = get_as(&addr, path, Some(token)).expect("the agent answers");
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    assert!(metrics(&addr).contains("sidecar_race_build_info"));
+    let ns = &fresh_namespace("auth");
+    // The namespace's `default` ServiceAccount: created by the controller manager.
+    let stranger = wait_until("a token of ns/default", Duration::from_secs(30), || {
+        let out = c
+            .cmd()
+            .args(["-n", ns, "create", "token", "default"])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    });
+    let (status, body) =
+        get_as(&addr, "/metrics", Some(stranger.trim())).expect("the agent answers");
+    assert_eq!(
+        (status, body.as_str()),
+        (403, "Forbidden\n"),
+        "a valid token without the grant"
+    );
+    for open in ["/healthz", "/readyz"] {
+        assert_eq!(
+            get(&addr, open).expect("the agent answers").0,
+            200,
+            "{open}"
+        );
+    }
+    let exposition = metrics(&addr);
+    for result in ["allowed", "unauthenticated", "forbidden"] {
+        let prefix = format!("sidecar_race_http_auth_requests_total{{result=\"{result}\"}} ");
+        let n: u64 = exposition
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {exposition}"))
+            .parse()
+            .unwrap();
+        assert!(n >= 1, "{prefix}{n}");
+    }
+    c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
 }
 
 /// The line of `metric` (name and labels) in the agent's /metrics, once it is there.

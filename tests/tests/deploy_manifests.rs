@@ -31,7 +31,14 @@ const DEFAULT_GRANTS: &[(&str, &str, &str)] = &[
     ("", "pods", "watch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
+    // `--auth kubernetes`: who is calling /metrics and /api/v1/incidents, and may they.
+    ("authentication.k8s.io", "tokenreviews", "create"),
+    ("authorization.k8s.io", "subjectaccessreviews", "create"),
 ];
+
+/// The paths the agent guards (`--auth kubernetes`), and the only ones the scraper
+/// ClusterRole of deploy/monitoring/ grants `get` on.
+const SCRAPED_PATHS: &[&str] = &["/metrics", "/api/v1/incidents"];
 
 /// Only for `--pods-from kubelet`, only in deploy/kubelet-source/.
 const KUBELET_SOURCE_GRANT: (&str, &str, &str) = ("", "nodes/proxy", "get");
@@ -447,7 +454,16 @@ fn daemonset_keeps_to_least_privilege() {
     let c = &ds["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
         c["args"],
-        serde_json::json!(["run", "--listen", "0.0.0.0:9965", "--pods-from", "api"])
+        serde_json::json!([
+            "run",
+            "--listen",
+            "0.0.0.0:9965",
+            "--pods-from",
+            "api",
+            "--auth",
+            "kubernetes"
+        ]),
+        "the shipped DaemonSet guards /metrics and /api/v1/incidents"
     );
     assert_eq!(c["image"], "ghcr.io/sidecar-race/sidecar-race-agent:0.1.0");
 
@@ -1250,8 +1266,59 @@ fn servicemonitor_scrapes_the_service_like_the_podmonitor() {
         .expect("the ServiceMonitor's port is a port of the Service");
     assert_eq!(port["targetPort"], pep["port"]);
     assert_eq!(svc["spec"]["clusterIP"], "None", "one endpoint per agent");
-    for k in ["path", "interval", "honorLabels", "relabelings"] {
+    for k in [
+        "path",
+        "interval",
+        "honorLabels",
+        "relabelings",
+        "authorization",
+    ] {
         assert_eq!(ep[k], pep[k], "{k} as in the PodMonitor");
     }
     assert_eq!(ep["honorLabels"], true);
+}
+
+/// The scrapers of `--auth kubernetes`: deploy/monitoring/ holds a ServiceAccount, its
+/// token Secret, and a ClusterRole granting `get` on the agent's two guarded paths and
+/// nothing else, bound to that ServiceAccount only; the PodMonitor (and the
+/// ServiceMonitor) send that Secret's token through the operator's `authorization`.
+#[test]
+fn monitoring_scrapes_with_a_token_allowed_only_the_agent_paths() {
+    let monitoring = rendered("monitoring");
+    let sa = the(&monitoring, "ServiceAccount");
+    assert_eq!(sa["metadata"]["namespace"], NAMESPACE);
+    let secret = the(&monitoring, "Secret");
+    assert_eq!(secret["type"], "kubernetes.io/service-account-token");
+    assert_eq!(
+        secret["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+        sa["metadata"]["name"]
+    );
+    assert_eq!(
+        secret["metadata"]["namespace"], NAMESPACE,
+        "the operator reads Secrets of the monitor's namespace"
+    );
+    let role = the(&monitoring, "ClusterRole");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"nonResourceURLs": SCRAPED_PATHS, "verbs": ["get"]}]),
+        "get on the agent's guarded paths, nothing else"
+    );
+    let binding = the(&monitoring, "ClusterRoleBinding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}])
+    );
+    let pm = the(&monitoring, "PodMonitor");
+    let service_monitor = rendered("monitoring-servicemonitor");
+    let sm = the(&service_monitor, "ServiceMonitor");
+    for ep in [
+        &pm["spec"]["podMetricsEndpoints"][0],
+        &sm["spec"]["endpoints"][0],
+    ] {
+        assert_eq!(
+            ep["authorization"],
+            serde_json::json!({"type": "Bearer", "credentials": {"name": secret["metadata"]["name"], "key": "token"}})
+        );
+    }
 }

@@ -2,7 +2,8 @@
 //! DaemonSet runs it — its arguments and environment from deploy/base/daemonset.yaml,
 //! the host paths it mounts, uid 0 with only the manifest's capabilities (bounding,
 //! permitted and effective sets cut down with setpriv) and no_new_privs — and still
-//! loads, attaches and detects a simulated startup race. Its own test binary, as the
+//! loads, attaches and detects a simulated startup race, read through `--auth
+//! kubernetes` with a token the (fake) API server allows. Its own test binary, as the
 //! agent listens on the manifest's fixed port.
 
 use std::{
@@ -14,10 +15,14 @@ use std::{
 use serde_json::Value;
 use sidecar_race_tests::{
     agent::agent_binary,
+    fake_api::{FakeApi, Mode},
     http::get,
     root::{have, is_root_or_skip},
-    scenario::assert_startup_race_detected,
+    scenario::assert_startup_race_detected_as,
 };
+
+/// A token the fake API server authenticates and allows `get` on the incidents.
+const READER_TOKEN: &str = "least-privilege-reader";
 
 fn daemonset() -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/daemonset.yaml");
@@ -89,6 +94,14 @@ fn the_manifests_capabilities_are_enough_to_detect_a_startup_race() {
         .map(|c| format!("+{}", c.to_lowercase()))
         .collect::<Vec<_>>()
         .join(",");
+    // The API server the agent's pod would reach: it reviews the callers of the
+    // incidents (`--auth kubernetes`) and lists pods.
+    let api = FakeApi::start(Mode::Healthy);
+    api.add_token(READER_TOKEN, "system:serviceaccount:monitoring:reader");
+    api.allow(
+        "system:serviceaccount:monitoring:reader",
+        "/api/v1/incidents",
+    );
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=0", "--regid=0", "--clear-groups", "--no-new-privs"])
         .arg(format!("--bounding-set=-all,{cap_list}"))
@@ -102,6 +115,7 @@ fn the_manifests_capabilities_are_enough_to_detect_a_startup_race() {
         .env("NODE_NAME", "least-privilege-node")
         .env("NODE_IP", "127.0.0.1")
         .env("SIDECAR_RACE_LOG_FORMAT", "json")
+        .env("KUBECONFIG", api.kubeconfig())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut agent = cmd.spawn().expect("start the agent under setpriv");
@@ -137,13 +151,18 @@ fn the_manifests_capabilities_are_enough_to_detect_a_startup_race() {
             .any(|l| l.starts_with("NoNewPrivs:") && l.ends_with('1'))
     );
 
-    assert_startup_race_detected(&addr, "leastpriv");
+    assert_eq!(
+        get(&addr, "/api/v1/incidents").map(|r| r.0),
+        Some(401),
+        "the incidents need a token"
+    );
+    assert_startup_race_detected_as(&addr, "leastpriv", Some(READER_TOKEN));
 
     // SAFETY: kill(2) of our own child.
     unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
     let out = agent.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    // The api pod source has no API server here: it must say so and keep going.
+    // The api pod source used the API server.
     assert!(stderr.contains("pod source api"), "{stderr}");
 }

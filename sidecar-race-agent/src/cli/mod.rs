@@ -16,7 +16,7 @@ pub use self::{
     kernel::{KernelArgs, PodSourceArgs},
     lint::{FailOn, FixMode, LintArgs},
     report::ReportArgs,
-    run::RunArgs,
+    run::{AuthMode, RunArgs},
     trace::TraceArgs,
     values::clean_names,
 };

@@ -23,6 +23,11 @@ pub struct ReportArgs {
         value_delimiter = ','
     )]
     pub agent: Vec<String>,
+    /// A file holding the bearer token to send the agents (--agent), for agents run
+    /// with `--auth kubernetes`: e.g. `kubectl create token sidecar-race-scraper -n
+    /// sidecar-race > token`.
+    #[arg(long, env = "SIDECAR_RACE_AGENT_TOKEN_FILE", value_name = "PATH")]
+    pub agent_token_file: Option<PathBuf>,
     /// Output format.
     #[arg(long, env = "SIDECAR_RACE_FORMAT", value_enum, default_value_t = crate::report::render::Format::Table)]
     pub format: crate::report::render::Format,

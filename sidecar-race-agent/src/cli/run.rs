@@ -4,7 +4,10 @@ use std::net::SocketAddr;
 
 use clap::Args;
 
-use super::{KernelArgs, values::parse_seconds};
+use super::{
+    KernelArgs,
+    values::{parse_duration, parse_seconds},
+};
 use crate::detect::DetectorConfig;
 
 #[derive(Debug, Args)]
@@ -16,6 +19,11 @@ pub struct RunArgs {
     /// with `kubectl port-forward`), or `off`; default: on --listen with the others.
     #[arg(long, env = "SIDECAR_RACE_API_LISTEN", value_name = "ADDR|off")]
     pub api_listen: Option<crate::http::ApiListen>,
+    /// Who may read /metrics and /api/v1/incidents: `none`, or `kubernetes` (a bearer
+    /// token the API server authenticates, whose user may `get` the path; /healthz
+    /// and /readyz stay open).
+    #[arg(long, env = "SIDECAR_RACE_AUTH", value_enum, default_value_t = AuthMode::None)]
+    pub auth: AuthMode,
     /// Seconds between log lines with kernel event counts.
     #[arg(
         long,
@@ -96,11 +104,27 @@ pub struct RunArgs {
         default_value_t = crate::metrics::DEFAULT_MAX_SERIES
     )]
     pub max_series_per_metric: usize,
+    /// Series of workloads not seen for this long (`90s`, `30m`, `1h`) are dropped and
+    /// free their slot under --max-series-per-metric.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_SERIES_TTL",
+        default_value = "1h",
+        value_parser = parse_duration
+    )]
+    pub series_ttl: std::time::Duration,
     /// Milliseconds kernel facts are held to be put back in time order.
     #[arg(long, env = "SIDECAR_RACE_REORDER_WINDOW_MS", default_value_t = 200)]
     pub reorder_window_ms: u64,
     #[command(flatten)]
     pub kernel: KernelArgs,
+}
+
+/// `--auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    None,
+    Kubernetes,
 }
 
 impl RunArgs {
@@ -170,6 +194,8 @@ mod tests {
             panic!()
         };
         assert_eq!(r.listen.to_string(), "0.0.0.0:9965");
+        assert_eq!(r.series_ttl, Duration::from_secs(3600));
+        assert_eq!(r.auth, super::AuthMode::None);
         assert_eq!(r.kernel.ring_buffer_bytes, 1 << 20);
         assert_eq!(
             r.kernel.options().probes.refusal_budget,

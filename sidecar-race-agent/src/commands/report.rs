@@ -3,11 +3,24 @@
 
 use std::io::Write;
 
+use anyhow::Context;
+
 use crate::{
     cli::ReportArgs,
     lint,
     report::{self, Input, plan, render},
 };
+
+/// The token of `--agent-token-file`, trimmed (`kubectl create token` ends it with a
+/// newline).
+fn agent_token(args: &ReportArgs) -> anyhow::Result<Option<String>> {
+    let Some(path) = &args.agent_token_file else {
+        return Ok(None);
+    };
+    let token = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --agent-token-file {}", path.display()))?;
+    Ok(Some(token.trim().to_string()))
+}
 
 pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
     if args.with_patches && args.manifests.is_empty() && !args.cluster {
@@ -22,7 +35,10 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
             namespace: args.agent_namespace.clone(),
             port: args.agent_port,
         },
-        None => Input::Agents(args.agent),
+        None => Input::Agents {
+            token: agent_token(&args)?,
+            urls: args.agent,
+        },
     };
     let fleet = report::collect(&input).await?;
     let ranked = report::build(fleet, args.top);

@@ -58,8 +58,19 @@ pub struct IncidentView {
     pub refusals_suppressed: u64,
 }
 
-/// Renders `inc`; `wall` turns kernel boot-clock ns into RFC 3339.
-pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) -> IncidentView {
+/// The containers of an incident, their roles, and so its kind: what a filter on
+/// `kind` needs, without the rest of a view.
+struct Parties<'a> {
+    pod: Option<&'a crate::inventory::pod_info::PodInfo>,
+    container_id: Option<String>,
+    container: Option<String>,
+    sidecar: Option<String>,
+    container_role: Option<Role>,
+    sidecar_role: Option<Role>,
+    kind: Kind,
+}
+
+fn parties<'a>(inc: &Incident, meta: &'a dyn PodMeta) -> Parties<'a> {
     let pod = meta.pod(&inc.pod_uid);
     let stuck_sidecar = match &inc.subject {
         Subject::StuckJob { sidecar } => Some(sidecar.clone()),
@@ -81,10 +92,6 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         .and_then(|id| meta.container_name(id))
         .map(str::to_string);
     let sidecar = stuck_sidecar.or(declared).or(by_listener);
-    let sidecar_container_id = inc.listener_container_id.clone().or_else(|| {
-        let (pod, name) = (pod?, sidecar.as_deref()?);
-        pod.status(name).map(|s| s.container_id.clone())
-    });
     let role_of = |name: Option<&str>| pod.zip(name).and_then(|(p, n)| p.role(n));
     let (container_role, sidecar_role) =
         (role_of(container.as_deref()), role_of(sidecar.as_deref()));
@@ -103,6 +110,33 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         (Some(_), Some(Role::App)) => Kind::AppNotReady,
         _ => Kind::SidecarRace,
     };
+    Parties {
+        pod,
+        container_id,
+        container,
+        sidecar,
+        container_role,
+        sidecar_role,
+        kind,
+    }
+}
+
+/// Renders `inc`; `wall` turns kernel boot-clock ns into RFC 3339.
+pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) -> IncidentView {
+    let Parties {
+        pod,
+        container_id,
+        container,
+        sidecar,
+        container_role,
+        sidecar_role,
+        kind,
+    } = parties(inc, meta);
+    let refusals = kind != Kind::StuckJob;
+    let sidecar_container_id = inc.listener_container_id.clone().or_else(|| {
+        let (pod, name) = (pod?, sidecar.as_deref()?);
+        pod.status(name).map(|s| s.container_id.clone())
+    });
     // For app_not_ready the pattern is the dialing sidecar's.
     let pattern_of = match kind {
         Kind::AppNotReady => container.as_deref(),
@@ -188,13 +222,15 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn matches(&self, v: &IncidentView) -> bool {
-        self.kind.is_none_or(|k| k == v.kind)
-            && self.phase.is_none_or(|p| p == v.phase)
-            && self.state.is_none_or(|s| s == v.state)
+    /// Whether `inc` matches, decided before any view is built: an answer of one
+    /// incident does not render the whole history (under the pipeline lock).
+    pub fn matches(&self, inc: &Incident, meta: &dyn PodMeta) -> bool {
+        self.phase.is_none_or(|p| p == inc.phase)
+            && self.state.is_none_or(|s| s == inc.state)
             && self
                 .namespace
                 .as_deref()
-                .is_none_or(|n| v.namespace.as_deref() == Some(n))
+                .is_none_or(|n| meta.pod(&inc.pod_uid).map(|p| p.namespace.as_str()) == Some(n))
+            && self.kind.is_none_or(|k| k == parties(inc, meta).kind)
     }
 }

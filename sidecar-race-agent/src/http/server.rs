@@ -1,13 +1,22 @@
 //! Connections of the agent's HTTP server, within limits a slow or hostile client
 //! cannot stretch: a connection cap, a header-read timeout (slowloris), a maximum
-//! connection age (idle keep-alive clients), a request timeout and no request bodies.
+//! connection age (idle keep-alive clients), an absolute deadline for each answer
+//! (head and body: a client reading slowly is cut off) and no request bodies.
 //! Shutdown waits for connections at most as long as a request may take.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    os::fd::{AsRawFd, RawFd},
+    sync::Arc,
+    time::Duration,
+};
 
-use super::write_deadline::WriteDeadline;
+use super::{
+    answer_deadline::{AnswerDeadline, ArmedBody, deadline_passed},
+    write_deadline::WriteDeadline,
+};
 use axum::{
     Router,
+    body::Body,
     extract::Request,
     http::{StatusCode, header},
     middleware::{self, Next},
@@ -21,6 +30,7 @@ use hyper_util::{
 use tokio::{
     net::TcpListener,
     sync::{Semaphore, watch},
+    time::Instant,
 };
 
 /// The server's limits (SECURITY.md, "HTTP server").
@@ -28,7 +38,8 @@ use tokio::{
 pub struct Limits {
     /// A client must send a request's headers within this, or is disconnected.
     pub header_read_timeout: Duration,
-    /// A request must be answered within this (503 otherwise).
+    /// A request must be answered within this, its body sent included: 503 when the
+    /// answer is not ready by then, the connection is cut when its body is not sent.
     pub request_timeout: Duration,
     /// A client that reads nothing of an answer for this long is disconnected.
     pub write_timeout: Duration,
@@ -43,6 +54,8 @@ pub struct Limits {
     pub max_body_bytes: u64,
     /// `/api/v1/incidents` answers built and in flight at once; further requests wait.
     pub api_concurrency: usize,
+    /// `/metrics` answers in flight at once; further scrapes wait.
+    pub metrics_concurrency: usize,
 }
 
 impl Default for Limits {
@@ -56,18 +69,25 @@ impl Default for Limits {
             max_header_bytes: 16 * 1024,
             max_body_bytes: 16 * 1024,
             api_concurrency: 2,
+            metrics_concurrency: 4,
         }
     }
 }
 
-/// Adds the request timeout and the body limit to `app`.
-pub fn limited(app: Router, limits: Limits) -> Router {
+/// Adds the request timeout and the body limit to `app`, for one connection whose
+/// answers are cut off at their deadline through `deadline`.
+pub fn limited(app: Router, limits: Limits, deadline: AnswerDeadline) -> Router {
     app.layer(middleware::from_fn(move |req: Request, next: Next| {
-        within_limits(limits, req, next)
+        within_limits(limits, deadline.clone(), req, next)
     }))
 }
 
-async fn within_limits(limits: Limits, req: Request, next: Next) -> Response {
+async fn within_limits(
+    limits: Limits,
+    deadline: AnswerDeadline,
+    req: Request,
+    next: Next,
+) -> Response {
     let length = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -84,13 +104,35 @@ async fn within_limits(limits: Limits, req: Request, next: Next) -> Response {
         )
             .into_response();
     }
+    // Armed until the answer's body is sent (or dropped with its connection).
+    let armed = deadline.arm(Instant::now() + limits.request_timeout);
     match tokio::time::timeout(limits.request_timeout, next.run(req)).await {
-        Ok(res) => res,
+        Ok(res) => res.map(|body| Body::new(ArmedBody::new(body, armed))),
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "request timed out in the agent\n",
         )
             .into_response(),
+    }
+}
+
+/// Makes closing the socket `fd` (still owned by its connection) send a reset and drop
+/// unsent data, instead of sending it at the reader's pace.
+fn reset_on_close(fd: RawFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `fd` is the open socket of a connection that is dropped right after;
+    // setsockopt reads `linger` for the length given.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        );
     }
 }
 
@@ -102,7 +144,6 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    let app = limited(app, limits);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -130,7 +171,9 @@ pub async fn serve(
             }
             continue; // dropping the stream closes it
         };
-        let service = TowerToHyperService::new(app.clone());
+        let fd = stream.as_raw_fd();
+        let (deadline, mut cut_at) = AnswerDeadline::new();
+        let service = TowerToHyperService::new(limited(app.clone(), limits, deadline));
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             let _slot = slot;
@@ -143,13 +186,19 @@ pub async fn serve(
                     service,
                 );
             tokio::pin!(conn);
+            // An answer past its deadline is cut off: reset, so that what the kernel
+            // still buffers for a slow reader is discarded too.
             tokio::select! {
                 _ = conn.as_mut() => return,
+                _ = deadline_passed(&mut cut_at) => return reset_on_close(fd),
                 _ = tokio::time::sleep(limits.max_connection_age) => {}
                 _ = stop.wait_for(|stop| *stop) => {}
             }
             conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(limits.request_timeout, conn).await;
+            tokio::select! {
+                _ = tokio::time::timeout(limits.request_timeout, conn.as_mut()) => {}
+                _ = deadline_passed(&mut cut_at) => reset_on_close(fd),
+            }
         });
     }
     drop(listener);

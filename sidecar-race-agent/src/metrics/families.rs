@@ -104,4 +104,20 @@ impl Families {
         );
         f
     }
+
+    /// Drops the series of `metric` (a name the series cap keeps) under `labels`.
+    pub(super) fn remove(&self, metric: &str, labels: &Labels) {
+        let removed = match metric {
+            "refused_connections" => self.refused.remove(labels),
+            "incidents" => self.incidents.remove(labels),
+            "window_seconds" => self.window.remove(labels),
+            "pod_starts" => self.pod_starts.remove(labels),
+            "affected_pod_starts" => self.affected_starts.remove(labels),
+            "app_not_ready_refusals" => self.app_not_ready.remove(labels),
+            "stuck_job_pods" => self.stuck_jobs.remove(labels),
+            "refusals_suppressed" => self.refusals_suppressed.remove(labels),
+            _ => false,
+        };
+        debug_assert!(removed, "{metric} has no series {labels:?}");
+    }
 }

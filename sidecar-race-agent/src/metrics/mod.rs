@@ -14,15 +14,18 @@ mod totals;
 #[cfg(test)]
 mod tests;
 
-use std::{collections::HashSet, time::Instant};
+use std::{
+    collections::HashSet,
+    time::{Duration, Instant},
+};
 
 use prometheus_client::{encoding::text::encode, registry::Registry};
 
+use self::{cap::SeriesCap, families::Families, sink::Sink, totals::TotalsCollector};
 pub use self::{
-    cap::DEFAULT_MAX_SERIES,
+    cap::{DEFAULT_MAX_SERIES, DEFAULT_SERIES_TTL},
     totals::{BoundsTotals, KernelTotals, Totals, TotalsSource},
 };
-use self::{cap::SeriesCap, families::Families, sink::Sink, totals::TotalsCollector};
 use crate::{outcome::Outcome, suppressed::Owner};
 
 pub struct Metrics {
@@ -47,6 +50,12 @@ impl Metrics {
         self
     }
 
+    /// Series not written for `ttl` are dropped and free their slot (`--series-ttl`).
+    pub fn with_series_ttl(mut self, ttl: Duration) -> Self {
+        self.sink.series.set_ttl(ttl);
+        self
+    }
+
     /// Exports the totals `source` holds, read at each scrape.
     pub fn with_totals(mut self, source: Box<dyn TotalsSource>) -> Self {
         self.registry
@@ -67,7 +76,7 @@ impl Metrics {
         openmetrics_to_classic(&self.encode())
     }
 
-    /// Counts what the pipeline's outcomes say.
+    /// Counts what the pipeline's outcomes say, at `now` (which also ages series out).
     pub fn consume(&mut self, outcomes: &[Outcome], now: Instant) {
         for o in outcomes {
             self.sink.consume(o, now);
@@ -76,8 +85,8 @@ impl Metrics {
     }
 
     /// Adds suppressed refusals, per owner (already deltas).
-    pub fn add_suppressed(&mut self, deltas: &[(Owner, u64)]) {
-        self.sink.add_suppressed(deltas);
+    pub fn add_suppressed(&mut self, deltas: &[(Owner, u64)], now: Instant) {
+        self.sink.add_suppressed(deltas, now);
     }
 }
 

@@ -62,12 +62,12 @@ impl Sink {
     pub(super) fn consume(&mut self, outcome: &Outcome, now: Instant) {
         match outcome {
             Outcome::Settled(a) => self.settle(a, now),
-            Outcome::LateRefusals(a) => self.count_refusals(a),
+            Outcome::LateRefusals(a) => self.count_refusals(a, now),
             Outcome::PodStarted { pod_uid, names } => self.pod_started(pod_uid, names, now),
             Outcome::StuckJob(StuckJob::Found(v)) if !self.stuck.contains_key(&v.id) => {
                 let mut labels = self.workload_labels(v);
                 labels.push(("sidecar", name(&v.sidecar)));
-                let labels = self.series.labels("stuck_job_pods", labels);
+                let labels = self.series.labels("stuck_job_pods", labels, now);
                 self.families.stuck_jobs.get_or_create(&labels).inc();
                 self.stuck.insert(v.id, labels);
             }
@@ -80,15 +80,22 @@ impl Sink {
         }
     }
 
-    /// Forgets counted starts after a while.
+    /// Forgets counted starts after a while, and drops the series not written for
+    /// `--series-ttl` (an open stuck Job's gauge still holds its value: it stays).
     pub(super) fn prune(&mut self, now: Instant) {
         let recent = |seen: &Instant| now.duration_since(*seen) < START_MEMORY;
         self.starts.retain(|_, s| recent(&s.seen));
         self.affected_early.retain(|_, seen| recent(seen));
+        for labels in self.stuck.values() {
+            self.series.touch("stuck_job_pods", labels, now);
+        }
+        for (metric, labels) in self.series.expire(now) {
+            self.families.remove(metric, &labels);
+        }
     }
 
     /// Adds the refusals an incident gained since it was last counted.
-    fn count_refusals(&mut self, a: &Accounting) {
+    fn count_refusals(&mut self, a: &Accounting, now: Instant) {
         if a.new_refusals == 0 {
             return;
         }
@@ -104,7 +111,7 @@ impl Sink {
                     ("app", name(&v.sidecar)),
                     ("port", port),
                 ]);
-                let l = self.series.labels("app_not_ready_refusals", l);
+                let l = self.series.labels("app_not_ready_refusals", l, now);
                 self.families
                     .app_not_ready
                     .get_or_create(&l)
@@ -119,7 +126,7 @@ impl Sink {
                     ("port", port),
                     ("phase", v.phase.as_str().to_string()),
                 ]);
-                let l = self.series.labels("refused_connections", l);
+                let l = self.series.labels("refused_connections", l, now);
                 self.families
                     .refused
                     .get_or_create(&l)
@@ -130,19 +137,19 @@ impl Sink {
 
     /// Final accounting of an incident (once: the pipeline says when).
     fn settle(&mut self, a: &Accounting, now: Instant) {
-        self.count_refusals(a);
+        self.count_refusals(a, now);
         let v = &a.view;
         if !matches!(v.kind, Kind::SidecarRace | Kind::InitDeadlock) {
             return;
         }
         let l = self
             .series
-            .labels("incidents", self.incident_labels(v, true));
+            .labels("incidents", self.incident_labels(v, true), now);
         self.families.incidents.get_or_create(&l).inc();
         if let Some(w) = v.race_window_seconds {
             let l = self
                 .series
-                .labels("window_seconds", self.incident_labels(v, false));
+                .labels("window_seconds", self.incident_labels(v, false), now);
             self.families.window.get_or_create(&l).observe(w);
         }
         if v.kind != Kind::InitDeadlock && v.phase != Phase::Startup {
@@ -153,7 +160,7 @@ impl Sink {
                 start.affected = true;
                 let l = self
                     .series
-                    .labels("affected_pod_starts", start.labels.clone());
+                    .labels("affected_pod_starts", start.labels.clone(), now);
                 self.families.affected_starts.get_or_create(&l).inc();
             }
             Some(_) => {}
@@ -175,11 +182,13 @@ impl Sink {
             &names.workload,
             &names.pod,
         );
-        let l = self.series.labels("pod_starts", labels.clone());
+        let l = self.series.labels("pod_starts", labels.clone(), now);
         self.families.pod_starts.get_or_create(&l).inc();
         let affected = self.affected_early.remove(pod_uid).is_some();
         if affected {
-            let l = self.series.labels("affected_pod_starts", labels.clone());
+            let l = self
+                .series
+                .labels("affected_pod_starts", labels.clone(), now);
             self.families.affected_starts.get_or_create(&l).inc();
         }
         self.starts.insert(
@@ -193,11 +202,11 @@ impl Sink {
     }
 
     /// Adds suppressed refusals, per owner (already deltas).
-    pub(super) fn add_suppressed(&mut self, deltas: &[(Owner, u64)]) {
+    pub(super) fn add_suppressed(&mut self, deltas: &[(Owner, u64)], now: Instant) {
         for (o, n) in deltas {
             let mut l = self.owner_labels(&o.namespace, &o.workload_kind, &o.workload, &o.pod);
             l.push(("container", name(&o.container)));
-            let l = self.series.labels("refusals_suppressed", l);
+            let l = self.series.labels("refusals_suppressed", l, now);
             self.families
                 .refusals_suppressed
                 .get_or_create(&l)

@@ -108,6 +108,13 @@ fn golden_exposition() {
         undecodable: 1,
         events_not_posted: None,
         bounds: BoundsTotals::default(),
+        auth: Some(vec![
+            ("allowed", 7),
+            ("allowed_api_unreachable", 1),
+            ("unauthenticated", 2),
+            ("forbidden", 1),
+            ("unavailable", 3),
+        ]),
     })));
     let mut m = m;
     let app = crate::suppressed::Owner {
@@ -117,7 +124,10 @@ fn golden_exposition() {
         pod: Some("checkout-7d4b9c8f5-x2k8q".into()),
         container: Some("app".into()),
     };
-    m.add_suppressed(&[(app.clone(), 300), (Default::default(), 2), (app, 20)]);
+    m.add_suppressed(
+        &[(app.clone(), 300), (Default::default(), 2), (app, 20)],
+        Instant::now(),
+    );
     let got = m.encode();
     let golden =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/metrics/golden.openmetrics");
@@ -261,4 +271,59 @@ fn pod_label_and_classic_format() {
     assert!(classic.contains("# HELP sidecar_race_refused_connections_total "));
     assert!(!classic.contains("# EOF"));
     assert!(classic.contains("# TYPE sidecar_race_window_seconds histogram\n"));
+}
+
+/// A Job run every 90 s for a month: each run is a new workload name. Series of runs
+/// not seen for the TTL (1 h) are dropped and free their slots, so the 30,000th run
+/// is still labelled with its own name, not folded into `overflow`.
+#[test]
+fn thirty_thousand_job_runs_keep_new_workloads_labelled() {
+    let mut m = Metrics::new(false, "0.1.0", "k");
+    let t0 = Instant::now();
+    let runs = 30_000u64;
+    for run in 0..runs {
+        let now = t0 + Duration::from_secs(run * 90);
+        let names = crate::outcome::PodNames {
+            namespace: Some("batch".into()),
+            workload_kind: Some("Job".into()),
+            workload: Some(format!("report-{run}")),
+            pod: Some(format!("report-{run}-x7k2p")),
+        };
+        let app = crate::suppressed::Owner {
+            namespace: names.namespace.clone(),
+            workload_kind: names.workload_kind.clone(),
+            workload: names.workload.clone(),
+            pod: names.pod.clone(),
+            container: Some("app".into()),
+        };
+        m.consume(
+            &[Outcome::PodStarted {
+                pod_uid: format!("uid-{run}"),
+                names,
+            }],
+            now,
+        );
+        m.add_suppressed(&[(app, 1)], now);
+    }
+    let om = m.encode();
+    let last = runs - 1;
+    assert!(
+        om.contains(&format!(
+            r#"sidecar_race_pod_starts_total{{namespace="batch",workload_kind="Job",workload="report-{last}"}} 1"#
+        )),
+        "{om}"
+    );
+    assert!(
+        om.contains(&format!(
+            r#"sidecar_race_refusals_suppressed_total{{namespace="batch",workload_kind="Job",workload="report-{last}",container="app"}} 1"#
+        )),
+        "{om}"
+    );
+    assert!(!om.contains(r#""overflow""#), "nothing folded");
+    let live = om
+        .lines()
+        .filter(|l| l.starts_with("sidecar_race_pod_starts_total{"))
+        .count();
+    // An hour of runs, plus the sweep's granularity.
+    assert!((40..=42).contains(&live), "{live} series of pod starts");
 }

@@ -26,6 +26,8 @@ pub struct Totals {
     /// Kubernetes Events dropped and failed; `None` when Events are off.
     pub events_not_posted: Option<(u64, u64)>,
     pub bounds: BoundsTotals,
+    /// Requests to the protected endpoints by result; `None` when `--auth` is off.
+    pub auth: Option<Vec<(&'static str, u64)>>,
 }
 
 /// Kernel events seen per kind, and those the full ring buffer could not take.
@@ -131,6 +133,17 @@ impl Collector for TotalsCollector {
             )?;
             for (reason, n) in [("dropped", dropped), ("failed", failed)] {
                 ConstCounter::new(n).encode(family.encode_family(&[("reason", reason)])?)?;
+            }
+        }
+        if let Some(results) = &t.auth {
+            let mut family = encoder.encode_descriptor(
+                "http_auth_requests",
+                "Requests to /metrics and /api/v1/incidents under --auth, by result: allowed, allowed_api_unreachable (a cached allow while the API server cannot be reached), unauthenticated (401), forbidden (403), unavailable (503: API server unreachable, no cached allow).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (result, n) in results {
+                ConstCounter::new(*n).encode(family.encode_family(&[("result", *result)])?)?;
             }
         }
         counter(

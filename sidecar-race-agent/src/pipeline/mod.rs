@@ -202,21 +202,17 @@ impl Pipeline {
     /// (views are what costs), the kind (it depends on the containers' roles) after.
     pub fn incidents(&self, filter: &Filter, limit: usize) -> (Vec<IncidentView>, bool) {
         let pods = &self.inventory.pods;
+        // Filtered before any view is built: only the answer's incidents are rendered.
         let mut matching = self
             .detector
             .incidents()
             .newest_first()
-            .filter(|i| i.is_shown())
-            .filter(|i| {
-                filter.phase.is_none_or(|p| p == i.phase)
-                    && filter.state.is_none_or(|s| s == i.state)
-                    && filter.namespace.as_deref().is_none_or(|n| {
-                        pods.pod(&i.pod_uid).map(|p| p.namespace.as_str()) == Some(n)
-                    })
-            })
+            .filter(|i| i.is_shown() && filter.matches(i, pods));
+        let list: Vec<IncidentView> = matching
+            .by_ref()
+            .take(limit)
             .map(|i| self.view(i))
-            .filter(|v| filter.matches(v));
-        let list: Vec<IncidentView> = matching.by_ref().take(limit).collect();
+            .collect();
         let more = matching.next().is_some();
         (list, more)
     }

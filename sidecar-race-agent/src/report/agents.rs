@@ -63,20 +63,21 @@ struct IncidentList {
     truncated: bool,
 }
 
-/// Reads every agent's incidents (all of them, or the first failure).
-pub async fn collect(urls: &[String]) -> Result<Fleet, ReportError> {
+/// Reads every agent's incidents (all of them, or the first failure), sending `token`
+/// as a bearer token when given.
+pub async fn collect(urls: &[String], token: Option<&str>) -> Result<Fleet, ReportError> {
     let mut unique: Vec<String> = Vec::new();
     for u in urls {
         if !unique.contains(u) {
             unique.push(u.clone());
         }
     }
-    let lists = futures::future::try_join_all(unique.iter().map(|u| incidents(u))).await?;
+    let lists = futures::future::try_join_all(unique.iter().map(|u| incidents(u, token))).await?;
     Ok(fleet(unique, lists.into_iter().flatten()))
 }
 
-async fn incidents(url: &str) -> Result<Vec<AgentIncident>, ReportError> {
-    let ep = Endpoint::new("agent", url)?;
+async fn incidents(url: &str, token: Option<&str>) -> Result<Vec<AgentIncident>, ReportError> {
+    let ep = Endpoint::with_token("agent", url, token)?;
     let answer = ep.get(PATH).await?;
     if !(200..300).contains(&answer.status) {
         return Err(ep.http_error(PATH, &answer));

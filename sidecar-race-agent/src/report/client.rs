@@ -30,6 +30,15 @@ pub(crate) struct Answer {
 
 impl Endpoint {
     pub fn new(what: &'static str, url: &str) -> Result<Self, ReportError> {
+        Self::with_token(what, url, None)
+    }
+
+    /// As `new`, sending `token` as a bearer token when given.
+    pub fn with_token(
+        what: &'static str,
+        url: &str,
+        token: Option<&str>,
+    ) -> Result<Self, ReportError> {
         let bad = |reason: String| ReportError::BadUrl {
             what,
             url: url.to_string(),
@@ -45,6 +54,7 @@ impl Endpoint {
         let mut config = kube::Config::new(uri);
         config.connect_timeout = Some(CONNECT_TIMEOUT);
         config.read_timeout = Some(READ_TIMEOUT);
+        config.auth_info.token = token.map(|t| t.to_string().into());
         let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
         Ok(Self {
             what,

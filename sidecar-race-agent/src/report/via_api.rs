@@ -2,6 +2,8 @@
 //! server's pod proxy (`GET /api/v1/namespaces/NS/pods/POD:PORT/proxy/api/v1/incidents`)
 //! with the user's kubeconfig, for a laptop that cannot reach the nodes. It needs, in
 //! the agent's namespace only, `pods` list (to find the agents) and `pods/proxy` get.
+//! The API server removes the `Authorization` header before proxying, so an agent run
+//! with `--auth kubernetes` answers 401 here: the error says what to do instead.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client, api::ListParams};
@@ -67,6 +69,13 @@ pub async fn collect_with(
                 },
             })?;
         let body = String::from_utf8_lossy(&body);
+        if status == http::StatusCode::UNAUTHORIZED {
+            return Err(ReportError::Api(format!(
+                "{what}: HTTP 401: the agent answers only authenticated callers (--auth kubernetes), \
+                 and the API server's pod proxy does not pass credentials on; read it with \
+                 `kubectl port-forward` and --agent URL --agent-token-file PATH"
+            )));
+        }
         if !status.is_success() {
             return Err(ReportError::Api(format!(
                 "{what}: HTTP {status}: {}",

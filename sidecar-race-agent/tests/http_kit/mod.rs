@@ -125,6 +125,17 @@ impl Server {
     /// Serves `router` of a state with `pipeline`, within `limits`; the reader's
     /// heartbeat is kept fresh so `/healthz` says what the server does, not the reader.
     pub async fn start(pipeline: Pipeline, limits: Limits, with_api: bool) -> Self {
+        let metrics = Metrics::new(false, "0.1.0", "test");
+        Self::start_with(pipeline, metrics, limits, with_api).await
+    }
+
+    /// As `start`, with these metrics.
+    pub async fn start_with(
+        pipeline: Pipeline,
+        metrics: Metrics,
+        limits: Limits,
+        with_api: bool,
+    ) -> Self {
         let stream = Arc::new(StreamStats::default());
         let beat = stream.clone();
         tokio::spawn(async move {
@@ -138,7 +149,8 @@ impl Server {
             ready: Arc::new(AtomicBool::new(true)),
             stream,
             pipeline: pipeline.clone(),
-            metrics: Arc::new(Mutex::new(Metrics::new(false, "0.1.0", "test"))),
+            metrics: Arc::new(Mutex::new(metrics)),
+            auth: None,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

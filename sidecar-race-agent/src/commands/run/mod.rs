@@ -17,10 +17,14 @@ use tokio::sync::Notify;
 use crate::{
     agent::{self, AgentOptions},
     charge_points::ChargePoints,
+    cli::AuthMode,
     clock,
     detect::DetectorConfig,
     events::Kind,
-    http::{self, HttpState},
+    http::{
+        self, HttpState,
+        auth::{Authenticator, CacheTtls, KubeReviewer},
+    },
     incident_logs::IncidentLogs,
     k8s_events::EventPublisher,
     metrics::Metrics,
@@ -47,6 +51,10 @@ pub struct RunOptions {
     pub metrics_pod_label: bool,
     /// Series per metric family with user-chosen labels (`--max-series-per-metric`).
     pub max_series_per_metric: usize,
+    /// Series not written for this long are dropped (`--series-ttl`).
+    pub series_ttl: Duration,
+    /// Who may read `/metrics` and `/api/v1/incidents` (`--auth`).
+    pub auth: AuthMode,
     pub listen: SocketAddr,
     /// `/api/v1/incidents` on its own address or off; `None`: on `listen`.
     pub api_listen: Option<http::ApiListen>,
@@ -83,6 +91,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         Some(per_minute) => start_events(&opts.agent, per_minute).await,
         None => None,
     };
+    let auth = match opts.auth {
+        AuthMode::None => None,
+        AuthMode::Kubernetes => Some(start_auth().await?),
+    };
     let mut logs = IncidentLogs::new(Instant::now());
     let totals = totals::NodeTotals {
         pipeline: pipeline.clone(),
@@ -92,6 +104,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         source_stats: source_stats.clone(),
         events: events.as_ref().map(|e| e.stats.clone()),
         log_lines_suppressed: logs.budget().suppressed_counter(),
+        auth: auth.as_ref().map(|a| a.counts.clone()),
     };
     let metrics = Arc::new(Mutex::new(
         Metrics::new(
@@ -100,6 +113,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             &env.kernel_release,
         )
         .with_max_series(opts.max_series_per_metric)
+        .with_series_ttl(opts.series_ttl)
         .with_totals(Box::new(totals)),
     ));
     let ready = Arc::new(AtomicBool::new(false));
@@ -113,6 +127,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             stream: stream.stats.clone(),
             pipeline: pipeline.clone(),
             metrics: metrics.clone(),
+            auth,
         },
         http::Limits::default(),
         async move { stop.notified().await },
@@ -195,7 +210,9 @@ fn read_suppressed(
         Ok(counts) => {
             // Not both locks at once: a scrape takes the metrics lock, then the pipeline's.
             let reading = pipeline.lock().read_suppressed(&counts, last);
-            metrics.lock().add_suppressed(&reading.deltas);
+            metrics
+                .lock()
+                .add_suppressed(&reading.deltas, Instant::now());
             reading
                 .forget
                 .iter()
@@ -229,6 +246,19 @@ fn release_delay(due: u64, now: u64) -> Duration {
     let grain = RELEASE_GRAIN.as_nanos() as u64;
     let wait = due.saturating_sub(now);
     Duration::from_nanos(wait.div_ceil(grain) * grain)
+}
+
+/// `--auth=kubernetes` reviews callers with the API server: without a client
+/// configuration the agent does not start (it would serve what it was told to guard).
+async fn start_auth() -> anyhow::Result<Arc<Authenticator>> {
+    let client = kube::Client::try_default()
+        .await
+        .context("--auth=kubernetes needs a Kubernetes client (in-cluster or KUBECONFIG)")?;
+    tracing::info!("/metrics and /api/v1/incidents answer callers the API server allows");
+    Ok(Arc::new(Authenticator::new(
+        Box::new(KubeReviewer(client)),
+        CacheTtls::default(),
+    )))
 }
 
 /// An Event publisher, when a Kubernetes client can be configured (in-cluster or

@@ -9,6 +9,7 @@ use std::sync::{
 use parking_lot::Mutex;
 
 use crate::{
+    http::auth::AuthCounts,
     inventory::sources::SourceStats,
     k8s_events::PublisherStats,
     kernel::counters::KernelCounters,
@@ -25,6 +26,7 @@ pub(super) struct NodeTotals {
     pub source_stats: Arc<SourceStats>,
     pub events: Option<Arc<PublisherStats>>,
     pub log_lines_suppressed: Arc<AtomicU64>,
+    pub auth: Option<Arc<AuthCounts>>,
 }
 
 impl std::fmt::Debug for NodeTotals {
@@ -66,6 +68,7 @@ impl TotalsSource for NodeTotals {
                 listeners_dropped: p.detector.listeners_dropped(),
                 log_lines_suppressed: self.log_lines_suppressed.load(Relaxed),
             },
+            auth: self.auth.as_ref().map(|a| a.read().to_vec()),
         }
     }
 }

@@ -800,10 +800,17 @@ fn filters_match_phase_state_and_namespace() {
         state,
         namespace: ns.map(String::from),
     };
-    assert!(f(Some(Phase::Startup), Some(State::Resolved), Some("shop")).matches(&v));
-    assert!(!f(Some(Phase::Drain), None, None).matches(&v));
-    assert!(!f(None, Some(State::Open), None).matches(&v));
-    assert!(!f(None, None, Some("default")).matches(&v));
+    let inc = all(&d)[0];
+    assert!(f(Some(Phase::Startup), Some(State::Resolved), Some("shop")).matches(inc, &meta));
+    assert!(!f(Some(Phase::Drain), None, None).matches(inc, &meta));
+    assert!(!f(None, Some(State::Open), None).matches(inc, &meta));
+    assert!(!f(None, None, Some("default")).matches(inc, &meta));
+    let kind = |k| Filter {
+        kind: Some(k),
+        ..Filter::default()
+    };
+    assert!(kind(Kind::SidecarRace).matches(inc, &meta));
+    assert!(!kind(Kind::StuckJob).matches(inc, &meta));
     let json = serde_json::to_value(&v).unwrap();
     for field in [
         "id",
