@@ -10,7 +10,6 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::PathBuf,
     process::Command,
 };
 
@@ -19,7 +18,7 @@ use sidecar_race_tests::{
     manifests::{
         by_key, deploy, is_crd_object, kind, name, rendered, schema_versions, str_at, yaml_docs,
     },
-    tools::{on_path, run, validate_strictly, venv_bin, workspace},
+    tools::{on_path, run, validate_strictly},
 };
 
 /// The capabilities the agent's container adds, and nothing else. SECURITY.md
@@ -1112,16 +1111,7 @@ fn overlay_example_sets_every_knob_and_changes_nothing_else() {
     // The base's environment is kept (the downward API the pod source needs).
     assert!(env.iter().any(|e| e["name"] == "NODE_NAME"));
     // The arguments still parse: the agent's own CLI accepts them.
-    let out = Command::new(sidecar_race_tests::agent::agent_binary())
-        .args(&args)
-        .arg("--help")
-        .output()
-        .expect("run the agent");
-    assert!(
-        out.status.success(),
-        "the overlay's arguments are rejected by the agent: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sidecar_race_tests::agent::assert_accepts_args(&args, "the overlay");
 }
 
 #[test]

@@ -206,16 +206,7 @@ fn flags_render_as_the_agent_accepts_them() {
         ],
         "{args:?}"
     );
-    let out = Command::new(sidecar_race_tests::agent::agent_binary())
-        .args(&args)
-        .arg("--help")
-        .output()
-        .expect("run the agent");
-    assert!(
-        out.status.success(),
-        "the agent rejects the chart's arguments {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sidecar_race_tests::agent::assert_accepts_args(&args, "the chart");
 }
 
 #[test]
