@@ -23,6 +23,21 @@ pub fn agent_binary() -> PathBuf {
     require_binary(&path)
 }
 
+/// The agent's own CLI parses `args` (a DaemonSet's, from `what`): `args --help`
+/// exits 0.
+pub fn assert_accepts_args<S: AsRef<std::ffi::OsStr>>(args: &[S], what: &str) {
+    let out = Command::new(agent_binary())
+        .args(args)
+        .arg("--help")
+        .output()
+        .expect("run the agent");
+    assert!(
+        out.status.success(),
+        "{what}'s arguments are rejected by the agent: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `sidecar-race-agent trace …` in the background.
 pub struct TraceAgent {
     child: Child,

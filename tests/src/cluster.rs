@@ -169,6 +169,18 @@ impl Cluster {
         })
     }
 
+    /// Waits for the agent's DaemonSet to finish rolling out (3 minutes at most).
+    pub fn agent_rolled_out(&self) {
+        self.kubectl(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "rollout",
+            "status",
+            "daemonset/sidecar-race-agent",
+            "--timeout=180s",
+        ]);
+    }
+
     /// `podIP:9965` of the agent's Ready pod (reachable from the node).
     pub fn agent_addr(&self) -> String {
         let pod = self.agent_pod();

@@ -13,6 +13,7 @@ pub mod cri;
 pub mod docs;
 pub mod fake_api;
 pub mod http;
+pub mod manifests;
 pub mod metrics_text;
 pub mod operator;
 pub mod pod;

@@ -640,23 +640,12 @@ fn apply_overlay(base: &str) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn rolled_out() {
-    cluster().kubectl(&[
-        "-n",
-        AGENT_NAMESPACE,
-        "rollout",
-        "status",
-        "daemonset/sidecar-race-agent",
-        "--timeout=120s",
-    ]);
-}
-
 #[test]
 #[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
 fn case8_the_kubelet_pod_source_reads_the_real_kubelet_with_its_token_and_the_documented_rbac() {
     let c = cluster();
     apply_overlay("deploy/kubelet-source");
-    rolled_out();
+    cluster().agent_rolled_out();
     let result = std::panic::catch_unwind(|| {
         let pod = c.agent_pod();
         let args = pod["spec"]["containers"][0]["args"].clone();
@@ -693,7 +682,7 @@ fn case8_the_kubelet_pod_source_reads_the_real_kubelet_with_its_token_and_the_do
         "sidecar-race-agent-kubelet-source",
         "--ignore-not-found",
     ]);
-    rolled_out();
+    cluster().agent_rolled_out();
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }

@@ -10,12 +10,16 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::PathBuf,
     process::Command,
 };
 
 use serde_json::Value;
-use sidecar_race_tests::tools::{on_path, run, validate_strictly, venv_bin, workspace};
+use sidecar_race_tests::{
+    manifests::{
+        by_key, deploy, is_crd_object, kind, name, rendered, schema_versions, str_at, yaml_docs,
+    },
+    tools::{on_path, run, validate_strictly},
+};
 
 /// The capabilities the agent's container adds, and nothing else. SECURITY.md
 /// ("Privileges") says why each is needed; change both together.
@@ -43,10 +47,6 @@ const SCRAPED_PATHS: &[&str] = &["/metrics", "/api/v1/incidents"];
 /// Only for `--pods-from kubelet`, only in deploy/kubelet-source/.
 const KUBELET_SOURCE_GRANT: (&str, &str, &str) = ("", "nodes/proxy", "get");
 const KUBELET_SOURCE_ROLE: &str = "sidecar-race-agent-kubelet-source";
-
-/// Kubernetes versions the manifests are validated against: this one, and the newest
-/// the pinned kubernetes-validate ships (asked at run time).
-const KUBERNETES_VERSION: &str = "1.33.0";
 
 /// The metrics the agent exposes (names fixed); histograms with their series.
 const AGENT_METRICS: &[&str] = &[
@@ -100,35 +100,6 @@ const AGENT_NAME: &str = "sidecar-race-agent";
 // ---------------------------------------------------------------------------------
 // Tools
 
-fn deploy(rel: &str) -> PathBuf {
-    workspace().join("deploy").join(rel)
-}
-
-/// `kubectl kustomize DIR`.
-fn kustomize(dir: &str) -> String {
-    run(
-        Command::new(on_path("kubectl"))
-            .arg("kustomize")
-            .arg(deploy(dir)),
-        None,
-    )
-}
-
-/// YAML (one or more documents) as JSON values, with kubernetes-validate's PyYAML.
-fn yaml_docs(text: &str) -> Vec<Value> {
-    const TO_JSON: &str = "import json, sys, yaml\n\
-        docs = [d for d in yaml.safe_load_all(sys.stdin.read()) if d is not None]\n\
-        json.dump(docs, sys.stdout, default=str)\n";
-    let json = run(
-        Command::new(venv_bin("python")).args(["-c", TO_JSON]),
-        Some(text),
-    );
-    match serde_json::from_str(&json).expect("python printed JSON") {
-        Value::Array(docs) => docs,
-        other => panic!("expected a list of documents, got {other}"),
-    }
-}
-
 fn yaml_file(rel: &str) -> Vec<Value> {
     let path = deploy(rel);
     let text = std::fs::read_to_string(&path)
@@ -140,24 +111,6 @@ fn one_yaml_file(rel: &str) -> Value {
     let mut docs = yaml_file(rel);
     assert_eq!(docs.len(), 1, "{rel} should hold one document");
     docs.remove(0)
-}
-
-fn rendered(dir: &str) -> Vec<Value> {
-    yaml_docs(&kustomize(dir))
-}
-
-fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| panic!("no string at {pointer} in {v:#}"))
-}
-
-fn kind(doc: &Value) -> &str {
-    str_at(doc, "/kind")
-}
-
-fn name(doc: &Value) -> &str {
-    str_at(doc, "/metadata/name")
 }
 
 fn of_kind<'a>(docs: &'a [Value], k: &str) -> Vec<&'a Value> {
@@ -175,11 +128,6 @@ fn the<'a>(docs: &'a [Value], k: &str) -> &'a Value {
     found[0]
 }
 
-/// Objects of CRDs (Prometheus Operator): no schema in kubernetes-validate.
-fn is_crd_object(doc: &Value) -> bool {
-    str_at(doc, "/apiVersion").starts_with("monitoring.coreos.com/")
-}
-
 // ---------------------------------------------------------------------------------
 // Rendering and schemas
 
@@ -187,10 +135,6 @@ fn is_crd_object(doc: &Value) -> bool {
 fn every_kustomization_renders_and_the_default_install_is_the_base() {
     let default = rendered(".");
     let base = rendered("base");
-    let key = |d: &Value| format!("{}/{}", kind(d), name(d));
-    let by_key = |docs: &[Value]| -> BTreeMap<String, Value> {
-        docs.iter().map(|d| (key(d), d.clone())).collect()
-    };
     assert_eq!(
         by_key(&default),
         by_key(&base),
@@ -220,22 +164,9 @@ fn every_kustomization_renders_and_the_default_install_is_the_base() {
     }
 }
 
-/// The newest Kubernetes version the installed kubernetes-validate ships schemas for.
-fn newest_schema_version() -> String {
-    run(
-        Command::new(venv_bin("python")).args([
-            "-c",
-            "import kubernetes_validate.utils as u; print(u.latest_version())",
-        ]),
-        None,
-    )
-    .trim()
-    .to_string()
-}
-
 #[test]
 fn manifests_validate_strictly_against_kubernetes_schemas() {
-    let versions = [KUBERNETES_VERSION.to_string(), newest_schema_version()];
+    let versions = schema_versions();
     let mut sets: Vec<(String, Vec<Value>)> = [
         "base",
         "kubelet-source",
@@ -1196,16 +1127,7 @@ fn overlay_example_sets_every_knob_and_changes_nothing_else() {
     // The base's environment is kept (the downward API the pod source needs).
     assert!(env.iter().any(|e| e["name"] == "NODE_NAME"));
     // The arguments still parse: the agent's own CLI accepts them.
-    let out = Command::new(sidecar_race_tests::agent::agent_binary())
-        .args(&args)
-        .arg("--help")
-        .output()
-        .expect("run the agent");
-    assert!(
-        out.status.success(),
-        "the overlay's arguments are rejected by the agent: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sidecar_race_tests::agent::assert_accepts_args(&args, "the overlay");
 }
 
 #[test]

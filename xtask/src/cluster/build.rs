@@ -10,6 +10,9 @@
 //! (the list is read from the downloaded go.mod). Binaries carry the version ldflags, so
 //! `kubectl version` and `/version` report the pinned version. Each binary's build time
 //! is appended to `build.log`.
+//!
+//! Helm, which the chart's tests drive (deploy/helm/), is built the same way into
+//! `~/.cache/sidecar-race/go/helm-<version>/bin/helm`.
 
 use std::{
     fs,
@@ -20,7 +23,7 @@ use std::{
 
 use anyhow::{Context, bail};
 
-use super::{ETCD_VERSION, KUBERNETES_VERSION, OPERATOR_VERSION};
+use super::{ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, OPERATOR_VERSION};
 use crate::run::{checked, output};
 
 pub const KUBERNETES_BINARIES: [&str; 6] = [
@@ -58,12 +61,21 @@ pub fn etcd_bin() -> PathBuf {
     etcd_dir().join("bin/etcd")
 }
 
+fn helm_dir() -> PathBuf {
+    cache_root().join(format!("helm-{HELM_VERSION}"))
+}
+
+/// The cached `helm` (tests find it through `SIDECAR_RACE_HELM` or this path).
+pub fn helm_bin() -> PathBuf {
+    helm_dir().join("bin/helm")
+}
+
 /// Which binaries are not built yet.
 pub fn missing() -> Vec<PathBuf> {
     KUBERNETES_BINARIES
         .iter()
         .map(|b| kubernetes_bin(b))
-        .chain([etcd_bin()])
+        .chain([etcd_bin(), helm_bin()])
         .filter(|p| !p.exists())
         .collect()
 }
@@ -77,6 +89,7 @@ pub fn ensure() -> anyhow::Result<()> {
     let started = Instant::now();
     build_kubernetes(&go)?;
     build_etcd(&go)?;
+    build_helm(&go)?;
     eprintln!(
         "xtask: cluster binaries built in {} s (cached in {})",
         started.elapsed().as_secs(),
@@ -246,6 +259,40 @@ fn build_etcd(go: &Path) -> anyhow::Result<()> {
     )?;
     eprintln!("xtask: building etcd {ETCD_VERSION}");
     build_one(go, &dir, "etcd", &package, "-s -w")
+}
+
+fn build_helm(go: &Path) -> anyhow::Result<()> {
+    let dir = helm_dir();
+    let package = "helm.sh/helm/v3/cmd/helm".to_string();
+    let body = format!("require helm.sh/helm/v3 {HELM_VERSION}\n");
+    wrapper(
+        go,
+        &dir,
+        "sidecar-race.local/helm",
+        &body,
+        std::slice::from_ref(&package),
+    )?;
+    eprintln!("xtask: building helm {HELM_VERSION}");
+    // As helm's Makefile does: `helm version` reports the pinned version, and the
+    // Kubernetes version `helm template` and `helm lint` assume (without a cluster) is
+    // that of the client-go it is built with, not the 1.20 compiled in as a fallback.
+    let client_go =
+        output(go_cmd(go, &dir).args(["list", "-m", "-f", "{{.Version}}", "k8s.io/client-go"]))
+            .context("no k8s.io/client-go in helm's module graph")?;
+    let minor = client_go
+        .strip_prefix("v0.")
+        .and_then(|v| v.split('.').next())
+        .with_context(|| format!("unexpected client-go version {client_go}"))?;
+    let mut ldflags = format!("-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}");
+    for package in [
+        "helm.sh/helm/v3/pkg/lint/rules",
+        "helm.sh/helm/v3/pkg/chartutil",
+    ] {
+        ldflags.push_str(&format!(
+            " -X {package}.k8sVersionMajor=1 -X {package}.k8sVersionMinor={minor}"
+        ));
+    }
+    build_one(go, &dir, "helm", &package, &ldflags)
 }
 
 /// The Prometheus Operator's source tree in Go's module cache (for its CRDs).

@@ -30,6 +30,8 @@ pub use up::up;
 pub const KUBERNETES_VERSION: &str = "v1.34.4";
 /// What kube-apiserver 1.34 requires and kubeadm 1.34 ships.
 pub const ETCD_VERSION: &str = "v3.6.16";
+/// The chart's tests (deploy/helm/, tests/tests/helm_chart.rs and the cluster tier).
+pub const HELM_VERSION: &str = "v3.22.0";
 /// Its CRDs (example/prometheus-operator-crd/) before `kubectl apply -k deploy/monitoring`.
 pub const OPERATOR_VERSION: &str = "v0.87.1";
 
@@ -83,7 +85,7 @@ pub fn run(action: Action) -> anyhow::Result<()> {
 }
 
 /// `cargo xtask test`'s cluster tier, after the others: a cluster for
-/// tests/tests/cluster.rs (its cases are `#[ignore]`d in a plain `cargo test`), one
+/// tests/tests/cluster.rs and cluster_helm.rs (their cases are `#[ignore]`d in a plain `cargo test`), one
 /// case at a time, then `down`. When `up` fails the tier still runs and every case
 /// fails with the reason. Runs when `args` is empty or names the tier.
 pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Result<()> {
@@ -108,6 +110,8 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
         "sidecar-race-tests",
         "--test",
         "cluster",
+        "--test",
+        "cluster_helm",
         "--",
         "--ignored",
         "--test-threads=1",
@@ -117,7 +121,8 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
     match &up {
         Ok(kubeconfig) => {
             cmd.env("SIDECAR_RACE_KUBECONFIG", kubeconfig)
-                .env("SIDECAR_RACE_KUBECTL", build::kubernetes_bin("kubectl"));
+                .env("SIDECAR_RACE_KUBECTL", build::kubernetes_bin("kubectl"))
+                .env("SIDECAR_RACE_HELM", build::helm_bin());
         }
         Err(e) => {
             cmd.env("SIDECAR_RACE_CLUSTER_ERROR", format!("{e:#}"));

@@ -1,0 +1,62 @@
+{{/*
+The labels every object of deploy/ carries. Not Helm's usual helm.sh/chart and
+managed-by labels: the defaults render exactly deploy/'s objects (tests/tests/helm_chart.rs),
+and Helm tracks its objects by its own annotations.
+*/}}
+{{- define "sidecar-race.labels" -}}
+app.kubernetes.io/name: sidecar-race-agent
+app.kubernetes.io/part-of: sidecar-race
+{{- with .component }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* The agent pods' selector: the one label that never changes. */}}
+{{- define "sidecar-race.selector" -}}
+app.kubernetes.io/name: sidecar-race-agent
+{{- end }}
+
+{{- define "sidecar-race.image" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ $tag }}
+{{- end -}}
+{{- end }}
+
+{{/* The agent's arguments: fixed ones, then `flags` in name order. */}}
+{{- define "sidecar-race.args" -}}
+{{- $args := list "run" "--listen" (printf "0.0.0.0:%v" .Values.port) "--pods-from" .Values.podSource -}}
+{{- if .Values.auth -}}
+{{- $args = concat $args (list "--auth" .Values.auth) -}}
+{{- end -}}
+{{- range $name, $value := .Values.flags -}}
+{{- if eq (toString $value) "true" -}}
+{{- $args = append $args (printf "--%s" $name) -}}
+{{- else -}}
+{{- $args = append $args (printf "--%s=%v" $name $value) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $args -}}
+{{- end }}
+
+{{/* One scrape endpoint of the PodMonitor or ServiceMonitor: job and node labels
+as the rules and dashboard assume. */}}
+{{- define "sidecar-race.scrapeEndpoint" -}}
+- port: http-metrics
+  path: /metrics
+  interval: 30s
+  honorLabels: true
+  {{- if eq .Values.auth "kubernetes" }}
+  authorization:
+    type: Bearer
+    credentials:
+      name: sidecar-race-scraper-token
+      key: token
+  {{- end }}
+  relabelings:
+  - action: replace
+    sourceLabels: [__meta_kubernetes_pod_node_name]
+    targetLabel: node
+{{- end }}
