@@ -12,6 +12,7 @@ pub mod build;
 mod down;
 mod host;
 mod images;
+mod operator;
 mod pki;
 mod procs;
 mod status;
@@ -30,7 +31,8 @@ pub use up::up;
 pub const KUBERNETES_VERSION: &str = "v1.34.4";
 /// What kube-apiserver 1.34 requires and kubeadm 1.34 ships.
 pub const ETCD_VERSION: &str = "v3.6.16";
-/// Its CRDs (example/prometheus-operator-crd/) before `kubectl apply -k deploy/monitoring`.
+/// Its CRDs (example/prometheus-operator-crd/) before `kubectl apply -k deploy/monitoring`,
+/// and the operator itself (cmd/operator), built by setup.
 pub const OPERATOR_VERSION: &str = "v0.87.1";
 
 /// The node's bridge: the CNI bridge plugin's, created with its address before the
