@@ -1175,13 +1175,21 @@ fn case11_lints_fix_of_the_cloud_sql_proxy_example_runs_without_the_race_the_ori
     let pod = running_pod(original_ns, "orders-api");
     let refused = refused_printed(original_ns, &name(&pod), "orders-api");
     assert!(refused >= 5, "the original races: {refused} refusals");
-    let race = wait_until("the original's startup incident", Duration::from_secs(30), || {
-        incidents_of(&addr, &uid(&pod))
-            .into_iter()
-            .find(named_and_resolved)
-    });
+    let race = wait_until(
+        "the original's startup incident",
+        Duration::from_secs(30),
+        || {
+            incidents_of(&addr, &uid(&pod))
+                .into_iter()
+                .find(named_and_resolved)
+        },
+    );
     assert_eq!(
-        (race["phase"].as_str(), race["sidecar"].as_str(), race["port"].as_u64()),
+        (
+            race["phase"].as_str(),
+            race["sidecar"].as_str(),
+            race["port"].as_u64()
+        ),
         (Some("startup"), Some("cloud-sql-proxy"), Some(5432)),
         "{race:#}"
     );
