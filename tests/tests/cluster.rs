@@ -939,7 +939,7 @@ fn installed_prometheus_version() -> String {
 
 #[test]
 #[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
-fn case10_the_real_operator_turns_the_monitors_into_a_config_debians_prometheus_scrapes_with() {
+fn case10_the_real_operator_turns_the_podmonitor_and_servicemonitor_into_scrape_configs() {
     // The operator generates for the version the resource names: the installed one.
     let version = installed_prometheus_version();
     let c = cluster();
