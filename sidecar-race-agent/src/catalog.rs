@@ -49,6 +49,8 @@ pub struct Sidecar {
     #[serde(default)]
     pub uses_listener: bool,
     pub listener_port: Option<u16>,
+    /// The pod annotation that moves the listener off `listener_port`.
+    pub listener_port_annotation: Option<String>,
 }
 
 /// Where a sidecar listens for the app: the flag that sets it and its default.

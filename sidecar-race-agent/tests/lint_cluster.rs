@@ -299,6 +299,8 @@ async fn mesh_answer(State(mesh): State<Mesh>, method: Method, uri: Uri) -> Json
                 "metadata": {"name": "linkerd-config", "namespace": "linkerd"},
                 "data": {"values": format!("linkerdVersion: edge-26.5.2\nproxy:\n  logLevel: warn\n{native}")}})
         }
+        // An agent with no incidents yet, for `report --agent`.
+        "/api/v1/incidents" => json!({"incidents": []}),
         _ => list("Object", vec![]),
     };
     Json(body)
@@ -370,4 +372,43 @@ async fn live_namespace_labels_and_the_meshes_own_defaults_decide_injection() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert_eq!(findings(&out), vec![]);
+}
+
+/// `report --cluster` joins the same lint as `lint --cluster`: with Istio 1.27 and
+/// Linkerd's proxy.nativeSidecar the injected workloads get native proxies, so they
+/// are no static risk; with Istio 1.24 and Linkerd unset they are.
+#[tokio::test(flavor = "multi_thread")]
+async fn report_cluster_reads_the_meshes_own_defaults_too() {
+    async fn not_raced(istio_tag: &'static str, linkerd_native: Option<bool>) -> Vec<String> {
+        let (addr, seen) = mesh_api_server(istio_tag, linkerd_native).await;
+        let config = common::kubeconfig_for(addr, "report");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sidecar-race-agent"));
+        cmd.args(["report", "--agent", &format!("http://{addr}")])
+            .args(["--cluster", "--format", "json"])
+            .env("KUBECONFIG", &config);
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        let _ = std::fs::remove_file(config);
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_read_only_and_asked(
+            &seen.lock().unwrap(),
+            &[
+                "/apis/apps/v1/namespaces/istio-system/deployments",
+                "/api/v1/namespaces/linkerd/configmaps/linkerd-config",
+            ],
+        );
+        v["not_raced"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["workload"].as_str().unwrap().to_string())
+            .collect()
+    }
+    assert_eq!(
+        not_raced("1.24.2", None).await,
+        ["productpage-v1", "voting"]
+    );
+    assert_eq!(not_raced("1.27.1", Some(true)).await, Vec::<String>::new());
 }

@@ -81,7 +81,10 @@ fn each_vendor_example_gets_its_findings_and_no_others() {
         ("cloud-sql-proxy-job.yaml", &[("orders-migrate", "SR003")]),
         ("alloydb.yaml", &[("ledger", "SR001")]),
         ("dapr.yaml", &[("nodeapp", "SR011")]),
-        ("vault-agent.yaml", &[("payroll", "SR011")]),
+        (
+            "vault-agent.yaml",
+            &[("payroll", "SR011"), ("billing", "SR011")],
+        ),
         ("istio-namespace.yaml", &[("productpage-v1", "SR009")]),
         ("linkerd.yaml", &[("voting", "SR009")]),
         ("consul.yaml", &[("frontend", "SR011")]),

@@ -191,6 +191,44 @@ impl Cluster {
     }
 }
 
+/// A namespace a case made, deleted (without waiting) when the case ends, whether it
+/// passed or panicked.
+pub struct TestNamespace(String);
+
+impl TestNamespace {
+    /// A fresh namespace `name` (deleted first if an earlier run left it).
+    pub fn create(name: String) -> Self {
+        cluster().namespace(&name);
+        TestNamespace(name)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for TestNamespace {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TestNamespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let _ = cluster()
+            .cmd()
+            .args(["delete", "namespace", &self.0, "--wait=false"])
+            .output();
+    }
+}
+
 /// Whether the pod's condition `kind` is True.
 pub fn condition(pod: &Value, kind: &str) -> bool {
     pod["status"]["conditions"]

@@ -2,7 +2,8 @@
 //! cgroups laid out as the kubelet lays them out, real processes), the agent binary
 //! run as a user runs it, and helpers to read what it printed; the kubelet's side of
 //! the CRI against a real containerd (`cri`), the scrape configurations the
-//! Prometheus Operator generates (`operator`), a real Prometheus (`prometheus`), and
+//! Prometheus Operator generates (`operator`), a real Prometheus (`prometheus`), Debian's
+//! Prometheus on the real operator's configuration (`operator_prometheus`), and
 //! the commands of the docs (`docs`).
 
 pub mod agent;
@@ -16,6 +17,7 @@ pub mod http;
 pub mod manifests;
 pub mod metrics_text;
 pub mod operator;
+pub mod operator_prometheus;
 pub mod pod;
 pub mod prometheus;
 pub mod root;

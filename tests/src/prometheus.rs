@@ -23,9 +23,7 @@ impl Prometheus {
     /// minute, so the test need not wait) and one scrape job, `scrape` (a
     /// `scrape_configs` entry).
     pub fn start(scrape: &Value) -> Self {
-        let dir = std::env::temp_dir().join(format!("sr-prometheus-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = Self::fresh_dir("");
         let rules =
             std::fs::read_to_string(crate::tools::workspace().join("deploy/monitoring/rules.yaml"))
                 .unwrap();
@@ -42,8 +40,24 @@ impl Prometheus {
             "scrape_configs": [scrape],
         });
         std::fs::write(dir.join("prometheus.yml"), config.to_string()).unwrap();
+        Self::launch(dir, Command::new("prometheus"))
+    }
+
+    /// An empty directory of this test process for a Prometheus (`tag` tells several
+    /// apart).
+    pub fn fresh_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sr-prometheus-{}{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Runs `command` (`prometheus`, or a wrapper that ends by running it with the
+    /// arguments it is given) on `dir/prometheus.yml`, with its storage in `dir` and on a
+    /// free loopback port; once it is ready.
+    pub fn launch(dir: PathBuf, mut command: Command) -> Self {
         let addr = format!("127.0.0.1:{}", free_port());
-        let child = Command::new("prometheus")
+        let child = command
             .arg(format!(
                 "--config.file={}",
                 dir.join("prometheus.yml").display()

@@ -14,18 +14,18 @@ use sidecar_race_tests::{
     agent::{agent_binary, incidents_at_as},
     bpf::{bpf_ids_of, bpftool_ids},
     cluster::{
-        AGENT_NAMESPACE, AGENT_SELECTOR, BUSYBOX_IMAGE, cluster, condition, container_id,
-        container_pids, container_status, wait_until,
+        AGENT_NAMESPACE, AGENT_SELECTOR, BUSYBOX_IMAGE, TestNamespace, cluster, condition,
+        container_id, container_pids, container_status, wait_until,
     },
     http::{get, get_as},
+    operator_prometheus::generated_config,
 };
 
 /// A namespace of this run (the agent's counters are per namespace and workload, so
-/// a second run against the same cluster starts from zero too).
-fn fresh_namespace(base: &str) -> String {
-    let ns = format!("{base}-{}", std::process::id());
-    cluster().namespace(&ns);
-    ns
+/// a second run against the same cluster starts from zero too), deleted when the case
+/// ends, passed or failed.
+fn fresh_namespace(base: &str) -> TestNamespace {
+    TestNamespace::create(format!("{base}-{}", std::process::id()))
 }
 
 /// Resolved, with the client container named (the kubelet pod source learns container
@@ -228,7 +228,6 @@ fn case1_classic_sidecar_late_listener_in_a_deployment() {
         body.lines().any(|l| l == refusals),
         "no `{refusals}` in:\n{body}"
     );
-    c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
 }
 
 /// A native sidecar (an init container with restartPolicy Always) listening 2 s late.
@@ -250,11 +249,15 @@ fn case2_native_sidecar_with_a_startup_probe_has_no_race_and_without_one_gets_th
     let addr = c.agent_addr();
     let ns = &fresh_namespace("native");
     c.apply(&deployment(ns, "probed", native_pod(true)));
-    c.apply(&deployment(ns, "unprobed", native_pod(false)));
     let probed = running_pod(ns, "probed");
-    let unprobed = running_pod(ns, "unprobed");
     // The kubelet held the app until the probe passed: it never saw a refusal.
     assert_eq!(refused_printed(ns, &name(&probed), "app"), 0);
+    // Started only now, so every event of its race follows the probed app's first
+    // dial: once the agent has reported that race, it has taken in all of the probed
+    // pod's start-up (it takes events in time order, seconds apart here), with no
+    // sleep to guess.
+    c.apply(&deployment(ns, "unprobed", native_pod(false)));
+    let unprobed = running_pod(ns, "unprobed");
     let refused = refused_printed(ns, &name(&unprobed), "app");
     assert!(refused >= 5, "{refused}");
 
@@ -279,14 +282,11 @@ fn case2_native_sidecar_with_a_startup_probe_has_no_race_and_without_one_gets_th
         race["advice"],
         "Give native sidecar proxy a startupProbe that tests port 15001: without one, \"started\" does not mean \"serving\" and app starts too early."
     );
-    // Time for a late report about the probed pod: none.
-    std::thread::sleep(Duration::from_secs(3));
     let none = incidents_of(&addr, &uid(&probed));
     assert!(
         none.is_empty(),
         "the probed native sidecar got incidents: {none:#?}"
     );
-    c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
 }
 
 #[test]
@@ -348,7 +348,6 @@ fn case6_a_proxy_dialing_the_app_before_it_listens_is_app_not_ready_and_no_incid
                 && l.contains(&format!("namespace=\"{ns}\""))),
         "counted as a race:\n{body}"
     );
-    c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
 }
 
 #[test]
@@ -462,7 +461,7 @@ fn wait_metric(addr: &str, series: &str) -> String {
 
 /// A classic late-listener Deployment `checkout` in a fresh namespace and its startup
 /// incident as the agent at `addr` reports it.
-fn classic_race(base: &str) -> (String, Value, Value) {
+fn classic_race(base: &str) -> (TestNamespace, Value, Value) {
     let c = cluster();
     let ns = fresh_namespace(base);
     let mut proxy = shell("proxy", &late_listener(15001, 2));
@@ -497,7 +496,7 @@ fn case4_a_job_kept_alive_by_its_classic_sidecar_is_stuck_until_deleted() {
     proxy["ports"] = json!([{"containerPort": 5432, "name": "sql"}]);
     let job = json!({
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "reindex", "namespace": ns},
+        "metadata": {"name": "reindex", "namespace": ns.as_str()},
         "spec": {"backoffLimit": 0, "template": {"spec": {
             "restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
             "containers": [shell("app", "sleep 1; echo done"), proxy],
@@ -564,7 +563,6 @@ fn case4_a_job_kept_alive_by_its_classic_sidecar_is_stuck_until_deleted() {
         open.is_empty(),
         "still open after the Job was deleted: {open:#?}"
     );
-    c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
 }
 
 #[test]
@@ -613,7 +611,7 @@ fn case9_a_deleted_agent_pod_is_recreated_leaks_no_bpf_and_reports_again() {
         leaked.is_empty() && leaked_links.is_empty(),
         "bpftool still lists the deleted agent's programs {leaked:?} and links {leaked_links:?}"
     );
-    let (_, pod, incident) = classic_race("after-restart");
+    let (_ns, pod, incident) = classic_race("after-restart");
     assert_eq!(incident["pod"], name(&pod).as_str());
     assert_eq!(incident["container_id"], container_id(&pod, "app").as_str());
     eprintln!("new agent pod {} reported {}", name(&new), incident["id"]);
@@ -653,7 +651,7 @@ fn case8_the_kubelet_pod_source_reads_the_real_kubelet_with_its_token_and_the_do
             args,
             json!(["run", "--listen", "0.0.0.0:9965", "--pods-from", "kubelet"])
         );
-        let (_, app_pod, incident) = classic_race("kubelet-source");
+        let (_ns, app_pod, incident) = classic_race("kubelet-source");
         // Named from the kubelet's /pods: pod, workload, containers.
         assert_eq!(incident["pod"], name(&app_pod).as_str());
         assert_eq!(
@@ -773,7 +771,6 @@ fn case3_rollout_restart_drains_a_classic_sidecar_before_its_app() {
     assert_eq!(drain["refused_count"], app_count, "{drain:#}");
     let all = incidents_of(&addr, &uid(&old));
     assert_eq!(all.len(), 1, "only the drain: {all:#?}");
-    c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
 }
 
 #[test]
@@ -1004,5 +1001,265 @@ fn case7_report_via_the_api_servers_pod_proxy_lint_cluster_and_the_kubectl_plugi
         "{report_via_kubectl:#}"
     );
     let _ = std::fs::remove_dir_all(&bin);
-    c.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// The scrape job names the operator gives the shipped PodMonitor and ServiceMonitor.
+const POD_MONITOR_JOB: &str = "podMonitor/sidecar-race/sidecar-race-agent/0";
+const SERVICE_MONITOR_JOB: &str = "serviceMonitor/sidecar-race/sidecar-race-agent/0";
+
+/// ServiceAccount `prometheus` in `ns` with what a Prometheus needs to discover and
+/// scrape the agent: list and watch pods, Services and their endpoints, and `get` on
+/// the non-resource URL /metrics (for an agent that checks the scraper's token).
+/// Cluster-scoped objects are named after `ns`; `cleanup_scraper_rbac` removes them.
+fn scraper_rbac(ns: &str) {
+    let c = cluster();
+    c.kubectl(&["-n", ns, "create", "serviceaccount", "prometheus"]);
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": ns},
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods", "services", "endpoints"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+            {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+        ],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ns},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": ns}],
+    });
+    c.apply(&role.to_string());
+    c.apply(&binding.to_string());
+}
+
+fn cleanup_scraper_rbac(ns: &str) {
+    let _ = cluster()
+        .cmd()
+        .args([
+            "delete",
+            "clusterrolebinding,clusterrole",
+            ns,
+            "--ignore-not-found",
+        ])
+        .output();
+}
+
+/// A Prometheus resource for the operator: Prometheus `version` (the operator
+/// generates for that version), no pods (`replicas: 0`: no image is pulled here; the
+/// operator generates the configuration all the same), ServiceAccount `prometheus`,
+/// and `select`ing the agent's monitors and rules in the agent's namespace.
+fn prometheus_resource(ns: &str, name: &str, version: &str, select: &[&str]) -> String {
+    let agent = json!({"matchLabels": {"app.kubernetes.io/name": "sidecar-race-agent"}});
+    let agent_ns = json!({"matchLabels": {"kubernetes.io/metadata.name": AGENT_NAMESPACE}});
+    let mut spec = json!({
+        "version": version,
+        "replicas": 0,
+        "serviceAccountName": "prometheus",
+        "ruleSelector": agent, "ruleNamespaceSelector": agent_ns,
+    });
+    for kind in select {
+        spec[format!("{kind}Selector")] = agent.clone();
+        spec[format!("{kind}NamespaceSelector")] = agent_ns.clone();
+    }
+    json!({
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    })
+    .to_string()
+}
+
+/// The installed Prometheus' version, `vX.Y.Z` (Debian 12's: v2.42.0).
+fn installed_prometheus_version() -> String {
+    let out = sidecar_race_tests::tools::run(
+        std::process::Command::new("prometheus").arg("--version"),
+        None,
+    );
+    let version = out
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.split('+').next())
+        .unwrap_or_default();
+    format!("v{version}")
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case10_the_real_operator_turns_the_podmonitor_and_servicemonitor_into_scrape_configs() {
+    // The operator generates for the version the resource names: the installed one.
+    let version = installed_prometheus_version();
+    let c = cluster();
+    let (ns, _, _) = classic_race("operator");
+    scraper_rbac(&ns);
+    let servicemonitor =
+        sidecar_race_tests::tools::workspace().join("deploy/monitoring-servicemonitor");
+    let result = std::panic::catch_unwind(|| {
+        c.apply(&prometheus_resource(
+            &ns,
+            "podmonitor",
+            &version,
+            &["podMonitor"],
+        ));
+        // The ServiceMonitor variant as its README says, beside the PodMonitor.
+        c.kubectl(&["apply", "-k", servicemonitor.to_str().unwrap()]);
+        c.apply(&prometheus_resource(
+            &ns,
+            "servicemonitor",
+            &version,
+            &["serviceMonitor"],
+        ));
+        let pod_config = generated_config(&ns, "podmonitor", POD_MONITOR_JOB);
+        let service_config = generated_config(&ns, "servicemonitor", SERVICE_MONITOR_JOB);
+        assert!(!pod_config.contains(SERVICE_MONITOR_JOB), "{pod_config}");
+        assert!(
+            !service_config.contains(POD_MONITOR_JOB),
+            "{service_config}"
+        );
+        assert!(pod_config.contains("honor_labels: true"), "{pod_config}");
+        // Both name the agent's pods or Service for the installed version: Kubernetes
+        // service discovery (which Debian's Prometheus 2.42 build leaves out: it
+        // rejects `kubernetes_sd_configs`, so it cannot run this configuration; see
+        // docs/cluster.md), the node relabeling and honor_labels.
+        for (config, role) in [
+            (&pod_config, "role: pod"),
+            (&service_config, "role: endpoint"),
+        ] {
+            for want in [
+                "kubernetes_sd_configs:",
+                role,
+                "honor_labels: true",
+                "target_label: node",
+            ] {
+                assert!(config.contains(want), "no `{want}` in:\n{config}");
+            }
+        }
+    });
+    // Back to deploy/monitoring as `up` installs it.
+    let _ = c
+        .cmd()
+        .args([
+            "-n",
+            AGENT_NAMESPACE,
+            "delete",
+            "servicemonitor",
+            "sidecar-race-agent",
+            "--ignore-not-found",
+        ])
+        .output();
+    cleanup_scraper_rbac(&ns);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// lint's corpus example `name` with busybox stand-ins of the same spec shape: in
+/// namespace `ns`, one replica, each container's image replaced and its command set
+/// from `scripts` (container name -> script); its args, ports, env and probes kept.
+/// What a stand-in cannot run as (a non-root user, a 2 GiB request) is dropped.
+fn corpus_stand_in(name: &str, ns: &str, scripts: &[(&str, String)]) -> Value {
+    let path = sidecar_race_tests::tools::workspace()
+        .join("sidecar-race-agent/tests/fixtures/lint-corpus")
+        .join(name);
+    let mut w: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    w["metadata"]["namespace"] = json!(ns);
+    w["spec"]["replicas"] = json!(1);
+    let spec = &mut w["spec"]["template"]["spec"];
+    spec["terminationGracePeriodSeconds"] = json!(5);
+    if let Some(m) = spec.as_object_mut() {
+        m.remove("serviceAccountName");
+    }
+    for list in ["initContainers", "containers"] {
+        for c in spec[list].as_array_mut().into_iter().flatten() {
+            let script = scripts
+                .iter()
+                .find(|(n, _)| c["name"] == *n)
+                .map(|(_, s)| s.clone())
+                .unwrap_or_else(|| panic!("no stand-in script for {}", c["name"]));
+            let shell = shell("-", &script);
+            for key in ["image", "imagePullPolicy", "command"] {
+                c[key] = shell[key].clone();
+            }
+            if let Some(m) = c.as_object_mut() {
+                m.remove("securityContext");
+                m.remove("resources");
+            }
+        }
+    }
+    w
+}
+
+/// `sidecar-race-agent lint --fix` of `manifest` (for Kubernetes 1.34), parsed.
+fn lint_fixed(manifest: &Value) -> Value {
+    let file = std::env::temp_dir().join(format!("sr-corpus-{}.yaml", std::process::id()));
+    std::fs::write(&file, manifest.to_string()).unwrap();
+    let out = sidecar_race_tests::tools::run(
+        std::process::Command::new(agent_binary())
+            .args(["lint", "--kube-version", "1.34", "--fix"])
+            .arg(&file),
+        None,
+    );
+    let _ = std::fs::remove_file(&file);
+    serde_saphyr::from_str(&out).unwrap_or_else(|e| panic!("lint --fix output ({e}):\n{out}"))
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case11_lints_fix_of_the_cloud_sql_proxy_example_runs_without_the_race_the_original_has() {
+    let c = cluster();
+    let addr = c.agent_addr();
+    // Cloud SQL Auth Proxy as its GKE example runs it (--port=5432, --health-check,
+    // --http-address=0.0.0.0, its own httpGet /startup probe on 9090); the stand-in
+    // serves both 2 s late. The app names only DB_HOST=127.0.0.1 and dials 5432.
+    let proxy = "trap 'exit 0' TERM; sleep 2; mkdir -p /tmp/www; echo ok > /tmp/www/startup; \
+                 httpd -f -p 9090 -h /tmp/www & nc -ll -p 5432 -e /bin/true & wait"
+        .to_string();
+    let scripts = [("orders-api", dialer(5432)), ("cloud-sql-proxy", proxy)];
+    let original_ns = &fresh_namespace("corpus-original");
+    let original = corpus_stand_in("cloud-sql-proxy-deployment.yaml", original_ns, &scripts);
+    c.apply(&original.to_string());
+    let pod = running_pod(original_ns, "orders-api");
+    let refused = refused_printed(original_ns, &name(&pod), "orders-api");
+    assert!(refused >= 5, "the original races: {refused} refusals");
+    let race = wait_until(
+        "the original's startup incident",
+        Duration::from_secs(30),
+        || {
+            incidents_of(&addr, &uid(&pod))
+                .into_iter()
+                .find(named_and_resolved)
+        },
+    );
+    assert_eq!(
+        (
+            race["phase"].as_str(),
+            race["sidecar"].as_str(),
+            race["port"].as_u64()
+        ),
+        (Some("startup"), Some("cloud-sql-proxy"), Some(5432)),
+        "{race:#}"
+    );
+    assert_eq!(race["refused_count"], refused, "{race:#}");
+
+    // lint --fix of the same manifest, run as it prints it.
+    let fixed_ns = &fresh_namespace("corpus-fixed");
+    let mut fixed = lint_fixed(&original);
+    fixed["metadata"]["namespace"] = json!(fixed_ns.as_str());
+    let sidecar = &fixed["spec"]["template"]["spec"]["initContainers"][0];
+    assert_eq!(
+        (sidecar["name"].as_str(), sidecar["restartPolicy"].as_str()),
+        (Some("cloud-sql-proxy"), Some("Always")),
+        "--fix makes it a native sidecar: {fixed:#}"
+    );
+    c.apply(&fixed.to_string());
+    let pod = running_pod(fixed_ns, "orders-api");
+    assert_eq!(
+        refused_printed(fixed_ns, &name(&pod), "orders-api"),
+        0,
+        "the kubelet held the app until the proxy's /startup answered"
+    );
+    // The agent reports a startup race within a second of the app's first refusal;
+    // the app had none, and it has since dialed the proxy successfully.
+    let none = incidents_of(&addr, &uid(&pod));
+    assert!(none.is_empty(), "the fixed pod got incidents: {none:#?}");
 }

@@ -137,7 +137,8 @@ pub fn ensure() -> anyhow::Result<()> {
         }
         ensure_kubernetes_validate()?;
         crate::kernels::ensure(&mut apt)?;
-        // The cluster tier's Kubernetes and etcd, built once per machine (Go).
+        // The cluster tier's Kubernetes, etcd and Prometheus Operator, built once per
+        // machine (Go).
         crate::cluster::build_binaries()?;
     }
     eprintln!("xtask: setup complete");

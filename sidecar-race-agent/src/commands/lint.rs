@@ -52,16 +52,9 @@ async fn from_cluster(args: &LintArgs, opts: &mut lint::Options) -> Result<Loade
         return Err("with --cluster, --fix writes patches only: use --fix=patch".into());
     }
     let client = lint::cluster::client().await.map_err(|e| e.to_string())?;
-    if opts.kube_version.is_none() {
-        opts.kube_version = Some(
-            lint::cluster::version(&client)
-                .await
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    // The meshes' own defaults win over what --assume-native-mesh assumes.
-    opts.mesh_defaults
-        .extend(lint::mesh_config::read(&client).await);
+    lint::cluster::settings(&client, opts)
+        .await
+        .map_err(|e| e.to_string())?;
     let (workloads, errors) =
         lint::cluster::workloads(&client, args.namespace.as_deref(), &opts.site_sidecars)
             .await

@@ -51,7 +51,7 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
         };
         let (workloads, errors) = if args.cluster {
             let client = lint::cluster::client().await?;
-            opts.kube_version = Some(lint::cluster::version(&client).await?);
+            lint::cluster::settings(&client, &mut opts).await?;
             lint::cluster::workloads(&client, None, &opts.site_sidecars).await?
         } else {
             let sources = lint::input::read_sources(&args.manifests)?;

@@ -1,7 +1,8 @@
 //! `lint --cluster` / `report --cluster`: the workloads of a live cluster, read with
 //! the user's kubeconfig through read-only lists (Deployments, StatefulSets,
 //! DaemonSets, ReplicaSets without an owner, Jobs without an owner, CronJobs and bare
-//! Pods), their namespaces' labels (injection), and the cluster's version for `SR010`.
+//! Pods), their namespaces' labels (injection), the cluster's version for `SR010` and
+//! the meshes' native-injection defaults (`mesh_config`).
 
 use std::collections::BTreeMap;
 
@@ -17,7 +18,7 @@ use kube::{Api, Client, Resource, api::ListParams};
 use serde::{Serialize, de::DeserializeOwned};
 use thiserror::Error;
 
-use super::{KubeVersion, injection::NamespaceMeta, node::Node, workload};
+use super::{KubeVersion, Options, injection::NamespaceMeta, mesh_config, node::Node, workload};
 
 #[derive(Debug, Error)]
 pub enum ClusterError {
@@ -45,6 +46,17 @@ pub async fn version(client: &Client) -> Result<KubeVersion, ClusterError> {
     format!("{}.{}", info.major, info.minor)
         .parse()
         .map_err(ClusterError::Version)
+}
+
+/// What lint learns from the cluster besides its workloads, the same for `lint
+/// --cluster` and `report --cluster`: its version (unless one was given) and the
+/// meshes' own native-injection defaults, which win over assumed ones.
+pub async fn settings(client: &Client, opts: &mut Options) -> Result<(), ClusterError> {
+    if opts.kube_version.is_none() {
+        opts.kube_version = Some(version(client).await?);
+    }
+    opts.mesh_defaults.extend(mesh_config::read(client).await);
+    Ok(())
 }
 
 async fn list<K>(

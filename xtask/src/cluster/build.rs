@@ -1,13 +1,16 @@
 //! The cluster's binaries, built once per machine from their Go modules and cached
 //! outside the checkout, keyed by version: `~/.cache/sidecar-race/go/k8s-<version>/bin/`
 //! (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy,
-//! kubectl) and `~/.cache/sidecar-race/go/etcd-<version>/bin/etcd`. A fresh clone on the
-//! same machine (CI's) reuses them; Go's own module and build caches sit beside them.
+//! kubectl), `~/.cache/sidecar-race/go/etcd-<version>/bin/etcd` and the Prometheus
+//! Operator's `~/.cache/sidecar-race/go/prometheus-operator-<version>/bin/operator`. A
+//! fresh clone on the same machine (CI's) reuses them; Go's own module and build caches
+//! sit beside them.
 //!
-//! `k8s.io/kubernetes` replaces its staging modules with local paths, so `go install`
-//! of it is refused: each cache directory holds a wrapper module of ours that requires
-//! the pinned version and maps every staging module to its published `v0.<minor>.<patch>`
-//! (the list is read from the downloaded go.mod). Binaries carry the version ldflags, so
+//! `k8s.io/kubernetes` replaces its staging modules with local paths, and the operator
+//! its `pkg/apis/monitoring` and `pkg/client`, so `go install` of either is refused:
+//! each cache directory holds a wrapper module of ours that requires the pinned version
+//! and maps every such module to its published version (the list is read from the
+//! downloaded go.mod). Binaries carry the version ldflags, so
 //! `kubectl version` and `/version` report the pinned version. Each binary's build time
 //! is appended to `build.log`.
 //!
@@ -52,6 +55,10 @@ fn etcd_dir() -> PathBuf {
     cache_root().join(format!("etcd-{ETCD_VERSION}"))
 }
 
+fn operator_dir() -> PathBuf {
+    cache_root().join(format!("prometheus-operator-{OPERATOR_VERSION}"))
+}
+
 /// A cached Kubernetes binary (`kubectl`, `kubelet`, ...).
 pub fn kubernetes_bin(name: &str) -> PathBuf {
     kubernetes_dir().join("bin").join(name)
@@ -70,12 +77,17 @@ pub fn helm_bin() -> PathBuf {
     helm_dir().join("bin/helm")
 }
 
+/// The Prometheus Operator (`cmd/operator`).
+pub fn operator_bin() -> PathBuf {
+    operator_dir().join("bin/operator")
+}
+
 /// Which binaries are not built yet.
 pub fn missing() -> Vec<PathBuf> {
     KUBERNETES_BINARIES
         .iter()
         .map(|b| kubernetes_bin(b))
-        .chain([etcd_bin(), helm_bin()])
+        .chain([etcd_bin(), helm_bin(), operator_bin()])
         .filter(|p| !p.exists())
         .collect()
 }
@@ -90,6 +102,7 @@ pub fn ensure() -> anyhow::Result<()> {
     build_kubernetes(&go)?;
     build_etcd(&go)?;
     build_helm(&go)?;
+    build_operator(&go)?;
     eprintln!(
         "xtask: cluster binaries built in {} s (cached in {})",
         started.elapsed().as_secs(),
@@ -107,8 +120,8 @@ fn go() -> anyhow::Result<PathBuf> {
         }
     }
     bail!(
-        "Go is not installed: the cluster tier builds Kubernetes {KUBERNETES_VERSION} and etcd \
-         {ETCD_VERSION} from their Go modules (go 1.24 or newer, with access to the Go module \
+        "Go is not installed: the cluster tier builds Kubernetes {KUBERNETES_VERSION}, etcd \
+         {ETCD_VERSION} and the Prometheus Operator {OPERATOR_VERSION} from their Go modules (go 1.24 or newer, with access to the Go module \
          proxy). Install Go (https://go.dev/dl/) and run `cargo xtask setup` again"
     )
 }
@@ -179,17 +192,25 @@ fn build_one(
     Ok(())
 }
 
-/// The staging modules `k8s.io/kubernetes` replaces with `./staging/...`, from its go.mod.
-fn staging_modules(go_mod: &str) -> Vec<String> {
+/// The modules a go.mod replaces with paths inside its own tree (`./staging/...` for
+/// `k8s.io/kubernetes`, `./pkg/...` for the operator): what blocks `go install`.
+fn local_replacements(go_mod: &str) -> Vec<String> {
     go_mod
         .lines()
         .filter_map(|l| {
             let (from, to) = l.trim().trim_start_matches("replace ").split_once("=>")?;
-            to.trim()
-                .starts_with("./staging/")
-                .then(|| from.trim().to_string())
+            to.trim().starts_with("./").then(|| from.trim().to_string())
         })
         .collect()
+}
+
+/// The `replace` block mapping each of `modules` to its published `version`.
+fn replace_block(modules: &[String], version: &str) -> String {
+    let lines: String = modules
+        .iter()
+        .map(|m| format!("\t{m} => {m} {version}\n"))
+        .collect();
+    format!("replace (\n{lines})\n")
 }
 
 /// Where `go mod download` put a module (its go.mod and source tree).
@@ -217,15 +238,14 @@ fn build_kubernetes(go: &Path) -> anyhow::Result<()> {
     let minor = minor_patch.split('.').next().unwrap_or_default();
     let info = download(go, &dir, &format!("k8s.io/kubernetes@{v}"))?;
     let upstream = fs::read_to_string(info["GoMod"].as_str().context("no GoMod")?)?;
-    let staging = staging_modules(&upstream);
+    let staging = local_replacements(&upstream);
     if staging.is_empty() {
         bail!("no staging replacements in k8s.io/kubernetes@{v}'s go.mod");
     }
-    let replaces: String = staging
-        .iter()
-        .map(|m| format!("\t{m} => {m} v0.{minor_patch}\n"))
-        .collect();
-    let body = format!("require k8s.io/kubernetes {v}\n\nreplace (\n{replaces})\n");
+    let body = format!(
+        "require k8s.io/kubernetes {v}\n\n{}",
+        replace_block(&staging, &format!("v0.{minor_patch}"))
+    );
     let packages: Vec<String> = super::build::KUBERNETES_BINARIES
         .iter()
         .map(|b| format!("k8s.io/kubernetes/cmd/{b}"))
@@ -295,6 +315,38 @@ fn build_helm(go: &Path) -> anyhow::Result<()> {
     build_one(go, &dir, "helm", &package, &ldflags)
 }
 
+/// The operator's `cmd/operator`, with its version in the ldflags as its Makefile sets
+/// it (the operator writes it into what it manages). Its submodules `pkg/apis/monitoring`
+/// and `pkg/client` are tagged with the same version.
+fn build_operator(go: &Path) -> anyhow::Result<()> {
+    let dir = operator_dir();
+    fs::create_dir_all(&dir)?;
+    let v = OPERATOR_VERSION;
+    let module = "github.com/prometheus-operator/prometheus-operator";
+    let info = download(go, &dir, &format!("{module}@{v}"))?;
+    let upstream = fs::read_to_string(info["GoMod"].as_str().context("no GoMod")?)?;
+    let body = format!(
+        "require {module} {v}\n\n{}",
+        replace_block(&local_replacements(&upstream), v)
+    );
+    let package = format!("{module}/cmd/operator");
+    wrapper(
+        go,
+        &dir,
+        "sidecar-race.local/prometheus-operator",
+        &body,
+        std::slice::from_ref(&package),
+    )?;
+    let c = "github.com/prometheus/common/version";
+    let ldflags = format!(
+        "-s -w -X {c}.Version={} -X {c}.Revision=unknown -X {c}.Branch=unknown \
+         -X {c}.BuildUser=sidecar-race -X {c}.BuildDate=19700101-00:00:00",
+        v.trim_start_matches('v')
+    );
+    eprintln!("xtask: building the Prometheus Operator {v}");
+    build_one(go, &dir, "operator", &package, &ldflags)
+}
+
 /// The Prometheus Operator's source tree in Go's module cache (for its CRDs).
 pub fn operator_source() -> anyhow::Result<PathBuf> {
     let go = go()?;
@@ -315,15 +367,25 @@ pub fn operator_source() -> anyhow::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn staging_modules_are_the_local_replacements() {
+    fn local_replacements_are_what_blocks_go_install() {
         let go_mod = "module k8s.io/kubernetes\n\nreplace (\n\
             \tk8s.io/api => ./staging/src/k8s.io/api\n\
             \tk8s.io/client-go => ./staging/src/k8s.io/client-go\n\
             \tgithub.com/x/y => github.com/x/y v1.0.0\n)\n\
-            replace k8s.io/kms => ./staging/src/k8s.io/kms\n";
+            replace k8s.io/kms => ./staging/src/k8s.io/kms\n\
+            replace example.com/op/pkg/client => ./pkg/client\n";
         assert_eq!(
-            super::staging_modules(go_mod),
-            ["k8s.io/api", "k8s.io/client-go", "k8s.io/kms"]
+            super::local_replacements(go_mod),
+            [
+                "k8s.io/api",
+                "k8s.io/client-go",
+                "k8s.io/kms",
+                "example.com/op/pkg/client"
+            ]
+        );
+        assert_eq!(
+            super::replace_block(&["k8s.io/api".to_string()], "v0.34.4"),
+            "replace (\n\tk8s.io/api => k8s.io/api v0.34.4\n)\n"
         );
     }
 }

@@ -16,8 +16,10 @@ use anyhow::bail;
 use super::{STATE_DIR, host, procs, up};
 use crate::run::output;
 
-/// In stopping order: the kubelet first, so that it restarts nothing.
-const COMPONENTS: [&str; 6] = [
+/// In stopping order: the operator (a client only), then the kubelet, so that it
+/// restarts nothing.
+const COMPONENTS: [&str; 7] = [
+    super::operator::NAME,
     "kubelet",
     "kube-proxy",
     "kube-scheduler",

@@ -17,7 +17,7 @@ use crate::run::{checked, output, succeeds};
 
 /// Ports the components listen on, with who listens: `up` refuses to start when one is
 /// taken.
-pub const PORTS: [(&str, u16, &str); 9] = [
+pub const PORTS: [(&str, u16, &str); 10] = [
     ("127.0.0.1", 2379, "etcd (clients)"),
     ("127.0.0.1", 2380, "etcd (peers)"),
     (NODE_IP, 6443, "kube-apiserver"),
@@ -27,6 +27,7 @@ pub const PORTS: [(&str, u16, &str); 9] = [
     ("127.0.0.1", 10256, "kube-proxy (healthz)"),
     (NODE_IP, 10250, "kubelet"),
     ("127.0.0.1", 10248, "kubelet (healthz)"),
+    ("127.0.0.1", super::operator::PORT, "prometheus-operator"),
 ];
 
 /// Sysctls the kubelet (kernel tunables) and kube-proxy set; saved at `up`, restored

@@ -12,6 +12,7 @@ pub mod build;
 mod down;
 mod host;
 mod images;
+mod operator;
 mod pki;
 mod procs;
 mod status;
@@ -32,7 +33,8 @@ pub const KUBERNETES_VERSION: &str = "v1.34.4";
 pub const ETCD_VERSION: &str = "v3.6.16";
 /// The chart's tests (deploy/helm/, tests/tests/helm_chart.rs and the cluster tier).
 pub const HELM_VERSION: &str = "v3.22.0";
-/// Its CRDs (example/prometheus-operator-crd/) before `kubectl apply -k deploy/monitoring`.
+/// Its CRDs (example/prometheus-operator-crd/) before `kubectl apply -k deploy/monitoring`,
+/// and the operator itself (cmd/operator), built by setup.
 pub const OPERATOR_VERSION: &str = "v0.87.1";
 
 /// The node's bridge: the CNI bridge plugin's, created with its address before the

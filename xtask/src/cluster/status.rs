@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{STATE_DIR, host, procs, up};
 use crate::run::output;
 
-const COMPONENTS: [&str; 7] = [
+const COMPONENTS: [&str; 8] = [
     "containerd",
     "etcd",
     "kube-apiserver",
@@ -14,6 +14,7 @@ const COMPONENTS: [&str; 7] = [
     "kube-scheduler",
     "kube-proxy",
     "kubelet",
+    super::operator::NAME,
 ];
 
 /// Why a cluster counts as up (a component runs, or its state is still there).

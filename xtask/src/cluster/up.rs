@@ -210,7 +210,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 }
 
 /// A plain-HTTP GET on loopback; the body when the status is 200.
-fn http_get(addr: &str, path: &str) -> Option<String> {
+pub(super) fn http_get(addr: &str, path: &str) -> Option<String> {
     let mut s = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
@@ -401,7 +401,8 @@ serializeImagePulls: false
     })
 }
 
-/// The agent as the README installs it, then deploy/monitoring on the operator's CRDs.
+/// The agent as the README installs it, then deploy/monitoring on the operator's CRDs,
+/// and the operator to reconcile it.
 fn install_agent() -> anyhow::Result<()> {
     let built = crate::image::image(None)?;
     checked(ctr().args(["images", "import"]).arg(&built.archive))?;
@@ -432,6 +433,7 @@ fn install_agent() -> anyhow::Result<()> {
             .arg("-k")
             .arg(root.join("deploy/monitoring")),
     )?;
+    super::operator::start()?;
     checked(kubectl().args([
         "-n",
         AGENT_NAMESPACE,

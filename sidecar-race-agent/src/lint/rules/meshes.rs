@@ -108,7 +108,12 @@ fn classic_only(w: &Workload, inj: &Injection, out: &mut Vec<Finding>) {
     };
     let mut used_by = Vec::new();
     if sidecar.uses_listener {
-        if let Some(port) = sidecar.listener_port {
+        let moved = sidecar
+            .listener_port_annotation
+            .as_deref()
+            .and_then(|key| w.annotation(key))
+            .and_then(|port| port.trim().parse().ok());
+        if let Some(port) = moved.or(sidecar.listener_port) {
             used_by.extend(dialers(w, proxy, port));
         }
         if used_by.is_empty() {

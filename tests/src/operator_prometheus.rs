@@ -1,0 +1,145 @@
+//! Debian's Prometheus run with the configuration the real Prometheus Operator generated
+//! for a Prometheus resource of the cluster (`cargo xtask cluster up` runs the operator),
+//! byte for byte: the Secret `prometheus-<name>` (`prometheus.yaml.gz`).
+//!
+//! That configuration names paths that exist in the operator's Prometheus pod:
+//! - its `kubernetes_sd_configs` have no `api_server`, so Prometheus takes client-go's
+//!   in-cluster configuration: `KUBERNETES_SERVICE_HOST`/`_PORT` and the ServiceAccount
+//!   token and CA at `/var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt}`;
+//! - its `rule_files` are `/etc/prometheus/rules/prometheus-<name>-rulefiles-N/*.yaml`,
+//!   the keys of the operator's ConfigMaps of the same names.
+//!
+//! Rather than rewrite the configuration, Prometheus runs in a mount namespace of its
+//! own (`unshare --mount`) where tmpfs mounts on `/run` and `/etc/prometheus` hold
+//! those files: the resource's ServiceAccount token (a TokenRequest, as the kubelet
+//! projects it), the cluster CA (the `kube-root-ca.crt` ConfigMap pods get), and the
+//! rule files. Nothing is written to the host's own paths.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use serde_json::Value;
+
+use crate::{
+    cluster::{cluster, wait_until},
+    prometheus::Prometheus,
+    tools::run,
+};
+
+/// Where client-go's in-cluster configuration reads the token and the CA.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// Where the operator's Prometheus pod mounts its rule files.
+pub const RULES_DIR: &str = "/etc/prometheus/rules";
+/// The `kubernetes` Service (xtask/src/cluster: the first IP of the Service CIDR).
+const KUBERNETES_SERVICE_HOST: &str = "10.239.0.1";
+
+/// The configuration the operator generated for Prometheus `name` in `ns`, once it holds
+/// a scrape job named `job`.
+pub fn generated_config(ns: &str, name: &str, job: &str) -> String {
+    let c = cluster();
+    wait_until(
+        &format!("the operator's configuration for {ns}/{name} with job {job}"),
+        Duration::from_secs(60),
+        || {
+            let out = c
+                .cmd()
+                .args(["-n", ns, "get", "secret", &format!("prometheus-{name}")])
+                .args(["-o", "jsonpath={.data.prometheus\\.yaml\\.gz}"])
+                .output()
+                .ok()?;
+            let b64 = String::from_utf8_lossy(&out.stdout).to_string();
+            if b64.is_empty() {
+                return None;
+            }
+            let config = run(
+                Command::new("sh").args(["-c", "base64 -d | gzip -dc"]),
+                Some(&b64),
+            );
+            config
+                .contains(&format!("job_name: {job}\n"))
+                .then_some(config)
+        },
+    )
+}
+
+/// Each rule file of the operator's ConfigMaps for Prometheus `name`: (ConfigMap, key,
+/// content).
+fn rule_files(ns: &str, name: &str) -> Vec<(String, String, String)> {
+    let c = cluster();
+    let maps = c.json(&[
+        "-n",
+        ns,
+        "get",
+        "configmaps",
+        "-l",
+        &format!("prometheus-name={name}"),
+    ]);
+    let mut files = Vec::new();
+    for m in maps["items"].as_array().into_iter().flatten() {
+        let map = m["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        for (key, content) in m["data"].as_object().into_iter().flatten() {
+            let text = content.as_str().unwrap_or_default().to_string();
+            files.push((map.clone(), key.clone(), text));
+        }
+    }
+    files
+}
+
+/// Prometheus on `config` in a mount namespace where the paths it names hold the token
+/// of ServiceAccount `service_account` in `ns`, the cluster CA and the rule files of
+/// Prometheus resource `name`.
+pub fn start(ns: &str, name: &str, service_account: &str, config: &str) -> Prometheus {
+    let c = cluster();
+    let dir = Prometheus::fresh_dir(&format!("-{name}"));
+    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+    let sa = dir.join("serviceaccount");
+    std::fs::create_dir_all(&sa).unwrap();
+    let token = c.kubectl(&["-n", ns, "create", "token", service_account]);
+    std::fs::write(sa.join("token"), token.trim()).unwrap();
+    let ca = c.json(&["-n", ns, "get", "configmap", "kube-root-ca.crt"]);
+    std::fs::write(
+        sa.join("ca.crt"),
+        ca["data"]["ca.crt"].as_str().expect("the cluster CA"),
+    )
+    .unwrap();
+    std::fs::write(sa.join("namespace"), ns).unwrap();
+    let rules = dir.join("rules");
+    for (map, key, text) in rule_files(ns, name) {
+        std::fs::create_dir_all(rules.join(&map)).unwrap();
+        std::fs::write(rules.join(&map).join(key), text).unwrap();
+    }
+    Prometheus::launch(dir.clone(), in_pod_paths(&dir))
+}
+
+/// `prometheus`, started by a shell in a new mount namespace that first mounts tmpfs on
+/// /run and /etc/prometheus and copies `dir/serviceaccount` and `dir/rules` to the
+/// paths a Prometheus pod has them at.
+fn in_pod_paths(dir: &Path) -> Command {
+    let script = format!(
+        "set -e; mount -t tmpfs sr-prometheus /run; mkdir -p {SERVICE_ACCOUNT_DIR}; \
+         cp \"$0\"/serviceaccount/* {SERVICE_ACCOUNT_DIR}/; \
+         mount -t tmpfs sr-prometheus /etc/prometheus; mkdir -p {RULES_DIR}; \
+         if [ -d \"$0\"/rules ]; then cp -r \"$0\"/rules/. {RULES_DIR}/; fi; \
+         exec prometheus \"$@\""
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .arg(dir)
+        .env("KUBERNETES_SERVICE_HOST", KUBERNETES_SERVICE_HOST)
+        .env("KUBERNETES_SERVICE_PORT", "443");
+    cmd
+}
+
+/// The labels of each series `promql` returns, once it returns `count` of them.
+pub fn series(prom: &Prometheus, promql: &str, count: usize, timeout: Duration) -> Vec<Value> {
+    wait_until(
+        &format!("{count} series of {promql} in Prometheus"),
+        timeout,
+        || {
+            let found = prom.query(promql);
+            (found.len() == count).then_some(found)
+        },
+    )
+}
