@@ -1060,14 +1060,21 @@ async fn fake_api_server(seen: Arc<Mutex<Vec<(String, String)>>>) -> SocketAddr 
         ("app", "cloud-sql-proxy", "native", 5432),
         ("startup", 8, Some(0.4)),
     );
-    let handler = move |method: axum::http::Method, uri: axum::http::Uri| {
+    let handler = move |method: axum::http::Method,
+                        uri: axum::http::Uri,
+                        headers: axum::http::HeaderMap| {
         let seen = seen.clone();
         let objects = objects.clone();
         let (checkout, ledger) = (checkout.clone(), ledger.clone());
         async move {
+            let token = headers
+                .get("x-sidecar-race-token")
+                .and_then(|v| v.to_str().ok())
+                .map(|t| format!(" token={t}"))
+                .unwrap_or_default();
             seen.lock()
                 .unwrap()
-                .push((method.to_string(), uri.to_string()));
+                .push((method.to_string(), format!("{uri}{token}")));
             let path = uri.path();
             let list = |kind: &str| {
                 let items: Vec<Value> = objects
@@ -1083,6 +1090,12 @@ async fn fake_api_server(seen: Arc<Mutex<Vec<(String, String)>>>) -> SocketAddr 
             };
             let body = match path {
                 "/version" => json!({"major": "1", "minor": "33", "gitVersion": "v1.33.1"}),
+                "/api/v1/namespaces/sidecar-race/serviceaccounts/sidecar-race-scraper/token" => {
+                    json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                           "metadata": {"name": "sidecar-race-scraper"},
+                           "spec": {"audiences": [], "expirationSeconds": 600},
+                           "status": {"token": "scraper-token", "expirationTimestamp": "2026-01-01T00:10:00Z"}})
+                }
                 "/api/v1/namespaces/sidecar-race/pods" => {
                     json!({"apiVersion": "v1", "kind": "PodList",
                     "metadata": {"resourceVersion": "1"},
@@ -1115,7 +1128,7 @@ async fn fake_api_server(seen: Arc<Mutex<Vec<(String, String)>>>) -> SocketAddr 
 }
 
 /// From a laptop: the agents through the API server's pod proxy, the workloads from
-/// the cluster, all with the kubeconfig; only GETs.
+/// the cluster, all with the kubeconfig; only GETs and one TokenRequest.
 #[tokio::test(flavor = "multi_thread")]
 async fn agents_via_api_and_cluster_from_a_laptop() {
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -1154,7 +1167,28 @@ async fn agents_via_api_and_cluster_from_a_laptop() {
     assert_eq!(v["not_raced"][0]["workload"], "migrate-orders");
     assert_eq!(v["patches"].as_array().unwrap().len(), 4);
     let seen = seen.lock().unwrap().clone();
-    assert!(seen.iter().all(|(m, _)| m == "GET"), "{seen:?}");
+    // Only GETs, apart from the one TokenRequest for the scraper's short-lived token,
+    // which every proxied request carries (the pod proxy drops `Authorization`).
+    let posts: Vec<&str> = seen
+        .iter()
+        .filter(|(m, _)| m != "GET")
+        .map(|(_, p)| p.as_str())
+        .collect();
+    assert_eq!(
+        posts,
+        ["/api/v1/namespaces/sidecar-race/serviceaccounts/sidecar-race-scraper/token?"],
+        "{seen:?}"
+    );
+    let proxied: Vec<&str> = seen
+        .iter()
+        .filter(|(_, p)| p.contains("/proxy/"))
+        .map(|(_, p)| p.as_str())
+        .collect();
+    assert_eq!(proxied.len(), 2, "{seen:?}");
+    assert!(
+        proxied.iter().all(|p| p.ends_with(" token=scraper-token")),
+        "{proxied:?}"
+    );
     assert!(
         seen.iter().any(|(_, p)| p.contains("labelSelector=app.kubernetes.io%2Fname%3Dsidecar-race-agent")),
         "{seen:?}"

@@ -23,7 +23,7 @@ pub struct ReportArgs {
         value_delimiter = ','
     )]
     pub agent: Vec<String>,
-    /// A file holding the bearer token to send the agents (--agent), for agents run
+    /// A file holding the bearer token to send the agents (--agent, --agents-via-api), for agents run
     /// with `--auth kubernetes`: e.g. `kubectl create token sidecar-race-scraper -n
     /// sidecar-race > token`.
     #[arg(long, env = "SIDECAR_RACE_AGENT_TOKEN_FILE", value_name = "PATH")]

@@ -34,6 +34,7 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
         None if args.agents_via_api => Input::AgentsViaApi {
             namespace: args.agent_namespace.clone(),
             port: args.agent_port,
+            token: agent_token(&args)?,
         },
         None => Input::Agents {
             token: agent_token(&args)?,

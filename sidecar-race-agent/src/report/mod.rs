@@ -113,7 +113,11 @@ pub enum Input {
     },
     /// Every agent pod of `namespace` (label `app.kubernetes.io/name=sidecar-race-agent`),
     /// through the API server's pod proxy on `port`, with the user's kubeconfig.
-    AgentsViaApi { namespace: String, port: u16 },
+    AgentsViaApi {
+        namespace: String,
+        port: u16,
+        token: Option<String>,
+    },
 }
 
 /// Where a report's evidence came from.
@@ -253,7 +257,11 @@ pub async fn collect(input: &Input) -> Result<Fleet, ReportError> {
     match input {
         Input::Prometheus { url, range } => prometheus::collect(url, range).await,
         Input::Agents { urls, token } => agents::collect(urls, token.as_deref()).await,
-        Input::AgentsViaApi { namespace, port } => via_api::collect(namespace, *port).await,
+        Input::AgentsViaApi {
+            namespace,
+            port,
+            token,
+        } => via_api::collect(namespace, *port, token.as_deref()).await,
     }
 }
 

@@ -2,28 +2,72 @@
 //! server's pod proxy (`GET /api/v1/namespaces/NS/pods/POD:PORT/proxy/api/v1/incidents`)
 //! with the user's kubeconfig, for a laptop that cannot reach the nodes. It needs, in
 //! the agent's namespace only, `pods` list (to find the agents) and `pods/proxy` get.
-//! The API server removes the `Authorization` header before proxying, so an agent run
-//! with `--auth kubernetes` answers 401 here: the error says what to do instead.
+//! The API server removes the `Authorization` header before proxying, so the token for
+//! agents run with `--auth kubernetes` travels in `X-Sidecar-Race-Token`: the one of
+//! `--agent-token-file`, or else a 10-minute token of the `sidecar-race-scraper`
+//! ServiceAccount (deploy/monitoring/scraper.yaml) from the TokenRequest API, which needs
+//! `create` on `serviceaccounts/token` in the agent's namespace.
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::{Api, Client, api::ListParams};
+use k8s_openapi::api::{
+    authentication::v1::{TokenRequest, TokenRequestSpec},
+    core::v1::{Pod, ServiceAccount},
+};
+use kube::{
+    Api, Client,
+    api::{ListParams, PostParams},
+};
 
 use super::{Fleet, ReportError, agents};
 
 /// The agents' pod label (deploy/base/daemonset.yaml).
 pub const AGENT_SELECTOR: &str = "app.kubernetes.io/name=sidecar-race-agent";
 
-pub async fn collect(namespace: &str, port: u16) -> Result<Fleet, ReportError> {
+/// The ServiceAccount whose short-lived token reads the agents (deploy/monitoring/scraper.yaml).
+pub const SCRAPER: &str = "sidecar-race-scraper";
+
+pub async fn collect(
+    namespace: &str,
+    port: u16,
+    token: Option<&str>,
+) -> Result<Fleet, ReportError> {
     let client = Client::try_default()
         .await
         .map_err(|e| ReportError::Api(format!("cannot connect with the kubeconfig: {e}")))?;
-    collect_with(&client, namespace, port).await
+    collect_with(&client, namespace, port, token).await
+}
+
+/// A token of the scraper ServiceAccount, valid for 10 minutes.
+async fn scraper_token(client: &Client, namespace: &str) -> Result<String, ReportError> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let answer = accounts
+        .create_token_request(SCRAPER, &PostParams::default(), &request)
+        .await
+        .map_err(|e| {
+            ReportError::Api(format!(
+                "cannot get a token of ServiceAccount {namespace}/{SCRAPER} to read the agents \
+                 (--auth kubernetes): {e}; apply deploy/monitoring/scraper.yaml and allow \
+                 `create serviceaccounts/token` there, or pass --agent-token-file PATH"
+            ))
+        })?;
+    answer
+        .status
+        .map(|s| s.token)
+        .ok_or_else(|| ReportError::Api("the TokenRequest came back without a token".into()))
 }
 
 pub async fn collect_with(
     client: &Client,
     namespace: &str,
     port: u16,
+    token: Option<&str>,
 ) -> Result<Fleet, ReportError> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let listed = pods
@@ -45,11 +89,17 @@ pub async fn collect_with(
             "no running agent pod ({AGENT_SELECTOR}) in namespace {namespace}"
         )));
     }
+    let token = match token {
+        Some(t) => t.to_string(),
+        None => scraper_token(client, namespace).await?,
+    };
+    let token = &token;
     let fetches = running.iter().map(|name| async move {
         let path =
             format!("/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/api/v1/incidents");
         let what = format!("pods/proxy {namespace}/{name}");
         let request = http::Request::get(format!("{path}?limit={}", crate::http::MAX_LIMIT))
+            .header(crate::http::auth::PROXIED_TOKEN, token.as_str())
             .body(kube::client::Body::empty())
             .map_err(|e| ReportError::Api(format!("{what}: {e}")))?;
         let res = client
@@ -71,9 +121,8 @@ pub async fn collect_with(
         let body = String::from_utf8_lossy(&body);
         if status == http::StatusCode::UNAUTHORIZED {
             return Err(ReportError::Api(format!(
-                "{what}: HTTP 401: the agent answers only authenticated callers (--auth kubernetes), \
-                 and the API server's pod proxy does not pass credentials on; read it with \
-                 `kubectl port-forward` and --agent URL --agent-token-file PATH"
+                "{what}: HTTP 401: the agent did not accept the token (--auth kubernetes): \
+                 the API server could not review it"
             )));
         }
         if !status.is_success() {

@@ -148,15 +148,20 @@ impl Authenticator {
     }
 }
 
+/// The header that carries the token through the API server's pod proxy, which removes
+/// `Authorization` once it has authenticated the caller (`report --agents-via-api`). The
+/// token is reviewed exactly like a bearer token.
+pub const PROXIED_TOKEN: &str = "x-sidecar-race-token";
+
 /// The middleware of the protected routes: the request goes on only when allowed.
 pub async fn require(State(auth): State<Arc<Authenticator>>, req: Request, next: Next) -> Response {
-    let token = req
-        .headers()
+    let headers = req.headers();
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty());
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let proxied = headers.get(PROXIED_TOKEN).and_then(|v| v.to_str().ok());
+    let token = bearer.or(proxied).map(str::trim).filter(|t| !t.is_empty());
     let verdict = match token {
         None => Verdict::Decided(Decision::Unauthenticated),
         Some(token) => auth.verdict(token, req.uri().path()).await,
