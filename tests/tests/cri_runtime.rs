@@ -242,6 +242,10 @@ fn agent_container(reference: &str, pods_dir: &Path) -> (ContainerSpec, Vec<Stri
         .collect();
     let i = args.iter().position(|a| a == "--pods-from").unwrap();
     args[i + 1] = "file:/etc/sidecar-race/pods.json".into();
+    // No API server here to review callers: the incidents API is read without a token
+    // (the cluster tier runs the shipped `--auth kubernetes`).
+    let i = args.iter().position(|a| a == "--auth").unwrap();
+    args[i + 1] = "none".into();
     args.extend(
         ["--pods-poll-seconds", "0.2", "--events=false"]
             .iter()

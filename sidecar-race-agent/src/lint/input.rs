@@ -117,7 +117,14 @@ fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, InputError> {
     entries.sort();
     let mut files = Vec::new();
     for path in entries {
-        if path.is_dir() {
+        if path.is_dir() && path.join("Chart.yaml").is_file() {
+            // A chart's templates are not manifests until rendered.
+            tracing::warn!(
+                "skipping Helm chart {}: render it first (helm template {} | sidecar-race-agent lint -)",
+                path.display(),
+                path.display()
+            );
+        } else if path.is_dir() {
             files.extend(manifest_files(&path)?);
         } else if path
             .extension()

@@ -23,7 +23,7 @@ use crate::{
     events::Kind,
     http::{
         self, HttpState,
-        auth::{Authenticator, CacheTtls, KubeReviewer},
+        auth::{Authenticator, CacheTtls, KubeReviewer, NoClient, Reviewer},
     },
     incident_logs::IncidentLogs,
     k8s_events::EventPublisher,
@@ -248,17 +248,26 @@ fn release_delay(due: u64, now: u64) -> Duration {
     Duration::from_nanos(wait.div_ceil(grain) * grain)
 }
 
-/// `--auth=kubernetes` reviews callers with the API server: without a client
-/// configuration the agent does not start (it would serve what it was told to guard).
+/// `--auth=kubernetes` reviews callers with the API server. Without a client
+/// configuration the agent still detects, but its protected paths answer 503 (never
+/// 200: it would serve what it was told to guard), counted as `unavailable`.
 async fn start_auth() -> anyhow::Result<Arc<Authenticator>> {
-    let client = kube::Client::try_default()
-        .await
-        .context("--auth=kubernetes needs a Kubernetes client (in-cluster or KUBECONFIG)")?;
-    tracing::info!("/metrics and /api/v1/incidents answer callers the API server allows");
-    Ok(Arc::new(Authenticator::new(
-        Box::new(KubeReviewer(client)),
-        CacheTtls::default(),
-    )))
+    let reviewer: Box<dyn Reviewer> = match kube::Client::try_default().await {
+        Ok(client) => {
+            tracing::info!("/metrics and /api/v1/incidents answer callers the API server allows");
+            Box::new(KubeReviewer(client))
+        }
+        Err(e) => {
+            let why = format!(
+                "--auth=kubernetes has no Kubernetes client (in-cluster or KUBECONFIG): {e}"
+            );
+            tracing::error!(
+                "{why}; /metrics and /api/v1/incidents answer 503 until the agent is restarted with one, detection goes on"
+            );
+            Box::new(NoClient(why))
+        }
+    };
+    Ok(Arc::new(Authenticator::new(reviewer, CacheTtls::default())))
 }
 
 /// An Event publisher, when a Kubernetes client can be configured (in-cluster or

@@ -29,7 +29,7 @@ use tokio::sync::Semaphore;
 use self::cache::{DecisionCache, TokenDigest};
 pub use self::{
     cache::CacheTtls,
-    review::{KubeReviewer, Reviewer, Unreachable},
+    review::{KubeReviewer, NoClient, Reviewer, Unreachable},
 };
 
 /// Reviews sent to the API server at once; further requests wait (a client sending

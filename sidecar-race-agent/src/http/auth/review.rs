@@ -29,6 +29,21 @@ pub trait Reviewer: Send + Sync + 'static {
     ) -> futures::future::BoxFuture<'static, Result<Decision, Unreachable>>;
 }
 
+/// No client configuration (neither in-cluster nor KUBECONFIG): nothing can be
+/// reviewed, so the protected paths answer 503 while detection goes on.
+pub struct NoClient(pub String);
+
+impl Reviewer for NoClient {
+    fn review(
+        &self,
+        _token: String,
+        _path: String,
+    ) -> futures::future::BoxFuture<'static, Result<Decision, Unreachable>> {
+        let why = self.0.clone();
+        Box::pin(async move { Err(Unreachable(why)) })
+    }
+}
+
 /// Reviews with the API server through the agent's own client.
 pub struct KubeReviewer(pub Client);
 
