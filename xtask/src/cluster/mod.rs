@@ -108,6 +108,7 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
     let mut cmd = crate::run::cargo();
     cmd.args([
         "test",
+        "--no-fail-fast",
         "-p",
         "sidecar-race-tests",
         "--test",
