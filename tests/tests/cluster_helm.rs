@@ -91,7 +91,15 @@ fn helm_install_upgrade_uninstall() {
     let args = &pod["spec"]["containers"][0]["args"];
     assert_eq!(
         *args,
-        serde_json::json!(["run", "--listen", "0.0.0.0:9965", "--pods-from", "api"])
+        serde_json::json!([
+            "run",
+            "--listen",
+            "0.0.0.0:9965",
+            "--pods-from",
+            "api",
+            "--auth",
+            "kubernetes"
+        ])
     );
     for (k, n) in [
         ("podmonitor", "sidecar-race-agent"),
