@@ -39,7 +39,8 @@ struct Type {
     data: usize,
 }
 
-struct Btf<'a> {
+/// Parsed BTF data: the type table, parsed once and asked for each struct's offsets.
+pub struct Btf<'a> {
     types: Vec<Type>,
     type_section: &'a [u8],
     strings: &'a [u8],
@@ -51,7 +52,7 @@ fn u32_at(b: &[u8], at: usize) -> Result<u32, BtfError> {
 }
 
 impl<'a> Btf<'a> {
-    fn parse(data: &'a [u8]) -> Result<Self, BtfError> {
+    pub fn parse(data: &'a [u8]) -> Result<Self, BtfError> {
         if data.len() < 24 || data[0..2] != [0x9f, 0xeb] {
             return Err(BtfError::Header);
         }
@@ -168,8 +169,7 @@ impl<'a> Btf<'a> {
 
 /// The socket field offsets from BTF data, relative to a `struct sock *` (which is
 /// also the start of its `inet_sock`).
-pub fn sock_fields(data: &[u8]) -> Result<SockFields, BtfError> {
-    let btf = Btf::parse(data)?;
+pub fn sock_fields(btf: &Btf) -> Result<SockFields, BtfError> {
     let common = btf.offset("sock", "__sk_common")?;
     let c = |m| Ok::<_, BtfError>(common + btf.offset("sock_common", m)?);
     if btf.offset("inet_sock", "sk")? != 0 {
@@ -190,8 +190,7 @@ pub fn sock_fields(data: &[u8]) -> Result<SockFields, BtfError> {
 /// The offsets that let the programs find a socket's or a task's cgroup ancestors
 /// (see `programs/charge.rs`). Kernels before 6.0 keep the ancestors' ids
 /// (`ancestor_ids`), later ones pointers to them (`ancestors`).
-pub fn cgroup_fields(data: &[u8]) -> Result<CgroupFields, BtfError> {
-    let btf = Btf::parse(data)?;
+pub fn cgroup_fields(btf: &Btf) -> Result<CgroupFields, BtfError> {
     let (ancestors, ancestors_are_ids) = match btf.offset("cgroup", "ancestors") {
         Ok(off) => (off, 0),
         Err(_) => (btf.offset("cgroup", "ancestor_ids")?, 1),
@@ -209,8 +208,7 @@ pub fn cgroup_fields(data: &[u8]) -> Result<CgroupFields, BtfError> {
 }
 
 /// The offsets that name a task by its process (the thread-group leader's `comm`).
-pub fn task_fields(data: &[u8]) -> Result<TaskFields, BtfError> {
-    let btf = Btf::parse(data)?;
+pub fn task_fields(btf: &Btf) -> Result<TaskFields, BtfError> {
     Ok(TaskFields {
         group_leader: btf.offset("task_struct", "group_leader")?,
         comm: btf.offset("task_struct", "comm")?,
@@ -333,7 +331,7 @@ mod tests {
         let Ok(data) = std::fs::read(VMLINUX) else {
             return;
         };
-        let f = sock_fields(&data).unwrap();
+        let f = sock_fields(&Btf::parse(&data).unwrap()).unwrap();
         assert!(f.family < 64 && f.dport < 64 && f.daddr < 64, "{f:?}");
         assert!(f.protocol > f.family && f.sport > f.protocol, "{f:?}");
     }
@@ -345,7 +343,7 @@ mod tests {
         let Ok(data) = std::fs::read(VMLINUX) else {
             return;
         };
-        let f = cgroup_fields(&data).unwrap();
+        let f = cgroup_fields(&Btf::parse(&data).unwrap()).unwrap();
         assert_eq!(f.ancestors_are_ids, 0, "{f:?}");
         assert!(f.ancestors > f.level && f.kn < f.ancestors, "{f:?}");
     }
@@ -356,7 +354,7 @@ mod tests {
         let Ok(data) = std::fs::read(VMLINUX) else {
             return;
         };
-        let f = task_fields(&data).unwrap();
+        let f = task_fields(&Btf::parse(&data).unwrap()).unwrap();
         assert!(f.group_leader > 0 && f.comm > 0, "{f:?}");
         assert!(f.group_leader.abs_diff(f.comm) >= 8, "{f:?}");
     }

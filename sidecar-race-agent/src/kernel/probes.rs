@@ -179,12 +179,13 @@ impl Probes {
         config.cgroup2_hierarchy = opts.cgroup2_hierarchy;
         config.refusal_budget = opts.refusal_budget;
         config.control_budget = opts.control_budget;
+        // The kernel's BTF, read and parsed once for every set of offsets.
         let vmlinux = std::fs::read(btf::VMLINUX).map_err(|e| format!("{}: {e}", btf::VMLINUX));
-        let per_cgroup_budgets = match vmlinux
+        let parsed = vmlinux
             .as_deref()
             .map_err(Clone::clone)
-            .and_then(|data| btf::cgroup_fields(data).map_err(|e| e.to_string()))
-        {
+            .and_then(|data| btf::Btf::parse(data).map_err(|e| e.to_string()));
+        let per_cgroup_budgets = match from_btf(&parsed, btf::cgroup_fields) {
             Ok(fields) => {
                 config.cgroup = fields;
                 None
@@ -192,17 +193,14 @@ impl Probes {
             Err(why) => Some(why),
         };
         let sock = if opts.set_state_btf {
-            vmlinux
-                .as_deref()
-                .map_err(Clone::clone)
-                .and_then(|data| btf::sock_fields(data).map_err(|e| e.to_string()))
+            from_btf(&parsed, btf::sock_fields)
         } else {
             Err("turned off".to_string())
         };
         if let Ok(fields) = sock {
             config.sock = fields;
         }
-        let task = vmlinux.and_then(|data| btf::task_fields(&data).map_err(|e| e.to_string()));
+        let task = from_btf(&parsed, btf::task_fields);
         let process_names = match &task {
             Ok(_) => ProcessNames::Leader,
             Err(why) => ProcessNames::Thread {
@@ -439,6 +437,15 @@ fn perf_event_paranoid() -> Option<i32> {
 fn config_bytes(config: &Config) -> [u8; size_of::<Config>()] {
     // SAFETY: Config is repr(C) plain data with explicit padding fields.
     unsafe { std::mem::transmute_copy(config) }
+}
+
+/// One set of offsets from the parsed BTF, or why there is none.
+fn from_btf<T>(
+    parsed: &Result<btf::Btf, String>,
+    fields: impl Fn(&btf::Btf) -> Result<T, btf::BtfError>,
+) -> Result<T, String> {
+    let btf = parsed.as_ref().map_err(Clone::clone)?;
+    fields(btf).map_err(|e| e.to_string())
 }
 
 /// The task offsets as the bytes of the `TASK` global.
