@@ -1,6 +1,7 @@
 //! sidecar-race agent: kernel facts about refused connections and listeners, turned
 //! into evidence of sidecar startup and drain races.
 
+pub mod admission;
 pub mod agent;
 pub mod catalog;
 pub mod cgroups;

@@ -6,8 +6,10 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Container;
 
-const LOCAL_HOSTS: &[&str] = &["localhost", "127.0.0.1", "[::1]", "::1", "0.0.0.0"];
-const SHELLS: &[&str] = &["sh", "bash", "ash", "dash", "zsh"];
+/// Loopback hosts: a port beside one is a port of this pod.
+pub const LOCAL_HOSTS: &[&str] = &["localhost", "127.0.0.1", "[::1]", "::1", "0.0.0.0"];
+/// Shells whose `-c` script may wrap the app in a `sleep`.
+pub const SHELLS: &[&str] = &["sh", "bash", "ash", "dash", "zsh"];
 
 /// Loopback ports `c` dials, per its command, args and env.
 pub fn dialed_ports(c: &Container) -> BTreeSet<u16> {
