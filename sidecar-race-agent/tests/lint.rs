@@ -18,6 +18,7 @@ const FIXTURES: &[&str] = &[
     "native-sidecar-unprobed.yaml",
     "sleep-hack.yaml",
     "init-deadlock.yaml",
+    "init-before-native.yaml",
     "cronjob.yaml",
     "multi-document.yaml",
     "list.yaml",
@@ -128,6 +129,7 @@ fn each_rule_fires_on_its_fixture() {
         ("native-sidecar-unprobed.yaml", &["SR003", "SR004"]),
         ("sleep-hack.yaml", &["SR001", "SR005", "SR006", "SR006"]),
         ("init-deadlock.yaml", &["SR001", "SR007"]),
+        ("init-before-native.yaml", &["SR003", "SR007"]),
         ("cronjob.yaml", &["SR002"]),
         ("multi-document.yaml", &["SR001"]),
         ("list.yaml", &["SR009", "SR001"]),
@@ -246,7 +248,7 @@ fn directories_and_stdin() {
     let (_, all) = lint(&["--format", "json", "."], None);
     let v: serde_json::Value = serde_json::from_str(&all).unwrap();
     assert_eq!(
-        v["workloads"], 14,
+        v["workloads"], 15,
         "every workload of every fixture (Services skipped)"
     );
     let text = std::fs::read_to_string(dir().join("cronjob.yaml")).unwrap();

@@ -7,6 +7,8 @@
 //!   turn its readiness endpoint on, when it has one only when asked; none when no
 //!   port to probe is known). A `preStop` hook that only sleeps goes: the kubelet now
 //!   stops the sidecar after the app.
+//! - A native sidecar that an init container listed before it dials moves before
+//!   the first such init container (SR007).
 //! - A native sidecar without a startupProbe gets one; one probing a port clients do
 //!   not use gets it pointed at the right one.
 //! - An app container's `sleep N && …` wrapper goes, leaving its own command.
@@ -30,6 +32,16 @@ pub fn fix(w: &Workload, opts: &Options) -> Option<Node> {
     let spec = template.get_mut("spec")?;
     for s in sidecars_to_move(w) {
         changed |= move_to_init(w, s, opts, spec);
+    }
+    if !super::ignores(w, Rule::InitWaitsForContainer) {
+        for s in w
+            .info
+            .containers
+            .iter()
+            .filter(|c| c.role == Role::NativeSidecar)
+        {
+            changed |= move_before_waiters(w, s, spec);
+        }
     }
     for s in w
         .info
@@ -139,19 +151,38 @@ fn move_to_init(w: &Workload, s: &ContainerInfo, opts: &Options, spec: &mut Node
             c.remove("lifecycle");
         }
     }
-    let served = rules::served_ports(w, s);
     let inits = spec.map_entry_seq("initContainers");
     // Before the first init container that dials it, else after the others.
-    let at = inits
-        .iter()
-        .position(|init| {
-            let name = init.get("name").and_then(Node::as_str).unwrap_or_default();
-            w.info.role(name) == Some(Role::Init)
-                && rules::container(w, name)
-                    .is_some_and(|t| refs::dialed_ports(t).iter().any(|p| served.contains(p)))
-        })
-        .unwrap_or(inits.len());
+    let at = first_waiter(w, s, inits).unwrap_or(inits.len());
     inits.insert(at, c);
+    true
+}
+
+/// The index in `inits` of the first init container that dials a port `s` serves.
+fn first_waiter(w: &Workload, s: &ContainerInfo, inits: &[Node]) -> Option<usize> {
+    let served = rules::served_ports(w, s);
+    inits.iter().position(|init| {
+        let name = init.get("name").and_then(Node::as_str).unwrap_or_default();
+        w.info.role(name) == Some(Role::Init)
+            && rules::container(w, name)
+                .is_some_and(|t| refs::dialed_ports(t).iter().any(|p| served.contains(p)))
+    })
+}
+
+/// Moves native sidecar `s` before the first init container that dials it, when
+/// that one is listed before it (SR007: it would wait for `s` forever).
+fn move_before_waiters(w: &Workload, s: &ContainerInfo, spec: &mut Node) -> bool {
+    let Some(inits) = spec.get_mut("initContainers").and_then(Node::as_seq_mut) else {
+        return false;
+    };
+    let (Some(from), Some(to)) = (named_index(inits, &s.name), first_waiter(w, s, inits)) else {
+        return false;
+    };
+    if to > from {
+        return false;
+    }
+    let c = inits.remove(from);
+    inits.insert(to, c);
     true
 }
 
