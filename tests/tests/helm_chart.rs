@@ -241,3 +241,30 @@ fn every_rendering_validates_strictly() {
         validate_strictly(label, &builtin, &versions);
     }
 }
+
+/// The admission policy's toggle renders deploy/admission/ (Warn and Audit), and
+/// `deny` the overlay that refuses instead; both validate strictly (with every
+/// toggle flipped, in every_rendering_validates_strictly).
+#[test]
+fn admission_policy_toggle_renders_deploy_admission_and_its_deny_overlay() {
+    let base = rendered(".");
+    assert!(
+        !helm_template(&[], &[])
+            .iter()
+            .any(|d| kind(d).starts_with("ValidatingAdmissionPolicy")),
+        "the policy is opt-in"
+    );
+    assert_same_objects(
+        &helm_template(&[], &["admissionPolicy.enabled=true"]),
+        &concat(&[base.clone(), rendered("admission")]),
+        "admissionPolicy.enabled vs deploy/ + deploy/admission",
+    );
+    assert_same_objects(
+        &helm_template(
+            &[],
+            &["admissionPolicy.enabled=true", "admissionPolicy.deny=true"],
+        ),
+        &concat(&[base, rendered("overlays/admission-deny")]),
+        "admissionPolicy.deny vs deploy/ + deploy/overlays/admission-deny",
+    );
+}
