@@ -13,7 +13,9 @@ const COPIES: &[&str] = &[
 ];
 
 fn workspace_file(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(rel)
 }
 
 #[test]

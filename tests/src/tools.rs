@@ -44,8 +44,8 @@ pub fn on_path(tool: &str) -> PathBuf {
     PathBuf::from(tool)
 }
 
-/// Runs `cmd` (with `stdin` when given); its stdout, or a panic with all it printed.
-pub fn run(cmd: &mut Command, stdin: Option<&str>) -> String {
+/// Runs `cmd` (with `stdin` when given) to its end, whatever its exit status.
+pub fn output(cmd: &mut Command, stdin: Option<&str>) -> std::process::Output {
     let shown = format!("{cmd:?}");
     let mut child = cmd
         .stdin(if stdin.is_some() {
@@ -65,9 +65,15 @@ pub fn run(cmd: &mut Command, stdin: Option<&str>) -> String {
             .write_all(input.as_bytes())
             .unwrap_or_else(|e| panic!("cannot write to {shown}: {e}"));
     }
-    let out = child
+    child
         .wait_with_output()
-        .unwrap_or_else(|e| panic!("{shown}: {e}"));
+        .unwrap_or_else(|e| panic!("{shown}: {e}"))
+}
+
+/// Runs `cmd` (with `stdin` when given); its stdout, or a panic with all it printed.
+pub fn run(cmd: &mut Command, stdin: Option<&str>) -> String {
+    let shown = format!("{cmd:?}");
+    let out = output(cmd, stdin);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),

@@ -63,7 +63,10 @@ fn sidecar_names() -> Vec<&'static str> {
 
 /// `c` is known sidecar `s` (lint's `known::sidecar`: by name first, then image).
 fn is_sidecar(c: &str, s: &Sidecar) -> String {
-    let by_name = format!("{c}.name in {}", strings(s.containers.iter().map(String::as_str)));
+    let by_name = format!(
+        "{c}.name in {}",
+        strings(s.containers.iter().map(String::as_str))
+    );
     if s.images.is_empty() {
         return by_name;
     }

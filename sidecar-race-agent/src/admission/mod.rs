@@ -195,7 +195,9 @@ spec:
 "
     ));
     for (name, expression) in variables() {
-        y.push_str(&format!("  - name: {name}\n    expression: >-\n      {expression}\n"));
+        y.push_str(&format!(
+            "  - name: {name}\n    expression: >-\n      {expression}\n"
+        ));
     }
     y.push_str("  validations:\n");
     for (expression, message, fallback) in validations() {

@@ -87,7 +87,8 @@ pub fn run(action: Action) -> anyhow::Result<()> {
 }
 
 /// `cargo xtask test`'s cluster tier, after the others: a cluster for
-/// tests/tests/cluster.rs and cluster_helm.rs (their cases are `#[ignore]`d in a plain `cargo test`), one
+/// tests/tests/cluster.rs, cluster_helm.rs and cluster_admission.rs (their cases are
+/// `#[ignore]`d in a plain `cargo test`), one
 /// case at a time, then `down`. When `up` fails the tier still runs and every case
 /// fails with the reason. Runs when `args` is empty or names the tier.
 pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Result<()> {
@@ -115,6 +116,8 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
         "cluster",
         "--test",
         "cluster_helm",
+        "--test",
+        "cluster_admission",
         "--",
         "--ignored",
         "--test-threads=1",

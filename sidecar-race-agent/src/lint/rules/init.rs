@@ -38,9 +38,12 @@ pub(super) fn init_waits(w: &Workload, out: &mut Vec<Finding>) {
         let ports = refs::dialed_ports(typed);
         let mut seen = BTreeSet::new();
         for port in ports {
-            let Some(server) = w.info.containers.iter().find(|c| {
-                starts_after(w, c, &init.name) && served_ports(w, c).contains(&port)
-            }) else {
+            let Some(server) = w
+                .info
+                .containers
+                .iter()
+                .find(|c| starts_after(w, c, &init.name) && served_ports(w, c).contains(&port))
+            else {
                 continue;
             };
             if !seen.insert(&server.name) {
@@ -58,14 +61,16 @@ pub(super) fn init_waits(w: &Workload, out: &mut Vec<Finding>) {
                     ),
                 ),
                 Role::ClassicSidecar => (
-                    "in containers[] and starts only after every init container has finished".into(),
+                    "in containers[] and starts only after every init container has finished"
+                        .into(),
                     format!(
                         "Make {} a native sidecar (initContainers, restartPolicy: Always) listed before {}, with a startupProbe on port {port}",
                         server.name, init.name
                     ),
                 ),
                 _ => (
-                    "in containers[] and starts only after every init container has finished".into(),
+                    "in containers[] and starts only after every init container has finished"
+                        .into(),
                     format!(
                         "{} is an app container: if it is a helper, name it in sidecar-race.io/sidecars and make it a native sidecar listed before {}; otherwise {} must not wait for it",
                         server.name, init.name, init.name
