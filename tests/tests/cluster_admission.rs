@@ -321,7 +321,6 @@ fn policy_and_lint_agree_and_deny_refuses_only_the_bad() {
         "{}",
         applied.said
     );
-    cluster().kubectl(&["-n", &ns, "delete", "cronjob", "nightly-export"]);
 
     // The Jobs a CronJob makes are not judged again.
     let mut job = json!({
@@ -355,6 +354,28 @@ fn policy_and_lint_agree_and_deny_refuses_only_the_bad() {
     // Under Deny the bad are refused, saying why; the good still pass.
     drop(policy);
     let _deny = Installed::from("overlays/admission-deny");
+    // The CronJob stored under Warn: a change to its spec is refused, a label is not
+    // judged again, and it can still be deleted.
+    let patched = output(
+        cluster().cmd().args([
+            "-n",
+            &ns,
+            "patch",
+            "cronjob",
+            "nightly-export",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"schedule":"0 4 * * *"}}"#,
+        ]),
+        None,
+    );
+    let said = String::from_utf8_lossy(&patched.stderr);
+    assert!(
+        !patched.status.success() && said.contains("SR002"),
+        "a spec change of a race-prone CronJob under Deny: {said}"
+    );
+    cluster().kubectl(&["-n", &ns, "label", "cronjob", "nightly-export", "team=data"]);
+    cluster().kubectl(&["-n", &ns, "delete", "cronjob", "nightly-export"]);
     for case in &cases {
         let admission = apply(&case.object, true);
         let lint = lint_verdict(&case.object);

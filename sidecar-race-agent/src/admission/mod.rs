@@ -191,6 +191,11 @@ spec:
   - name: not-made-by-a-cronjob
     expression: >-
       !(object.kind == 'Job' && object.metadata.?ownerReferences.orValue([]).exists(o, o.kind == 'CronJob'))
+  # Updates that leave the spec alone (labels, finalizers, the garbage collector's
+  # deletion) are not judged again: under Deny they must still pass.
+  - name: spec-created-or-changed
+    expression: >-
+      request.operation == 'CREATE' || object.spec != oldObject.spec
   variables:
 "
     ));
