@@ -51,14 +51,13 @@ fn image_is<'a>(c: &str, images: impl IntoIterator<Item = &'a str>) -> String {
     format!("(has({c}.image) && {c}.image.matches({}))", string(&re))
 }
 
-/// Every container name of a sidecar in the table.
-fn sidecar_names() -> Vec<&'static str> {
-    CATALOG
-        .sidecars
-        .iter()
-        .flat_map(|s| &s.containers)
-        .map(String::as_str)
-        .collect()
+/// Every container name of a known sidecar, once: the value of
+/// `variables.knownNames` (the injectors' names are their sidecars').
+pub fn known_names() -> String {
+    let mut names: Vec<&str> = CATALOG.container_names().collect();
+    names.sort_unstable();
+    names.dedup();
+    strings(names)
 }
 
 /// `c` is known sidecar `s` (lint's `known::sidecar`: by name first, then image).
@@ -71,8 +70,7 @@ fn is_sidecar(c: &str, s: &Sidecar) -> String {
         return by_name;
     }
     format!(
-        "({by_name} || (!({c}.name in {}) && {}))",
-        strings(sidecar_names()),
+        "({by_name} || (!({c}.name in variables.knownNames) && {}))",
         image_is(c, s.images.iter().map(String::as_str))
     )
 }
@@ -81,14 +79,9 @@ fn is_sidecar(c: &str, s: &Sidecar) -> String {
 /// `variables.sidecarNames` (the `sidecar-race.io/sidecars` annotation), by a known
 /// name or name pattern, or by a known image (`inventory::sidecars`).
 pub fn is_classic(c: &str) -> String {
-    let names: Vec<&str> = CATALOG.container_names().collect();
-    let mut unique = names.clone();
-    unique.sort_unstable();
-    unique.dedup();
     let images: Vec<&str> = CATALOG.image_names().collect();
     format!(
-        "{c}.name in variables.sidecarNames || {c}.name in {} || {c}.name in ['proxy', 'sidecar'] || {c}.name.endsWith('-proxy') || {c}.name.endsWith('-sidecar') || {}",
-        strings(unique),
+        "{c}.name in variables.sidecarNames || {c}.name in variables.knownNames || {c}.name in ['proxy', 'sidecar'] || {c}.name.endsWith('-proxy') || {c}.name.endsWith('-sidecar') || {}",
         image_is(c, images)
     )
 }

@@ -81,6 +81,7 @@ fn variables() -> Vec<(String, String)> {
             "template",
             "object.kind == 'CronJob' ? object.spec.jobTemplate.spec.template : object.spec.template".to_string(),
         ),
+        ("knownNames", cel::known_names()),
         (
             "podAnnotations",
             "variables.template.?metadata.?annotations.orValue({})".into(),
