@@ -19,7 +19,7 @@ pub const NAME: &str = "sidecar-race";
 pub const JUDGED: &[(Rule, &str)] = &[
     (
         Rule::ClassicSidecarServesPort,
-        "classic sidecar(s) in containers[] serving a port: they start and stop together with the app, so its first and last connections race them. Fix: move them to initContainers with restartPolicy: Always and a startupProbe (`sidecar-race lint --fix` writes it)",
+        "classic sidecar(s) in containers[] serving a port: they start and stop together with the app, so its first and last connections race them. Fix: move them to initContainers with restartPolicy: Always and a startupProbe (`kubectl sidecar-race lint --fix` writes it)",
     ),
     (
         Rule::JobWithClassicSidecar,
@@ -27,7 +27,7 @@ pub const JUDGED: &[(Rule, &str)] = &[
     ),
     (
         Rule::NativeSidecarWithoutStartupProbe,
-        "native sidecar(s) serving a port without a startupProbe: the app containers start as soon as they have started, not once they serve. Fix: give each a startupProbe (`sidecar-race lint --fix` adds it)",
+        "native sidecar(s) serving a port without a startupProbe: the app containers start as soon as they have started, not once they serve. Fix: give each a startupProbe (`kubectl sidecar-race lint --fix` adds it)",
     ),
     (
         Rule::SleepBeforeApp,
