@@ -1,6 +1,8 @@
-//! Debian's Prometheus run with the configuration the real Prometheus Operator generated
-//! for a Prometheus resource of the cluster (`cargo xtask cluster up` runs the operator),
-//! byte for byte: the Secret `prometheus-<name>` (`prometheus.yaml.gz`).
+//! The Prometheus that `cargo xtask setup` builds (Kubernetes service discovery only;
+//! Debian's 2.42 is built without it) run with the configuration the real Prometheus
+//! Operator generated for a Prometheus resource of the cluster (`cargo xtask cluster up`
+//! runs the operator), byte for byte: the Secret `prometheus-<name>`
+//! (`prometheus.yaml.gz`).
 //!
 //! That configuration names paths that exist in the operator's Prometheus pod:
 //! - its `kubernetes_sd_configs` have no `api_server`, so Prometheus takes client-go's
@@ -15,7 +17,11 @@
 //! projects it), the cluster CA (the `kube-root-ca.crt` ConfigMap pods get), and the
 //! rule files. Nothing is written to the host's own paths.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
 
 use serde_json::Value;
 
@@ -31,6 +37,35 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 pub const RULES_DIR: &str = "/etc/prometheus/rules";
 /// The `kubernetes` Service (xtask/src/cluster: the first IP of the Service CIDR).
 const KUBERNETES_SERVICE_HOST: &str = "10.239.0.1";
+/// What `cargo xtask setup` builds (xtask/src/cluster/mod.rs, PROMETHEUS_VERSION).
+const DEFAULT_PROMETHEUS: &str = ".cache/sidecar-race/go/prometheus-v3.10.0/bin/prometheus";
+
+/// The Prometheus binary: `SIDECAR_RACE_PROMETHEUS`, or the one `cargo xtask setup`
+/// built.
+pub fn binary() -> PathBuf {
+    let bin = std::env::var_os("SIDECAR_RACE_PROMETHEUS").map_or_else(
+        || PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(DEFAULT_PROMETHEUS),
+        PathBuf::from,
+    );
+    assert!(
+        bin.exists(),
+        "{} is missing: `cargo xtask setup` builds Prometheus from its Go module",
+        bin.display()
+    );
+    bin
+}
+
+/// The binary's version, `vX.Y.Z`: what the Prometheus resource names, so that the
+/// operator generates for it.
+pub fn version() -> String {
+    let out = run(Command::new(binary()).arg("--version"), None);
+    let version = out
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.split('+').next())
+        .unwrap_or_default();
+    format!("v{version}")
+}
 
 /// The configuration the operator generated for Prometheus `name` in `ns`, once it holds
 /// a scrape job named `job`.
@@ -113,20 +148,21 @@ pub fn start(ns: &str, name: &str, service_account: &str, config: &str) -> Prome
     Prometheus::launch(dir.clone(), in_pod_paths(&dir))
 }
 
-/// `prometheus`, started by a shell in a new mount namespace that first mounts tmpfs on
-/// /run and /etc/prometheus and copies `dir/serviceaccount` and `dir/rules` to the
-/// paths a Prometheus pod has them at.
+/// `binary()`, started by a shell in a new mount namespace that first mounts tmpfs on
+/// /run (/var/run links there) and /etc/prometheus and copies `dir/serviceaccount` and
+/// `dir/rules` to the paths a Prometheus pod has them at.
 fn in_pod_paths(dir: &Path) -> Command {
     let script = format!(
         "set -e; mount -t tmpfs sr-prometheus /run; mkdir -p {SERVICE_ACCOUNT_DIR}; \
          cp \"$0\"/serviceaccount/* {SERVICE_ACCOUNT_DIR}/; \
          mount -t tmpfs sr-prometheus /etc/prometheus; mkdir -p {RULES_DIR}; \
          if [ -d \"$0\"/rules ]; then cp -r \"$0\"/rules/. {RULES_DIR}/; fi; \
-         exec prometheus \"$@\""
+         bin=\"$1\"; shift; exec \"$bin\" \"$@\""
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script])
         .arg(dir)
+        .arg(binary())
         .env("KUBERNETES_SERVICE_HOST", KUBERNETES_SERVICE_HOST)
         .env("KUBERNETES_SERVICE_PORT", "443");
     cmd

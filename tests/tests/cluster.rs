@@ -18,7 +18,7 @@ use sidecar_race_tests::{
         container_id, container_pids, container_status, wait_until,
     },
     http::{get, get_as},
-    operator_prometheus::generated_config,
+    operator_prometheus::{self, generated_config},
 };
 
 /// A namespace of this run (the agent's counters are per namespace and workload, so
@@ -1094,27 +1094,24 @@ fn prometheus_resource(ns: &str, name: &str, version: &str, select: &[&str]) -> 
     .to_string()
 }
 
-/// The installed Prometheus' version, `vX.Y.Z` (Debian 12's: v2.42.0).
-fn installed_prometheus_version() -> String {
-    let out = sidecar_race_tests::tools::run(
-        std::process::Command::new("prometheus").arg("--version"),
+/// `curl` of the agent's /metrics without a token: its HTTP status.
+fn unauthenticated_curl_status(addr: &str) -> String {
+    sidecar_race_tests::tools::run(
+        std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("http://{addr}/metrics")),
         None,
-    );
-    let version = out
-        .split_whitespace()
-        .nth(2)
-        .and_then(|v| v.split('+').next())
-        .unwrap_or_default();
-    format!("v{version}")
+    )
 }
 
 #[test]
 #[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
-fn case10_the_real_operator_turns_the_podmonitor_and_servicemonitor_into_scrape_configs() {
-    // The operator generates for the version the resource names: the installed one.
-    let version = installed_prometheus_version();
+fn case10_the_real_operator_turns_the_podmonitor_and_servicemonitor_into_scrape_configs_prometheus_runs()
+ {
+    // The operator generates for the version the resource names: the built one's.
+    let version = operator_prometheus::version();
     let c = cluster();
-    let (ns, _, _) = classic_race("operator");
+    let (ns, pod, incident) = classic_race("operator");
     scraper_rbac(&ns);
     let servicemonitor =
         sidecar_race_tests::tools::workspace().join("deploy/monitoring-servicemonitor");
@@ -1140,11 +1137,6 @@ fn case10_the_real_operator_turns_the_podmonitor_and_servicemonitor_into_scrape_
             !service_config.contains(POD_MONITOR_JOB),
             "{service_config}"
         );
-        assert!(pod_config.contains("honor_labels: true"), "{pod_config}");
-        // Both name the agent's pods or Service for the installed version: Kubernetes
-        // service discovery (which Debian's Prometheus 2.42 build leaves out: it
-        // rejects `kubernetes_sd_configs`, so it cannot run this configuration; see
-        // docs/cluster.md), the node relabeling and honor_labels.
         for (config, role) in [
             (&pod_config, "role: pod"),
             (&service_config, "role: endpoint"),
@@ -1154,9 +1146,60 @@ fn case10_the_real_operator_turns_the_podmonitor_and_servicemonitor_into_scrape_
                 role,
                 "honor_labels: true",
                 "target_label: node",
+                "type: Bearer",
             ] {
                 assert!(config.contains(want), "no `{want}` in:\n{config}");
             }
+        }
+        // The agent answers no one without a token (--auth kubernetes)...
+        assert_eq!(unauthenticated_curl_status(&c.agent_addr()), "401");
+        // ...and each configuration, run as generated, scrapes it with the scraper
+        // ServiceAccount's token (which the operator took from the Secret the monitor
+        // names): the app's refusals keep the app's namespace, container and
+        // workload (honor_labels), the job is the monitor's jobLabel and node the
+        // relabeled node name, as the rules and the dashboard group by them.
+        let scrapers: Vec<_> = [
+            ("podmonitor", &pod_config),
+            ("servicemonitor", &service_config),
+        ]
+        .into_iter()
+        .map(|(name, config)| operator_prometheus::start(&ns, name, "prometheus", config))
+        .collect();
+        let refusals = format!("sidecar_race_refused_connections_total{{namespace=\"{ns}\"}}");
+        let node = pod["spec"]["nodeName"].as_str().expect("the pod's node");
+        for prom in &scrapers {
+            let found = operator_prometheus::series(prom, &refusals, 1, Duration::from_secs(90));
+            let labels = &found[0]["metric"];
+            let got = [
+                "namespace",
+                "workload_kind",
+                "workload",
+                "container",
+                "sidecar",
+                "job",
+                "node",
+            ]
+            .map(|l| labels[l].as_str().unwrap_or_default().to_string());
+            assert_eq!(
+                got,
+                [
+                    ns.as_str(),
+                    "Deployment",
+                    "checkout",
+                    "app",
+                    "proxy",
+                    "sidecar-race-agent",
+                    node
+                ]
+                .map(String::from),
+                "{found:#?}\n{}",
+                prom.log()
+            );
+            assert_eq!(
+                found[0]["value"][1].as_str(),
+                Some(incident["refused_count"].to_string().as_str()),
+                "the app's own count, as the agent reported it"
+            );
         }
     });
     // Back to deploy/monitoring as `up` installs it.
