@@ -14,6 +14,7 @@ pub mod refs;
 pub mod render;
 pub mod rewrite;
 pub mod rules;
+pub mod sockets;
 pub mod workload;
 
 use std::collections::BTreeMap;
