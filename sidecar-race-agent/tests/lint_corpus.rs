@@ -90,6 +90,7 @@ fn each_vendor_example_gets_its_findings_and_no_others() {
         ("consul.yaml", &[("frontend", "SR011")]),
         ("oauth2-proxy.yaml", &[("dashboard", "SR001")]),
         ("otel-collector-uds.yaml", &[("checkout", "SR012")]),
+        ("dapr-declared.yaml", &[("orders", "SR001")]),
         (
             "cloud-sql-proxy-unix-socket.yaml",
             &[("inventory", "SR012")],
@@ -129,6 +130,14 @@ fn ports_and_dialers_come_from_the_sidecars_flags_and_the_apps_host() {
     assert!(
         reason.contains("serving port 4180"),
         "--http-address: {reason}"
+    );
+
+    // Declared daprd: the readiness endpoint that does not wait for the app, or the
+    // native sidecar would hold the app back for good.
+    let (_, _, _, _, fix) = &findings(&["dapr-declared.yaml"], None)[0];
+    assert!(
+        fix.contains("httpGet /v1.0/healthz/outbound on port 3501"),
+        "{fix}"
     );
 
     // The Job's native proxy: its /startup endpoint, which --fix turns on.
