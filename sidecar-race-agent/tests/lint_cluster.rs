@@ -142,6 +142,21 @@ fn findings(out: &Output) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// (workload, id, reason) of each finding of a `--format json` run.
+fn reasons(out: &Output) -> Vec<(String, String, String)> {
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let s = |k: &str| f[k].as_str().unwrap().to_string();
+            (s("name"), s("id"), s("reason"))
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn lints_the_clusters_workloads_with_read_only_lists() {
     let (addr, seen) = fake_api_server().await;
@@ -330,17 +345,7 @@ async fn live_namespace_labels_and_the_meshes_own_defaults_decide_injection() {
         &["--cluster", "--format", "json", "--fail-on", "none"],
     )
     .await;
-    let v: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    let f: Vec<(String, String, String)> = v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            let s = |k: &str| f[k].as_str().unwrap().to_string();
-            (s("name"), s("id"), s("reason"))
-        })
-        .collect();
+    let f = reasons(&out);
     assert_eq!(f.len(), 2, "{f:?}");
     assert_eq!(
         (f[0].0.as_str(), f[0].1.as_str()),
@@ -476,17 +481,7 @@ async fn consuls_default_injection_is_read_from_its_injector_deployment() {
             &["--cluster", "--format", "json", "--fail-on", "none"],
         )
         .await;
-        let v: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-        let f: Vec<(String, String, String)> = v["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| {
-                let s = |k: &str| f[k].as_str().unwrap().to_string();
-                (s("name"), s("id"), s("reason"))
-            })
-            .collect();
+        let f = reasons(&out);
         if !default {
             assert_eq!(f, vec![], "no annotation, no default: no injection");
             continue;

@@ -43,16 +43,7 @@ const DEFAULT_PROMETHEUS: &str = ".cache/sidecar-race/go/prometheus-v3.10.0/bin/
 /// The Prometheus binary: `SIDECAR_RACE_PROMETHEUS`, or the one `cargo xtask setup`
 /// built.
 pub fn binary() -> PathBuf {
-    let bin = std::env::var_os("SIDECAR_RACE_PROMETHEUS").map_or_else(
-        || PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(DEFAULT_PROMETHEUS),
-        PathBuf::from,
-    );
-    assert!(
-        bin.exists(),
-        "{} is missing: `cargo xtask setup` builds Prometheus from its Go module",
-        bin.display()
-    );
-    bin
+    crate::tools::go_tool("SIDECAR_RACE_PROMETHEUS", DEFAULT_PROMETHEUS)
 }
 
 /// The binary's version, `vX.Y.Z`: what the Prometheus resource names, so that the

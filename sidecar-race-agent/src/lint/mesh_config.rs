@@ -9,7 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{ConfigMap, Container},
+};
 use kube::{Api, Client, api::ListParams};
 
 use super::injection::{DefaultInjection, MeshDefault};
@@ -22,15 +25,7 @@ const CONSUL_NEVER_INJECTS: [&str; 2] = ["kube-system", "kube-public"];
 /// `/bin/sh -ec "consul-k8s-control-plane inject-connect ... -default-inject=true"`).
 /// `None` unless it injects by default.
 pub fn consul_default_inject(injector: &Deployment) -> Option<DefaultInjection> {
-    let c = injector
-        .spec
-        .as_ref()?
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == "sidecar-injector")?;
+    let c = container(injector, "sidecar-injector")?;
     let words: Vec<String> = c
         .command
         .iter()
@@ -91,17 +86,21 @@ pub async fn read_default_injection(client: &Client) -> BTreeMap<String, Default
     out
 }
 
-/// Istio's default, from istiod's Deployment.
-pub fn istio_default(istiod: &Deployment) -> Option<MeshDefault> {
-    let c = istiod
-        .spec
+/// Container `name` of Deployment `d`'s pod template.
+fn container<'a>(d: &'a Deployment, name: &str) -> Option<&'a Container> {
+    d.spec
         .as_ref()?
         .template
         .spec
         .as_ref()?
         .containers
         .iter()
-        .find(|c| c.name == "discovery")?;
+        .find(|c| c.name == name)
+}
+
+/// Istio's default, from istiod's Deployment.
+pub fn istio_default(istiod: &Deployment) -> Option<MeshDefault> {
+    let c = container(istiod, "discovery")?;
     let tag = c
         .image
         .as_deref()
