@@ -11,6 +11,11 @@
 //! - its `rule_files` are `/etc/prometheus/rules/prometheus-<name>-rulefiles-N/*.yaml`,
 //!   the keys of the operator's ConfigMaps of the same names.
 //!
+//! - `$(SHARD)` (in the sharding `keep` rule) and `$(POD_NAME)` (the
+//!   `prometheus_replica` external label) are left for the pod's config-reloader,
+//!   which expands them from the pod's environment when it writes the file Prometheus
+//!   loads; unexpanded, the `keep` rule drops every target.
+//!
 //! Rather than rewrite the configuration, Prometheus runs in a mount namespace of its
 //! own (`unshare --mount`) where tmpfs mounts on `/run` and `/etc/prometheus` hold
 //! those files: the resource's ServiceAccount token (a TokenRequest, as the kubelet
@@ -113,13 +118,22 @@ fn rule_files(ns: &str, name: &str) -> Vec<(String, String, String)> {
     files
 }
 
+/// `config` as the config-reloader of the first pod of Prometheus `name` writes it:
+/// `$(SHARD)` and `$(POD_NAME)` expanded from that pod's environment (shard 0, pod
+/// `prometheus-<name>-0`).
+fn as_reloader_writes(name: &str, config: &str) -> String {
+    config
+        .replace("$(SHARD)", "0")
+        .replace("$(POD_NAME)", &format!("prometheus-{name}-0"))
+}
+
 /// Prometheus on `config` in a mount namespace where the paths it names hold the token
 /// of ServiceAccount `service_account` in `ns`, the cluster CA and the rule files of
 /// Prometheus resource `name`.
 pub fn start(ns: &str, name: &str, service_account: &str, config: &str) -> Prometheus {
     let c = cluster();
     let dir = Prometheus::fresh_dir(&format!("-{name}"));
-    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+    std::fs::write(dir.join("prometheus.yml"), as_reloader_writes(name, config)).unwrap();
     let sa = dir.join("serviceaccount");
     std::fs::create_dir_all(&sa).unwrap();
     let token = c.kubectl(&["-n", ns, "create", "token", service_account]);
