@@ -45,10 +45,10 @@ const KUBERNETES_SERVICE_HOST: &str = "10.239.0.1";
 /// What `cargo xtask setup` builds (xtask/src/cluster/mod.rs, PROMETHEUS_VERSION).
 const DEFAULT_PROMETHEUS: &str = ".cache/sidecar-race/go/prometheus-v3.10.0/bin/prometheus";
 
-/// The Prometheus binary: `SIDECAR_RACE_PROMETHEUS`, or the one `cargo xtask setup`
+/// The Prometheus binary: `SIDECAR_RACE_PROMETHEUS_BIN` (not `SIDECAR_RACE_PROMETHEUS`: `report --prometheus` reads that), or the one `cargo xtask setup`
 /// built.
 pub fn binary() -> PathBuf {
-    crate::tools::go_tool("SIDECAR_RACE_PROMETHEUS", DEFAULT_PROMETHEUS)
+    crate::tools::go_tool("SIDECAR_RACE_PROMETHEUS_BIN", DEFAULT_PROMETHEUS)
 }
 
 /// The binary's version, `vX.Y.Z`: what the Prometheus resource names, so that the

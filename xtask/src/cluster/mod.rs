@@ -131,7 +131,7 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
             cmd.env("SIDECAR_RACE_KUBECONFIG", kubeconfig)
                 .env("SIDECAR_RACE_KUBECTL", build::kubernetes_bin("kubectl"))
                 .env("SIDECAR_RACE_HELM", build::helm_bin())
-                .env("SIDECAR_RACE_PROMETHEUS", build::prometheus_bin());
+                .env("SIDECAR_RACE_PROMETHEUS_BIN", build::prometheus_bin());
         }
         Err(e) => {
             cmd.env("SIDECAR_RACE_CLUSTER_ERROR", format!("{e:#}"));
