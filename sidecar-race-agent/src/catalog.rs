@@ -42,6 +42,9 @@ pub struct Sidecar {
     pub default_port: Option<u16>,
     pub instance_port_param: Option<String>,
     pub env_prefix: Option<String>,
+    /// Flags naming the directory it creates its Unix sockets in.
+    #[serde(default)]
+    pub socket_flags: Vec<String>,
     pub listen: Option<Listen>,
     pub ready: Option<Ready>,
     pub ready_on_serving_port: Option<String>,

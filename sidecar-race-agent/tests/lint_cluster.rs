@@ -2,7 +2,8 @@
 //! client and the user's kubeconfig (`KUBECONFIG`): read-only lists of every workload
 //! kind, objects owned by another workload skipped, the cluster's version used for
 //! SR010 unless `--kube-version` says otherwise; the live namespaces' labels and the
-//! meshes' own native-sidecar defaults (istiod, linkerd-config) decide injection.
+//! meshes' own native-sidecar defaults (istiod, linkerd-config) decide injection, and
+//! Consul's injector's `-default-inject` injects pods that ask for nothing.
 
 mod common;
 
@@ -137,6 +138,21 @@ fn findings(out: &Output) -> Vec<(String, String, String)> {
                 f["id"].as_str().unwrap().to_string(),
                 f["severity"].as_str().unwrap().to_string(),
             )
+        })
+        .collect()
+}
+
+/// (workload, id, reason) of each finding of a `--format json` run.
+fn reasons(out: &Output) -> Vec<(String, String, String)> {
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let s = |k: &str| f[k].as_str().unwrap().to_string();
+            (s("name"), s("id"), s("reason"))
         })
         .collect()
 }
@@ -329,17 +345,7 @@ async fn live_namespace_labels_and_the_meshes_own_defaults_decide_injection() {
         &["--cluster", "--format", "json", "--fail-on", "none"],
     )
     .await;
-    let v: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    let f: Vec<(String, String, String)> = v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            let s = |k: &str| f[k].as_str().unwrap().to_string();
-            (s("name"), s("id"), s("reason"))
-        })
-        .collect();
+    let f = reasons(&out);
     assert_eq!(f.len(), 2, "{f:?}");
     assert_eq!(
         (f[0].0.as_str(), f[0].1.as_str()),
@@ -411,4 +417,92 @@ async fn report_cluster_reads_the_meshes_own_defaults_too() {
         ["productpage-v1", "voting"]
     );
     assert_eq!(not_raced("1.27.1", Some(true)).await, Vec::<String>::new());
+}
+
+/// A cluster whose Consul connect injector runs with `-default-inject=<default>`, and
+/// three plain Deployments: one in `shop`, one opting out, one in kube-system.
+async fn consul_answer(
+    State((default, seen)): State<(bool, Seen)>,
+    method: Method,
+    uri: Uri,
+) -> Json<Value> {
+    seen.lock().unwrap().push((method, uri.to_string()));
+    let plain = |name: &str, ns: &str, annotations: Value| {
+        let mut d = corpus("consul.yaml", "Deployment");
+        d["metadata"]["name"] = json!(name);
+        d["metadata"]["namespace"] = json!(ns);
+        d["spec"]["template"]["metadata"]["annotations"] = annotations;
+        d
+    };
+    let script = format!(
+        "consul-k8s-control-plane inject-connect \\\n  -default-inject={default} \\\n  -allow-k8s-namespace=\"*\" \\\n  -listen=:8080\n"
+    );
+    let body = match (
+        uri.path(),
+        uri.query().unwrap_or_default().contains("labelSelector"),
+    ) {
+        ("/version", _) => json!({"major": "1", "minor": "33", "gitVersion": "v1.33.1"}),
+        ("/apis/apps/v1/deployments", true) => list(
+            "Deployment",
+            vec![json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "consul-connect-injector", "namespace": "consul",
+                    "labels": {"app": "consul", "component": "connect-injector"}},
+                "spec": {"selector": {"matchLabels": {"app": "consul"}}, "template": {"spec": {"containers": [
+                    {"name": "sidecar-injector", "image": "hashicorp/consul-k8s-control-plane:1.8.0",
+                     "command": ["/bin/sh", "-ec", script]}]}}}})],
+        ),
+        ("/apis/apps/v1/deployments", false) => list(
+            "Deployment",
+            vec![
+                plain("web", "shop", json!({})),
+                plain(
+                    "opted-out",
+                    "shop",
+                    json!({"consul.hashicorp.com/connect-inject": "false"}),
+                ),
+                plain("coredns-like", "kube-system", json!({})),
+            ],
+        ),
+        _ => list("Object", vec![]),
+    };
+    Json(body)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn consuls_default_injection_is_read_from_its_injector_deployment() {
+    for default in [true, false] {
+        let seen: Seen = Arc::default();
+        let app = Router::new()
+            .fallback(consul_answer)
+            .with_state((default, seen.clone()));
+        let addr = serve(app).await;
+        let out = lint(
+            addr,
+            &["--cluster", "--format", "json", "--fail-on", "none"],
+        )
+        .await;
+        let f = reasons(&out);
+        if !default {
+            assert_eq!(f, vec![], "no annotation, no default: no injection");
+            continue;
+        }
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!((f[0].0.as_str(), f[0].1.as_str()), ("web", "SR011"));
+        assert!(
+            f[0].2.contains(
+                "Consul injects consul-dataplane into this pod as a classic sidecar (by the cluster's default, consul/consul-connect-injector: -default-inject=true)"
+            ),
+            "{f:?}"
+        );
+        assert_read_only_and_asked(&seen.lock().unwrap(), &["/apis/apps/v1/deployments"]);
+        assert!(
+            seen.lock()
+                .unwrap()
+                .iter()
+                .any(|(_, p)| p
+                    .contains("labelSelector=app%3Dconsul%2Ccomponent%3Dconnect-injector")),
+            "{:?}",
+            seen.lock().unwrap()
+        );
+    }
 }

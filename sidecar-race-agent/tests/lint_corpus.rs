@@ -89,6 +89,12 @@ fn each_vendor_example_gets_its_findings_and_no_others() {
         ("linkerd.yaml", &[("voting", "SR009")]),
         ("consul.yaml", &[("frontend", "SR011")]),
         ("oauth2-proxy.yaml", &[("dashboard", "SR001")]),
+        ("otel-collector-uds.yaml", &[("checkout", "SR012")]),
+        ("dapr-declared.yaml", &[("orders", "SR001")]),
+        (
+            "cloud-sql-proxy-unix-socket.yaml",
+            &[("inventory", "SR012")],
+        ),
     ];
     for (file, expected) in cases {
         assert_eq!(ids(&[file]), pairs(expected), "{file}");
@@ -126,6 +132,14 @@ fn ports_and_dialers_come_from_the_sidecars_flags_and_the_apps_host() {
         "--http-address: {reason}"
     );
 
+    // Declared daprd: the readiness endpoint that does not wait for the app, or the
+    // native sidecar would hold the app back for good.
+    let (_, _, _, _, fix) = &findings(&["dapr-declared.yaml"], None)[0];
+    assert!(
+        fix.contains("httpGet /v1.0/healthz/outbound on port 3501"),
+        "{fix}"
+    );
+
     // The Job's native proxy: its /startup endpoint, which --fix turns on.
     let (_, _, _, _, fix) = &findings(&["cloud-sql-proxy-job.yaml"], None)[0];
     assert!(fix.contains("httpGet /startup on port 9090"), "{fix}");
@@ -157,6 +171,62 @@ fn a_known_sidecar_without_a_known_port_is_still_a_finding_and_no_port_is_invent
     assert!(fix.contains("no startupProbe is added"), "{fix}");
     let fixed = lint(&["--fix", "-"], Some(pool));
     assert!(!fixed.contains("startupProbe"), "{fixed}");
+}
+
+#[test]
+fn a_classic_sidecar_serving_a_unix_socket_the_app_mounts_gets_an_exec_probe_on_it() {
+    // The app names the socket at its own mount; the probe tests it at the sidecar's.
+    let f = findings(&["otel-collector-uds.yaml"], None);
+    let (_, _, severity, reason, fix) = &f[0];
+    assert_eq!(severity, "error");
+    assert!(
+        reason.contains("serving a Unix socket at /sockets/otlp.sock (volume otel-socket), which checkout also mounts"),
+        "{reason}"
+    );
+    assert!(
+        fix.contains("a startupProbe (exec `sh -c 'test -S /sockets/otlp.sock'`, which tests the Unix socket as a tcpSocket probe cannot; the image needs a shell)"),
+        "the fix text says what --fix does: {fix}"
+    );
+    let fixed = lint(&["--fix", "otel-collector-uds.yaml"], None);
+    assert!(
+        fixed.contains(
+            "      initContainers:\n      - name: otc-container\n        image: otel/opentelemetry-collector-contrib:0.120.0\n        restartPolicy: Always\n"
+        ) && fixed.contains(
+            "        startupProbe:\n          exec:\n            command:\n            - sh\n            - -c\n            - test -S /sockets/otlp.sock\n"
+        ),
+        "{fixed}"
+    );
+
+    // A known proxy's socket directory (--unix-socket): its own /startup endpoint,
+    // which needs no shell in a distroless image, beats a test of the socket.
+    let (_, id, _, reason, fix) = &findings(&["cloud-sql-proxy-unix-socket.yaml"], None)[0];
+    assert_eq!(id, "SR012");
+    assert!(
+        reason.contains("Unix sockets in /cloudsql (volume cloudsql), which inventory also mounts"),
+        "{reason}"
+    );
+    assert!(fix.contains("httpGet /startup on port 9090"), "{fix}");
+
+    // A native sidecar serving the socket without a startupProbe: SR003, and --fix
+    // gives it the socket test; a socket nobody else mounts is no finding.
+    let native = "apiVersion: v1\nkind: Pod\nmetadata: {name: n}\nspec:\n  initContainers:\n  - name: spire-agent\n    image: spire-agent:1\n    restartPolicy: Always\n    args: [\"-socketPath\", \"/run/spire/sockets/agent.sock\"]\n    volumeMounts: [{name: spire, mountPath: /run/spire/sockets}]\n  containers:\n  - name: app\n    image: app:1\n    volumeMounts: [{name: spire, mountPath: /spiffe}]\n  volumes: [{name: spire, emptyDir: {}}]\n";
+    let (_, id, _, reason, fix) = &findings(&["-"], Some(native))[0];
+    assert_eq!(id, "SR003");
+    assert!(
+        reason.contains("a Unix socket at /run/spire/sockets/agent.sock (volume spire)"),
+        "{reason}"
+    );
+    assert!(
+        fix.contains("test -S /run/spire/sockets/agent.sock"),
+        "{fix}"
+    );
+    let fixed = lint(&["--fix", "-"], Some(native));
+    assert!(findings(&["-"], Some(&fixed)).is_empty(), "{fixed}");
+    let alone = native.replace(
+        "    volumeMounts: [{name: spire, mountPath: /spiffe}]\n",
+        "",
+    );
+    assert!(findings(&["-"], Some(&alone)).is_empty());
 }
 
 #[test]

@@ -43,16 +43,7 @@ pub fn rendered(dir: &str) -> Vec<Value> {
 
 /// The helm binary: `SIDECAR_RACE_HELM`, or the one `cargo xtask setup` built.
 pub fn helm() -> PathBuf {
-    let bin = std::env::var_os("SIDECAR_RACE_HELM").map_or_else(
-        || PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(DEFAULT_HELM),
-        PathBuf::from,
-    );
-    assert!(
-        bin.exists(),
-        "{} is missing: `cargo xtask setup` builds helm from its Go module",
-        bin.display()
-    );
-    bin
+    crate::tools::go_tool("SIDECAR_RACE_HELM", DEFAULT_HELM)
 }
 
 /// `helm template` of the chart with `values` files (paths relative to the workspace)

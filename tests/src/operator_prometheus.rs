@@ -1,6 +1,8 @@
-//! Debian's Prometheus run with the configuration the real Prometheus Operator generated
-//! for a Prometheus resource of the cluster (`cargo xtask cluster up` runs the operator),
-//! byte for byte: the Secret `prometheus-<name>` (`prometheus.yaml.gz`).
+//! The Prometheus that `cargo xtask setup` builds (Kubernetes service discovery only;
+//! Debian's 2.42 is built without it) run with the configuration the real Prometheus
+//! Operator generated for a Prometheus resource of the cluster (`cargo xtask cluster up`
+//! runs the operator), byte for byte: the Secret `prometheus-<name>`
+//! (`prometheus.yaml.gz`).
 //!
 //! That configuration names paths that exist in the operator's Prometheus pod:
 //! - its `kubernetes_sd_configs` have no `api_server`, so Prometheus takes client-go's
@@ -9,13 +11,22 @@
 //! - its `rule_files` are `/etc/prometheus/rules/prometheus-<name>-rulefiles-N/*.yaml`,
 //!   the keys of the operator's ConfigMaps of the same names.
 //!
+//! - `$(SHARD)` (in the sharding `keep` rule) and `$(POD_NAME)` (the
+//!   `prometheus_replica` external label) are left for the pod's config-reloader,
+//!   which expands them from the pod's environment when it writes the file Prometheus
+//!   loads; unexpanded, the `keep` rule drops every target.
+//!
 //! Rather than rewrite the configuration, Prometheus runs in a mount namespace of its
 //! own (`unshare --mount`) where tmpfs mounts on `/run` and `/etc/prometheus` hold
 //! those files: the resource's ServiceAccount token (a TokenRequest, as the kubelet
 //! projects it), the cluster CA (the `kube-root-ca.crt` ConfigMap pods get), and the
 //! rule files. Nothing is written to the host's own paths.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
 
 use serde_json::Value;
 
@@ -31,6 +42,26 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 pub const RULES_DIR: &str = "/etc/prometheus/rules";
 /// The `kubernetes` Service (xtask/src/cluster: the first IP of the Service CIDR).
 const KUBERNETES_SERVICE_HOST: &str = "10.239.0.1";
+/// What `cargo xtask setup` builds (xtask/src/cluster/mod.rs, PROMETHEUS_VERSION).
+const DEFAULT_PROMETHEUS: &str = ".cache/sidecar-race/go/prometheus-v3.10.0/bin/prometheus";
+
+/// The Prometheus binary: `SIDECAR_RACE_PROMETHEUS_BIN` (not `SIDECAR_RACE_PROMETHEUS`: `report --prometheus` reads that), or the one `cargo xtask setup`
+/// built.
+pub fn binary() -> PathBuf {
+    crate::tools::go_tool("SIDECAR_RACE_PROMETHEUS_BIN", DEFAULT_PROMETHEUS)
+}
+
+/// The binary's version, `vX.Y.Z`: what the Prometheus resource names, so that the
+/// operator generates for it.
+pub fn version() -> String {
+    let out = run(Command::new(binary()).arg("--version"), None);
+    let version = out
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.split('+').next())
+        .unwrap_or_default();
+    format!("v{version}")
+}
 
 /// The configuration the operator generated for Prometheus `name` in `ns`, once it holds
 /// a scrape job named `job`.
@@ -87,13 +118,22 @@ fn rule_files(ns: &str, name: &str) -> Vec<(String, String, String)> {
     files
 }
 
+/// `config` as the config-reloader of the first pod of Prometheus `name` writes it:
+/// `$(SHARD)` and `$(POD_NAME)` expanded from that pod's environment (shard 0, pod
+/// `prometheus-<name>-0`).
+fn as_reloader_writes(name: &str, config: &str) -> String {
+    config
+        .replace("$(SHARD)", "0")
+        .replace("$(POD_NAME)", &format!("prometheus-{name}-0"))
+}
+
 /// Prometheus on `config` in a mount namespace where the paths it names hold the token
 /// of ServiceAccount `service_account` in `ns`, the cluster CA and the rule files of
 /// Prometheus resource `name`.
 pub fn start(ns: &str, name: &str, service_account: &str, config: &str) -> Prometheus {
     let c = cluster();
     let dir = Prometheus::fresh_dir(&format!("-{name}"));
-    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+    std::fs::write(dir.join("prometheus.yml"), as_reloader_writes(name, config)).unwrap();
     let sa = dir.join("serviceaccount");
     std::fs::create_dir_all(&sa).unwrap();
     let token = c.kubectl(&["-n", ns, "create", "token", service_account]);
@@ -113,20 +153,21 @@ pub fn start(ns: &str, name: &str, service_account: &str, config: &str) -> Prome
     Prometheus::launch(dir.clone(), in_pod_paths(&dir))
 }
 
-/// `prometheus`, started by a shell in a new mount namespace that first mounts tmpfs on
-/// /run and /etc/prometheus and copies `dir/serviceaccount` and `dir/rules` to the
-/// paths a Prometheus pod has them at.
+/// `binary()`, started by a shell in a new mount namespace that first mounts tmpfs on
+/// /run (/var/run links there) and /etc/prometheus and copies `dir/serviceaccount` and
+/// `dir/rules` to the paths a Prometheus pod has them at.
 fn in_pod_paths(dir: &Path) -> Command {
     let script = format!(
         "set -e; mount -t tmpfs sr-prometheus /run; mkdir -p {SERVICE_ACCOUNT_DIR}; \
          cp \"$0\"/serviceaccount/* {SERVICE_ACCOUNT_DIR}/; \
          mount -t tmpfs sr-prometheus /etc/prometheus; mkdir -p {RULES_DIR}; \
          if [ -d \"$0\"/rules ]; then cp -r \"$0\"/rules/. {RULES_DIR}/; fi; \
-         exec prometheus \"$@\""
+         bin=\"$1\"; shift; exec \"$bin\" \"$@\""
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script])
         .arg(dir)
+        .arg(binary())
         .env("KUBERNETES_SERVICE_HOST", KUBERNETES_SERVICE_HOST)
         .env("KUBERNETES_SERVICE_PORT", "443");
     cmd

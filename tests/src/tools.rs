@@ -44,6 +44,21 @@ pub fn on_path(tool: &str) -> PathBuf {
     PathBuf::from(tool)
 }
 
+/// A Go tool `cargo xtask setup` builds into the per-user cache: the path in the
+/// environment variable `env` (`cargo xtask test` sets it), else `~/<default>`.
+pub fn go_tool(env: &str, default: &str) -> PathBuf {
+    let bin = std::env::var_os(env).map_or_else(
+        || PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(default),
+        PathBuf::from,
+    );
+    assert!(
+        bin.exists(),
+        "{} is missing: `cargo xtask setup` builds it from its Go module",
+        bin.display()
+    );
+    bin
+}
+
 /// Runs `cmd` (with `stdin` when given) to its end, whatever its exit status.
 pub fn output(cmd: &mut Command, stdin: Option<&str>) -> std::process::Output {
     let shown = format!("{cmd:?}");

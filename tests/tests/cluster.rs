@@ -18,7 +18,7 @@ use sidecar_race_tests::{
         container_id, container_pids, container_status, wait_until,
     },
     http::{get, get_as},
-    operator_prometheus::generated_config,
+    operator_prometheus::{self, generated_config},
 };
 
 /// A namespace of this run (the agent's counters are per namespace and workload, so
@@ -133,10 +133,15 @@ fn refused_printed(ns: &str, pod: &str, container: &str) -> u64 {
 
 /// The Running pod of a Deployment, with every container's ID known.
 fn running_pod(ns: &str, app: &str) -> Value {
+    running_pod_matching(ns, &format!("app={app}"))
+}
+
+/// The Running pod `selector` matches, with every container's ID known.
+fn running_pod_matching(ns: &str, selector: &str) -> Value {
     cluster().wait_pod(
         ns,
-        &format!("app={app}"),
-        &format!("{ns}/{app}'s pod running"),
+        selector,
+        &format!("{ns}/{selector}'s pod running"),
         Duration::from_secs(90),
         |p| {
             p["status"]["phase"] == "Running"
@@ -1094,27 +1099,24 @@ fn prometheus_resource(ns: &str, name: &str, version: &str, select: &[&str]) -> 
     .to_string()
 }
 
-/// The installed Prometheus' version, `vX.Y.Z` (Debian 12's: v2.42.0).
-fn installed_prometheus_version() -> String {
-    let out = sidecar_race_tests::tools::run(
-        std::process::Command::new("prometheus").arg("--version"),
+/// `curl` of the agent's /metrics without a token: its HTTP status.
+fn unauthenticated_curl_status(addr: &str) -> String {
+    sidecar_race_tests::tools::run(
+        std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("http://{addr}/metrics")),
         None,
-    );
-    let version = out
-        .split_whitespace()
-        .nth(2)
-        .and_then(|v| v.split('+').next())
-        .unwrap_or_default();
-    format!("v{version}")
+    )
 }
 
 #[test]
 #[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
-fn case10_the_real_operator_turns_the_podmonitor_and_servicemonitor_into_scrape_configs() {
-    // The operator generates for the version the resource names: the installed one.
-    let version = installed_prometheus_version();
+fn case10_the_real_operator_turns_the_podmonitor_and_servicemonitor_into_scrape_configs_prometheus_runs()
+ {
+    // The operator generates for the version the resource names: the built one's.
+    let version = operator_prometheus::version();
     let c = cluster();
-    let (ns, _, _) = classic_race("operator");
+    let (ns, pod, incident) = classic_race("operator");
     scraper_rbac(&ns);
     let servicemonitor =
         sidecar_race_tests::tools::workspace().join("deploy/monitoring-servicemonitor");
@@ -1140,11 +1142,6 @@ fn case10_the_real_operator_turns_the_podmonitor_and_servicemonitor_into_scrape_
             !service_config.contains(POD_MONITOR_JOB),
             "{service_config}"
         );
-        assert!(pod_config.contains("honor_labels: true"), "{pod_config}");
-        // Both name the agent's pods or Service for the installed version: Kubernetes
-        // service discovery (which Debian's Prometheus 2.42 build leaves out: it
-        // rejects `kubernetes_sd_configs`, so it cannot run this configuration; see
-        // docs/cluster.md), the node relabeling and honor_labels.
         for (config, role) in [
             (&pod_config, "role: pod"),
             (&service_config, "role: endpoint"),
@@ -1154,9 +1151,60 @@ fn case10_the_real_operator_turns_the_podmonitor_and_servicemonitor_into_scrape_
                 role,
                 "honor_labels: true",
                 "target_label: node",
+                "type: Bearer",
             ] {
                 assert!(config.contains(want), "no `{want}` in:\n{config}");
             }
+        }
+        // The agent answers no one without a token (--auth kubernetes)...
+        assert_eq!(unauthenticated_curl_status(&c.agent_addr()), "401");
+        // ...and each configuration, run as generated, scrapes it with the scraper
+        // ServiceAccount's token (which the operator took from the Secret the monitor
+        // names): the app's refusals keep the app's namespace, container and
+        // workload (honor_labels), the job is the monitor's jobLabel and node the
+        // relabeled node name, as the rules and the dashboard group by them.
+        let scrapers: Vec<_> = [
+            ("podmonitor", &pod_config),
+            ("servicemonitor", &service_config),
+        ]
+        .into_iter()
+        .map(|(name, config)| operator_prometheus::start(&ns, name, "prometheus", config))
+        .collect();
+        let refusals = format!("sidecar_race_refused_connections_total{{namespace=\"{ns}\"}}");
+        let node = pod["spec"]["nodeName"].as_str().expect("the pod's node");
+        for prom in &scrapers {
+            let found = operator_prometheus::series(prom, &refusals, 1, Duration::from_secs(90));
+            let labels = &found[0]["metric"];
+            let got = [
+                "namespace",
+                "workload_kind",
+                "workload",
+                "container",
+                "sidecar",
+                "job",
+                "node",
+            ]
+            .map(|l| labels[l].as_str().unwrap_or_default().to_string());
+            assert_eq!(
+                got,
+                [
+                    ns.as_str(),
+                    "Deployment",
+                    "checkout",
+                    "app",
+                    "proxy",
+                    "sidecar-race-agent",
+                    node
+                ]
+                .map(String::from),
+                "{found:#?}\n{}",
+                prom.log()
+            );
+            assert_eq!(
+                found[0]["value"][1].as_str(),
+                Some(incident["refused_count"].to_string().as_str()),
+                "the app's own count, as the agent reported it"
+            );
         }
     });
     // Back to deploy/monitoring as `up` installs it.
@@ -1178,16 +1226,19 @@ fn case10_the_real_operator_turns_the_podmonitor_and_servicemonitor_into_scrape_
 }
 
 /// lint's corpus example `name` with busybox stand-ins of the same spec shape: in
-/// namespace `ns`, one replica, each container's image replaced and its command set
-/// from `scripts` (container name -> script); its args, ports, env and probes kept.
-/// What a stand-in cannot run as (a non-root user, a 2 GiB request) is dropped.
+/// namespace `ns`, one replica (a Deployment's), each container's image replaced and
+/// its command set from `scripts` (container name -> script); its args, ports, env
+/// and probes kept. What a stand-in cannot run as (a non-root user, a 2 GiB request)
+/// is dropped.
 fn corpus_stand_in(name: &str, ns: &str, scripts: &[(&str, String)]) -> Value {
     let path = sidecar_race_tests::tools::workspace()
         .join("sidecar-race-agent/tests/fixtures/lint-corpus")
         .join(name);
     let mut w: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     w["metadata"]["namespace"] = json!(ns);
-    w["spec"]["replicas"] = json!(1);
+    if w["kind"] == "Deployment" {
+        w["spec"]["replicas"] = json!(1);
+    }
     let spec = &mut w["spec"]["template"]["spec"];
     spec["terminationGracePeriodSeconds"] = json!(5);
     if let Some(m) = spec.as_object_mut() {
@@ -1213,6 +1264,21 @@ fn corpus_stand_in(name: &str, ns: &str, scripts: &[(&str, String)]) -> Value {
     w
 }
 
+/// The label selector of workload `w`'s pods (a Deployment's matchLabels, a Job's
+/// `job-name`).
+fn pod_selector(w: &Value) -> String {
+    if w["kind"] == "Job" {
+        return format!("job-name={}", w["metadata"]["name"].as_str().unwrap());
+    }
+    w["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels")
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// `sidecar-race-agent lint --fix` of `manifest` (for Kubernetes 1.34), parsed.
 fn lint_fixed(manifest: &Value) -> Value {
     let file = std::env::temp_dir().join(format!("sr-corpus-{}.yaml", std::process::id()));
@@ -1227,63 +1293,183 @@ fn lint_fixed(manifest: &Value) -> Value {
     serde_saphyr::from_str(&out).unwrap_or_else(|e| panic!("lint --fix output ({e}):\n{out}"))
 }
 
+/// A stand-in proxy: 2 s late, it listens on `port` (when given) and serves `path`
+/// over HTTP on `http_port` (its readiness endpoint); exits at once on SIGTERM.
+fn late_proxy(port: Option<u16>, http_port: u16, path: &str) -> String {
+    let listen = port.map_or(String::new(), |p| format!("nc -ll -p {p} -e /bin/true & "));
+    format!(
+        "trap 'exit 0' TERM; sleep 2; mkdir -p \"$(dirname /tmp/www{path})\"; echo ok > /tmp/www{path}; \
+         httpd -f -p {http_port} -h /tmp/www & {listen}wait"
+    )
+}
+
+/// A corpus example the real kubelet can run with busybox stand-ins: its app
+/// container, its sidecar, the port the app dials (none: nothing in the pod dials
+/// the sidecar) and each container's script.
+struct CorpusShape {
+    file: &'static str,
+    app: &'static str,
+    sidecar: &'static str,
+    dialed: Option<u16>,
+    scripts: Vec<(&'static str, String)>,
+}
+
+/// The examples with a sidecar declared in the template. The injected ones (Istio,
+/// Linkerd, Dapr, Vault and Consul by annotation) cannot run here: no injector adds
+/// their sidecar, and their fix is an annotation for that injector (docs/lint.md).
+fn corpus_shapes() -> Vec<CorpusShape> {
+    let csql = late_proxy(Some(5432), 9090, "/startup");
+    vec![
+        // Cloud SQL Auth Proxy as its GKE example runs it (--port=5432,
+        // --health-check, --http-address=0.0.0.0, its own httpGet /startup probe on
+        // 9090); the app names only DB_HOST=127.0.0.1 and dials 5432.
+        CorpusShape {
+            file: "cloud-sql-proxy-deployment.yaml",
+            app: "orders-api",
+            sidecar: "cloud-sql-proxy",
+            dialed: Some(5432),
+            scripts: vec![
+                ("orders-api", dialer(5432)),
+                ("cloud-sql-proxy", csql.clone()),
+            ],
+        },
+        // Its Job example: a native sidecar without a startupProbe.
+        CorpusShape {
+            file: "cloud-sql-proxy-job.yaml",
+            app: "migrate",
+            sidecar: "cloud-sql-proxy",
+            dialed: Some(5432),
+            scripts: vec![("migrate", dialer(5432)), ("cloud-sql-proxy", csql.clone())],
+        },
+        // AlloyDB's: the default port 5432, no health check until --fix adds it.
+        CorpusShape {
+            file: "alloydb.yaml",
+            app: "ledger",
+            sidecar: "alloydb-proxy",
+            dialed: Some(5432),
+            scripts: vec![("ledger", dialer(5432)), ("alloydb-proxy", csql)],
+        },
+        // daprd declared: the app calls its HTTP API on 3500.
+        CorpusShape {
+            file: "dapr-declared.yaml",
+            app: "orders",
+            sidecar: "daprd",
+            dialed: Some(3500),
+            scripts: vec![
+                ("orders", dialer(3500)),
+                (
+                    "daprd",
+                    late_proxy(Some(3500), 3501, "/v1.0/healthz/outbound"),
+                ),
+            ],
+        },
+        // oauth2-proxy: its clients come through the Service, nothing in the pod
+        // dials it; the fixed pod must still start (its /ping startupProbe).
+        CorpusShape {
+            file: "oauth2-proxy.yaml",
+            app: "dashboard",
+            sidecar: "oauth2-proxy",
+            dialed: None,
+            scripts: vec![
+                (
+                    "dashboard",
+                    "mkdir -p /tmp/d; exec httpd -f -p 8080 -h /tmp/d".into(),
+                ),
+                ("oauth2-proxy", late_proxy(None, 4180, "/ping")),
+            ],
+        },
+    ]
+}
+
 #[test]
 #[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
-fn case11_lints_fix_of_the_cloud_sql_proxy_example_runs_without_the_race_the_original_has() {
+fn case11_lints_fix_of_the_corpus_examples_runs_without_the_races_the_originals_have() {
     let c = cluster();
     let addr = c.agent_addr();
-    // Cloud SQL Auth Proxy as its GKE example runs it (--port=5432, --health-check,
-    // --http-address=0.0.0.0, its own httpGet /startup probe on 9090); the stand-in
-    // serves both 2 s late. The app names only DB_HOST=127.0.0.1 and dials 5432.
-    let proxy = "trap 'exit 0' TERM; sleep 2; mkdir -p /tmp/www; echo ok > /tmp/www/startup; \
-                 httpd -f -p 9090 -h /tmp/www & nc -ll -p 5432 -e /bin/true & wait"
-        .to_string();
-    let scripts = [("orders-api", dialer(5432)), ("cloud-sql-proxy", proxy)];
+    let shapes = corpus_shapes();
+    // The originals, all at once in one namespace.
     let original_ns = &fresh_namespace("corpus-original");
-    let original = corpus_stand_in("cloud-sql-proxy-deployment.yaml", original_ns, &scripts);
-    c.apply(&original.to_string());
-    let pod = running_pod(original_ns, "orders-api");
-    let refused = refused_printed(original_ns, &name(&pod), "orders-api");
-    assert!(refused >= 5, "the original races: {refused} refusals");
-    let race = wait_until(
-        "the original's startup incident",
-        Duration::from_secs(30),
-        || {
-            incidents_of(&addr, &uid(&pod))
-                .into_iter()
-                .find(named_and_resolved)
-        },
-    );
-    assert_eq!(
-        (
-            race["phase"].as_str(),
-            race["sidecar"].as_str(),
-            race["port"].as_u64()
-        ),
-        (Some("startup"), Some("cloud-sql-proxy"), Some(5432)),
-        "{race:#}"
-    );
-    assert_eq!(race["refused_count"], refused, "{race:#}");
+    let originals: Vec<Value> = shapes
+        .iter()
+        .map(|s| corpus_stand_in(s.file, original_ns, &s.scripts))
+        .collect();
+    for (shape, original) in shapes.iter().zip(&originals) {
+        if shape.dialed.is_some() {
+            c.apply(&original.to_string());
+        }
+    }
+    for (shape, original) in shapes.iter().zip(&originals) {
+        let Some(port) = shape.dialed else { continue };
+        let pod = running_pod_matching(original_ns, &pod_selector(original));
+        let refused = refused_printed(original_ns, &name(&pod), shape.app);
+        assert!(
+            refused >= 5,
+            "{}: the original races: {refused} refusals",
+            shape.file
+        );
+        let race = wait_until(
+            &format!("{}: the original's startup incident", shape.file),
+            Duration::from_secs(30),
+            || {
+                incidents_of(&addr, &uid(&pod))
+                    .into_iter()
+                    .find(named_and_resolved)
+            },
+        );
+        assert_eq!(
+            (
+                race["phase"].as_str(),
+                race["sidecar"].as_str(),
+                race["port"].as_u64(),
+                race["refused_count"].as_u64()
+            ),
+            (
+                Some("startup"),
+                Some(shape.sidecar),
+                Some(u64::from(port)),
+                Some(refused)
+            ),
+            "{}: {race:#}",
+            shape.file
+        );
+    }
 
-    // lint --fix of the same manifest, run as it prints it.
+    // lint --fix of the same manifests, run as it prints them, all at once.
     let fixed_ns = &fresh_namespace("corpus-fixed");
-    let mut fixed = lint_fixed(&original);
-    fixed["metadata"]["namespace"] = json!(fixed_ns.as_str());
-    let sidecar = &fixed["spec"]["template"]["spec"]["initContainers"][0];
-    assert_eq!(
-        (sidecar["name"].as_str(), sidecar["restartPolicy"].as_str()),
-        (Some("cloud-sql-proxy"), Some("Always")),
-        "--fix makes it a native sidecar: {fixed:#}"
-    );
-    c.apply(&fixed.to_string());
-    let pod = running_pod(fixed_ns, "orders-api");
-    assert_eq!(
-        refused_printed(fixed_ns, &name(&pod), "orders-api"),
-        0,
-        "the kubelet held the app until the proxy's /startup answered"
-    );
-    // The agent reports a startup race within a second of the app's first refusal;
-    // the app had none, and it has since dialed the proxy successfully.
-    let none = incidents_of(&addr, &uid(&pod));
-    assert!(none.is_empty(), "the fixed pod got incidents: {none:#?}");
+    let mut fixed_pods = Vec::new();
+    for (shape, original) in shapes.iter().zip(&originals) {
+        let mut fixed = lint_fixed(original);
+        fixed["metadata"]["namespace"] = json!(fixed_ns.as_str());
+        let native = fixed["spec"]["template"]["spec"]["initContainers"]
+            .as_array()
+            .and_then(|inits| inits.iter().find(|i| i["name"] == shape.sidecar))
+            .unwrap_or_else(|| panic!("{}: no native {} in {fixed:#}", shape.file, shape.sidecar));
+        assert_eq!(native["restartPolicy"], "Always", "{}", shape.file);
+        assert!(
+            native["startupProbe"].is_object(),
+            "{}: {native:#}",
+            shape.file
+        );
+        c.apply(&fixed.to_string());
+        fixed_pods.push(pod_selector(&fixed));
+    }
+    for (shape, selector) in shapes.iter().zip(&fixed_pods) {
+        let pod = running_pod_matching(fixed_ns, selector);
+        if shape.dialed.is_some() {
+            assert_eq!(
+                refused_printed(fixed_ns, &name(&pod), shape.app),
+                0,
+                "{}: the kubelet held the app until the sidecar's startupProbe passed",
+                shape.file
+            );
+        }
+        // The agent reports a startup race within a second of the app's first
+        // refusal; the app had none, and it has since dialed the sidecar.
+        let none = incidents_of(&addr, &uid(&pod));
+        assert!(
+            none.is_empty(),
+            "{}: the fixed pod got incidents: {none:#?}",
+            shape.file
+        );
+    }
 }

@@ -56,6 +56,8 @@ pub async fn settings(client: &Client, opts: &mut Options) -> Result<(), Cluster
         opts.kube_version = Some(version(client).await?);
     }
     opts.mesh_defaults.extend(mesh_config::read(client).await);
+    opts.injected_by_default
+        .extend(mesh_config::read_default_injection(client).await);
     Ok(())
 }
 

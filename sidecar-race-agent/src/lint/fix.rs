@@ -1,6 +1,7 @@
 //! `lint --fix`: the native-sidecar migration, written into the manifest.
 //!
-//! - Each classic sidecar that serves a port, runs in a Job's pod or is waited for by
+//! - Each classic sidecar that serves a port or a Unix socket in a volume an app also
+//!   mounts, runs in a Job's pod or is waited for by
 //!   an init container moves from `containers` to `initContainers` (before the first
 //!   init container that dials it, else last) with `restartPolicy: Always`, and gets
 //!   a `startupProbe` ([`rules::probe_for`]) unless it has one (with the flags that
@@ -20,6 +21,7 @@ use super::{
     node::Node,
     refs,
     rules::{self, ProbePlan, ProbeSpec, Rule},
+    sockets,
     workload::Workload,
 };
 use crate::inventory::pod_info::{ContainerInfo, Role};
@@ -91,6 +93,7 @@ fn sidecars_to_move(w: &Workload) -> Vec<&ContainerInfo> {
             let serves = !served.is_empty() || known::sidecar(c).is_some_and(known::serves_app);
             let wanted = |rule: Rule| !super::ignores(w, rule);
             (serves && wanted(Rule::ClassicSidecarServesPort))
+                || (!sockets::shared(w, c).is_empty() && wanted(Rule::ClassicSidecarServesSocket))
                 || (w.is_job() && wanted(Rule::JobWithClassicSidecar))
                 || (served.iter().any(|p| waited_for.contains(p))
                     && wanted(Rule::InitWaitsForContainer))
@@ -110,6 +113,17 @@ fn probe_node(p: &ProbeSpec) -> Node {
         ProbeSpec::Tcp { port } => (
             "tcpSocket",
             Node::map(vec![("port", Node::UInt(u64::from(*port)))]),
+        ),
+        ProbeSpec::Socket { test } => (
+            "exec",
+            Node::map(vec![(
+                "command",
+                Node::Seq(vec![
+                    Node::str("sh"),
+                    Node::str("-c"),
+                    Node::str(test.as_str()),
+                ]),
+            )]),
         ),
     };
     Node::map(vec![
@@ -187,7 +201,10 @@ fn move_before_waiters(w: &Workload, s: &ContainerInfo, spec: &mut Node) -> bool
 }
 
 fn probe_native(w: &Workload, s: &ContainerInfo, opts: &Options, spec: &mut Node) -> bool {
-    if rules::served_ports(w, s).is_empty() && !known::sidecar(s).is_some_and(known::serves_app) {
+    if rules::served_ports(w, s).is_empty()
+        && sockets::shared(w, s).is_empty()
+        && !known::sidecar(s).is_some_and(known::serves_app)
+    {
         return false;
     }
     let wrong_port = s.startup_probe.as_ref().is_some_and(|p| {

@@ -29,6 +29,24 @@ pub struct MeshDefault {
     pub source: String,
 }
 
+/// An injector that injects every pod of the namespaces it covers unless the pod
+/// opts out (its `disable` switch), and where that was learnt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultInjection {
+    /// `consul/consul-connect-injector: -default-inject=true`.
+    pub source: String,
+    /// Namespaces it covers (`*`: all) and those it leaves out.
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+}
+
+impl DefaultInjection {
+    pub fn covers(&self, namespace: Option<&str>) -> bool {
+        let ns = namespace.unwrap_or("default");
+        (self.allow.iter().any(|a| a == "*" || a == ns)) && !self.deny.iter().any(|d| d == ns)
+    }
+}
+
 /// How the injected sidecar will run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
@@ -67,6 +85,8 @@ impl Mode {
 pub struct Injection {
     pub injector: &'static Injector,
     pub mode: Mode,
+    /// Injected only by the injector's cluster-wide default (its source).
+    pub by_default: Option<String>,
 }
 
 /// The pod's annotations and labels together (injectors read either).
@@ -76,24 +96,34 @@ fn pod_meta(w: &Workload) -> BTreeMap<String, String> {
     meta
 }
 
-fn injects(i: &Injector, w: &Workload) -> bool {
+/// Whether `i` injects `w`'s pods: `Some(None)` by the pod's or its namespace's
+/// switches (or marks), `Some(Some(source))` only by the injector's cluster-wide
+/// default.
+fn injects(i: &Injector, w: &Workload, opts: &Options) -> Option<Option<String>> {
     let pod = pod_meta(w);
     if i.injected_marks
         .iter()
         .any(|m| w.annotations.contains_key(m))
     {
-        return true;
+        return Some(None);
     }
     if switched(&i.disable, &pod) {
-        return false;
+        return None;
     }
     if switched(&i.pod_annotations, &w.annotations) || switched(&i.pod_labels, &w.labels) {
-        return true;
+        return Some(None);
     }
-    w.namespace_meta.as_ref().is_some_and(|ns| {
+    let by_namespace = w.namespace_meta.as_ref().is_some_and(|ns| {
         switched(&i.namespace_labels, &ns.labels)
             || switched(&i.namespace_annotations, &ns.annotations)
-    })
+    });
+    if by_namespace {
+        return Some(None);
+    }
+    let default = opts.injected_by_default.get(&i.id)?;
+    default
+        .covers(w.namespace.as_deref())
+        .then(|| Some(default.source.clone()))
 }
 
 /// The pod's own answer to "native?": its native annotation (or an alias), or the
@@ -116,8 +146,8 @@ pub fn injections(w: &Workload, opts: &Options) -> Vec<Injection> {
     CATALOG
         .injectors
         .iter()
-        .filter(|i| injects(i, w))
-        .map(|i| {
+        .filter_map(|i| Some((i, injects(i, w, opts)?)))
+        .map(|(i, by_default)| {
             let mode = match (pod_says_native(i, w), opts.mesh_defaults.get(&i.id)) {
                 (Some(true), _) => Mode::NativeByPod,
                 (Some(false), _) => Mode::ClassicByPod,
@@ -125,7 +155,11 @@ pub fn injections(w: &Workload, opts: &Options) -> Vec<Injection> {
                 (None, Some(d)) if d.native => Mode::NativeByDefault(d.source.clone()),
                 (None, Some(d)) => Mode::ClassicByDefault(d.source.clone()),
             };
-            Injection { injector: i, mode }
+            Injection {
+                injector: i,
+                mode,
+                by_default,
+            }
         })
         .collect()
 }

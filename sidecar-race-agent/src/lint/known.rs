@@ -209,6 +209,20 @@ pub fn flag_ports(s: &Sidecar, t: &Container) -> Vec<u16> {
     out
 }
 
+/// The directories known sidecar `c` (typed `t`) creates its Unix sockets in, per
+/// its socket flags (`--unix-socket=/cloudsql`).
+pub fn socket_dirs(c: &ContainerInfo, t: &Container) -> Vec<String> {
+    let Some(s) = sidecar(c) else {
+        return Vec::new();
+    };
+    let flags = Flags::of(t, env_prefix(s));
+    s.socket_flags
+        .iter()
+        .filter_map(|f| flags.value(f))
+        .map(str::to_string)
+        .collect()
+}
+
 /// A readiness endpoint of a known sidecar.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {

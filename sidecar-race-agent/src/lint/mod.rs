@@ -14,6 +14,7 @@ pub mod refs;
 pub mod render;
 pub mod rewrite;
 pub mod rules;
+pub mod sockets;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -72,6 +73,9 @@ pub struct Options {
     /// Mesh-wide native-injection defaults per injector id: read from the cluster
     /// (`--cluster`) or assumed (`--assume-native-mesh`); absent: classic, assumed.
     pub mesh_defaults: BTreeMap<String, injection::MeshDefault>,
+    /// Injectors that inject every pod unless it opts out, per injector id, read
+    /// from the cluster (`--cluster`; Consul's `connectInject.default`).
+    pub injected_by_default: BTreeMap<String, injection::DefaultInjection>,
     /// Namespaces' labels and annotations by name (Namespace objects in the input),
     /// for `--fix`, which analyses one object at a time.
     pub namespaces: BTreeMap<String, injection::NamespaceMeta>,

@@ -15,7 +15,10 @@
 //! is appended to `build.log`.
 //!
 //! Helm, which the chart's tests drive (deploy/helm/), is built the same way into
-//! `~/.cache/sidecar-race/go/helm-<version>/bin/helm`.
+//! `~/.cache/sidecar-race/go/helm-<version>/bin/helm`, and Prometheus, which the
+//! cluster tier runs on the operator's generated configuration, into
+//! `~/.cache/sidecar-race/go/prometheus-<version>/bin/prometheus`: with Kubernetes
+//! service discovery only and without the embedded web UI (its build tags).
 
 use std::{
     fs,
@@ -26,7 +29,7 @@ use std::{
 
 use anyhow::{Context, bail};
 
-use super::{ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, OPERATOR_VERSION};
+use super::{ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, OPERATOR_VERSION, PROMETHEUS_VERSION};
 use crate::run::{checked, output};
 
 pub const KUBERNETES_BINARIES: [&str; 6] = [
@@ -82,12 +85,21 @@ pub fn operator_bin() -> PathBuf {
     operator_dir().join("bin/operator")
 }
 
+fn prometheus_dir() -> PathBuf {
+    cache_root().join(format!("prometheus-{PROMETHEUS_VERSION}"))
+}
+
+/// Prometheus (`cmd/prometheus`), Kubernetes service discovery only.
+pub fn prometheus_bin() -> PathBuf {
+    prometheus_dir().join("bin/prometheus")
+}
+
 /// Which binaries are not built yet.
 pub fn missing() -> Vec<PathBuf> {
     KUBERNETES_BINARIES
         .iter()
         .map(|b| kubernetes_bin(b))
-        .chain([etcd_bin(), helm_bin(), operator_bin()])
+        .chain([etcd_bin(), helm_bin(), operator_bin(), prometheus_bin()])
         .filter(|p| !p.exists())
         .collect()
 }
@@ -103,6 +115,7 @@ pub fn ensure() -> anyhow::Result<()> {
     build_etcd(&go)?;
     build_helm(&go)?;
     build_operator(&go)?;
+    build_prometheus(&go)?;
     eprintln!(
         "xtask: cluster binaries built in {} s (cached in {})",
         started.elapsed().as_secs(),
@@ -121,7 +134,8 @@ fn go() -> anyhow::Result<PathBuf> {
     }
     bail!(
         "Go is not installed: the cluster tier builds Kubernetes {KUBERNETES_VERSION}, etcd \
-         {ETCD_VERSION} and the Prometheus Operator {OPERATOR_VERSION} from their Go modules (go 1.24 or newer, with access to the Go module \
+         {ETCD_VERSION}, the Prometheus Operator {OPERATOR_VERSION} and Prometheus \
+         {PROMETHEUS_VERSION} from their Go modules (go 1.24 or newer, with access to the Go module \
          proxy). Install Go (https://go.dev/dl/) and run `cargo xtask setup` again"
     )
 }
@@ -172,6 +186,18 @@ fn build_one(
     package: &str,
     ldflags: &str,
 ) -> anyhow::Result<()> {
+    build_tagged(go, dir, name, package, ldflags, "")
+}
+
+/// `build_one` with Go build `tags` (comma-separated).
+fn build_tagged(
+    go: &Path,
+    dir: &Path,
+    name: &str,
+    package: &str,
+    ldflags: &str,
+    tags: &str,
+) -> anyhow::Result<()> {
     let out = dir.join("bin").join(name);
     if out.exists() {
         return Ok(());
@@ -180,7 +206,15 @@ fn build_one(
     let started = Instant::now();
     checked(
         go_cmd(go, dir)
-            .args(["build", "-trimpath", "-ldflags", ldflags, "-o"])
+            .args([
+                "build",
+                "-trimpath",
+                "-tags",
+                tags,
+                "-ldflags",
+                ldflags,
+                "-o",
+            ])
             .arg(&tmp)
             .arg(package),
     )?;
@@ -201,6 +235,21 @@ fn local_replacements(go_mod: &str) -> Vec<String> {
             let (from, to) = l.trim().trim_start_matches("replace ").split_once("=>")?;
             to.trim().starts_with("./").then(|| from.trim().to_string())
         })
+        .collect()
+}
+
+/// The `replace` lines of a go.mod that map a module to another published version
+/// (`cloud.google.com/go => cloud.google.com/go v0.123.0` in Prometheus'): a wrapper
+/// module copies them, since only the main module's replacements apply.
+fn published_replacements(go_mod: &str) -> String {
+    go_mod
+        .lines()
+        .map(|l| l.trim().trim_start_matches("replace "))
+        .filter(|r| {
+            r.split_once("=>")
+                .is_some_and(|(_, to)| !to.trim().starts_with("./"))
+        })
+        .map(|r| format!("replace {r}\n"))
         .collect()
 }
 
@@ -337,14 +386,68 @@ fn build_operator(go: &Path) -> anyhow::Result<()> {
         &body,
         std::slice::from_ref(&package),
     )?;
+    eprintln!("xtask: building the Prometheus Operator {v}");
+    build_one(go, &dir, "operator", &package, &prometheus_ldflags(v))
+}
+
+/// The version ldflags of Prometheus' own `.promu.yml` (the operator's Makefile sets
+/// the same): `--version` and `prometheus_build_info` report `version`.
+fn prometheus_ldflags(version: &str) -> String {
     let c = "github.com/prometheus/common/version";
-    let ldflags = format!(
+    format!(
         "-s -w -X {c}.Version={} -X {c}.Revision=unknown -X {c}.Branch=unknown \
          -X {c}.BuildUser=sidecar-race -X {c}.BuildDate=19700101-00:00:00",
-        v.trim_start_matches('v')
+        version.trim_start_matches('v')
+    )
+}
+
+/// Prometheus' `cmd/prometheus`. Its Go module is tagged `v0.<major><minor>.<patch>`
+/// (3.10.0 is v0.310.0). Tags: `remove_all_sd` with `enable_kubernetes_sd` keep only
+/// the service discovery the operator's configuration uses (its plugins/ directory;
+/// static and file discovery are always in), and without `builtinassets` there is no
+/// embedded web UI, which nothing here needs (the API still answers).
+fn build_prometheus(go: &Path) -> anyhow::Result<()> {
+    let dir = prometheus_dir();
+    fs::create_dir_all(&dir)?;
+    let module = "github.com/prometheus/prometheus";
+    let tag = prometheus_module_version(PROMETHEUS_VERSION)?;
+    let info = download(go, &dir, &format!("{module}@{tag}"))?;
+    let upstream = fs::read_to_string(info["GoMod"].as_str().context("no GoMod")?)?;
+    let body = format!(
+        "require {module} {tag}\n\n{}",
+        published_replacements(&upstream)
     );
-    eprintln!("xtask: building the Prometheus Operator {v}");
-    build_one(go, &dir, "operator", &package, &ldflags)
+    let package = format!("{module}/cmd/prometheus");
+    wrapper(
+        go,
+        &dir,
+        "sidecar-race.local/prometheus",
+        &body,
+        std::slice::from_ref(&package),
+    )?;
+    eprintln!("xtask: building Prometheus {PROMETHEUS_VERSION} (Kubernetes discovery only)");
+    build_tagged(
+        go,
+        &dir,
+        "prometheus",
+        &package,
+        &prometheus_ldflags(PROMETHEUS_VERSION),
+        "remove_all_sd,enable_kubernetes_sd",
+    )
+}
+
+/// Prometheus `vX.Y.Z` as its Go module tags it: `v0.<X><Y, two digits>.<Z>`.
+fn prometheus_module_version(version: &str) -> anyhow::Result<String> {
+    let parts: Vec<u32> = version
+        .trim_start_matches('v')
+        .split('.')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("Prometheus version {version} is not vX.Y.Z"))?;
+    let [major, minor, patch] = parts[..] else {
+        bail!("Prometheus version {version} is not vX.Y.Z");
+    };
+    Ok(format!("v0.{major}{minor:02}.{patch}"))
 }
 
 /// The Prometheus Operator's source tree in Go's module cache (for its CRDs).
@@ -387,5 +490,22 @@ mod tests {
             super::replace_block(&["k8s.io/api".to_string()], "v0.34.4"),
             "replace (\n\tk8s.io/api => k8s.io/api v0.34.4\n)\n"
         );
+        assert_eq!(
+            super::published_replacements(go_mod),
+            "replace github.com/x/y => github.com/x/y v1.0.0\n"
+        );
+    }
+
+    #[test]
+    fn prometheus_versions_map_to_its_go_module_tags() {
+        assert_eq!(
+            super::prometheus_module_version("v3.10.0").unwrap(),
+            "v0.310.0"
+        );
+        assert_eq!(
+            super::prometheus_module_version("v3.7.3").unwrap(),
+            "v0.307.3"
+        );
+        assert!(super::prometheus_module_version("v3.10").is_err());
     }
 }

@@ -36,6 +36,11 @@ pub const HELM_VERSION: &str = "v3.22.0";
 /// Its CRDs (example/prometheus-operator-crd/) before `kubectl apply -k deploy/monitoring`,
 /// and the operator itself (cmd/operator), built by setup.
 pub const OPERATOR_VERSION: &str = "v0.87.1";
+/// The Prometheus the cluster tier runs on the operator's generated configuration
+/// (Debian's 2.42 is built without `kubernetes_sd_configs`). 3.10 is the first release
+/// whose service discoveries can be left out by build tags (`remove_all_sd`); the
+/// operator generates for any version at or above its matrix's last (v3.7.3).
+pub const PROMETHEUS_VERSION: &str = "v3.10.0";
 
 /// The node's bridge: the CNI bridge plugin's, created with its address before the
 /// API server starts so that the address can be the node IP.
@@ -128,7 +133,8 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
         Ok(kubeconfig) => {
             cmd.env("SIDECAR_RACE_KUBECONFIG", kubeconfig)
                 .env("SIDECAR_RACE_KUBECTL", build::kubernetes_bin("kubectl"))
-                .env("SIDECAR_RACE_HELM", build::helm_bin());
+                .env("SIDECAR_RACE_HELM", build::helm_bin())
+                .env("SIDECAR_RACE_PROMETHEUS_BIN", build::prometheus_bin());
         }
         Err(e) => {
             cmd.env("SIDECAR_RACE_CLUSTER_ERROR", format!("{e:#}"));

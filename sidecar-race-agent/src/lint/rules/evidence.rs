@@ -5,14 +5,23 @@ use k8s_openapi::api::core::v1::Container;
 
 use crate::{
     inventory::pod_info::{ContainerInfo, Role},
-    lint::{Options, known, refs, workload::Workload},
+    lint::{Options, known, refs, sockets, workload::Workload},
 };
 
 /// A startupProbe `lint --fix` gives a sidecar.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeSpec {
-    Http { port: u16, path: String },
-    Tcp { port: u16 },
+    Http {
+        port: u16,
+        path: String,
+    },
+    Tcp {
+        port: u16,
+    },
+    /// An exec probe running `sh -c TEST`, which passes once the Unix socket exists.
+    Socket {
+        test: String,
+    },
 }
 
 impl std::fmt::Display for ProbeSpec {
@@ -20,6 +29,10 @@ impl std::fmt::Display for ProbeSpec {
         match self {
             ProbeSpec::Http { port, path } => write!(f, "httpGet {path} on port {port}"),
             ProbeSpec::Tcp { port } => write!(f, "tcpSocket on port {port}"),
+            ProbeSpec::Socket { test } => write!(
+                f,
+                "exec `sh -c '{test}'`, which tests the Unix socket as a tcpSocket probe cannot; the image needs a shell"
+            ),
         }
     }
 }
@@ -116,8 +129,9 @@ pub(super) fn dialed(w: &Workload, sidecar: &ContainerInfo) -> Vec<u16> {
 }
 
 /// The startupProbe for `sidecar`: its documented readiness endpoint, else the port
-/// clients were seen dialing (evidence), else the one they name, else its first.
-/// A TCP connect is no probe for a sidecar that listens on loopback only.
+/// clients were seen dialing (evidence) or that they name, else a test of the Unix
+/// socket it serves through a shared volume, else its first port. A TCP connect is no
+/// probe for a sidecar that listens on loopback only.
 pub fn probe_for(w: &Workload, sidecar: &ContainerInfo, opts: &Options) -> ProbePlan {
     let typed = container(w, &sidecar.name);
     if let Some(e) = known::ready_endpoint(sidecar, typed) {
@@ -129,14 +143,28 @@ pub fn probe_for(w: &Workload, sidecar: &ContainerInfo, opts: &Options) -> Probe
             e.add_args,
         );
     }
-    let port = opts
+    let evidence = opts
         .probe_ports
         .get(&sidecar.name)
         .copied()
-        .or_else(|| dialed(w, sidecar).first().copied())
-        .or_else(|| served_ports(w, sidecar).first().copied());
+        .or_else(|| dialed(w, sidecar).first().copied());
+    let loopback = known::listens_on_loopback(sidecar, typed);
+    if let Some(port) = evidence
+        && !loopback
+    {
+        return ProbePlan::Add(ProbeSpec::Tcp { port }, Vec::new());
+    }
+    if let Some(socket) = sockets::shared(w, sidecar).first() {
+        return ProbePlan::Add(
+            ProbeSpec::Socket {
+                test: socket.test(),
+            },
+            Vec::new(),
+        );
+    }
+    let port = evidence.or_else(|| served_ports(w, sidecar).first().copied());
     match port {
-        Some(_) if known::listens_on_loopback(sidecar, typed) => ProbePlan::Unknown(format!(
+        Some(_) if loopback => ProbePlan::Unknown(format!(
             "{} listens on loopback only, where a kubelet probe cannot reach it: no startupProbe is added; give it one that checks it serves",
             sidecar.name
         )),

@@ -120,11 +120,14 @@ fn classic_only(w: &Workload, inj: &Injection, out: &mut Vec<Finding>) {
             return;
         }
     }
-    let use_clause = if used_by.is_empty() {
+    let mut use_clause = if used_by.is_empty() {
         String::new()
     } else {
         format!(" and {} dials its listener", used_by.join(", "))
     };
+    if let Some(source) = &inj.by_default {
+        use_clause.insert_str(0, &format!(" (by the cluster's default, {source})"));
+    }
     let mut containers = vec![proxy.to_string()];
     containers.extend(used_by);
     out.push(

@@ -2,8 +2,8 @@
 //! severity, the containers involved, the reason and the fix, in the names the user
 //! knows. docs/reference.md's "lint" section lists them; change both together.
 //!
-//! One module per family of findings: `sidecars` (SR001–SR004: classic and native
-//! sidecars that serve ports), `sleeps` (SR005, SR006: sleeps that guess at ordering),
+//! One module per family of findings: `sidecars` (SR001–SR004, SR012: classic and
+//! native sidecars that serve ports or Unix sockets), `sleeps` (SR005, SR006: sleeps that guess at ordering),
 //! `init` (SR007), `meshes` (SR006 for Linkerd, SR008, SR009, SR011: injected
 //! sidecars), `version` (SR010);
 //! `evidence` holds what they share: who serves and who dials a port, the probe to add.
@@ -87,6 +87,8 @@ pub enum Rule {
     ClusterTooOld,
     #[strum(props(id = "SR011"))]
     InjectedClassicSidecar,
+    #[strum(props(id = "SR012"))]
+    ClassicSidecarServesSocket,
 }
 
 impl Rule {
@@ -103,6 +105,7 @@ impl Rule {
         matches!(
             self,
             Rule::ClassicSidecarServesPort
+                | Rule::ClassicSidecarServesSocket
                 | Rule::JobWithClassicSidecar
                 | Rule::NativeSidecarWithoutStartupProbe
                 | Rule::StartupProbeWrongPort

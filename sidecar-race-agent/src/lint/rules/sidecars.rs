@@ -1,5 +1,6 @@
-//! SR001–SR004: classic sidecars that serve ports (or keep a Job's pod running), and
-//! native sidecars whose startupProbe is missing or checks the wrong port.
+//! SR001–SR004, SR012: classic sidecars that serve ports or Unix sockets (or keep a
+//! Job's pod running), and native sidecars whose startupProbe is missing or checks
+//! the wrong port.
 
 use super::{
     Finding, Rule, Severity,
@@ -7,7 +8,11 @@ use super::{
 };
 use crate::{
     inventory::pod_info::{ContainerInfo, ProbeTarget},
-    lint::{Options, known, workload::Workload},
+    lint::{
+        Options, known,
+        sockets::{self, SharedSocket},
+        workload::Workload,
+    },
 };
 
 pub(super) fn classic_sidecar(
@@ -18,7 +23,12 @@ pub(super) fn classic_sidecar(
 ) {
     let by = s.sidecar_by.map_or("name", |e| e.as_str());
     let served = served_ports(w, s);
-    let serves_app = known::sidecar(s).is_some_and(known::serves_app);
+    let shared = sockets::shared(w, s);
+    // A known proxy seen serving sockets only is SR012's, not a port of no number.
+    let serves_app = known::sidecar(s).is_some_and(known::serves_app) && shared.is_empty();
+    if !shared.is_empty() {
+        classic_socket(w, s, by, &shared, opts, out);
+    }
     if !served.is_empty() || serves_app {
         let plan = probe_plan(w, s, opts);
         let mut evidence = Vec::new();
@@ -81,6 +91,42 @@ pub(super) fn classic_sidecar(
     }
 }
 
+/// SR012: a classic sidecar serving Unix sockets that app containers reach through a
+/// volume they mount too.
+fn classic_socket(
+    w: &Workload,
+    s: &ContainerInfo,
+    by: &str,
+    shared: &[SharedSocket],
+    opts: &Options,
+    out: &mut Vec<Finding>,
+) {
+    let mut containers = vec![s.name.clone()];
+    for c in shared.iter().flat_map(|x| &x.clients) {
+        if !containers.contains(c) {
+            containers.push(c.clone());
+        }
+    }
+    let sockets: Vec<String> = shared.iter().map(SharedSocket::describe).collect();
+    out.push(
+        Finding::new(w, Rule::ClassicSidecarServesSocket, Severity::Error, containers.clone())
+            .says(
+                format!(
+                    "{} is a classic sidecar (in containers[], recognised by {by}) serving {}, which {} also mount{}: it starts and stops together with the app, so the app's first and last connections find no socket (ENOENT) or a dead one",
+                    s.name,
+                    sockets.join(" and "),
+                    names(&containers[1..]),
+                    if containers.len() == 2 { "s" } else { "" }
+                ),
+                format!(
+                    "Move {} to initContainers with restartPolicy: Always{}, so the app starts once it serves and it stops after the app",
+                    s.name,
+                    probe_plan(w, s, opts).clause(&s.name)
+                ),
+            ),
+    );
+}
+
 pub(super) fn native_sidecar(
     w: &Workload,
     s: &ContainerInfo,
@@ -88,7 +134,8 @@ pub(super) fn native_sidecar(
     out: &mut Vec<Finding>,
 ) {
     let served = served_ports(w, s);
-    if served.is_empty() && !known::sidecar(s).is_some_and(known::serves_app) {
+    let shared = sockets::shared(w, s);
+    if served.is_empty() && shared.is_empty() && !known::sidecar(s).is_some_and(known::serves_app) {
         return;
     }
     let Some(probe) = &s.startup_probe else {
@@ -115,7 +162,11 @@ pub(super) fn native_sidecar(
                 format!(
                     "{} is a native sidecar serving {} without a startupProbe: the app containers start as soon as it has started, not once it serves",
                     s.name,
-                    list(&served)
+                    if served.is_empty() && !shared.is_empty() {
+                        shared.iter().map(SharedSocket::describe).collect::<Vec<_>>().join(" and ")
+                    } else {
+                        list(&served)
+                    }
                 ),
                 fix,
             ),
