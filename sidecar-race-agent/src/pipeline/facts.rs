@@ -45,6 +45,9 @@ impl Pipeline {
                     }
                 })
             }
+            KernelEvent::UnixRefused(_)
+            | KernelEvent::UnixListen(_)
+            | KernelEvent::UnixListenClosed(_) => None,
             KernelEvent::CgroupCreated(c) => match cgroup_path::parse(&c.path) {
                 PathInfo::Pod { pod_uid } => {
                     self.unknown_pod_seen(&pod_uid);
