@@ -77,6 +77,7 @@ fn container(
         ports: ports.to_vec(),
         startup_probe,
         readiness_probe: None,
+        mounts: Vec::new(),
     }
 }
 
