@@ -120,6 +120,7 @@ fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
         port: Some(port),
         destination: Some(format!("127.0.0.1:{port}")),
         local_destination: None,
+        socket: None,
         refused_count: 15,
         client_instances: 1,
         processes: vec![],
