@@ -1478,3 +1478,4 @@ fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
 }
 
 mod kubelet;
+mod unix;
