@@ -6,8 +6,8 @@ use serde::Serialize;
 use crate::{
     clock,
     events::{KernelEvent, Kind, SocketFact},
-    unix_events::UnixRefusal,
     inventory::Attribution,
+    unix_events::UnixRefusal,
 };
 
 #[derive(Debug, Serialize, PartialEq)]

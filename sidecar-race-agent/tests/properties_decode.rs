@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 
 use proptest::prelude::*;
+use sidecar_race_agent::unix_events::UnixName;
 use sidecar_race_agent::{
     events::{DecodeError, KernelEvent, decode},
     kernel::{
@@ -13,7 +14,6 @@ use sidecar_race_agent::{
         tracefs::{EventFormat, TracefsError, parse_format},
     },
 };
-use sidecar_race_agent::unix_events::UnixName;
 use sidecar_race_ebpf::{
     abi::{
         self, AF_INET, AF_INET6, CGROUP_EVENT_SIZE, CgroupEvent, Header, SOCKET_EVENT_SIZE,

@@ -245,7 +245,9 @@ mod tests {
         );
         let steady = advice(Phase::Steady, None);
         assert!(
-            steady.starts_with("daprd stopped listening on socket /var/run/dapr/app.sock and came back"),
+            steady.starts_with(
+                "daprd stopped listening on socket /var/run/dapr/app.sock and came back"
+            ),
             "{steady}"
         );
         assert!(!steady.contains("port"), "{steady}");

@@ -9,10 +9,10 @@ pub(crate) mod listener_table;
 pub(crate) mod listeners;
 pub mod processes;
 pub mod render;
+pub(crate) mod reorder;
 pub mod service;
 pub(crate) mod socket_view;
 pub(crate) mod unix_listeners;
-pub(crate) mod reorder;
 
 #[cfg(test)]
 mod tests;

@@ -121,7 +121,10 @@ mod tests {
         assert_eq!(a.label(), "x.sock");
         let abs = UnixSocket::resolve(&UnixName::Abstract("otel".into()), None).unwrap();
         assert!(abs.is_abstract);
-        assert_eq!((abs.path.as_str(), abs.label().as_str()), ("@otel", "@otel"));
+        assert_eq!(
+            (abs.path.as_str(), abs.label().as_str()),
+            ("@otel", "@otel")
+        );
         assert_eq!(UnixSocket::resolve(&UnixName::Unnamed, None), None);
     }
 }

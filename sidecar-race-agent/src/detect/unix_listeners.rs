@@ -95,7 +95,11 @@ mod tests {
         assert!(t.up(key(1), Some("a".into()), 10));
         t.down(&key(1), None, 20);
         t.down(&key(1), None, 30);
-        assert_eq!(t.get(&key(1)).unwrap().down_at, Some(20), "the first close counts");
+        assert_eq!(
+            t.get(&key(1)).unwrap().down_at,
+            Some(20),
+            "the first close counts"
+        );
         assert!(t.up(key(1), Some("b".into()), 40));
         assert!(t.get(&key(1)).unwrap().is_up_at(41));
         let taken = (2..3_000).filter(|n| t.up(key(*n), None, 50)).count();

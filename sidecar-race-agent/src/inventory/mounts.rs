@@ -118,12 +118,18 @@ mod tests {
             mount("shared", "/var/run/otel", Some("collector/")),
         ];
         let on = on_volume(&mounts, "/var/run/otel/otlp.sock").unwrap();
-        assert_eq!((on.volume.as_str(), on.relative.as_str()), ("shared", "collector/otlp.sock"));
+        assert_eq!(
+            (on.volume.as_str(), on.relative.as_str()),
+            ("shared", "collector/otlp.sock")
+        );
         let on = on_volume(&mounts, "/var/run/other.sock").unwrap();
         assert_eq!(on.volume, "run");
         // A prefix that is not a path component is not that mount.
         let on = on_volume(&mounts, "/var/running.sock").unwrap();
-        assert_eq!((on.volume.as_str(), on.relative.as_str()), ("root", "var/running.sock"));
+        assert_eq!(
+            (on.volume.as_str(), on.relative.as_str()),
+            ("root", "var/running.sock")
+        );
     }
 
     #[test]

@@ -359,7 +359,11 @@ fn container_info(c: &Container, role: Role, sidecar_by: Option<Evidence>) -> Co
 }
 
 fn mounts(specs: Option<&[VolumeMount]>) -> Vec<Mount> {
-    specs.into_iter().flatten().filter_map(Mount::from_spec).collect()
+    specs
+        .into_iter()
+        .flatten()
+        .filter_map(Mount::from_spec)
+        .collect()
 }
 
 fn tcp_ports(ports: Option<&[ContainerPort]>) -> Vec<u16> {

@@ -220,10 +220,7 @@ impl Probes {
             .and_then(|btf| unix_hooks::unix_fields(btf).map_err(|e| e.to_string()));
         let unix_config = UnixConfig {
             fields: unix_fields.clone().unwrap_or(UnixFields::UNSET),
-            syscalls: layout
-                .unix_syscalls
-                .clone()
-                .unwrap_or(SyscallArgs::UNSET),
+            syscalls: layout.unix_syscalls.clone().unwrap_or(SyscallArgs::UNSET),
         };
         let unix_bytes = plain_bytes(&unix_config);
         let config_bytes = config_bytes(&config);

@@ -103,7 +103,10 @@ impl Sink {
         let v = &a.view;
         // A Unix socket incident is counted under `socket`, a port's under `port`.
         let target = match &v.socket {
-            Some(_) => ("socket", a.socket.clone().unwrap_or_else(|| OTHER_PORT.into())),
+            Some(_) => (
+                "socket",
+                a.socket.clone().unwrap_or_else(|| OTHER_PORT.into()),
+            ),
             None => (
                 "port",
                 a.port

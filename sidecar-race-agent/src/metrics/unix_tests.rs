@@ -49,15 +49,34 @@ fn unix(kind: fn(UnixFact) -> KernelEvent, ts: u64, cgroup: u64, path: &str) -> 
 #[test]
 fn a_socket_on_a_pod_volume_is_its_own_series_and_arbitrary_paths_are_other() {
     let dir = temp_dir("metrics-unix");
-    let mut p = pipeline(&dir, Some(pod_with_socket_volume()), DetectorConfig::default());
+    let mut p = pipeline(
+        &dir,
+        Some(pod_with_socket_volume()),
+        DetectorConfig::default(),
+    );
     let (a, b) = ("a".repeat(64), "b".repeat(64));
     let events = [
         created(0, 100, pod_path(UID)),
         created(MS, 101, container_path(UID, &a)),
         created(MS, 102, container_path(UID, &b)),
-        unix(KernelEvent::UnixRefused, 100 * MS, 101, "/var/run/dapr/app.sock"),
-        unix(KernelEvent::UnixRefused, 200 * MS, 101, "/var/run/dapr/app.sock"),
-        unix(KernelEvent::UnixRefused, 300 * MS, 101, "/tmp/random-1234.sock"),
+        unix(
+            KernelEvent::UnixRefused,
+            100 * MS,
+            101,
+            "/var/run/dapr/app.sock",
+        ),
+        unix(
+            KernelEvent::UnixRefused,
+            200 * MS,
+            101,
+            "/var/run/dapr/app.sock",
+        ),
+        unix(
+            KernelEvent::UnixRefused,
+            300 * MS,
+            101,
+            "/tmp/random-1234.sock",
+        ),
         unix(KernelEvent::UnixListen, 900 * MS, 102, "/sockets/app.sock"),
     ];
     for ev in &events {
@@ -74,6 +93,9 @@ fn a_socket_on_a_pod_volume_is_its_own_series_and_arbitrary_paths_are_other() {
         om.contains(r#"sidecar_race_refused_connections_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="app",sidecar="istio-proxy",socket="dapr-socket/app.sock",phase="startup"} 2"#),
         "{om}"
     );
-    assert!(om.contains(r#"socket="other",phase="unresolved"} 1"#), "{om}");
+    assert!(
+        om.contains(r#"socket="other",phase="unresolved"} 1"#),
+        "{om}"
+    );
     assert!(!om.contains("random-1234"), "{om}");
 }

@@ -33,8 +33,7 @@ pub fn read<T>(base: u64, offset: u16) -> Option<T> {
     }
     // SAFETY: bpf_probe_read_kernel checks the access; offsets come from this
     // kernel's BTF.
-    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel((base + u64::from(offset)) as *const T) }
-        .ok()
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel((base + u64::from(offset)) as *const T) }.ok()
 }
 
 /// The inode of the network namespace of `sk` (a `struct sock *`); 0 when unknown.
@@ -59,7 +58,11 @@ impl PathSource {
     pub fn of_sockaddr(addr: u64, addr_len: i64, user: bool) -> PathSource {
         PathSource {
             ptr: addr + 2,
-            len: if addr_len > 2 { (addr_len - 2) as u32 } else { 0 },
+            len: if addr_len > 2 {
+                (addr_len - 2) as u32
+            } else {
+                0
+            },
             user,
         }
     }

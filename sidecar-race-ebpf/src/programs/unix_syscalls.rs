@@ -35,7 +35,12 @@ static UNIX_CALLS: LruHashMap<u64, PendingCall> = LruHashMap::with_max_entries(4
 #[tracepoint]
 pub fn unix_sys_enter_connect(ctx: TracePointContext) -> u32 {
     let a = unix_sock::config().syscalls;
-    entered(&ctx, a.connect_addr, a.connect_addrlen, hook::SYSCALL_CONNECT)
+    entered(
+        &ctx,
+        a.connect_addr,
+        a.connect_addrlen,
+        hook::SYSCALL_CONNECT,
+    )
 }
 
 #[tracepoint]

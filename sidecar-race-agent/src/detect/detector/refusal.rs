@@ -225,7 +225,14 @@ impl Detector {
         {
             inc.phase = Phase::Drain;
         }
-        (id, if shown { vec![Change::Opened(id)] } else { vec![] })
+        (
+            id,
+            if shown {
+                vec![Change::Opened(id)]
+            } else {
+                vec![]
+            },
+        )
     }
 
     /// Whether refusals from `client` first seen at `first` are a startup race: the

@@ -67,15 +67,10 @@ impl Detector {
             _ => Phase::Steady,
         };
         let may_wait = self.cfg.metadata_wait_ns > 0 && meta.has_source();
-        let mut incident = Incident::opened(
-            pod_uid,
-            client,
-            (phase, episode),
-            (ts, &process),
-            server,
-        );
-        incident.hidden = (meta.pod(&incident.pod_uid).is_none() && may_wait)
-            .then_some(Hidden::PodUnknown);
+        let mut incident =
+            Incident::opened(pod_uid, client, (phase, episode), (ts, &process), server);
+        incident.hidden =
+            (meta.pod(&incident.pod_uid).is_none() && may_wait).then_some(Hidden::PodUnknown);
         incident.socket = Some(socket);
         self.insert_refusals(incident, key, meta).1
     }

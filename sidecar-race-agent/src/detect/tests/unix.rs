@@ -1,11 +1,7 @@
 //! Unix socket races: one emptyDir at two paths, a stale socket file, a drain.
 
 use super::*;
-use crate::{
-    detect::socket_view::SocketView,
-    inventory::mounts::Mount,
-    unix_events::UnixName,
-};
+use crate::{detect::socket_view::SocketView, inventory::mounts::Mount, unix_events::UnixName};
 
 /// checkout with daprd's socket volume: the app mounts it at /var/run/dapr, the
 /// sidecar (istio-proxy here, a classic sidecar) at /sockets.
