@@ -13,6 +13,16 @@ pub enum Client {
     Cgroup(u64),
 }
 
+impl Client {
+    /// The container's id; `None` for a cgroup that is not a container.
+    pub fn container_id(self) -> Option<String> {
+        match self {
+            Client::Container(id) => Some(id),
+            Client::Cgroup(_) => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fact {
     /// A connect refused for a task of `pod_uid`.

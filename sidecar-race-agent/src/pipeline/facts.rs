@@ -24,10 +24,7 @@ impl Pipeline {
             }
             KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
                 let (pod_uid, client) = self.pod_client(&s.owner)?;
-                let container_id = match client {
-                    Client::Container(id) => Some(id),
-                    Client::Cgroup(_) => None,
-                };
+                let container_id = client.container_id();
                 let (ts, addr) = (s.ts_boot_ns, s.src);
                 Some(if matches!(ev, KernelEvent::Listen(_)) {
                     Fact::ListenerUp {
@@ -57,10 +54,7 @@ impl Pipeline {
             }
             KernelEvent::UnixListen(u) | KernelEvent::UnixListenClosed(u) => {
                 let (pod_uid, client) = self.pod_client(&u.owner)?;
-                let container_id = match client {
-                    Client::Container(id) => Some(id),
-                    Client::Cgroup(_) => None,
-                };
+                let container_id = client.container_id();
                 let (ts, name) = (u.ts_boot_ns, u.name.clone());
                 Some(if matches!(ev, KernelEvent::UnixListen(_)) {
                     Fact::UnixListenerUp {

@@ -1,7 +1,11 @@
 //! What the Unix socket programs share: their offsets (the `UNIX` global), reads of
 //! kernel objects at those offsets, and the one place that fills a `UnixEvent`.
 
-use aya_ebpf::{cty::c_void, helpers::generated, maps::RingBuf};
+use aya_ebpf::{
+    cty::c_void,
+    helpers::{bpf_get_current_pid_tgid, generated},
+    maps::{LruHashMap, RingBuf},
+};
 use sidecar_race_ebpf::{
     abi::{Owner, counter, kind},
     layout::MISSING,
@@ -22,6 +26,17 @@ pub fn config() -> UnixConfig {
     // SAFETY: a plain read of a global that nothing writes after load; volatile so the
     // compiler does not fold in the `UNSET` initialiser.
     unsafe { core::ptr::read_volatile(&raw const UNIX) }
+}
+
+/// The current thread's entry of a per-thread map of calls in progress (a syscall's
+/// entry seen, its exit now), removed.
+#[inline(always)]
+pub fn take_call<V: Copy>(calls: &LruHashMap<u64, V>) -> Option<V> {
+    let id = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out before the entry is removed.
+    let value = unsafe { calls.get(&id) }.copied()?;
+    let _ = calls.remove(&id);
+    Some(value)
 }
 
 /// Reads a `T` at `base + offset` of kernel memory; `None` when the offset is unknown

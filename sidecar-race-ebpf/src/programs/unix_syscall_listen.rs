@@ -74,12 +74,9 @@ pub fn unix_sys_enter_bind(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn unix_sys_exit_bind(ctx: TracePointContext) -> u32 {
-    let id = bpf_get_current_pid_tgid();
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(pending) = (unsafe { UNIX_BINDING.get(&id) }).copied() else {
+    let Some(pending) = unix_sock::take_call(&UNIX_BINDING) else {
         return 0;
     };
-    let _ = UNIX_BINDING.remove(&id);
     if field::<i64>(&ctx, unix_sock::config().syscalls.exit_ret) != Ok(0) {
         return 0;
     }
@@ -106,7 +103,11 @@ pub fn unix_sys_exit_bind(ctx: TracePointContext) -> u32 {
         return 0;
     }
     bound.len = n;
-    let _ = UNIX_BOUND.insert(&bound_key(id, pending.fd), &bound, BPF_ANY as u64);
+    let _ = UNIX_BOUND.insert(
+        &bound_key(bpf_get_current_pid_tgid(), pending.fd),
+        &bound,
+        BPF_ANY as u64,
+    );
     0
 }
 
@@ -126,12 +127,9 @@ pub fn unix_sys_enter_listen(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn unix_sys_exit_listen(ctx: TracePointContext) -> u32 {
-    let id = bpf_get_current_pid_tgid();
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(key) = (unsafe { UNIX_LISTENING_CALLS.get(&id) }).copied() else {
+    let Some(key) = unix_sock::take_call(&UNIX_LISTENING_CALLS) else {
         return 0;
     };
-    let _ = UNIX_LISTENING_CALLS.remove(&id);
     if field::<i64>(&ctx, unix_sock::config().syscalls.exit_ret) != Ok(0) {
         return 0;
     }

@@ -52,12 +52,9 @@ pub fn unix_sys_enter_sendto(ctx: TracePointContext) -> u32 {
 /// Shared by `sys_exit_connect` and `sys_exit_sendto`.
 #[tracepoint]
 pub fn unix_sys_exit(ctx: TracePointContext) -> u32 {
-    let id = bpf_get_current_pid_tgid();
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(call) = (unsafe { UNIX_CALLS.get(&id) }).copied() else {
+    let Some(call) = unix_sock::take_call(&UNIX_CALLS) else {
         return 0;
     };
-    let _ = UNIX_CALLS.remove(&id);
     let Ok(ret) = field::<i64>(&ctx, unix_sock::config().syscalls.exit_ret) else {
         return 0;
     };

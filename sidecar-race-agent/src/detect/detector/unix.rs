@@ -29,7 +29,7 @@ impl Detector {
             Client::Container(id) => Some(id.as_str()),
             Client::Cgroup(_) => None,
         };
-        let Some(socket) = UnixSocket::resolve(name, container(meta, &pod_uid, client_id)) else {
+        let Some(socket) = served(meta, &pod_uid, client_id, name) else {
             return vec![not_a_race(NotARace::Other)];
         };
         let key = (client.clone(), Service::Socket(socket.key.clone()));
@@ -83,9 +83,7 @@ impl Detector {
         name: &UnixName,
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
-        let Some(socket) =
-            UnixSocket::resolve(name, container(meta, pod_uid, container_id.as_deref()))
-        else {
+        let Some(socket) = served(meta, pod_uid, container_id.as_deref(), name) else {
             return Vec::new();
         };
         let ps = self.pods.entry(pod_uid.to_string()).or_default();
@@ -119,9 +117,7 @@ impl Detector {
         name: &UnixName,
         meta: &dyn PodMeta,
     ) {
-        let Some(socket) =
-            UnixSocket::resolve(name, container(meta, pod_uid, container_id.as_deref()))
-        else {
+        let Some(socket) = served(meta, pod_uid, container_id.as_deref(), name) else {
             return;
         };
         let ps = self.pods.entry(pod_uid.to_string()).or_default();
@@ -129,7 +125,17 @@ impl Detector {
     }
 }
 
-/// Container `id` of the pod as the pod source declares it (its mounts), if known.
+/// Socket `name` as container `id` of the pod sees it (through its mounts, when the
+/// pod source declares them).
+fn served(
+    meta: &dyn PodMeta,
+    pod_uid: &str,
+    id: Option<&str>,
+    name: &UnixName,
+) -> Option<UnixSocket> {
+    UnixSocket::resolve(name, container(meta, pod_uid, id))
+}
+
 fn container<'a>(
     meta: &'a dyn PodMeta,
     pod_uid: &str,
