@@ -603,7 +603,14 @@ fn kernel_tier(label: &str, has_socketless_send_reset: bool) {
 /// errors and owners; listeners up (and, with fexit, their close).
 fn assert_unix(run: &GuestRun, label: &str) {
     let env = env();
-    let app_id = cgroup_id(run, &format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope", get(env, "POD1_UID").replace('-', "_"), get(env, "POD1_APP")));
+    let app_id = cgroup_id(
+        run,
+        &format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope",
+            get(env, "POD1_UID").replace('-', "_"),
+            get(env, "POD1_APP")
+        ),
+    );
     for (key, hooks) in [("uds_auto", "fexit"), ("uds_syscalls", "syscalls")] {
         assert_eq!(run.one(&format!("{key}_rc")), "0", "{}", run.console_text());
         let err = run.json(&format!("{key}_err"));
@@ -614,9 +621,8 @@ fn assert_unix(run: &GuestRun, label: &str) {
             .unwrap_or_else(|| panic!("{label} {key}: never watched the kernel: {messages:?}"));
         assert_eq!(ready["unix_hooks"], hooks, "{label} {key}: {messages:?}");
         let events = run.json(&format!("{key}_out"));
-        let of = |kind: &str| -> Vec<&Value> {
-            events.iter().filter(|e| e["kind"] == kind).collect()
-        };
+        let of =
+            |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["kind"] == kind).collect() };
         let refused: Vec<(String, String)> = of("unix_refused")
             .iter()
             .map(|e| {
@@ -644,11 +650,26 @@ fn assert_unix(run: &GuestRun, label: &str) {
         assert_eq!(listens[0]["socket"]["path"], "/tmp/uds.sock");
         let closed = of("unix_listen_closed");
         if hooks == "fexit" {
-            assert!(listens[0]["socket"]["inode"].is_u64(), "{label}: {}", listens[0]);
-            assert!(listens[0]["socket"]["netns"].is_u64(), "{label}: {}", listens[0]);
-            assert_eq!(closed.len(), 1, "{label}: the killed listener's close: {events:#?}");
+            assert!(
+                listens[0]["socket"]["inode"].is_u64(),
+                "{label}: {}",
+                listens[0]
+            );
+            assert!(
+                listens[0]["socket"]["netns"].is_u64(),
+                "{label}: {}",
+                listens[0]
+            );
+            assert_eq!(
+                closed.len(),
+                1,
+                "{label}: the killed listener's close: {events:#?}"
+            );
         } else {
-            assert!(closed.is_empty(), "{label}: the fallback sees no close: {events:#?}");
+            assert!(
+                closed.is_empty(),
+                "{label}: the fallback sees no close: {events:#?}"
+            );
         }
     }
 }
