@@ -52,7 +52,8 @@ pub struct KernelArgs {
     pub tp_btf: bool,
     /// Unix domain socket hooks: `auto` takes fexit/fentry on the AF_UNIX operations
     /// where the kernel has BTF, else the connect/sendto syscall tracepoints;
-    /// `syscalls` forces that fallback (it sees refusals, not listeners).
+    /// `syscalls` forces that fallback (it sees refusals and listeners up, not their
+    /// closes); `off` attaches no Unix socket hook.
     #[arg(long, env = "SIDECAR_RACE_UNIX_HOOKS", value_enum, default_value_t = UnixHookChoice::Auto)]
     pub unix_hooks: UnixHookChoice,
     #[command(flatten)]

@@ -24,6 +24,9 @@ pub enum UnixHookChoice {
     Auto,
     /// The syscall tracepoints even where BTF exists (what a kernel without BTF gets).
     Syscalls,
+    /// No Unix socket hooks: a TCP-only agent (the syscall fallback runs on every
+    /// connect and sendto of the node, TCP's included).
+    Off,
 }
 
 /// What the agent sees of Unix domain sockets on this kernel.
@@ -172,8 +175,13 @@ pub fn attach(
     fields: &Result<UnixFields, String>,
     syscalls: &Result<SyscallArgs, String>,
 ) -> UnixCoverage {
+    if choice == UnixHookChoice::Off {
+        return UnixCoverage::Missing {
+            why: "--unix-hooks=off".into(),
+        };
+    }
     let why_not_fexit = match (choice, fields) {
-        (UnixHookChoice::Syscalls, _) => "--unix-hooks=syscalls".to_string(),
+        (UnixHookChoice::Syscalls | UnixHookChoice::Off, _) => "--unix-hooks=syscalls".to_string(),
         (UnixHookChoice::Auto, Err(why)) => format!("no BTF offsets: {why}"),
         (UnixHookChoice::Auto, Ok(_)) => match attach_fexit(ebpf) {
             Ok(()) => return UnixCoverage::Fexit,
@@ -248,4 +256,33 @@ where
         .ok_or_else(|| format!("no program {name} in the object"))?
         .try_into()
         .map_err(|e| chain(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn less_than_fexit_is_one_sentence_saying_why() {
+        assert_eq!(UnixCoverage::Fexit.degraded(), None);
+        let off = UnixCoverage::Missing {
+            why: "--unix-hooks=off".into(),
+        }
+        .degraded()
+        .unwrap();
+        assert_eq!(
+            off,
+            "Unix domain socket races are not detected on this kernel: --unix-hooks=off"
+        );
+        let fallback = UnixCoverage::Syscalls {
+            why_not_fexit: "no BTF offsets: no struct unix_sock in the kernel's BTF".into(),
+        }
+        .degraded()
+        .unwrap();
+        assert!(
+            fallback.contains("(no BTF offsets: no struct unix_sock"),
+            "{fallback}"
+        );
+        assert!(!fallback.contains(". "), "one sentence: {fallback}");
+    }
 }
