@@ -103,8 +103,12 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         cgroups = cgroups.len(),
         attached = ?probes.attached.iter().map(|t| t.name).collect::<Vec<_>>(),
         set_state_hook = %probes.set_state_hook,
+        unix_hooks = probes.unix.name(),
         "watching the kernel"
     );
+    if let Some(sentence) = probes.unix.degraded() {
+        tracing::warn!("degraded: {sentence}");
+    }
     if let SetStateHook::Tracepoint { why_not_btf } = &probes.set_state_hook {
         tracing::info!("inet_sock_set_state through tracefs, not tp_btf: {why_not_btf}");
     }

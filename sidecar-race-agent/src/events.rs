@@ -7,7 +7,11 @@ use sidecar_race_ebpf::abi::{
     self, AF_INET, AF_INET6, CGROUP_EVENT_SIZE, CgroupEvent, Header, SOCKET_EVENT_SIZE,
     SocketEvent, flags, kind,
 };
+use sidecar_race_ebpf::unix::{UNIX_EVENT_SIZE, UnixEvent};
 use thiserror::Error;
+
+pub use crate::unix_events::UnixFact;
+use crate::unix_events::unix_fact;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -45,15 +49,21 @@ pub enum Kind {
     ListenClosed,
     CgroupCreated,
     CgroupRemoved,
+    UnixRefused,
+    UnixListen,
+    UnixListenClosed,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Refused,
         Kind::Listen,
         Kind::ListenClosed,
         Kind::CgroupCreated,
         Kind::CgroupRemoved,
+        Kind::UnixRefused,
+        Kind::UnixListen,
+        Kind::UnixListenClosed,
     ];
 
     pub fn name(self) -> &'static str {
@@ -72,6 +82,9 @@ impl Kind {
             Kind::ListenClosed => kind::LISTEN_CLOSED,
             Kind::CgroupCreated => kind::CGROUP_CREATED,
             Kind::CgroupRemoved => kind::CGROUP_REMOVED,
+            Kind::UnixRefused => kind::UNIX_REFUSED,
+            Kind::UnixListen => kind::UNIX_LISTEN,
+            Kind::UnixListenClosed => kind::UNIX_LISTEN_CLOSED,
         }
     }
 }
@@ -119,6 +132,9 @@ pub enum KernelEvent {
     ListenClosed(SocketFact),
     CgroupCreated(CgroupFact),
     CgroupRemoved(CgroupFact),
+    UnixRefused(UnixFact),
+    UnixListen(UnixFact),
+    UnixListenClosed(UnixFact),
 }
 
 impl KernelEvent {
@@ -129,6 +145,9 @@ impl KernelEvent {
             KernelEvent::ListenClosed(_) => Kind::ListenClosed,
             KernelEvent::CgroupCreated(_) => Kind::CgroupCreated,
             KernelEvent::CgroupRemoved(_) => Kind::CgroupRemoved,
+            KernelEvent::UnixRefused(_) => Kind::UnixRefused,
+            KernelEvent::UnixListen(_) => Kind::UnixListen,
+            KernelEvent::UnixListenClosed(_) => Kind::UnixListenClosed,
         }
     }
 
@@ -138,6 +157,9 @@ impl KernelEvent {
                 s.ts_boot_ns
             }
             KernelEvent::CgroupCreated(c) | KernelEvent::CgroupRemoved(c) => c.ts_boot_ns,
+            KernelEvent::UnixRefused(u)
+            | KernelEvent::UnixListen(u)
+            | KernelEvent::UnixListenClosed(u) => u.ts_boot_ns,
         }
     }
 
@@ -147,6 +169,9 @@ impl KernelEvent {
                 s.owner.cgroup_id
             }
             KernelEvent::CgroupCreated(c) | KernelEvent::CgroupRemoved(c) => c.cgroup_id,
+            KernelEvent::UnixRefused(u)
+            | KernelEvent::UnixListen(u)
+            | KernelEvent::UnixListenClosed(u) => u.owner.cgroup_id,
         }
     }
 }
@@ -187,6 +212,16 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
                 KernelEvent::CgroupRemoved(fact)
             })
         }
+        kind::UNIX_REFUSED | kind::UNIX_LISTEN | kind::UNIX_LISTEN_CLOSED => {
+            expect(UNIX_EVENT_SIZE)?;
+            let ev = read::<UnixEvent>(bytes);
+            let fact = unix_fact(&ev, owner(&ev.owner));
+            Ok(match header.kind {
+                kind::UNIX_REFUSED => KernelEvent::UnixRefused(fact),
+                kind::UNIX_LISTEN => KernelEvent::UnixListen(fact),
+                _ => KernelEvent::UnixListenClosed(fact),
+            })
+        }
         other => Err(DecodeError::UnknownKind(other)),
     }
 }
@@ -214,17 +249,21 @@ fn socket_fact(ev: &SocketEvent) -> SocketFact {
         .filter(|local| Some(*local) != dst);
     SocketFact {
         ts_boot_ns: ev.header.ts_boot_ns,
-        owner: Owner {
-            cgroup_id: ev.owner.cgroup_id,
-            pid: ev.owner.pid,
-            tgid: ev.owner.tgid,
-            comm: c_string(&ev.owner.comm),
-        },
+        owner: owner(&ev.owner),
         ipv6,
         src: addr(ev.src_addr, ev.src_port),
         dst,
         local_dst,
         start_boot_ns: ev.start_boot_ns,
+    }
+}
+
+fn owner(o: &abi::Owner) -> Owner {
+    Owner {
+        cgroup_id: o.cgroup_id,
+        pid: o.pid,
+        tgid: o.tgid,
+        comm: c_string(&o.comm),
     }
 }
 

@@ -81,6 +81,7 @@ fn line(v: &IncidentView, what: &str) {
         pattern = v.pattern.as_str(),
         port = v.port,
         destination = v.destination.as_deref().unwrap_or(""),
+        socket = v.socket.as_ref().map_or("", |s| s.path.as_str()),
         refused_count = v.refused_count,
         processes = %summary(&v.processes),
         guarded = v.guarded,

@@ -52,12 +52,18 @@ pub fn notice_for(v: &IncidentView) -> Option<EventNotice> {
     let container = v.container.clone();
     let who = container.as_deref().unwrap_or("a container");
     let sidecar = v.sidecar.as_deref().unwrap_or("an unknown sidecar");
-    let port = v.port.unwrap_or(0);
-    let target = v
-        .local_destination
-        .as_deref()
-        .or(v.destination.as_deref())
-        .unwrap_or("");
+    // What was refused, in the note and in the key that groups recurrences.
+    let (target, refused_on) = match &v.socket {
+        Some(s) => (format!("socket {}", s.path), s.path.clone()),
+        None => (
+            v.local_destination
+                .as_deref()
+                .or(v.destination.as_deref())
+                .unwrap_or("")
+                .to_string(),
+            v.port.unwrap_or(0).to_string(),
+        ),
+    };
     let (reason, mut note) = match (v.kind, v.phase) {
         (Kind::AppNotReady, _) => return None,
         (Kind::StuckJob, _) => (
@@ -106,7 +112,7 @@ pub fn notice_for(v: &IncidentView) -> Option<EventNotice> {
                 .or(v.container_id.as_deref())
                 .unwrap_or(""),
             v.sidecar.as_deref().unwrap_or(""),
-            port
+            refused_on
         ),
         namespace: v.namespace.clone()?,
         pod: v.pod.clone()?,

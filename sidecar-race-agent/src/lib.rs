@@ -30,6 +30,7 @@ pub(crate) mod suppressed;
 pub(crate) mod token_bucket;
 pub(crate) mod trace_record;
 pub mod trace_view;
+pub mod unix_events;
 
 #[cfg(test)]
 mod bounds_tests;

@@ -32,6 +32,10 @@ pub struct Accounting {
     /// The port to count refusals under: `None` when no container of the pod declares
     /// it and no listener was seen on it (a client can dial any of 65,535 ports).
     pub port: Option<u16>,
+    /// For a Unix socket incident, the `socket` label to count refusals under
+    /// (`<volume>/<name>`, `@name`): `None` when the socket is on no pod volume and no
+    /// listener was seen on it.
+    pub socket: Option<String>,
     /// Refusals not accounted for in an earlier outcome.
     pub new_refusals: u64,
 }

@@ -7,6 +7,7 @@ use crate::{
     clock,
     events::{KernelEvent, Kind, SocketFact},
     inventory::Attribution,
+    unix_events::UnixRefusal,
 };
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -31,6 +32,28 @@ pub struct TraceRecord {
     /// null when not redirected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_dst: Option<Option<String>>,
+    /// Unix socket kinds only: the socket's name and what happened to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<TraceSocket>,
+}
+
+/// The Unix socket of a `unix_*` record.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct TraceSocket {
+    /// The path as the process gave it, or `@name` for an abstract name.
+    pub path: String,
+    #[serde(rename = "abstract")]
+    pub is_abstract: bool,
+    /// `unix_refused`: `no_such_path` (ENOENT) or `no_listener` (ECONNREFUSED).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<UnixRefusal>,
+    /// `stream`, `dgram`, `seqpacket`; null when the hook cannot tell.
+    #[serde(rename = "type")]
+    pub sock_type: Option<&'static str>,
+    /// The socket file's inode (listeners on a path).
+    pub inode: Option<u64>,
+    /// The network namespace's inode (abstract names belong to it).
+    pub netns: Option<u32>,
 }
 
 impl TraceRecord {
@@ -62,6 +85,31 @@ impl TraceRecord {
                 src: None,
                 dst: None,
                 local_dst: None,
+                socket: None,
+            },
+            KernelEvent::UnixRefused(u)
+            | KernelEvent::UnixListen(u)
+            | KernelEvent::UnixListenClosed(u) => TraceRecord {
+                kind,
+                ts,
+                cgroup_id: u.owner.cgroup_id,
+                cgroup_path,
+                attribution,
+                pid: Some(u.owner.pid),
+                tgid: Some(u.owner.tgid),
+                comm: Some(u.owner.comm.clone()),
+                family: Some("unix"),
+                src: None,
+                dst: None,
+                local_dst: None,
+                socket: Some(TraceSocket {
+                    path: u.name.to_string(),
+                    is_abstract: u.name.is_abstract(),
+                    refusal: u.refusal,
+                    sock_type: u.sock_type,
+                    inode: u.inode,
+                    netns: u.netns,
+                }),
             },
         }
     }
@@ -87,6 +135,7 @@ impl TraceRecord {
             src: Some(s.src.to_string()),
             dst: s.dst.map(|d| d.to_string()),
             local_dst: refused.then(|| s.local_dst.map(|d| d.to_string())),
+            socket: None,
         }
     }
 }

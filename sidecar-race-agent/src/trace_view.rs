@@ -169,6 +169,7 @@ mod tests {
             src: Some(src.into()),
             dst: dst.map(Into::into),
             local_dst: (kind == Kind::Refused).then(|| local.map(Into::into)),
+            socket: None,
         }
     }
 

@@ -18,7 +18,10 @@ use axum::{
 };
 use serde_json::{Value, json};
 use sidecar_race_agent::{
-    detect::{Kind, Phase, State as IncidentState, render::IncidentView},
+    detect::{
+        Kind, Phase, State as IncidentState,
+        render::{IncidentView, SocketView},
+    },
     inventory::pod_info::{Pattern, Role, Workload},
     k8s_events::{EventPublisher, notice_for},
 };
@@ -120,6 +123,7 @@ fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
         port: Some(port),
         destination: Some(format!("127.0.0.1:{port}")),
         local_destination: None,
+        socket: None,
         refused_count: 15,
         client_instances: 1,
         processes: vec![],
@@ -213,6 +217,22 @@ async fn reasons_follow_the_phase_and_unresolved_is_not_an_event() {
         notice_for(&nameless).is_none(),
         "an Event needs the pod's namespace and name"
     );
+    let mut on_socket = incident(Phase::Startup, "app", 15001);
+    on_socket.port = None;
+    on_socket.destination = None;
+    on_socket.socket = Some(SocketView {
+        path: "/var/run/dapr/app.sock".into(),
+        volume: Some("dapr-socket".into()),
+        is_abstract: false,
+    });
+    let n = notice_for(&on_socket).unwrap();
+    assert!(
+        n.note.starts_with("app was refused ")
+            && n.note.contains(" on socket /var/run/dapr/app.sock by "),
+        "{}",
+        n.note
+    );
+    assert!(n.key.ends_with("/var/run/dapr/app.sock"), "{}", n.key);
     let mut long = incident(Phase::Startup, "app", 15001);
     long.advice = "x".repeat(5000);
     assert!(notice_for(&long).unwrap().note.len() <= 1024);

@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 
 use proptest::prelude::*;
+use sidecar_race_agent::unix_events::UnixName;
 use sidecar_race_agent::{
     events::{DecodeError, KernelEvent, decode},
     kernel::{
@@ -13,9 +14,12 @@ use sidecar_race_agent::{
         tracefs::{EventFormat, TracefsError, parse_format},
     },
 };
-use sidecar_race_ebpf::abi::{
-    self, AF_INET, AF_INET6, CGROUP_EVENT_SIZE, CgroupEvent, Header, SOCKET_EVENT_SIZE,
-    SocketEvent, flags, kind,
+use sidecar_race_ebpf::{
+    abi::{
+        self, AF_INET, AF_INET6, CGROUP_EVENT_SIZE, CgroupEvent, Header, SOCKET_EVENT_SIZE,
+        SocketEvent, flags, kind,
+    },
+    unix::{UNIX_EVENT_SIZE, UnixEvent},
 };
 
 fn bytes_of<T: Copy>(v: &T) -> Vec<u8> {
@@ -71,6 +75,7 @@ proptest! {
                 let size = match ev {
                     KernelEvent::Refused(_) | KernelEvent::Listen(_) | KernelEvent::ListenClosed(_) => SOCKET_EVENT_SIZE,
                     KernelEvent::CgroupCreated(_) | KernelEvent::CgroupRemoved(_) => CGROUP_EVENT_SIZE,
+                    KernelEvent::UnixRefused(_) | KernelEvent::UnixListen(_) | KernelEvent::UnixListenClosed(_) => UNIX_EVENT_SIZE,
                 };
                 prop_assert_eq!(bytes.len(), size);
                 prop_assert_eq!(ev.kind().code(), bytes[0]);
@@ -83,6 +88,50 @@ proptest! {
             Err(DecodeError::WrongSize { len, expected, .. }) => {
                 prop_assert_eq!(len, bytes.len());
                 prop_assert_ne!(len, expected);
+            }
+        }
+    }
+
+    /// A Unix socket record of any content decodes: a path ends at its first NUL, an
+    /// abstract name keeps every byte after its leading NUL, within `path_len`.
+    #[test]
+    fn unix_records_round_trip(
+        k in prop::sample::select(vec![kind::UNIX_REFUSED, kind::UNIX_LISTEN, kind::UNIX_LISTEN_CLOSED]),
+        path in prop::collection::vec(any::<u8>(), 108),
+        path_len in any::<u16>(),
+        error in any::<i32>(),
+        cgroup_id in any::<u64>(),
+    ) {
+        let mut ev = UnixEvent {
+            header: Header { kind: k, ..Header::default() },
+            owner: abi::Owner { cgroup_id, ..abi::Owner::default() },
+            start_boot_ns: 0,
+            inode: 0,
+            netns: 0,
+            error,
+            path_len,
+            sock_type: 0,
+            hook: 0,
+            _pad: [0; 7],
+            path: [0; 108],
+        };
+        ev.path.copy_from_slice(&path);
+        let decoded = decode(&bytes_of(&ev)).expect("a well-sized unix record decodes");
+        prop_assert_eq!(decoded.kind().code(), k);
+        prop_assert_eq!(decoded.cgroup_id(), cgroup_id);
+        let (KernelEvent::UnixRefused(f) | KernelEvent::UnixListen(f) | KernelEvent::UnixListenClosed(f)) = decoded else {
+            unreachable!("a unix kind");
+        };
+        let used = &path[..usize::from(path_len).min(108)];
+        match f.name {
+            UnixName::Unnamed => prop_assert!(used.is_empty()),
+            UnixName::Abstract(n) => {
+                prop_assert_eq!(used[0], 0);
+                prop_assert_eq!(n, String::from_utf8_lossy(&used[1..]).into_owned());
+            }
+            UnixName::Path(p) => {
+                prop_assert_ne!(used[0], 0);
+                prop_assert!(!p.contains('\0'));
             }
         }
     }

@@ -14,8 +14,14 @@ pub mod kind {
     pub const LISTEN_CLOSED: u8 = 3;
     pub const CGROUP_CREATED: u8 = 4;
     pub const CGROUP_REMOVED: u8 = 5;
+    /// A connect or send to a Unix socket path refused (`ENOENT`, `ECONNREFUSED`).
+    pub const UNIX_REFUSED: u8 = 6;
+    /// A Unix socket started listening (stream, seqpacket).
+    pub const UNIX_LISTEN: u8 = 7;
+    /// A listening Unix socket was released.
+    pub const UNIX_LISTEN_CLOSED: u8 = 8;
     /// One past the largest kind: sizes counter arrays.
-    pub const COUNT: u8 = 6;
+    pub const COUNT: u8 = 9;
 }
 
 /// Bits of [`Header::flags`].
@@ -44,6 +50,7 @@ pub const CHARGE_POINTS: u32 = 16_384;
 pub const CHARGE_MAX_LEVEL: u32 = 16;
 
 /// Address families as the kernel numbers them.
+pub const AF_UNIX: u16 = 1;
 pub const AF_INET: u16 = 2;
 pub const AF_INET6: u16 = 10;
 

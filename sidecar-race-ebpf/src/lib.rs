@@ -8,3 +8,4 @@
 
 pub mod abi;
 pub mod layout;
+pub mod unix;

@@ -274,6 +274,7 @@ pub fn build_initramfs(path: &Path, env: &ScenarioEnv, kernel: &Kernel) -> anyho
         ("/bin/sidecar-race-agent", agent),
         ("/bin/sr-app", require_binary(&sibling_binary("sr-app"))),
         ("/bin/sr-proxy", require_binary(&sibling_binary("sr-proxy"))),
+        ("/bin/sr-uds", require_binary(&sibling_binary("sr-uds"))),
     ];
     let mut libs = BTreeSet::new();
     for (to, from) in &binaries {

@@ -232,6 +232,41 @@ echo 2 >/proc/sys/kernel/perf_event_paranoid
 lp lp2 "$CAPS"
 lp lp2_sr "$CAPS,+sys_resource"
 
+# 7. Unix sockets, with each set of hooks: two connects to an absent path (ENOENT), a
+#    listener killed so its file stays, a connect to that file (ECONNREFUSED), a
+#    datagram to an absent path.
+uds() {
+    key=$1
+    shift
+    $AGENT trace --kinds unix_refused,unix_listen,unix_listen_closed "$@" >/tmp/$key.out 2>/tmp/$key.err &
+    pid=$!
+    wait_for /tmp/$key.err 'watching the kernel' 600
+    in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-uds connect /tmp/uds.sock --attempts 2 --interval-ms 0 >/dev/null
+    wait $!
+    in_cgroup "$POD1/cri-containerd-$POD1_PROXY.scope" sr-uds listen /tmp/uds.sock >/dev/null
+    listener=$!
+    i=0
+    while [ ! -S /tmp/uds.sock ] && [ "$i" -lt 100 ]; do
+        i=$((i + 1))
+        usleep 50000
+    done
+    kill -KILL $listener
+    wait $listener
+    in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-uds connect /tmp/uds.sock --attempts 1 >/dev/null
+    wait $!
+    in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-uds sendto /tmp/statsd.sock --attempts 1 >/dev/null
+    wait $!
+    rm -f /tmp/uds.sock
+    sleep 2
+    kill -INT $pid
+    wait $pid
+    say "${key}_rc" $?
+    emit "${key}_out" /tmp/$key.out
+    emit "${key}_err" /tmp/$key.err
+}
+uds uds_auto
+uds uds_syscalls --unix-hooks syscalls
+
 say done
 sync
 poweroff -f

@@ -18,8 +18,9 @@ use std::{
 use serde_json::Value;
 use sidecar_race_tests::vm::{self, GuestRun, Kernel, ScenarioEnv};
 
-/// A VM that has not powered off by then is killed (a run takes ~20-40 s under TCG).
-const VM_TIMEOUT: Duration = Duration::from_secs(240);
+/// A VM that has not powered off by then is killed (a run takes ~20-40 s under TCG on
+/// an idle machine, ~230 s on a loaded 2-core one).
+const VM_TIMEOUT: Duration = Duration::from_secs(420);
 
 fn get(env: &ScenarioEnv, key: &str) -> String {
     env.iter()
@@ -595,6 +596,83 @@ fn kernel_tier(label: &str, has_socketless_send_reset: bool) {
     let version = sidecar_race_agent::kernel::requirements::parse_kernel_version(&release)
         .expect("a kernel version");
     assert_least_privilege(&run, label, version >= (5, 11));
+    assert_unix(&run, label);
+}
+
+/// Unix sockets on this kernel, with the hooks `auto` picks (fexit: Debian's kernels
+/// have BTF) and with the syscall fallback forced: the same refusals, with paths,
+/// errors and owners; listeners up (and, with fexit, their close).
+fn assert_unix(run: &GuestRun, label: &str) {
+    let env = env();
+    let app_id = cgroup_id(
+        run,
+        &format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope",
+            get(env, "POD1_UID").replace('-', "_"),
+            get(env, "POD1_APP")
+        ),
+    );
+    for (key, hooks) in [("uds_auto", "fexit"), ("uds_syscalls", "syscalls")] {
+        assert_eq!(run.one(&format!("{key}_rc")), "0", "{}", run.console_text());
+        let err = run.json(&format!("{key}_err"));
+        let messages: Vec<&str> = err.iter().filter_map(|l| l["message"].as_str()).collect();
+        let ready = err
+            .iter()
+            .find(|l| l["message"] == "watching the kernel")
+            .unwrap_or_else(|| panic!("{label} {key}: never watched the kernel: {messages:?}"));
+        assert_eq!(ready["unix_hooks"], hooks, "{label} {key}: {messages:?}");
+        let events = run.json(&format!("{key}_out"));
+        let of =
+            |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["kind"] == kind).collect() };
+        let refused: Vec<(String, String)> = of("unix_refused")
+            .iter()
+            .map(|e| {
+                assert_eq!(e["cgroup_id"], app_id, "{label} {key}: {e}");
+                assert_eq!(e["comm"], "sr-uds", "{label} {key}: {e}");
+                (
+                    e["socket"]["path"].as_str().unwrap().to_string(),
+                    e["socket"]["refusal"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let r = |p: &str, why: &str| (p.to_string(), why.to_string());
+        assert_eq!(
+            refused,
+            [
+                r("/tmp/uds.sock", "no_such_path"),
+                r("/tmp/uds.sock", "no_such_path"),
+                r("/tmp/uds.sock", "no_listener"),
+                r("/tmp/statsd.sock", "no_such_path"),
+            ],
+            "{label} {key}: {events:#?}"
+        );
+        let listens = of("unix_listen");
+        assert_eq!(listens.len(), 1, "{label} {key}: {events:#?}");
+        assert_eq!(listens[0]["socket"]["path"], "/tmp/uds.sock");
+        let closed = of("unix_listen_closed");
+        if hooks == "fexit" {
+            assert!(
+                listens[0]["socket"]["inode"].is_u64(),
+                "{label}: {}",
+                listens[0]
+            );
+            assert!(
+                listens[0]["socket"]["netns"].is_u64(),
+                "{label}: {}",
+                listens[0]
+            );
+            assert_eq!(
+                closed.len(),
+                1,
+                "{label}: the killed listener's close: {events:#?}"
+            );
+        } else {
+            assert!(
+                closed.is_empty(),
+                "{label}: the fallback sees no close: {events:#?}"
+            );
+        }
+    }
 }
 
 #[test]

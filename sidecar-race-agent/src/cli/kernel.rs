@@ -8,7 +8,7 @@ use super::values::{clean_names, parse_poll_seconds};
 use crate::{
     agent::AgentOptions,
     inventory::sources::{PodSourceSpec, SourceOptions},
-    kernel::probes::ProbeOptions,
+    kernel::{probes::ProbeOptions, unix_hooks::UnixHookChoice},
 };
 
 #[derive(Debug, Args)]
@@ -50,6 +50,12 @@ pub struct KernelArgs {
         default_missing_value = "true"
     )]
     pub tp_btf: bool,
+    /// Unix domain socket hooks: `auto` takes fexit/fentry on the AF_UNIX operations
+    /// where the kernel has BTF, else the connect/sendto syscall tracepoints;
+    /// `syscalls` forces that fallback (it sees refusals and listeners up, not their
+    /// closes); `off` attaches no Unix socket hook.
+    #[arg(long, env = "SIDECAR_RACE_UNIX_HOOKS", value_enum, default_value_t = UnixHookChoice::Auto)]
+    pub unix_hooks: UnixHookChoice,
     #[command(flatten)]
     pub pods: PodSourceArgs,
 }
@@ -119,6 +125,7 @@ impl KernelArgs {
                     self.refusal_refill_per_second,
                 ),
                 set_state_btf: self.tp_btf,
+                unix_hooks: self.unix_hooks,
                 ..ProbeOptions::default()
             },
             channel_capacity: self.channel_capacity.max(1),

@@ -84,7 +84,7 @@ mod tests {
         let Command::Trace(t) = Cli::try_parse_from(["a", "trace"]).unwrap().command else {
             panic!()
         };
-        assert_eq!(t.kind_set().len(), 5);
+        assert_eq!(t.kind_set().len(), Kind::ALL.len());
         let err = Cli::try_parse_from(["a", "trace", "--kinds", "bogus"])
             .unwrap_err()
             .to_string();

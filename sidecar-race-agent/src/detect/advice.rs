@@ -28,6 +28,33 @@ pub struct Subject<'a> {
     pub listening_on: Option<SocketAddr>,
     /// The address refused.
     pub dialed: Option<SocketAddr>,
+    /// For a Unix socket incident: the socket as the client dialed it, and as the
+    /// serving container binds it (through its own mount of the volume), if known.
+    pub socket: Option<(&'a str, Option<&'a str>)>,
+}
+
+impl Subject<'_> {
+    /// What was refused: `port 15001`, or `socket /var/run/dapr/app.sock`.
+    pub fn target(&self) -> String {
+        match self.socket {
+            Some((dialed, _)) => format!("socket {dialed}"),
+            None => format!("port {}", self.port),
+        }
+    }
+
+    /// The startupProbe that would hold the client back until the target serves: a
+    /// tcpSocket probe cannot test a Unix socket, an exec probe that connects can.
+    pub fn probe(&self) -> String {
+        match self.socket {
+            Some((dialed, served)) => {
+                let path = served.unwrap_or(dialed);
+                format!(
+                    "an exec startupProbe that connects to the socket (e.g. command: [\"nc\", \"-zU\", \"{path}\"]; a tcpSocket probe cannot test a Unix socket)"
+                )
+            }
+            None => format!("a startupProbe that tests port {}", self.port),
+        }
+    }
 }
 
 pub fn advice(s: &Subject) -> String {
@@ -56,28 +83,28 @@ fn stuck_job(s: &Subject) -> String {
 fn init_deadlock(s: &Subject) -> String {
     let init = s.container.unwrap_or("the init container");
     let sidecar = s.sidecar.unwrap_or("the sidecar");
-    let port = s.port;
+    let (target, probe) = (s.target(), s.probe());
     if matches!(s.pattern, Pattern::Native | Pattern::NativeProbed) {
         return format!(
-            "Init container {init} waits for port {port} of native sidecar {sidecar}, but {sidecar} is listed after {init} in initContainers and the kubelet starts them in order: a deadlock. Move {sidecar} above {init} in initContainers, with a startupProbe on port {port}."
+            "Init container {init} waits for {target} of native sidecar {sidecar}, but {sidecar} is listed after {init} in initContainers and the kubelet starts them in order: a deadlock. Move {sidecar} above {init} in initContainers, with {probe}."
         );
     }
     format!(
-        "Init container {init} waits for port {port} of {sidecar}, but {sidecar} is in containers and starts only after every init container has finished: a deadlock. Make {sidecar} a native sidecar (initContainers, restartPolicy: Always) listed before {init}, with a startupProbe on port {port}."
+        "Init container {init} waits for {target} of {sidecar}, but {sidecar} is in containers and starts only after every init container has finished: a deadlock. Make {sidecar} a native sidecar (initContainers, restartPolicy: Always) listed before {init}, with {probe}."
     )
 }
 
 fn app_not_ready(s: &Subject) -> String {
     let client = s.container.unwrap_or("a container");
     let app = s.sidecar.unwrap_or("the app container");
-    let port = s.port;
+    let target = s.target();
     if s.client_is_sidecar {
         format!(
-            "Not a sidecar race: {client} forwarded connections (inbound requests or rewritten probes) to port {port} of {app} before {app} listened. Nothing to migrate; if those requests matter, give {app} a readinessProbe (or startupProbe) on port {port} so traffic waits for it."
+            "Not a sidecar race: {client} forwarded connections (inbound requests or rewritten probes) to {target} of {app} before {app} listened. Nothing to migrate; if those requests matter, give {app} a readinessProbe (or startupProbe) on {target} so traffic waits for it."
         )
     } else {
         format!(
-            "Not a sidecar race: {client} dialed port {port} of app container {app} before it listened. If {app} is a sidecar that {client} depends on, name it in the pod annotation sidecar-race.io/sidecars (or --sidecar-names) and it is reported as one; otherwise give {client} retries with backoff."
+            "Not a sidecar race: {client} dialed {target} of app container {app} before it listened. If {app} is a sidecar that {client} depends on, name it in the pod annotation sidecar-race.io/sidecars (or --sidecar-names) and it is reported as one; otherwise give {client} retries with backoff."
         )
     }
 }
@@ -85,6 +112,7 @@ fn app_not_ready(s: &Subject) -> String {
 fn sidecar_race(s: &Subject) -> String {
     let app = s.container.unwrap_or("the app container");
     let port = s.port;
+    let (target, probe) = (s.target(), s.probe());
     let dialed = dialed_prefix(s, app, port);
     if let (Phase::Unresolved, Some(listen), Some(dialed)) = (s.phase, s.listening_on, s.dialed) {
         let server = s.sidecar.unwrap_or("a container of the pod");
@@ -95,28 +123,34 @@ fn sidecar_race(s: &Subject) -> String {
     }
     let Some(sidecar) = s.sidecar else {
         return match s.phase {
+            Phase::Unresolved if s.socket.is_some() => format!(
+                "Nothing in the pod listened on {target} within the window: check the path {app} dials and the volume both containers mount; this is a misconfiguration, not a race."
+            ),
+            _ if s.socket.is_some() => format!(
+                "Run the sidecar that serves {target} as a native sidecar (initContainers, restartPolicy: Always) with {probe}, so {app} starts only once it serves."
+            ),
             Phase::Unresolved => format!(
-                "{dialed}Nothing in the pod listened on port {port} within the window: check the address and port {app} dials; this is a misconfiguration, not a race."
+                "{dialed}Nothing in the pod listened on {target} within the window: check the address and port {app} dials; this is a misconfiguration, not a race."
             ),
             _ => format!(
-                "{dialed}Declare port {port} on the sidecar that serves it (containerPort) and run that sidecar as a native sidecar (initContainers, restartPolicy: Always) with a startupProbe on port {port}."
+                "{dialed}Declare {target} on the sidecar that serves it (containerPort) and run that sidecar as a native sidecar (initContainers, restartPolicy: Always) with {probe}."
             ),
         };
     };
     let text = match (s.phase, s.pattern) {
         (Phase::Startup, Pattern::Classic) => format!(
-            "Move {sidecar} from containers to initContainers with restartPolicy: Always and give it a startupProbe that tests port {port}, so {app} starts only once {sidecar} serves."
+            "Move {sidecar} from containers to initContainers with restartPolicy: Always and give it {probe}, so {app} starts only once {sidecar} serves."
         ),
         (Phase::Startup, Pattern::Native) => format!(
-            "Give native sidecar {sidecar} a startupProbe that tests port {port}: without one, \"started\" does not mean \"serving\" and {app} starts too early."
+            "Give native sidecar {sidecar} {probe}: without one, \"started\" does not mean \"serving\" and {app} starts too early."
         ),
         (Phase::Startup, Pattern::NativeProbed) => {
             match s.startup_probe.and_then(ProbeTarget::port) {
                 Some(p) if p != port => format!(
-                    "The startupProbe of {sidecar} tests port {p}, not port {port} that {app} dials: make it test port {port}."
+                    "The startupProbe of {sidecar} tests port {p}, not {target} that {app} dials: make it test {target}."
                 ),
                 _ => format!(
-                    "The startupProbe of {sidecar} passes before port {port} accepts connections: make it test port {port}, the port {app} dials."
+                    "The startupProbe of {sidecar} passes before {target} accepts connections: make it test {target}, which {app} dials."
                 ),
             }
         }
@@ -124,16 +158,16 @@ fn sidecar_race(s: &Subject) -> String {
             "Move {sidecar} to initContainers with restartPolicy: Always: the kubelet stops a native sidecar only after the app containers have exited. Until then, delay {sidecar}'s own shutdown until {app} is done (e.g. Istio's terminationDrainDuration or EXIT_ON_ZERO_ACTIVE_CONNECTIONS); a preStop hook on {app} does not delay {sidecar}'s SIGTERM."
         ),
         (Phase::Drain, _) => format!(
-            "{app} still dialed port {port} after {sidecar} stopped: the kubelet stops native sidecars only after the app containers exit, so {sidecar} exited on its own or {app} outlived its grace period; make {app} finish within terminationGracePeriodSeconds."
+            "{app} still dialed {target} after {sidecar} stopped: the kubelet stops native sidecars only after the app containers exit, so {sidecar} exited on its own or {app} outlived its grace period; make {app} finish within terminationGracePeriodSeconds."
         ),
         (Phase::Steady, _) => format!(
-            "{sidecar} stopped listening on port {port} and came back while the pod ran: give {app} retries with backoff, and {sidecar} a livenessProbe so it restarts fast."
+            "{sidecar} stopped listening on {target} and came back while the pod ran: give {app} retries with backoff, and {sidecar} a livenessProbe so it restarts fast."
         ),
         (Phase::Unresolved, _) => format!(
-            "Nothing listened on port {port} within the window although {sidecar} declares it: check {sidecar}'s listen address and port; this is a misconfiguration, not a race."
+            "Nothing listened on {target} within the window although {sidecar} declares it: check {sidecar}'s listen address and port; this is a misconfiguration, not a race."
         ),
         (Phase::Startup, Pattern::Unknown) => format!(
-            "Run {sidecar} as a native sidecar (initContainers, restartPolicy: Always) with a startupProbe that tests port {port}, so {app} starts only once it serves."
+            "Run {sidecar} as a native sidecar (initContainers, restartPolicy: Always) with {probe}, so {app} starts only once it serves."
         ),
     };
     format!("{dialed}{text}")
@@ -156,10 +190,11 @@ pub fn shows_workaround(kind: Kind, phase: Phase) -> bool {
 
 /// The sentence that ends a `guarded` incident's advice: wait tool `tool` (a process
 /// name) was refused, so the pod already holds the client back until `port` serves.
-pub fn workaround(tool: &str, sidecar: Option<&str>, port: u16) -> String {
+pub fn workaround(tool: &str, sidecar: Option<&str>, s: &Subject) -> String {
     let sidecar = sidecar.unwrap_or("the sidecar");
+    let (target, probe) = (s.target(), s.probe());
     format!(
-        " The pod works around the start order: {tool} waits until port {port} accepts connections (its refusals are counted here); running {sidecar} as a native sidecar with a startupProbe on port {port} makes that workaround unnecessary."
+        " The pod works around the start order: {tool} waits until {target} accepts connections (its refusals are counted here); running {sidecar} as a native sidecar with {probe} makes that workaround unnecessary."
     )
 }
 
@@ -181,7 +216,41 @@ mod tests {
             client_is_sidecar: false,
             listening_on: None,
             dialed: None,
+            socket: None,
         })
+    }
+
+    #[test]
+    fn a_unix_socket_race_gets_an_exec_probe_on_the_sidecars_own_path() {
+        let advice = |phase, served| {
+            advice(&Subject {
+                kind: Kind::SidecarRace,
+                phase,
+                pattern: Pattern::Classic,
+                container: Some("app"),
+                sidecar: Some("daprd"),
+                port: 0,
+                dialed_port: None,
+                startup_probe: None,
+                roles_known: true,
+                client_is_sidecar: false,
+                listening_on: None,
+                dialed: None,
+                socket: Some(("/var/run/dapr/app.sock", served)),
+            })
+        };
+        assert_eq!(
+            advice(Phase::Startup, Some("/sockets/app.sock")),
+            "Move daprd from containers to initContainers with restartPolicy: Always and give it an exec startupProbe that connects to the socket (e.g. command: [\"nc\", \"-zU\", \"/sockets/app.sock\"]; a tcpSocket probe cannot test a Unix socket), so app starts only once daprd serves."
+        );
+        let steady = advice(Phase::Steady, None);
+        assert!(
+            steady.starts_with(
+                "daprd stopped listening on socket /var/run/dapr/app.sock and came back"
+            ),
+            "{steady}"
+        );
+        assert!(!steady.contains("port"), "{steady}");
     }
 
     #[test]

@@ -3,12 +3,24 @@
 
 use std::net::SocketAddr;
 
+use crate::unix_events::UnixName;
+
 /// Which client made a refused connect: its container, or its cgroup when the cgroup
 /// is not a container (a process in the pod cgroup itself).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Client {
     Container(String),
     Cgroup(u64),
+}
+
+impl Client {
+    /// The container's id; `None` for a cgroup that is not a container.
+    pub fn container_id(self) -> Option<String> {
+        match self {
+            Client::Container(id) => Some(id),
+            Client::Cgroup(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +36,28 @@ pub enum Fact {
         local_dst: Option<SocketAddr>,
         /// The refused process's name (its thread-group leader's `comm`).
         process: String,
+    },
+    /// A connect or send to a Unix socket refused for a task of `pod_uid`.
+    UnixRefused {
+        ts: u64,
+        pod_uid: String,
+        client: Client,
+        /// As the client named it.
+        name: UnixName,
+        process: String,
+    },
+    /// A Unix socket of the pod started listening.
+    UnixListenerUp {
+        ts: u64,
+        pod_uid: String,
+        container_id: Option<String>,
+        name: UnixName,
+    },
+    UnixListenerDown {
+        ts: u64,
+        pod_uid: String,
+        container_id: Option<String>,
+        name: UnixName,
     },
     /// A socket of the pod started listening.
     ListenerUp {
@@ -62,6 +96,9 @@ impl Fact {
             Fact::Refused { ts, .. }
             | Fact::ListenerUp { ts, .. }
             | Fact::ListenerDown { ts, .. }
+            | Fact::UnixRefused { ts, .. }
+            | Fact::UnixListenerUp { ts, .. }
+            | Fact::UnixListenerDown { ts, .. }
             | Fact::PodStarted { ts, .. }
             | Fact::PodRemoved { ts, .. }
             | Fact::ContainerStarted { ts, .. }

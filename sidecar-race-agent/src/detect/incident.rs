@@ -8,7 +8,11 @@ use std::{
 
 use serde::Serialize;
 
-use super::{fact::Client, processes::Processes};
+use super::{
+    fact::Client,
+    processes::Processes,
+    service::{Service, UnixSocket},
+};
 
 #[derive(
     Debug,
@@ -194,9 +198,60 @@ pub struct Incident {
     pub hidden: Option<Hidden>,
     /// The refused processes by name.
     pub processes: Processes,
+    /// The Unix socket refused, for a Unix socket incident (then `port` is 0).
+    pub socket: Option<UnixSocket>,
 }
 
 impl Incident {
+    /// A new open refusal incident of `client` in `phase`, refused once at `ts` by
+    /// `process`; what it was refused on is for the caller to fill in.
+    pub fn opened(
+        pod_uid: String,
+        client: Client,
+        (phase, episode): (Phase, Episode),
+        (ts, process): (u64, &str),
+        listener_container_id: Option<String>,
+    ) -> Incident {
+        let mut processes = Processes::default();
+        processes.record(process);
+        Incident {
+            id: 0,
+            subject: Subject::Refusals,
+            phase,
+            state: State::Open,
+            pod_uid,
+            client,
+            port: 0,
+            destination: SocketAddr::from(([0, 0, 0, 0], 0)),
+            local_destination: None,
+            targets: vec![],
+            client_instances: 1,
+            refused_count: 1,
+            first_refused_at: ts,
+            last_refused_at: ts,
+            listener_ready_at: None,
+            listener_closed_at: match episode {
+                Episode::AfterClose { closed_at } => Some(closed_at),
+                Episode::BeforeListener => None,
+            },
+            resolved_at: None,
+            listener_container_id,
+            uncovering_listener: None,
+            episode,
+            hidden: None,
+            processes,
+            socket: None,
+        }
+    }
+
+    /// What the incident is keyed on besides its client.
+    pub fn service(&self) -> Service {
+        match &self.socket {
+            Some(s) => Service::Socket(s.key.clone()),
+            None => Service::Port(self.port),
+        }
+    }
+
     /// The phase will not change any more: resolved, or `unresolved`.
     pub fn is_final(&self) -> bool {
         self.state == State::Resolved || self.phase == Phase::Unresolved

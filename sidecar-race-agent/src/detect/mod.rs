@@ -10,6 +10,9 @@ pub(crate) mod listeners;
 pub mod processes;
 pub mod render;
 pub(crate) mod reorder;
+pub mod service;
+pub(crate) mod socket_view;
+pub(crate) mod unix_listeners;
 
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,9 @@ use crate::inventory::{
     pod_meta::PodMeta,
 };
 
+pub use super::socket_view::SocketView;
+use super::socket_view::served_path;
+
 /// One incident in the public JSON shape (field names are a stable interface).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct IncidentView {
@@ -34,8 +37,12 @@ pub struct IncidentView {
     #[serde(serialize_with = "role_or_unknown")]
     pub sidecar_role: Option<Role>,
     pub pattern: Pattern,
+    /// Refused on a port (null for a Unix socket incident).
     pub port: Option<u16>,
     pub destination: Option<String>,
+    /// Refused on a Unix socket (then `port` and `destination` are null).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<SocketView>,
     pub local_destination: Option<String>,
     pub refused_count: u64,
     /// Instances of the client container whose refusals this incident sums (a crash loop).
@@ -151,7 +158,11 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         .and_then(|(p, name)| p.container(name))
         .and_then(|c| c.startup_probe.as_ref());
     let wait_tool = inc.processes.wait_tool();
-    let mut advice = advice(&AdviceSubject {
+    let socket_in_sidecar = inc.socket.as_ref().and_then(|s| {
+        let served_by = pod?.container(sidecar.as_deref()?)?;
+        served_path(s, served_by)
+    });
+    let subject = AdviceSubject {
         kind,
         phase: inc.phase,
         pattern,
@@ -164,9 +175,14 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         client_is_sidecar: container_role.is_some_and(Role::is_sidecar),
         listening_on: inc.uncovering_listener,
         dialed: inc.targets.first().copied(),
-    });
+        socket: inc
+            .socket
+            .as_ref()
+            .map(|s| (s.path.as_str(), socket_in_sidecar.as_deref())),
+    };
+    let mut advice = advice(&subject);
     if let Some(tool) = wait_tool.filter(|_| shows_workaround(kind, inc.phase)) {
-        advice.push_str(&workaround(tool, sidecar.as_deref(), inc.port));
+        advice.push_str(&workaround(tool, sidecar.as_deref(), &subject));
     }
     IncidentView {
         id: inc.id,
@@ -184,8 +200,9 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         sidecar_container_id,
         sidecar_role,
         pattern,
-        port: refusals.then_some(inc.port),
-        destination: refusals.then(|| inc.destination.to_string()),
+        port: (refusals && inc.socket.is_none()).then_some(inc.port),
+        destination: (refusals && inc.socket.is_none()).then(|| inc.destination.to_string()),
+        socket: inc.socket.as_ref().map(SocketView::of),
         local_destination: inc.local_destination.map(|d| d.to_string()),
         refused_count: inc.refused_count,
         client_instances: inc.client_instances,

@@ -2,6 +2,7 @@
 //! alone (works with no API server at all), then names from the pod source.
 
 pub mod cgroup_path;
+pub mod mounts;
 pub(crate) mod pending;
 pub mod pod_info;
 pub(crate) mod pod_meta;

@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use std::{collections::BTreeMap, net::IpAddr};
 
 use k8s_openapi::{
-    api::core::v1::{Container, ContainerPort, ContainerStatus, Pod, Probe},
+    api::core::v1::{Container, ContainerPort, ContainerStatus, Pod, Probe, VolumeMount},
     apimachinery::pkg::util::intstr::IntOrString,
 };
 use serde::Serialize;
@@ -14,6 +14,7 @@ use thiserror::Error;
 
 use super::{
     cgroup_path::{Runtime, parse_status_container_id},
+    mounts::Mount,
     sidecars::{Evidence, PodSidecarHints},
 };
 
@@ -123,6 +124,8 @@ pub struct ContainerInfo {
     pub ports: Vec<u16>,
     pub startup_probe: Option<ProbeTarget>,
     pub readiness_probe: Option<ProbeTarget>,
+    /// Its `volumeMounts` (Unix sockets on a shared volume are matched through them).
+    pub mounts: Vec<Mount>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -203,6 +206,7 @@ impl PodInfo {
                     ports: tcp_ports(e.ports.as_deref()),
                     startup_probe: None,
                     readiness_probe: None,
+                    mounts: mounts(e.volume_mounts.as_deref()),
                 });
             }
         }
@@ -350,7 +354,16 @@ fn container_info(c: &Container, role: Role, sidecar_by: Option<Evidence>) -> Co
         ports: tcp_ports(ports),
         startup_probe: c.startup_probe.as_ref().map(|p| probe_target(p, ports)),
         readiness_probe: c.readiness_probe.as_ref().map(|p| probe_target(p, ports)),
+        mounts: mounts(c.volume_mounts.as_deref()),
     }
+}
+
+fn mounts(specs: Option<&[VolumeMount]>) -> Vec<Mount> {
+    specs
+        .into_iter()
+        .flatten()
+        .filter_map(Mount::from_spec)
+        .collect()
 }
 
 fn tcp_ports(ports: Option<&[ContainerPort]>) -> Vec<u16> {

@@ -159,7 +159,7 @@ impl<'a> Btf<'a> {
         None
     }
 
-    fn offset(&self, st: &'static str, member: &'static str) -> Result<u16, BtfError> {
+    pub(crate) fn offset(&self, st: &'static str, member: &'static str) -> Result<u16, BtfError> {
         let t = self.types[self.struct_named(st)? as usize];
         self.member(t, member.as_bytes())
             .and_then(|o| u16::try_from(o).ok())

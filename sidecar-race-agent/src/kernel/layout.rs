@@ -7,7 +7,12 @@ use sidecar_race_ebpf::layout::{
     CgroupDir, Config, InetSockSetState, MISSING, TcpReceiveReset, TcpSendReset,
 };
 
-use super::tracefs::{EventFormat, Tracefs, TracefsError};
+use sidecar_race_ebpf::unix::SyscallArgs;
+
+use super::{
+    tracefs::{EventFormat, Tracefs, TracefsError},
+    unix_hooks,
+};
 
 /// A tracepoint the agent attaches to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +96,8 @@ impl fmt::Display for Unusable {
 pub struct KernelLayout {
     pub config: Config,
     pub unusable: Vec<Unusable>,
+    /// Offsets of the syscall tracepoints for the Unix socket fallback, or why not.
+    pub unix_syscalls: Result<SyscallArgs, String>,
 }
 
 impl KernelLayout {
@@ -104,7 +111,10 @@ impl KernelLayout {
 
 /// Reads every tracepoint's format and fills in the offsets.
 pub fn from_tracefs(tracefs: &Tracefs) -> KernelLayout {
-    build(|tp| tracefs.format(tp.category, tp.name))
+    KernelLayout {
+        unix_syscalls: unix_hooks::syscall_args(tracefs).map_err(|e| e.to_string()),
+        ..build(|tp| tracefs.format(tp.category, tp.name))
+    }
 }
 
 /// `formats` gives the format of a tracepoint (a tracefs, or fixtures in tests).
@@ -125,7 +135,11 @@ pub fn build(formats: impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError>)
             });
         }
     }
-    KernelLayout { config, unusable }
+    KernelLayout {
+        config,
+        unusable,
+        unix_syscalls: Err("syscall tracepoints not read".to_string()),
+    }
 }
 
 fn fill(config: &mut Config, tp: &Tracepoint, fmt: &EventFormat) -> Result<(), String> {

@@ -7,3 +7,4 @@ pub mod layout;
 pub mod probes;
 pub mod requirements;
 pub mod tracefs;
+pub mod unix_hooks;

@@ -14,6 +14,7 @@ use sidecar_race_ebpf::{
         CONTROL_BURST, CONTROL_REFILL_PER_SECOND, Config, REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND,
         RefusalBudget, TaskFields,
     },
+    unix::{SyscallArgs, UnixConfig, UnixFields},
 };
 use thiserror::Error;
 
@@ -21,6 +22,7 @@ use super::{
     btf,
     counters::KernelCounters,
     layout::{KernelLayout, TRACEPOINTS, Tracepoint},
+    unix_hooks::{self, UnixCoverage, UnixHookChoice},
 };
 use crate::events::Kind;
 
@@ -78,6 +80,8 @@ pub struct ProbeOptions {
     pub control_budget: RefusalBudget,
     /// Try the BTF tracepoint for `inet_sock_set_state` before the tracefs one.
     pub set_state_btf: bool,
+    /// Which Unix domain socket hooks to use.
+    pub unix_hooks: UnixHookChoice,
 }
 
 impl Default for ProbeOptions {
@@ -88,6 +92,7 @@ impl Default for ProbeOptions {
             refusal_budget: RefusalBudget::new(REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND),
             control_budget: RefusalBudget::new(CONTROL_BURST, CONTROL_REFILL_PER_SECOND),
             set_state_btf: true,
+            unix_hooks: UnixHookChoice::Auto,
         }
     }
 }
@@ -136,6 +141,8 @@ pub struct Probes {
     pub set_state_hook: SetStateHook,
     /// Whose `comm` names the task behind a socket.
     pub process_names: ProcessNames,
+    /// What is seen of Unix domain sockets.
+    pub unix: UnixCoverage,
 }
 
 /// Whose `comm` the kernel records as a socket owner's name.
@@ -207,11 +214,21 @@ impl Probes {
                 why_not_leader: why.clone(),
             },
         };
+        let unix_fields = parsed
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|btf| unix_hooks::unix_fields(btf).map_err(|e| e.to_string()));
+        let unix_config = UnixConfig {
+            fields: unix_fields.clone().unwrap_or(UnixFields::UNSET),
+            syscalls: layout.unix_syscalls.clone().unwrap_or(SyscallArgs::UNSET),
+        };
+        let unix_bytes = plain_bytes(&unix_config);
         let config_bytes = config_bytes(&config);
         let task_bytes = task_bytes(&task.unwrap_or(TaskFields::UNSET));
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config_bytes, true)
             .override_global("TASK", &task_bytes, true)
+            .override_global("UNIX", &unix_bytes, true)
             .map_max_entries("EVENTS", size)
             .load(OBJECT)
             .map_err(ProbeError::Load)?;
@@ -239,6 +256,12 @@ impl Probes {
                 }),
             }
         }
+        let unix = unix_hooks::attach(
+            &mut ebpf,
+            opts.unix_hooks,
+            &unix_fields,
+            &layout.unix_syscalls,
+        );
         let ring =
             RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|cause| ProbeError::Map {
                 name: "EVENTS",
@@ -280,6 +303,7 @@ impl Probes {
             degraded,
             set_state_hook,
             process_names,
+            unix,
         })
     }
 
@@ -398,7 +422,7 @@ fn attach(ebpf: &mut Ebpf, tp: &Tracepoint, program: &str) -> Result<(), ProbeEr
 }
 
 /// `e` followed by its sources, `: `-separated.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut next = e.source();
     while let Some(s) = next {
@@ -446,6 +470,12 @@ fn from_btf<T>(
 ) -> Result<T, String> {
     let btf = parsed.as_ref().map_err(Clone::clone)?;
     fields(btf).map_err(|e| e.to_string())
+}
+
+/// A plain-data global (`UNIX`) as bytes (a byte array is `aya::Pod`).
+fn plain_bytes(config: &UnixConfig) -> [u8; size_of::<UnixConfig>()] {
+    // SAFETY: UnixConfig is repr(C) plain data with explicit padding fields.
+    unsafe { std::mem::transmute_copy(config) }
 }
 
 /// The task offsets as the bytes of the `TASK` global.

@@ -340,6 +340,7 @@ mod tests {
             ports: Vec::new(),
             startup_probe: None,
             readiness_probe: None,
+            mounts: Vec::new(),
         }
     }
 

@@ -13,6 +13,8 @@ mod totals;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod unix_tests;
 
 use std::{
     collections::HashSet,

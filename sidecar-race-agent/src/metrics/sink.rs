@@ -20,7 +20,8 @@ use crate::{
 
 /// The label value of a name the agent does not know (never empty).
 const UNKNOWN: &str = "unknown";
-/// The `port` label of a port no container declares and nothing was seen listening on.
+/// The `port` (or `socket`) label of a port no container declares and nothing was
+/// seen listening on (of a socket on no pod volume that nothing was seen serving).
 const OTHER_PORT: &str = "other";
 
 /// Counted starts are forgotten after this (startup incidents settle within minutes).
@@ -100,16 +101,25 @@ impl Sink {
             return;
         }
         let v = &a.view;
-        let port = a
-            .port
-            .map_or_else(|| OTHER_PORT.to_string(), |p| p.to_string());
+        // A Unix socket incident is counted under `socket`, a port's under `port`.
+        let target = match &v.socket {
+            Some(_) => (
+                "socket",
+                a.socket.clone().unwrap_or_else(|| OTHER_PORT.into()),
+            ),
+            None => (
+                "port",
+                a.port
+                    .map_or_else(|| OTHER_PORT.to_string(), |p| p.to_string()),
+            ),
+        };
         match v.kind {
             Kind::AppNotReady => {
                 let mut l = self.workload_labels(v);
                 l.extend([
                     ("container", name(&v.container)),
                     ("app", name(&v.sidecar)),
-                    ("port", port),
+                    target,
                 ]);
                 let l = self.series.labels("app_not_ready_refusals", l, now);
                 self.families
@@ -123,7 +133,7 @@ impl Sink {
                 l.extend([
                     ("container", name(&v.container)),
                     ("sidecar", name(&v.sidecar)),
-                    ("port", port),
+                    target,
                     ("phase", v.phase.as_str().to_string()),
                 ]);
                 let l = self.series.labels("refused_connections", l, now);

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 
 use super::Pipeline;
 use crate::{
-    detect::{Change, Incident, PodMeta, incident::Subject, render::IncidentView},
+    detect::{
+        Change, Incident, PodMeta, incident::Subject, render::IncidentView, service::SocketKey,
+    },
     outcome::{Accounting, Outcome, PodNames, StuckJob},
 };
 
@@ -97,12 +99,14 @@ impl Pipeline {
         let inc = self.incident(id)?;
         let view = self.view_once(inc, views);
         let port = self.counted_port(inc);
+        let socket = counted_socket(inc);
         let counted = self.accounts.settled.entry(id).or_default();
         let new_refusals = view.refused_count.saturating_sub(*counted);
         *counted = view.refused_count;
         Some(Accounting {
             view,
             port,
+            socket,
             new_refusals,
         })
     }
@@ -202,4 +206,13 @@ impl Pipeline {
         });
         named
     }
+}
+
+/// The `socket` label to count a Unix socket incident's refusals under: sockets on a
+/// pod volume (bounded by the pod spec) and sockets a listener was seen on; else
+/// none (`other`), so a client dialing arbitrary paths cannot mint series.
+fn counted_socket(inc: &Incident) -> Option<String> {
+    let s = inc.socket.as_ref()?;
+    let listened = inc.listener_ready_at.is_some() || inc.listener_closed_at.is_some();
+    (matches!(s.key, SocketKey::OnVolume { .. }) || listened).then(|| s.label())
 }

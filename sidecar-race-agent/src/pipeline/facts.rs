@@ -4,7 +4,7 @@
 use super::Pipeline;
 use crate::{
     detect::{Client, Fact},
-    events::{KernelEvent, SocketFact},
+    events::{KernelEvent, Owner},
     inventory::cgroup_path::{self, PathInfo},
 };
 
@@ -12,7 +12,7 @@ impl Pipeline {
     pub(super) fn fact(&mut self, ev: &KernelEvent) -> Option<Fact> {
         match ev {
             KernelEvent::Refused(s) => {
-                let (pod_uid, client) = self.pod_client(s)?;
+                let (pod_uid, client) = self.pod_client(&s.owner)?;
                 Some(Fact::Refused {
                     ts: s.ts_boot_ns,
                     pod_uid,
@@ -23,11 +23,8 @@ impl Pipeline {
                 })
             }
             KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
-                let (pod_uid, client) = self.pod_client(s)?;
-                let container_id = match client {
-                    Client::Container(id) => Some(id),
-                    Client::Cgroup(_) => None,
-                };
+                let (pod_uid, client) = self.pod_client(&s.owner)?;
+                let container_id = client.container_id();
                 let (ts, addr) = (s.ts_boot_ns, s.src);
                 Some(if matches!(ev, KernelEvent::Listen(_)) {
                     Fact::ListenerUp {
@@ -42,6 +39,36 @@ impl Pipeline {
                         pod_uid,
                         container_id,
                         addr,
+                    }
+                })
+            }
+            KernelEvent::UnixRefused(u) => {
+                let (pod_uid, client) = self.pod_client(&u.owner)?;
+                Some(Fact::UnixRefused {
+                    ts: u.ts_boot_ns,
+                    pod_uid,
+                    client,
+                    name: u.name.clone(),
+                    process: u.owner.comm.clone(),
+                })
+            }
+            KernelEvent::UnixListen(u) | KernelEvent::UnixListenClosed(u) => {
+                let (pod_uid, client) = self.pod_client(&u.owner)?;
+                let container_id = client.container_id();
+                let (ts, name) = (u.ts_boot_ns, u.name.clone());
+                Some(if matches!(ev, KernelEvent::UnixListen(_)) {
+                    Fact::UnixListenerUp {
+                        ts,
+                        pod_uid,
+                        container_id,
+                        name,
+                    }
+                } else {
+                    Fact::UnixListenerDown {
+                        ts,
+                        pod_uid,
+                        container_id,
+                        name,
                     }
                 })
             }
@@ -87,9 +114,9 @@ impl Pipeline {
     }
 
     /// The pod and client of a socket event; counted when there is no pod.
-    fn pod_client(&mut self, s: &SocketFact) -> Option<(String, Client)> {
+    fn pod_client(&mut self, owner: &Owner) -> Option<(String, Client)> {
         // Only the path's pod and container are needed here: names come later.
-        let (pod_uid, container_id) = match self.inventory.path_info(s.owner.cgroup_id) {
+        let (pod_uid, container_id) = match self.inventory.path_info(owner.cgroup_id) {
             PathInfo::PodContainer {
                 pod_uid,
                 container_id,
@@ -104,7 +131,7 @@ impl Pipeline {
         self.unknown_pod_seen(&pod_uid);
         let client = match container_id {
             Some(id) => Client::Container(id),
-            None => Client::Cgroup(s.owner.cgroup_id),
+            None => Client::Cgroup(owner.cgroup_id),
         };
         Some((pod_uid, client))
     }

@@ -36,7 +36,7 @@ pub struct AgentIncident {
     pub sidecar: Option<String>,
     #[serde(default)]
     pub pattern: String,
-    /// `null` for a stuck Job.
+    /// `null` for a stuck Job and a Unix socket incident.
     #[serde(default)]
     pub port: Option<u16>,
     pub refused_count: u64,
@@ -134,21 +134,25 @@ pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentInciden
         };
         let acc = by.entry(key).or_default();
         let sidecar = i.sidecar.unwrap_or_default();
-        let Some(port) = i.port.filter(|_| kind != Kind::StuckJob) else {
+        if kind == Kind::StuckJob {
             acc.stuck.entry(sidecar).or_default().insert(i.pod_uid);
             continue;
-        };
+        }
         *acc.incidents
             .entry((kind, sidecar.clone(), phase, i.pattern))
             .or_default() += 1.0;
-        let refused = acc
-            .refusals
-            .entry((i.container.unwrap_or_default(), sidecar, port, phase))
-            .or_default();
-        refused.count += i.refused_count as f64;
-        refused.processes.extend(i.processes);
-        refused.incidents += 1;
-        refused.guarded += u64::from(i.guarded);
+        // A Unix socket incident (no port) ranks its workload by its incidents, pods
+        // and windows; the per-port refusal rows are for ports.
+        if let Some(port) = i.port {
+            let refused = acc
+                .refusals
+                .entry((i.container.unwrap_or_default(), sidecar, port, phase))
+                .or_default();
+            refused.count += i.refused_count as f64;
+            refused.processes.extend(i.processes);
+            refused.incidents += 1;
+            refused.guarded += u64::from(i.guarded);
+        }
         if phase == Phase::Startup || kind == Kind::InitDeadlock {
             acc.affected.insert(i.pod_uid);
         }
@@ -246,6 +250,21 @@ mod tests {
             processes: vec![],
             guarded: false,
         }
+    }
+
+    #[test]
+    fn a_unix_socket_incident_ranks_its_workload_and_is_no_stuck_job() {
+        let on_socket = AgentIncident {
+            port: None,
+            ..incident("p1", "startup", Some(1.5))
+        };
+        let f = fleet(vec!["http://a".into()], [on_socket]);
+        let (_, ev) = f.workloads.iter().next().unwrap();
+        assert!(ev.stuck_job_pods.is_empty(), "{:?}", ev.stuck_job_pods);
+        assert_eq!(ev.affected_pod_starts, 1.0);
+        assert_eq!(ev.window_p50, Some(1.5));
+        assert_eq!(ev.incidents.len(), 1);
+        assert!(ev.refusals.is_empty());
     }
 
     #[test]

@@ -448,22 +448,32 @@ fn fix(i: &IncidentCount, r: &RefusalCount) -> Fix {
             (Phase::Startup, Pattern::Classic | Pattern::Unknown)
                 | (Phase::Drain, Pattern::Classic)
         );
-    let mut fix = Fix {
-        advice: advice(&Subject {
-            kind,
-            phase,
-            pattern,
-            container: container.as_deref(),
-            sidecar: sidecar.as_deref(),
-            port,
-            dialed_port: None,
-            // Neither the metrics nor the incidents say what the probe tests.
-            startup_probe: None,
-            roles_known: true,
-            client_is_sidecar: false,
-            listening_on: None,
-            dialed: None,
-        }),
+    let subject = Subject {
+        kind,
+        phase,
+        pattern,
+        container: container.as_deref(),
+        sidecar: sidecar.as_deref(),
+        port,
+        dialed_port: None,
+        // Neither the metrics nor the incidents say what the probe tests.
+        startup_probe: None,
+        roles_known: true,
+        client_is_sidecar: false,
+        listening_on: None,
+        dialed: None,
+        socket: None,
+    };
+    let mut advice_text = advice(&subject);
+    if r.guarded && shows_workaround(kind, phase) {
+        let tool = (r.processes.iter())
+            .map(|p| p.name.as_str())
+            .find(|name| CATALOG.is_wait_tool(name))
+            .unwrap_or("a wait tool");
+        advice_text.push_str(&workaround(tool, sidecar.as_deref(), &subject));
+    }
+    Fix {
+        advice: advice_text,
         move_to_init_containers: sidecar.clone().filter(|_| moves),
         startup_probe_port: (phase == Phase::Startup || kind == Kind::InitDeadlock).then_some(port),
         kind,
@@ -475,16 +485,7 @@ fn fix(i: &IncidentCount, r: &RefusalCount) -> Fix {
         refusals: 0,
         processes: r.processes.clone(),
         guarded: r.guarded,
-    };
-    if fix.guarded && shows_workaround(kind, phase) {
-        let tool = (fix.processes.iter())
-            .map(|p| p.name.as_str())
-            .find(|name| CATALOG.is_wait_tool(name))
-            .unwrap_or("a wait tool");
-        let sentence = workaround(tool, fix.sidecar.as_deref(), port);
-        fix.advice.push_str(&sentence);
     }
-    fix
 }
 
 /// How the metrics and the incidents API spell a pattern.
@@ -505,6 +506,7 @@ fn stuck_job_fix(sidecar: &str) -> Fix {
             client_is_sidecar: false,
             listening_on: None,
             dialed: None,
+            socket: None,
         }),
         kind: Kind::StuckJob,
         phase: Phase::Drain,

@@ -9,6 +9,11 @@ mod listen;
 mod process;
 mod reset;
 mod set_state;
+mod unix_connect;
+mod unix_listen;
+mod unix_sock;
+mod unix_syscall_listen;
+mod unix_syscalls;
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, generated},

@@ -33,7 +33,7 @@ impl Detector {
         let timed_out =
             last || now.saturating_sub(inc.first_refused_at) >= self.cfg.metadata_wait_ns;
         let (port, open) = (inc.port, inc.state == State::Open);
-        let key = (inc.client.clone(), port);
+        let key = (inc.client.clone(), inc.service());
         let pod = meta.pod(uid);
         match hidden {
             Hidden::PodIpUnknown => {
@@ -119,7 +119,7 @@ impl Detector {
         };
         if src.state == State::Open {
             self.incidents
-                .reopen_under(uid, into, (src.client.clone(), src.port));
+                .reopen_under(uid, into, (src.client.clone(), src.service()));
         }
         self.incidents.close(uid, from);
         if let Some(f) = self.incidents.get_mut(from) {

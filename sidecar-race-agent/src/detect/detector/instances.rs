@@ -1,7 +1,7 @@
 //! A client container's instances: a new instance of a crash-looping container
 //! continues the startup incident of its torn-down predecessor, matched by name only.
 
-use super::Detector;
+use super::{Detector, Service};
 use crate::{
     detect::{
         fact::Client,
@@ -56,7 +56,7 @@ impl Detector {
                 let Client::Container(old_id) = client else {
                     return None;
                 };
-                let earlier = *p == port
+                let earlier = *p == Service::Port(port)
                     && old_id != new_id
                     && inc.is_shown()
                     && inc.episode == Episode::BeforeListener

@@ -260,6 +260,7 @@ impl Detector {
                 resolved_at: None,
                 listener_container_id: None,
                 uncovering_listener: None,
+                socket: None,
                 episode: Episode::BeforeListener,
                 hidden: None,
                 processes: Processes::default(),

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use super::{Change, Detector, NotARace};
+use super::{Change, Detector, NotARace, Service};
 use crate::{
     detect::{
         fact::Client,
@@ -31,7 +31,7 @@ impl Detector {
         let ids: Vec<u64> = self
             .incidents
             .open_in(pod_uid)
-            .filter(|((_, port), _)| *port == addr.port())
+            .filter(|((_, service), _)| *service == Service::Port(addr.port()))
             .map(|(_, inc)| inc.id)
             .collect();
         let mut changes = Vec::new();
@@ -115,7 +115,7 @@ impl Detector {
         inc.listener_container_id = container_id.or(inc.listener_container_id.take());
         inc.state = State::Resolved;
         inc.resolved_at = Some(ts);
-        let key = (inc.client.clone(), inc.port);
+        let key = (inc.client.clone(), inc.service());
         if inc.is_shown() {
             changes.push(Change::Resolved(id));
         }

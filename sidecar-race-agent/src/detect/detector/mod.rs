@@ -12,6 +12,7 @@ mod instances;
 mod lifecycle;
 mod listener;
 mod refusal;
+mod unix;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -20,6 +21,8 @@ use super::{
     fact::{Client, Fact},
     incident::{IncidentLog, Phase},
     listener_table::ListenerTable,
+    service::Service,
+    unix_listeners::UnixListeners,
 };
 use crate::inventory::pod_meta::PodMeta;
 
@@ -112,7 +115,7 @@ impl Change {
     }
 }
 
-type Key = (Client, u16);
+type Key = (Client, Service);
 
 #[derive(Default)]
 struct PodState {
@@ -126,6 +129,7 @@ struct PodState {
     /// delete, a missed relist): its deletion began no later than this.
     source_gone_at: Option<u64>,
     listeners: ListenerTable,
+    unix_listeners: UnixListeners,
 }
 
 pub struct Detector {
@@ -184,6 +188,28 @@ impl Detector {
                 addr,
             } => {
                 self.listener_down(ts, &pod_uid, container_id, addr);
+                Vec::new()
+            }
+            Fact::UnixRefused {
+                ts,
+                pod_uid,
+                client,
+                name,
+                process,
+            } => self.unix_refused(ts, pod_uid, client, &name, process, meta),
+            Fact::UnixListenerUp {
+                ts,
+                pod_uid,
+                container_id,
+                name,
+            } => self.unix_listener_up(ts, &pod_uid, container_id, &name, meta),
+            Fact::UnixListenerDown {
+                ts,
+                pod_uid,
+                container_id,
+                name,
+            } => {
+                self.unix_listener_down(ts, &pod_uid, container_id, &name, meta);
                 Vec::new()
             }
             Fact::PodStarted { ts, pod_uid } => {
@@ -269,7 +295,9 @@ impl Detector {
 
     /// Listener records kept for a pod (for tests).
     pub fn listeners_of(&self, pod_uid: &str) -> usize {
-        self.pods.get(pod_uid).map_or(0, |p| p.listeners.len())
+        self.pods
+            .get(pod_uid)
+            .map_or(0, |p| p.listeners.len() + p.unix_listeners.len())
     }
 
     /// Listeners not tracked because their pod had the maximum of open listeners

@@ -5,14 +5,14 @@
 use std::net::SocketAddr;
 
 use super::{
-    Change, Detector, Key, NotARace, PodState, hidden::TARGETS_PER_INCIDENT, instances::Instance,
+    Change, Detector, Key, NotARace, PodState, Service, hidden::TARGETS_PER_INCIDENT,
+    instances::Instance,
 };
 use crate::{
     detect::{
         fact::Client,
-        incident::{Episode, Hidden, Incident, Phase, State, Subject},
+        incident::{Episode, Hidden, Incident, Phase},
         listeners::{Listener, canonical, covers, is_loopback},
-        processes::Processes,
     },
     inventory::{pod_info::PodInfo, pod_meta::PodMeta},
 };
@@ -78,7 +78,7 @@ impl Detector {
         if !pod_local && !wait_for_ips {
             return vec![not_a_race(NotARace::Other)];
         }
-        let key = (r.client.clone(), port);
+        let key = (r.client.clone(), Service::Port(port));
         self.pods.entry(pod_uid.clone()).or_default();
         if let Some(changes) = self.count_into_known(&pod_uid, &key, &r, wait_for_ips) {
             return changes;
@@ -170,8 +170,6 @@ impl Detector {
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
         let episode = history.episode;
-        let mut processes = Processes::default();
-        processes.record(&r.process);
         let phase = match episode {
             Episode::BeforeListener
                 if self.is_startup(
@@ -189,49 +187,52 @@ impl Detector {
             Episode::BeforeListener => Phase::Steady,
             Episode::AfterClose { .. } => Phase::Steady,
         };
-        let incident = Incident {
-            id: 0,
-            subject: Subject::Refusals,
-            phase,
-            state: State::Open,
-            pod_uid: pod_uid.clone(),
-            client: r.client,
-            port: key.1,
-            destination: r.dst,
-            local_destination: r.local_dst,
-            targets: vec![r.target],
-            client_instances: 1,
-            refused_count: 1,
-            first_refused_at: r.ts,
-            last_refused_at: r.ts,
-            listener_ready_at: None,
-            listener_closed_at: match episode {
-                Episode::AfterClose { closed_at } => Some(closed_at),
-                Episode::BeforeListener => None,
-            },
-            resolved_at: None,
-            listener_container_id: history.listener_container_id,
-            uncovering_listener: history.uncovering,
-            episode,
-            hidden,
-            processes,
-        };
+        let mut incident = Incident::opened(
+            pod_uid.clone(),
+            r.client,
+            (phase, episode),
+            (r.ts, &r.process),
+            history.listener_container_id,
+        );
+        incident.port = r.target.port();
+        incident.destination = r.dst;
+        incident.local_destination = r.local_dst;
+        incident.targets = vec![r.target];
+        incident.uncovering_listener = history.uncovering;
+        incident.hidden = hidden;
+        let (id, mut changes) = self.insert_refusals(incident, key, meta);
+        if let Some((up, container)) = history.just_up {
+            changes.extend(self.resolve_by_listener(&pod_uid, id, up, container, meta));
+        }
+        changes
+    }
+
+    /// Stores a new refusal incident (a port's or a Unix socket's) open under `key`,
+    /// a drain when its listener went away while the pod was being deleted; its id
+    /// and the change to report.
+    pub(super) fn insert_refusals(
+        &mut self,
+        incident: Incident,
+        key: Key,
+        meta: &dyn PodMeta,
+    ) -> (u64, Vec<Change>) {
+        let (pod_uid, shown) = (incident.pod_uid.clone(), incident.is_shown());
+        let after_close = matches!(incident.episode, Episode::AfterClose { .. });
         let id = self.incidents.insert_open(incident, key);
-        let mut changes = if hidden.is_none() {
-            vec![Change::Opened(id)]
-        } else {
-            vec![]
-        };
-        if let Episode::AfterClose { .. } = episode
+        if after_close
             && self.drain_condition(&pod_uid, id, meta)
             && let Some(inc) = self.incidents.get_mut(id)
         {
             inc.phase = Phase::Drain;
         }
-        if let Some((up, container)) = history.just_up {
-            changes.extend(self.resolve_by_listener(&pod_uid, id, up, container, meta));
-        }
-        changes
+        (
+            id,
+            if shown {
+                vec![Change::Opened(id)]
+            } else {
+                vec![]
+            },
+        )
     }
 
     /// Whether refusals from `client` first seen at `first` are a startup race: the
@@ -344,14 +345,20 @@ pub(super) fn not_a_race(why: NotARace) -> Change {
 
 /// Counts refusal `r` into incident `id`: a change when it is shown.
 fn counted(inc: &mut Incident, id: u64, r: &Refusal) -> Vec<Change> {
-    let (ts, target) = (r.ts, r.target);
-    inc.refused_count += 1;
-    inc.processes.record(&r.process);
-    inc.first_refused_at = inc.first_refused_at.min(ts);
-    inc.last_refused_at = inc.last_refused_at.max(ts);
+    let target = r.target;
     if inc.targets.len() < TARGETS_PER_INCIDENT && !inc.targets.contains(&target) {
         inc.targets.push(target);
     }
+    count_refusal(inc, id, r.ts, &r.process)
+}
+
+/// Counts a refusal at `ts` by `process` into incident `id` (a port's or a Unix
+/// socket's): a change when it is shown.
+pub(super) fn count_refusal(inc: &mut Incident, id: u64, ts: u64, process: &str) -> Vec<Change> {
+    inc.refused_count += 1;
+    inc.processes.record(process);
+    inc.first_refused_at = inc.first_refused_at.min(ts);
+    inc.last_refused_at = inc.last_refused_at.max(ts);
     if inc.is_shown() {
         vec![Change::Refused(id)]
     } else {

@@ -77,6 +77,7 @@ fn container(
         ports: ports.to_vec(),
         startup_probe,
         readiness_probe: None,
+        mounts: Vec::new(),
     }
 }
 
@@ -1477,3 +1478,4 @@ fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
 }
 
 mod kubelet;
+mod unix;

@@ -1,0 +1,168 @@
+//! Unix socket races: one emptyDir at two paths, a stale socket file, a drain.
+
+use super::*;
+use crate::{detect::socket_view::SocketView, inventory::mounts::Mount, unix_events::UnixName};
+
+/// checkout with daprd's socket volume: the app mounts it at /var/run/dapr, the
+/// sidecar (istio-proxy here, a classic sidecar) at /sockets.
+fn with_socket_volume() -> PodInfo {
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    for c in &mut pod.containers {
+        let at = match c.name.as_str() {
+            "app" => "/var/run/dapr",
+            "istio-proxy" => "/sockets",
+            _ => continue,
+        };
+        c.mounts.push(Mount {
+            volume: "dapr-socket".into(),
+            mount_path: at.into(),
+            sub_path: String::new(),
+        });
+    }
+    pod
+}
+
+fn unix_refused(ts: u64, path: &str) -> Fact {
+    Fact::UnixRefused {
+        ts,
+        pod_uid: POD.into(),
+        client: Client::Container(APP.into()),
+        name: name(path),
+        process: "app".into(),
+    }
+}
+
+fn unix_up(ts: u64, path: &str) -> Fact {
+    Fact::UnixListenerUp {
+        ts,
+        pod_uid: POD.into(),
+        container_id: Some(PROXY.into()),
+        name: name(path),
+    }
+}
+
+fn name(path: &str) -> UnixName {
+    match path.strip_prefix('@') {
+        Some(abs) => UnixName::Abstract(abs.into()),
+        None => UnixName::Path(path.into()),
+    }
+}
+
+#[test]
+fn one_empty_dir_at_two_paths_is_one_socket_and_a_startup_race() {
+    let meta = meta_with(with_socket_volume());
+    let mut facts = vec![
+        started(0),
+        container_started(0, APP),
+        container_started(0, PROXY),
+    ];
+    facts.extend((0..5).map(|n| unix_refused(S + n * 200 * MS, "/var/run/dapr/app.sock")));
+    facts.push(unix_up(2500 * MS, "/sockets/app.sock"));
+    let (d, changes) = run(facts, &meta);
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1, "{changes:?}");
+    let i = incs[0];
+    assert_eq!(
+        (i.phase, i.state, i.refused_count),
+        (Phase::Startup, State::Resolved, 5)
+    );
+    assert_eq!(i.race_window_ns(), Some(1500 * MS));
+    let v = view(i, &meta, &wall);
+    assert_eq!(
+        v.socket,
+        Some(SocketView {
+            path: "/var/run/dapr/app.sock".into(),
+            volume: Some("dapr-socket".into()),
+            is_abstract: false,
+        })
+    );
+    assert_eq!((v.port, v.destination.as_deref()), (None, None));
+    assert_eq!(
+        (v.container.as_deref(), v.sidecar.as_deref()),
+        (Some("app"), Some("istio-proxy"))
+    );
+    assert!(
+        v.advice
+            .contains(r#"command: ["nc", "-zU", "/sockets/app.sock"]"#),
+        "the probe names the sidecar's own path: {}",
+        v.advice
+    );
+    let json = serde_json::to_value(&v).unwrap();
+    assert_eq!(
+        json["socket"],
+        serde_json::json!({"path": "/var/run/dapr/app.sock", "volume": "dapr-socket", "abstract": false})
+    );
+}
+
+#[test]
+fn a_stale_socket_file_after_a_crash_is_steady_and_its_window_starts_at_the_first_refusal() {
+    let meta = meta_with(with_socket_volume());
+    // Long running: no start seen. The sidecar listened, crashed unseen (the syscall
+    // fallback sees no close), came back 2 s after the first refusal.
+    let facts = vec![
+        unix_up(S, "/sockets/app.sock"),
+        unix_refused(60 * S, "/var/run/dapr/app.sock"),
+        unix_refused(61 * S, "/var/run/dapr/app.sock"),
+        unix_up(62 * S, "/sockets/app.sock"),
+    ];
+    let (d, _) = run(facts, &meta);
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1);
+    let i = incs[0];
+    assert_eq!(
+        (i.phase, i.state, i.refused_count),
+        (Phase::Steady, State::Resolved, 2)
+    );
+    assert_eq!(i.listener_closed_at, Some(60 * S));
+    assert_eq!(i.race_window_ns(), Some(2 * S));
+}
+
+#[test]
+fn a_socket_unlinked_while_the_pod_is_deleted_is_a_drain() {
+    let mut pod = with_socket_volume();
+    pod.deletion_timestamp = Some(at(30 * S));
+    let meta = meta_with(pod);
+    let facts = vec![
+        unix_up(S, "/sockets/app.sock"),
+        unix_refused(31 * S, "/var/run/dapr/app.sock"),
+        unix_refused(32 * S, "/var/run/dapr/app.sock"),
+    ];
+    let (d, _) = run(facts, &meta);
+    let i = all(&d)[0];
+    assert_eq!((i.phase, i.refused_count), (Phase::Drain, 2));
+}
+
+#[test]
+fn paths_on_different_volumes_or_none_are_different_sockets() {
+    let meta = meta_with(with_socket_volume());
+    let facts = vec![
+        started(0),
+        container_started(0, APP),
+        unix_refused(S, "/var/run/dapr/app.sock"),
+        // The sidecar binds the same file name outside the shared volume.
+        unix_up(2 * S, "/tmp/app.sock"),
+    ];
+    let (d, _) = run(facts, &meta);
+    let i = all(&d)[0];
+    assert_eq!(i.state, State::Open, "nothing served the volume's socket");
+}
+
+#[test]
+fn an_abstract_name_matches_across_containers_and_is_reported_as_such() {
+    let meta = meta_with(with_socket_volume());
+    let facts = vec![
+        started(0),
+        container_started(0, APP),
+        unix_refused(S, "@otel-collector"),
+        unix_up(S + 300 * MS, "@otel-collector"),
+    ];
+    let (d, _) = run(facts, &meta);
+    let i = all(&d)[0];
+    assert_eq!((i.phase, i.state), (Phase::Startup, State::Resolved));
+    let v = view(i, &meta, &wall);
+    let socket = v.socket.expect("a socket incident");
+    assert_eq!(
+        (socket.path.as_str(), socket.volume, socket.is_abstract),
+        ("@otel-collector", None, true)
+    );
+}

@@ -1,0 +1,288 @@
+//! Unix domain socket hooks: which ones this kernel can take, their offsets, and
+//! attaching them. `fexit`/`fentry` on the AF_UNIX operations where the kernel has
+//! BTF; else the `connect`/`sendto` syscall tracepoints filtered to AF_UNIX, which see
+//! refusals but not listeners; else the capability is missing, said in one sentence.
+
+use aya::{
+    Btf as AyaBtf, Ebpf,
+    programs::{FEntry, FExit, TracePoint},
+};
+use sidecar_race_ebpf::unix::{SyscallArgs, UnixFields};
+use thiserror::Error;
+
+use super::{
+    btf::{Btf, BtfError},
+    probes::chain,
+    tracefs::{Tracefs, TracefsError},
+};
+
+/// Which Unix socket hooks to use (`--unix-hooks`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum UnixHookChoice {
+    /// `fexit` where the kernel has BTF, else the syscall tracepoints.
+    #[default]
+    Auto,
+    /// The syscall tracepoints even where BTF exists (what a kernel without BTF gets).
+    Syscalls,
+    /// No Unix socket hooks: a TCP-only agent (the syscall fallback runs on every
+    /// connect and sendto of the node, TCP's included).
+    Off,
+}
+
+/// What the agent sees of Unix domain sockets on this kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnixCoverage {
+    /// Refusals (connect, send), listeners up and down, with paths, inodes and netns.
+    Fexit,
+    /// Refusals and listeners up through the syscall tracepoints (no listener closes,
+    /// no netns), and why.
+    Syscalls { why_not_fexit: String },
+    /// Nothing, and why.
+    Missing { why: String },
+}
+
+impl UnixCoverage {
+    /// Short name for logs and status (`fexit`, `syscalls`, `missing`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            UnixCoverage::Fexit => "fexit",
+            UnixCoverage::Syscalls { .. } => "syscalls",
+            UnixCoverage::Missing { .. } => "missing",
+        }
+    }
+
+    /// One sentence for the operator when coverage is degraded.
+    pub fn degraded(&self) -> Option<String> {
+        match self {
+            UnixCoverage::Fexit => None,
+            UnixCoverage::Syscalls { why_not_fexit } => Some(format!(
+                "Unix sockets are seen through the connect/sendto/bind/listen syscall \
+                 tracepoints ({why_not_fexit}): a Unix listener's close is not seen, only \
+                 inferred from the refusals that follow it, and abstract names carry no \
+                 network namespace"
+            )),
+            UnixCoverage::Missing { why } => Some(format!(
+                "Unix domain socket races are not detected on this kernel: {why}"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum UnixHookError {
+    #[error("{0}")]
+    Btf(#[from] BtfError),
+    #[error("{0}")]
+    Tracefs(#[from] TracefsError),
+    #[error("syscall tracepoint {event}: {reason}")]
+    Field { event: &'static str, reason: String },
+}
+
+/// The BTF offsets the `fexit`/`fentry` programs read.
+pub fn unix_fields(btf: &Btf) -> Result<UnixFields, UnixHookError> {
+    let common = btf.offset("sock", "__sk_common")?;
+    let c = |m| Ok::<_, BtfError>(common + btf.offset("sock_common", m)?);
+    if btf.offset("unix_sock", "sk")? != 0 {
+        return Err(BtfError::NoMember("unix_sock", "sk").into());
+    }
+    Ok(UnixFields {
+        socket_sk: btf.offset("socket", "sk")?,
+        socket_type: btf.offset("socket", "type")?,
+        sk_state: c("skc_state")?,
+        sk_net: c("skc_net")?,
+        net_inum: btf.offset("net", "ns")? + btf.offset("ns_common", "inum")?,
+        unix_addr: btf.offset("unix_sock", "addr")?,
+        addr_len: btf.offset("unix_address", "len")?,
+        addr_name: btf.offset("unix_address", "name")?,
+        path_dentry: btf.offset("unix_sock", "path")? + btf.offset("path", "dentry")?,
+        dentry_inode: btf.offset("dentry", "d_inode")?,
+        inode_ino: btf.offset("inode", "i_ino")?,
+        msg_name: btf.offset("msghdr", "msg_name")?,
+        msg_namelen: btf.offset("msghdr", "msg_namelen")?,
+        _pad: 0,
+    })
+}
+
+/// The syscall tracepoints' offsets, from tracefs.
+pub fn syscall_args(tracefs: &Tracefs) -> Result<SyscallArgs, UnixHookError> {
+    let field = |event: &'static str, name: &str| -> Result<u16, UnixHookError> {
+        let fmt = tracefs.format("syscalls", event)?;
+        let f = fmt.field(name).ok_or_else(|| UnixHookError::Field {
+            event,
+            reason: format!("no field `{name}`"),
+        })?;
+        if f.size != 8 {
+            return Err(UnixHookError::Field {
+                event,
+                reason: format!("field `{name}` has {} bytes, expected 8", f.size),
+            });
+        }
+        Ok(f.offset)
+    };
+    let exit_ret = field("sys_exit_connect", "ret")?;
+    for exit in ["sys_exit_sendto", "sys_exit_bind", "sys_exit_listen"] {
+        if field(exit, "ret")? != exit_ret {
+            return Err(UnixHookError::Field {
+                event: exit,
+                reason: "`ret` is not where sys_exit_connect has it".into(),
+            });
+        }
+    }
+    let fd = field("sys_enter_bind", "fd")?;
+    if field("sys_enter_listen", "fd")? != fd {
+        return Err(UnixHookError::Field {
+            event: "sys_enter_listen",
+            reason: "`fd` is not where sys_enter_bind has it".into(),
+        });
+    }
+    Ok(SyscallArgs {
+        connect_addr: field("sys_enter_connect", "uservaddr")?,
+        connect_addrlen: field("sys_enter_connect", "addrlen")?,
+        sendto_addr: field("sys_enter_sendto", "addr")?,
+        sendto_addrlen: field("sys_enter_sendto", "addr_len")?,
+        exit_ret,
+        bind_addr: field("sys_enter_bind", "umyaddr")?,
+        bind_addrlen: field("sys_enter_bind", "addrlen")?,
+        fd,
+    })
+}
+
+/// (program, kernel function) of the `fexit` hooks, then the `fentry` one.
+const FEXITS: [(&str, &str); 4] = [
+    ("unix_stream_connect", "unix_stream_connect"),
+    ("unix_dgram_connect", "unix_dgram_connect"),
+    ("unix_dgram_sendmsg", "unix_dgram_sendmsg"),
+    ("unix_listen", "unix_listen"),
+];
+const FENTRY: (&str, &str) = ("unix_release", "unix_release");
+/// (program, syscall tracepoint).
+const SYSCALLS: [(&str, &str); 8] = [
+    ("unix_sys_enter_connect", "sys_enter_connect"),
+    ("unix_sys_enter_sendto", "sys_enter_sendto"),
+    ("unix_sys_exit", "sys_exit_connect"),
+    ("unix_sys_exit", "sys_exit_sendto"),
+    ("unix_sys_enter_bind", "sys_enter_bind"),
+    ("unix_sys_exit_bind", "sys_exit_bind"),
+    ("unix_sys_enter_listen", "sys_enter_listen"),
+    ("unix_sys_exit_listen", "sys_exit_listen"),
+];
+
+/// Attaches the best hooks `choice` allows. `fields` says whether the BTF offsets were
+/// found, `syscalls` whether the syscall tracepoints were.
+pub fn attach(
+    ebpf: &mut Ebpf,
+    choice: UnixHookChoice,
+    fields: &Result<UnixFields, String>,
+    syscalls: &Result<SyscallArgs, String>,
+) -> UnixCoverage {
+    if choice == UnixHookChoice::Off {
+        return UnixCoverage::Missing {
+            why: "--unix-hooks=off".into(),
+        };
+    }
+    let why_not_fexit = match (choice, fields) {
+        (UnixHookChoice::Syscalls | UnixHookChoice::Off, _) => "--unix-hooks=syscalls".to_string(),
+        (UnixHookChoice::Auto, Err(why)) => format!("no BTF offsets: {why}"),
+        (UnixHookChoice::Auto, Ok(_)) => match attach_fexit(ebpf) {
+            Ok(()) => return UnixCoverage::Fexit,
+            Err(why) => why,
+        },
+    };
+    match syscalls
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|_| attach_syscalls(ebpf))
+    {
+        Ok(()) => UnixCoverage::Syscalls { why_not_fexit },
+        Err(why_not_syscalls) => UnixCoverage::Missing {
+            why: format!(
+                "neither fexit ({why_not_fexit}) nor the syscall tracepoints ({why_not_syscalls}) \
+                 can be used"
+            ),
+        },
+    }
+}
+
+fn attach_fexit(ebpf: &mut Ebpf) -> Result<(), String> {
+    let btf = AyaBtf::from_sys_fs().map_err(|e| format!("kernel BTF: {e}"))?;
+    let result = (|| {
+        for (program, function) in FEXITS {
+            let p: &mut FExit = program_mut(ebpf, program)?;
+            p.load(function, &btf)
+                .map_err(|e| format!("load {program}: {}", chain(&e)))?;
+            p.attach()
+                .map_err(|e| format!("attach {program}: {}", chain(&e)))?;
+        }
+        let (program, function) = FENTRY;
+        let p: &mut FEntry = program_mut(ebpf, program)?;
+        p.load(function, &btf)
+            .map_err(|e| format!("load {program}: {}", chain(&e)))?;
+        p.attach()
+            .map(|_| ())
+            .map_err(|e| format!("attach {program}: {}", chain(&e)))
+    })();
+    if result.is_err() {
+        // All or none: the fallback must not see what a half-attached set also sees.
+        for (program, _) in FEXITS {
+            if let Ok(p) = program_mut::<FExit>(ebpf, program) {
+                let _ = p.unload();
+            }
+        }
+        if let Ok(p) = program_mut::<FEntry>(ebpf, FENTRY.0) {
+            let _ = p.unload();
+        }
+    }
+    result
+}
+
+fn attach_syscalls(ebpf: &mut Ebpf) -> Result<(), String> {
+    for (program, event) in SYSCALLS {
+        let p: &mut TracePoint = program_mut(ebpf, program)?;
+        if p.fd().is_err() {
+            p.load()
+                .map_err(|e| format!("load {program}: {}", chain(&e)))?;
+        }
+        p.attach("syscalls", event)
+            .map_err(|e| format!("attach {program} to syscalls:{event}: {}", chain(&e)))?;
+    }
+    Ok(())
+}
+
+fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P, String>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| format!("no program {name} in the object"))?
+        .try_into()
+        .map_err(|e| chain(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn less_than_fexit_is_one_sentence_saying_why() {
+        assert_eq!(UnixCoverage::Fexit.degraded(), None);
+        let off = UnixCoverage::Missing {
+            why: "--unix-hooks=off".into(),
+        }
+        .degraded()
+        .unwrap();
+        assert_eq!(
+            off,
+            "Unix domain socket races are not detected on this kernel: --unix-hooks=off"
+        );
+        let fallback = UnixCoverage::Syscalls {
+            why_not_fexit: "no BTF offsets: no struct unix_sock in the kernel's BTF".into(),
+        }
+        .degraded()
+        .unwrap();
+        assert!(
+            fallback.contains("(no BTF offsets: no struct unix_sock"),
+            "{fallback}"
+        );
+        assert!(!fallback.contains(". "), "one sentence: {fallback}");
+    }
+}

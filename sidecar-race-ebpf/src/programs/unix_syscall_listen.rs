@@ -1,0 +1,179 @@
+//! Unix listeners for the fallback without BTF: `bind` on AF_UNIX remembers the path
+//! per process and descriptor; a later successful `listen` on that descriptor is a
+//! listener up. Closes are not seen this way: a refusal on the path tells the agent
+//! the listener is gone.
+
+use aya_ebpf::{
+    bindings::BPF_ANY,
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
+    macros::{map, tracepoint},
+    maps::LruHashMap,
+    programs::TracePointContext,
+};
+use sidecar_race_ebpf::{
+    abi::{AF_UNIX, kind},
+    unix::{UNIX_PATH_MAX, hook},
+};
+
+use super::{
+    charge, current_owner, field, now_boot_ns,
+    unix_sock::{self, Details, PathSource},
+};
+
+/// A `bind` in progress, by thread: the user's address and the descriptor.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PendingBind {
+    addr: u64,
+    addr_len: i64,
+    fd: u64,
+}
+
+/// A bound AF_UNIX socket, by (process id << 32 | descriptor).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Bound {
+    path: [u8; UNIX_PATH_MAX],
+    len: u32,
+    /// Set once its listener was reported (a second listen() only changes the backlog).
+    listening: u32,
+}
+
+#[map]
+static UNIX_BINDING: LruHashMap<u64, PendingBind> = LruHashMap::with_max_entries(1_024, 0);
+
+#[map]
+static UNIX_BOUND: LruHashMap<u64, Bound> = LruHashMap::with_max_entries(16_384, 0);
+
+/// A `listen` in progress, by thread: the key of its `UNIX_BOUND` entry.
+#[map]
+static UNIX_LISTENING_CALLS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(1_024, 0);
+
+#[tracepoint]
+pub fn unix_sys_enter_bind(ctx: TracePointContext) -> u32 {
+    let a = unix_sock::config().syscalls;
+    let (Ok(addr), Ok(addr_len), Ok(fd)) = (
+        field::<u64>(&ctx, a.bind_addr),
+        field::<i64>(&ctx, a.bind_addrlen),
+        field::<u64>(&ctx, a.fd),
+    ) else {
+        return 0;
+    };
+    // SAFETY: bpf_probe_read_user checks the access.
+    if addr == 0 || unsafe { bpf_probe_read_user(addr as *const u16) } != Ok(AF_UNIX) {
+        return 0;
+    }
+    let pending = PendingBind {
+        addr,
+        addr_len: addr_len as i32 as i64,
+        fd,
+    };
+    let _ = UNIX_BINDING.insert(&bpf_get_current_pid_tgid(), &pending, BPF_ANY as u64);
+    0
+}
+
+#[tracepoint]
+pub fn unix_sys_exit_bind(ctx: TracePointContext) -> u32 {
+    let Some(pending) = unix_sock::take_call(&UNIX_BINDING) else {
+        return 0;
+    };
+    if field::<i64>(&ctx, unix_sock::config().syscalls.exit_ret) != Ok(0) {
+        return 0;
+    }
+    let src = PathSource::of_sockaddr(pending.addr, pending.addr_len, true);
+    let mut n = src.len;
+    if n > UNIX_PATH_MAX as u32 {
+        n = UNIX_PATH_MAX as u32;
+    }
+    let mut bound = Bound {
+        path: [0; UNIX_PATH_MAX],
+        len: 0,
+        listening: 0,
+    };
+    // SAFETY: at most `sun_path`'s size into a buffer of that size; the helper checks
+    // the user source.
+    let copied = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_user(
+            bound.path.as_mut_ptr() as *mut _,
+            n,
+            src.ptr as *const _,
+        )
+    };
+    if copied != 0 {
+        return 0;
+    }
+    bound.len = n;
+    let _ = UNIX_BOUND.insert(
+        &bound_key(bpf_get_current_pid_tgid(), pending.fd),
+        &bound,
+        BPF_ANY as u64,
+    );
+    0
+}
+
+#[tracepoint]
+pub fn unix_sys_enter_listen(ctx: TracePointContext) -> u32 {
+    let Ok(fd) = field::<u64>(&ctx, unix_sock::config().syscalls.fd) else {
+        return 0;
+    };
+    let id = bpf_get_current_pid_tgid();
+    let key = bound_key(id, fd);
+    // SAFETY: only checks presence.
+    if unsafe { UNIX_BOUND.get(&key) }.is_some() {
+        let _ = UNIX_LISTENING_CALLS.insert(&id, &key, BPF_ANY as u64);
+    }
+    0
+}
+
+#[tracepoint]
+pub fn unix_sys_exit_listen(ctx: TracePointContext) -> u32 {
+    let Some(key) = unix_sock::take_call(&UNIX_LISTENING_CALLS) else {
+        return 0;
+    };
+    if field::<i64>(&ctx, unix_sock::config().syscalls.exit_ret) != Ok(0) {
+        return 0;
+    }
+    let Some(bound) = UNIX_BOUND.get_ptr_mut(&key) else {
+        return 0;
+    };
+    // SAFETY: a map value valid for this program run (RCU); a second listen() on the
+    // same descriptor finds the flag set.
+    unsafe {
+        if (*bound).listening != 0 {
+            return 0;
+        }
+        (*bound).listening = 1;
+    }
+    let owner = current_owner();
+    let path = PathSource {
+        // SAFETY: the address of the path inside the map value.
+        ptr: unsafe { (*bound).path.as_ptr() } as u64,
+        // SAFETY: as above.
+        len: unsafe { (*bound).len },
+        user: false,
+    };
+    let details = Details {
+        error: 0,
+        sock_type: 0,
+        netns: 0,
+        inode: 0,
+        hook: hook::SYSCALL_LISTEN,
+    };
+    match unix_sock::listener(
+        kind::UNIX_LISTEN,
+        0,
+        &owner,
+        now_boot_ns(),
+        &charge::of_current_task(owner.cgroup_id),
+        &path,
+        &details,
+    ) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// The process (not the thread: descriptors are per process) and the descriptor.
+#[inline(always)]
+fn bound_key(pid_tgid: u64, fd: u64) -> u64 {
+    (pid_tgid & 0xffff_ffff_0000_0000) | (fd & 0xffff_ffff)
+}

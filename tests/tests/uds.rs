@@ -1,0 +1,330 @@
+//! Unix socket races end to end on the real kernel: simulated pods whose sidecar
+//! serves on a Unix socket, the agent binary run as users run it, and what
+//! `/api/v1/incidents` and `/metrics` then say.
+
+use std::{path::PathBuf, time::Duration};
+
+use serde_json::{Value, json};
+use sidecar_race_tests::{
+    agent::RunAgent,
+    pod::{
+        Declared, SimContainer, SimPod, empty_pods_file, require_binary, sibling_binary,
+        write_pod_list,
+    },
+    root::is_root_or_skip,
+    scenario::CountedApp,
+};
+
+const SETTLE: Duration = Duration::from_secs(15);
+
+/// A directory for one test's socket files (the "emptyDir" on the host).
+fn volume_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sr-uds-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("vol")).expect("volume directory");
+    dir
+}
+
+fn sr_uds() -> PathBuf {
+    require_binary(&sibling_binary("sr-uds"))
+}
+
+/// Starts `sr-uds` with `args` in container `c`; its pid.
+fn spawn(pod: &mut SimPod, c: &SimContainer, args: &[&str]) -> u32 {
+    let mut cmd = std::process::Command::new(sr_uds());
+    cmd.args(args);
+    pod.spawn(c, cmd).expect("start sr-uds")
+}
+
+/// Runs an `sr-uds` client to completion in `c`: how many of its attempts were refused.
+fn client(pod: &mut SimPod, c: &SimContainer, args: &[&str]) -> u64 {
+    CountedApp::start(pod, c, &sr_uds(), args).refused(pod)
+}
+
+/// The Deployment shop/checkout's pod with `app` and a classic sidecar `proxy`, both
+/// mounting volume `sock`: the app at `app_mount`, the proxy at `proxy_mount`.
+fn manifest(
+    pod: &SimPod,
+    a: &SimContainer,
+    p: &SimContainer,
+    app_mount: &str,
+    proxy_mount: &str,
+) -> Value {
+    let mut m = pod.app_and_proxy_manifest("shop", "checkout", a, p, Declared::App);
+    m["spec"]["volumes"] = json!([{"name": "sock", "emptyDir": {}}]);
+    for c in m["spec"]["containers"].as_array_mut().expect("containers") {
+        let at = if c["name"] == "app" {
+            app_mount
+        } else {
+            proxy_mount
+        };
+        c["volumeMounts"] = json!([{"name": "sock", "mountPath": at}]);
+    }
+    m
+}
+
+/// The agent reading a pods file that lists `pod` (watching before the pod starts).
+fn agent_with(name: &str) -> (RunAgent, PathBuf) {
+    let (pods_file, source) = empty_pods_file(&format!("uds-{name}"));
+    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
+    (agent, pods_file)
+}
+
+/// Waits (up to 5 s) until the sidecar has bound `path`.
+fn wait_for_file(path: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !std::path::Path::new(path).exists() {
+        assert!(std::time::Instant::now() < deadline, "{path} never bound");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn window(i: &Value) -> f64 {
+    i["race_window_seconds"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no window: {i:#}"))
+}
+
+/// The app and the sidecar share one emptyDir, mounted at `…/app-view` in the app and
+/// `…/vol` in the sidecar (here a link: the kernel sees two different paths); the
+/// sidecar binds 1.5 s late. One startup incident on the volume's socket.
+#[test]
+fn a_socket_bound_late_on_a_shared_volume_is_one_startup_race_naming_both_containers() {
+    if !is_root_or_skip(
+        "a_socket_bound_late_on_a_shared_volume_is_one_startup_race_naming_both_containers",
+    ) {
+        return;
+    }
+    let dir = volume_dir("startup");
+    let (vol, view) = (dir.join("vol"), dir.join("app-view"));
+    std::os::unix::fs::symlink(&vol, &view).expect("the app's view of the volume");
+    let (agent, pods_file) = agent_with("startup");
+    let mut pod = SimPod::new("uds-startup").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let (vol_s, view_s) = (vol.to_str().unwrap(), view.to_str().unwrap());
+    write_pod_list(&pods_file, &[manifest(&pod, &a, &p, view_s, vol_s)]);
+    let served = format!("{vol_s}/app.sock");
+    let dialed = format!("{view_s}/app.sock");
+    spawn(&mut pod, &p, &["listen", &served, "--delay-ms", "1500"]);
+    let refused = client(&mut pod, &a, &["connect", &dialed, "--interval-ms", "50"]);
+    assert!(
+        refused >= 20,
+        "the app was refused while the sidecar was late: {refused}"
+    );
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    assert_eq!(
+        (i["phase"].as_str(), i["state"].as_str(), i["kind"].as_str()),
+        (Some("startup"), Some("resolved"), Some("sidecar_race")),
+        "{i:#}"
+    );
+    assert_eq!(i["refused_count"].as_u64(), Some(refused), "{i:#}");
+    assert_eq!(
+        i["socket"],
+        json!({"path": dialed, "volume": "sock", "abstract": false})
+    );
+    assert_eq!(
+        (i["port"].clone(), i["destination"].clone()),
+        (Value::Null, Value::Null)
+    );
+    assert_eq!(i["container"], "app");
+    assert_eq!(i["container_id"], a.id.as_str());
+    assert_eq!(i["sidecar"], "proxy");
+    assert_eq!(i["sidecar_container_id"], p.id.as_str());
+    assert!(
+        (1.0..2.2).contains(&window(&i)),
+        "first refusal → bind: {}",
+        window(&i)
+    );
+    let advice = i["advice"].as_str().unwrap();
+    assert!(
+        advice.contains(&format!(r#"command: ["nc", "-zU", "{served}"]"#)),
+        "{advice}"
+    );
+    let metrics = agent.metrics();
+    assert!(
+        metrics.contains(&format!(
+            r#"container="app",sidecar="proxy",socket="sock/app.sock",phase="startup"}} {refused}"#
+        )),
+        "{metrics}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The sidecar crashed (killed: its socket file stays), the app is refused with
+/// ECONNREFUSED until the sidecar comes back and replaces the file: steady.
+#[test]
+fn a_stale_socket_file_after_a_sidecar_crash_is_a_steady_incident() {
+    if !is_root_or_skip("a_stale_socket_file_after_a_sidecar_crash_is_a_steady_incident") {
+        return;
+    }
+    let dir = volume_dir("stale");
+    let (agent, pods_file) = agent_with("stale");
+    let mut pod = SimPod::new("uds-stale").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let vol = dir.join("vol");
+    let vol_s = vol.to_str().unwrap();
+    write_pod_list(&pods_file, &[manifest(&pod, &a, &p, vol_s, vol_s)]);
+    let path = format!("{vol_s}/app.sock");
+    let first = spawn(&mut pod, &p, &["listen", &path]);
+    wait_for_file(&path);
+    assert_eq!(
+        client(&mut pod, &a, &["connect", &path, "--interval-ms", "50"]),
+        0
+    );
+    // SIGKILL: no chance to remove the file.
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    pod.wait(first).unwrap();
+    assert!(std::path::Path::new(&path).exists(), "the stale file stays");
+    let refused = client(
+        &mut pod,
+        &a,
+        &["connect", &path, "--interval-ms", "50", "--attempts", "12"],
+    );
+    assert_eq!(refused, 12);
+    spawn(&mut pod, &p, &["listen", &path, "--replace"]);
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["state"].as_str(),
+            i["refused_count"].as_u64()
+        ),
+        (Some("steady"), Some("resolved"), Some(12)),
+        "{i:#}"
+    );
+    assert_eq!(i["socket"]["volume"], "sock");
+    assert_eq!(i["sidecar"], "proxy");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The sidecar removes its socket at SIGTERM while the app keeps working: the app's
+/// connects fail with ENOENT until the pod is torn down. A drain.
+#[test]
+fn a_socket_unlinked_at_sigterm_while_the_app_dials_is_a_drain() {
+    if !is_root_or_skip("a_socket_unlinked_at_sigterm_while_the_app_dials_is_a_drain") {
+        return;
+    }
+    let dir = volume_dir("drain");
+    let agent = RunAgent::start(&["--pods-from", "none"]);
+    let mut pod = SimPod::new("uds-drain").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let path = format!("{}/app.sock", dir.join("vol").display());
+    let sidecar = spawn(
+        &mut pod,
+        &p,
+        &["listen", &path, "--unlink-on-term", "--linger-ms", "3000"],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let app = CountedApp::start(
+        &mut pod,
+        &a,
+        &sr_uds(),
+        &[
+            "connect",
+            &path,
+            "--interval-ms",
+            "100",
+            "--attempts",
+            "25",
+            "--keep-dialing",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    pod.terminate(sidecar);
+    let refused = app.refused(&mut pod);
+    assert!(
+        (10..=16).contains(&refused),
+        "refused after the unlink: {refused}"
+    );
+    let uid = pod.uid.clone();
+    drop(pod);
+    let i = agent.one_resolved_holding(&uid, refused, SETTLE);
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["state"].as_str(),
+            i["refused_count"].as_u64()
+        ),
+        (Some("drain"), Some("resolved"), Some(refused)),
+        "{i:#}"
+    );
+    assert_eq!(
+        i["socket"],
+        json!({"path": path, "volume": null, "abstract": false})
+    );
+    assert!(i["listener_closed_at"].is_string(), "{i:#}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An abstract name (no file: ECONNREFUSED until bound), served 1 s late.
+#[test]
+fn an_abstract_socket_bound_late_is_a_startup_race() {
+    if !is_root_or_skip("an_abstract_socket_bound_late_is_a_startup_race") {
+        return;
+    }
+    let (agent, pods_file) = agent_with("abstract");
+    let mut pod = SimPod::new("uds-abstract").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    write_pod_list(&pods_file, &[manifest(&pod, &a, &p, "/unused", "/unused")]);
+    let name = format!("@sr-uds-{}-abstract", std::process::id());
+    spawn(&mut pod, &p, &["listen", &name, "--delay-ms", "1000"]);
+    let refused = client(&mut pod, &a, &["connect", &name, "--interval-ms", "50"]);
+    assert!(refused >= 10, "{refused}");
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["state"].as_str(),
+            i["refused_count"].as_u64()
+        ),
+        (Some("startup"), Some("resolved"), Some(refused)),
+        "{i:#}"
+    );
+    assert_eq!(
+        i["socket"],
+        json!({"path": name, "volume": null, "abstract": true})
+    );
+    assert_eq!(i["sidecar"], "proxy");
+}
+
+/// A statsd-style client sends datagrams to a socket nothing ever binds.
+#[test]
+fn a_datagram_sender_to_an_absent_socket_is_counted_in_an_open_incident() {
+    if !is_root_or_skip("a_datagram_sender_to_an_absent_socket_is_counted_in_an_open_incident") {
+        return;
+    }
+    let dir = volume_dir("dgram");
+    let (agent, pods_file) = agent_with("dgram");
+    let mut pod = SimPod::new("uds-dgram").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let vol_s = dir.join("vol").to_str().unwrap().to_string();
+    write_pod_list(&pods_file, &[manifest(&pod, &a, &p, &vol_s, &vol_s)]);
+    let path = format!("{vol_s}/statsd.sock");
+    let refused = client(
+        &mut pod,
+        &a,
+        &["sendto", &path, "--interval-ms", "20", "--attempts", "7"],
+    );
+    assert_eq!(refused, 7);
+    let found = agent.wait_incidents(&pod.uid, SETTLE, |i| {
+        i.iter().any(|i| i["refused_count"].as_u64() == Some(7))
+    });
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let i = &found[0];
+    assert_eq!(
+        (i["phase"].as_str(), i["state"].as_str()),
+        (Some("startup"), Some("open")),
+        "{i:#}"
+    );
+    assert_eq!(
+        i["socket"],
+        json!({"path": path, "volume": "sock", "abstract": false})
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
