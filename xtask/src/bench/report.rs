@@ -8,7 +8,8 @@ use super::{
     Plan, REORDER_WINDOW_MS, TARGET_SCALE_CPU_PERCENT, TARGET_SCALE_RSS_MIB, TARGET_SUCCESS_RATIO,
     TARGET_US_PER_REFUSAL, cpu, fleet,
     latency::{Latency, Storm},
-    measure::{Refusals, Scale, Successful},
+    hot_path::HotPath,
+    measure::{Refusals, Scale, UdsRefusals},
     stats::Spread,
 };
 
@@ -20,96 +21,133 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn successful(&mut self, ok: &Successful) {
+    /// The hot-path rows of one loop shape.
+    pub fn hot_path(&mut self, h: &HotPath) {
+        let l = h.workload.label();
+        let stats = Spread::of(&h.stats_ns_per_run).map_or("?".into(), |s| format!("{:.0}", s.median));
+        self.rows.push(row(
+            &format!(
+                "{l}: **bare CPU / (bare CPU + the programs' run time)** per connection \
+                 (bpf_stats, the statistics' own cost of {stats} ns per run taken out)"
+            ),
+            &h.bound,
+            3,
+        ));
         for (name, samples, digits) in [
             (
-                "successful connects: throughput with the agent / bare",
-                &ok.agent,
-                3,
-            ),
-            (
-                "successful connects: CPU time per connect, bare / with the agent",
-                &ok.cpu_ratio,
-                3,
-            ),
-            (
-                "successful connects: bare loop CPU per connect (µs)",
-                &ok.bare_cpu_us,
+                "the statistics' own cost per program run (ns; null programs on the same hooks)",
+                &h.stats_ns_per_run,
                 1,
             ),
+            ("bare loop CPU per connection (µs)", &h.bare_cpu_us, 2),
             (
-                "successful connects: the agent's eBPF run time per connect (ns, bpf_stats)",
-                &ok.prog_ns,
+                "the agent's programs' run time per connection (ns, statistics' cost taken out)",
+                &h.prog_ns,
                 0,
             ),
+            ("the agent's program runs per connection", &h.prog_runs, 2),
+            ("throughput with the agent / bare", &h.throughput, 3),
             (
-                "successful connects: eBPF program runs per connect",
-                &ok.prog_runs,
-                1,
-            ),
-            (
-                "successful connects: bare CPU / (bare CPU + eBPF run time), per connect",
-                &ok.estimate,
+                "CPU time per connection, bare / with the agent",
+                &h.cpu_ratio,
                 3,
             ),
         ] {
-            self.rows.push(row(name, samples, digits));
+            self.rows.push(row(&format!("{l}: {name}"), samples, digits));
         }
-        if let Some(s) = Spread::of(&ok.agent) {
-            self.verdicts.push(verdict(
-                &format!("successful connects ≥ {TARGET_SUCCESS_RATIO}× bare (throughput)"),
-                s.median >= TARGET_SUCCESS_RATIO,
-                format!("median {:.3}", s.median),
-            ));
-        }
-        if let Some(s) = Spread::of(&ok.estimate) {
-            self.verdicts.push(verdict(
-                &format!(
-                    "successful connects ≥ {TARGET_SUCCESS_RATIO}× bare (the programs' own cost, bpf_stats)"
-                ),
-                s.median >= TARGET_SUCCESS_RATIO,
-                format!("median {:.3}", s.median),
-            ));
-        }
-        match &ok.peer {
-            Some(p) => self.rows.push(row(
-                "peer: bpftrace SYN_SENT map (same tracepoint), throughput / bare",
+        let programs: Vec<String> = h
+            .programs
+            .iter()
+            .filter_map(|(name, (runs, ns))| {
+                let (runs, ns) = (Spread::of(runs)?, Spread::of(ns)?);
+                Some(format!("`{name}` {:.2} × {:.0} ns", runs.median, ns.median))
+            })
+            .collect();
+        self.rows.push(vec![
+            format!("{l}: per program, runs per connection × ns per run (medians, statistics included)"),
+            if programs.is_empty() {
+                "none ran".into()
+            } else {
+                programs.join("; ")
+            },
+        ]);
+        if let Some(p) = &h.peer {
+            self.rows.push(row(
+                &format!("{l}: peer bpftrace SYN_SENT map (same tracepoint), throughput / bare"),
                 p,
                 3,
-            )),
-            None => self.rows.push(vec![
-                "peer: bpftrace".into(),
-                "skipped: bpftrace not installed".into(),
-            ]),
+            ));
         }
+        if let Some(s) = Spread::of(&h.bound) {
+            self.verdicts.push(verdict(
+                &format!(
+                    "successful connects ≥ {TARGET_SUCCESS_RATIO}× bare, {l} (bpf_stats bound)"
+                ),
+                s.median >= TARGET_SUCCESS_RATIO,
+                format!("median {:.3} (statistics' cost of {stats} ns per run taken out)", s.median),
+            ));
+        }
+    }
+
+    /// The peer row when bpftrace is not installed.
+    pub fn no_peer(&mut self) {
+        self.rows.push(vec![
+            "peer: bpftrace".into(),
+            "skipped: bpftrace not installed".into(),
+        ]);
     }
 
     pub fn refused(&mut self, plan: &Plan, refused: &Refusals) {
         self.rows.push(row(
-            "refused connects: throughput with the agent / bare",
+            "refused TCP connects: throughput with the agent / bare",
             &refused.ratio,
             3,
         ));
         self.rows.push(row(
-            "refused connects: agent CPU per refusal (µs)",
-            &refused.us_per_refusal,
-            2,
+            "refused TCP connects: agent CPU per refusal (ns, schedstat)",
+            &refused.ns_per_refusal,
+            0,
         ));
         self.rows.push(vec![
-            "refused connects: kernel count in `/metrics` exact".into(),
+            "refused TCP connects: kernel count in `/metrics` exact".into(),
             format!(
                 "{} of {} rounds ({} refusals each)",
                 refused.exact_rounds, plan.rounds, plan.connects
             ),
         ]);
-        if let Some(s) = Spread::of(&refused.us_per_refusal) {
+        if let Some(s) = Spread::of(&refused.ns_per_refusal) {
             self.verdicts.push(verdict(
                 &format!("refusals ≤ {TARGET_US_PER_REFUSAL} µs of agent CPU each, counts exact"),
-                s.median <= TARGET_US_PER_REFUSAL && refused.exact_rounds == plan.rounds,
+                s.median / 1e3 <= TARGET_US_PER_REFUSAL && refused.exact_rounds == plan.rounds,
                 format!(
-                    "median {:.2} µs, exact in {}/{} rounds",
-                    s.median, refused.exact_rounds, plan.rounds
+                    "median {:.3} µs, exact in {}/{} rounds",
+                    s.median / 1e3,
+                    refused.exact_rounds,
+                    plan.rounds
                 ),
+            ));
+        }
+    }
+
+    pub fn uds_refused(&mut self, plan: &Plan, refused: &UdsRefusals) {
+        self.rows.push(row(
+            &format!(
+                "refused UDS connects (absent path and stale socket file, alternating; {} per run): agent CPU per refusal (ns, schedstat)",
+                plan.connects
+            ),
+            &refused.ns_per_refusal,
+            0,
+        ));
+        self.rows.push(row(
+            "refused UDS connects: refusals the kernel counted per run",
+            &refused.counted,
+            0,
+        ));
+        if let Some(s) = Spread::of(&refused.ns_per_refusal) {
+            self.verdicts.push(verdict(
+                &format!("UDS refusals ≤ {TARGET_US_PER_REFUSAL} µs of agent CPU each"),
+                s.median / 1e3 <= TARGET_US_PER_REFUSAL,
+                format!("median {:.3} µs", s.median / 1e3),
             ));
         }
     }
@@ -234,7 +272,7 @@ impl Report {
         let _ = writeln!(s, "## Machine\n\n{}\n", machine());
         s.push_str(&method(plan));
         table(&mut s, &["figure", "min / **median** / max"], &self.rows);
-        let _ = writeln!(s, "\n## Targets (issue #12)\n");
+        let _ = writeln!(s, "\n## Targets (issues #12 and #23)\n");
         table(&mut s, &["target", "measured", "verdict"], &self.verdicts);
         let _ = writeln!(s, "\n{}", NOTES);
         let _ = writeln!(
