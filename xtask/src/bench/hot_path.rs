@@ -91,7 +91,14 @@ pub fn measure(
             }
         }
         let (bare, (with, counted)) = (bare.expect("measured"), with.expect("measured"));
-        h.add(n, &bare, &with, &counted, traced.as_ref(), fallback_stats_ns);
+        h.add(
+            n,
+            &bare,
+            &with,
+            &counted,
+            traced.as_ref(),
+            fallback_stats_ns,
+        );
     }
     Ok(h)
 }
@@ -134,7 +141,8 @@ impl Counted {
     /// The statistics' cost per run on hooks of `prog_type`: all null programs'
     /// when none of that type ran, `None` when none ran at all.
     fn stats_cost(&self, prog_type: &str) -> Option<f64> {
-        let per_run = |s: &ProgStats| (s.run_cnt > 0).then(|| s.run_time_ns as f64 / s.run_cnt as f64);
+        let per_run =
+            |s: &ProgStats| (s.run_cnt > 0).then(|| s.run_time_ns as f64 / s.run_cnt as f64);
         self.nulls
             .get(prog_type)
             .and_then(per_run)

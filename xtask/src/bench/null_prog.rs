@@ -124,7 +124,10 @@ impl BtfIds {
         let out = Command::new("bpftool")
             .args(["btf", "dump", "file", "/sys/kernel/btf/vmlinux"])
             .output();
-        BtfIds(out.map_or_else(|_| String::new(), |o| String::from_utf8_lossy(&o.stdout).into()))
+        BtfIds(out.map_or_else(
+            |_| String::new(),
+            |o| String::from_utf8_lossy(&o.stdout).into(),
+        ))
     }
 
     /// The id of the line `[ID] <what> ...`.
@@ -208,4 +211,3 @@ fn perf_tracepoint(category: &str, name: &str) -> anyhow::Result<OwnedFd> {
 fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
-

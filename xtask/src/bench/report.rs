@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use super::{
     Plan, REORDER_WINDOW_MS, TARGET_SCALE_CPU_PERCENT, TARGET_SCALE_RSS_MIB, TARGET_SUCCESS_RATIO,
     TARGET_US_PER_REFUSAL, cpu, fleet,
-    latency::{Latency, Storm},
     hot_path::HotPath,
+    latency::{Latency, Storm},
     measure::{Refusals, Scale, UdsRefusals},
     stats::Spread,
 };
@@ -24,7 +24,8 @@ impl Report {
     /// The hot-path rows of one loop shape.
     pub fn hot_path(&mut self, h: &HotPath) {
         let l = h.workload.label();
-        let stats = Spread::of(&h.stats_ns_per_run).map_or("?".into(), |s| format!("{:.0}", s.median));
+        let stats =
+            Spread::of(&h.stats_ns_per_run).map_or("?".into(), |s| format!("{:.0}", s.median));
         self.rows.push(row(
             &format!(
                 "{l}: **bare CPU / (bare CPU + the programs' run time)** per connection \
@@ -53,7 +54,8 @@ impl Report {
                 3,
             ),
         ] {
-            self.rows.push(row(&format!("{l}: {name}"), samples, digits));
+            self.rows
+                .push(row(&format!("{l}: {name}"), samples, digits));
         }
         let programs: Vec<String> = h
             .programs
@@ -64,7 +66,9 @@ impl Report {
             })
             .collect();
         self.rows.push(vec![
-            format!("{l}: per program, runs per connection × ns per run (medians, statistics included)"),
+            format!(
+                "{l}: per program, runs per connection × ns per run (medians, statistics included)"
+            ),
             if programs.is_empty() {
                 "none ran".into()
             } else {
@@ -84,7 +88,10 @@ impl Report {
                     "successful connects ≥ {TARGET_SUCCESS_RATIO}× bare, {l} (bpf_stats bound)"
                 ),
                 s.median >= TARGET_SUCCESS_RATIO,
-                format!("median {:.3} (statistics' cost of {stats} ns per run taken out)", s.median),
+                format!(
+                    "median {:.3} (statistics' cost of {stats} ns per run taken out)",
+                    s.median
+                ),
             ));
         }
     }
