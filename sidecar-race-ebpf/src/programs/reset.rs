@@ -38,9 +38,7 @@ fn try_receive_reset<const CMPXCHG: bool>(ctx: &TracePointContext) -> Result<u32
     // Most resets end established flows. Where the kernel's BTF gives the state's
     // offset, a socket no longer connecting is passed over without hashing it into
     // the table (the tracepoint fires before the reset changes the state).
-    if let Ok(state) = Sock(sk).state()
-        && i32::from(state) != TCP_SYN_SENT
-    {
+    if matches!(Sock(sk).state(), Ok(state) if state != TCP_SYN_SENT as u8) {
         return Ok(0);
     }
     let Some(pending) = CONNECTING.get_ptr(&sk) else {

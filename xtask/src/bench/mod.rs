@@ -45,7 +45,7 @@ const FULL: Plan = Plan {
     smoke: false,
     connects: 20_000,
     rounds: 7,
-    success_rounds: 15,
+    success_rounds: 9,
     round: Duration::from_secs(2),
     scale_pods: 110,
     scale: Duration::from_secs(60),
