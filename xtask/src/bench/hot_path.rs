@@ -191,3 +191,86 @@ impl HotPath {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn stats(run_time_ns: u64, run_cnt: u64) -> ProgStats {
+        ProgStats {
+            run_time_ns,
+            run_cnt,
+        }
+    }
+
+    fn empty(w: Workload) -> HotPath {
+        HotPath {
+            workload: w,
+            bound: Vec::new(),
+            stats_ns_per_run: Vec::new(),
+            bare_cpu_us: Vec::new(),
+            prog_ns: Vec::new(),
+            prog_runs: Vec::new(),
+            throughput: Vec::new(),
+            cpu_ratio: Vec::new(),
+            peer: None,
+            programs: BTreeMap::new(),
+        }
+    }
+
+    /// 1000 connects, 10 µs of bare CPU each; the agent's programs ran 9 times per
+    /// connect for 900 ns, of which the null programs say 40 ns per run is the
+    /// statistics': 540 ns are the programs', and the bound is 10000 / 10540.
+    #[test]
+    fn the_bound_takes_the_statistics_cost_out() {
+        let run = |ms: u64| Run {
+            wall: Duration::from_millis(ms),
+            cpu: Duration::from_millis(ms),
+        };
+        let counted = Counted {
+            programs: BTreeMap::from([
+                (
+                    ("set_state".into(), "tracing".into()),
+                    stats(700_000, 7_000),
+                ),
+                (("reset".into(), "tracepoint".into()), stats(200_000, 2_000)),
+            ]),
+            nulls: BTreeMap::from([
+                ("tracing", stats(40_000, 1_000)),
+                ("tracepoint", stats(80_000, 2_000)),
+            ]),
+            connects: 1_000,
+        };
+        let mut h = empty(Workload::TcpRst);
+        h.add(1_000, &run(10), &run(10), &counted, None, None);
+        assert!((h.prog_ns[0] - 540.0).abs() < 1e-9, "{:?}", h.prog_ns);
+        assert!((h.bound[0] - 10_000.0 / 10_540.0).abs() < 1e-12);
+        assert_eq!(h.prog_runs, [9.0]);
+        assert_eq!(h.programs["set_state"], (vec![7.0], vec![100.0]));
+    }
+
+    /// Without any null program in the loop, the fallback figure is taken out; without
+    /// one either, nothing is.
+    #[test]
+    fn a_loop_without_null_programs_takes_the_fallback() {
+        let counted = Counted {
+            programs: BTreeMap::from([(("unix".into(), "tracing".into()), stats(100_000, 1_000))]),
+            nulls: BTreeMap::new(),
+            connects: 1_000,
+        };
+        let run = Run {
+            wall: Duration::from_millis(5),
+            cpu: Duration::from_millis(5),
+        };
+        let mut h = empty(Workload::Uds);
+        h.add(1_000, &run, &run, &counted, None, Some(40.0));
+        assert_eq!(h.prog_ns, [60.0]);
+        assert_eq!(h.stats_ns_per_run, [40.0]);
+        let mut h = empty(Workload::Uds);
+        h.add(1_000, &run, &run, &counted, None, None);
+        assert_eq!(h.prog_ns, [100.0]);
+        assert!(h.stats_ns_per_run.is_empty());
+    }
+}
