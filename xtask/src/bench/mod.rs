@@ -50,7 +50,7 @@ const FULL: Plan = Plan {
     scale_pods: 110,
     scale: Duration::from_secs(60),
     index_cgroups: 1_000,
-    latency_races: 1_000,
+    latency_races: 300,
     storm: Duration::from_secs(30),
 };
 
