@@ -63,18 +63,7 @@ pub fn measure(
         w.label(),
         plan.success_rounds
     );
-    let mut h = HotPath {
-        workload: w,
-        bound: Vec::new(),
-        stats_ns_per_run: Vec::new(),
-        bare_cpu_us: Vec::new(),
-        prog_ns: Vec::new(),
-        prog_runs: Vec::new(),
-        throughput: Vec::new(),
-        cpu_ratio: Vec::new(),
-        peer: peer.then(Vec::new),
-        programs: BTreeMap::new(),
-    };
+    let mut h = HotPath::new(w, peer);
     for round in 0..plan.success_rounds {
         let mut bare = None;
         let mut with = None;
@@ -151,6 +140,22 @@ impl Counted {
 }
 
 impl HotPath {
+    /// No samples yet; `peer`: with a bpftrace row.
+    fn new(workload: Workload, peer: bool) -> HotPath {
+        HotPath {
+            workload,
+            bound: Vec::new(),
+            stats_ns_per_run: Vec::new(),
+            bare_cpu_us: Vec::new(),
+            prog_ns: Vec::new(),
+            prog_runs: Vec::new(),
+            throughput: Vec::new(),
+            cpu_ratio: Vec::new(),
+            peer: peer.then(Vec::new),
+            programs: BTreeMap::new(),
+        }
+    }
+
     fn add(
         &mut self,
         n: u32,
@@ -206,18 +211,7 @@ mod tests {
     }
 
     fn empty(w: Workload) -> HotPath {
-        HotPath {
-            workload: w,
-            bound: Vec::new(),
-            stats_ns_per_run: Vec::new(),
-            bare_cpu_us: Vec::new(),
-            prog_ns: Vec::new(),
-            prog_runs: Vec::new(),
-            throughput: Vec::new(),
-            cpu_ratio: Vec::new(),
-            peer: None,
-            programs: BTreeMap::new(),
-        }
+        HotPath::new(w, false)
     }
 
     /// 1000 connects, 10 µs of bare CPU each; the agent's programs ran 9 times per
