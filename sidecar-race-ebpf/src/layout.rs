@@ -74,6 +74,9 @@ pub struct SockFields {
     pub saddr: u16,
     /// `skc_v6_rcv_saddr` (16 bytes).
     pub v6_saddr: u16,
+    /// `skc_state` (u8): whether a socket that receives a reset is still connecting.
+    pub state: u16,
+    pub _pad: [u16; 3],
 }
 
 /// Byte offsets for finding the cgroup ancestors of a socket or of the current task,
@@ -169,7 +172,7 @@ pub struct Config {
     pub cgroup: CgroupFields,
 }
 
-const _: () = assert!(core::mem::size_of::<Config>() == 128);
+const _: () = assert!(core::mem::size_of::<Config>() == 136);
 
 /// Control records (listener up/down, cgroup made/removed) a container may send in
 /// one burst: a pod's start makes a handful.
@@ -318,6 +321,8 @@ impl Config {
             sport: M,
             saddr: M,
             v6_saddr: M,
+            state: M,
+            _pad: [0; 3],
         },
         control_budget: RefusalBudget::OFF,
         cgroup: CgroupFields::UNSET,

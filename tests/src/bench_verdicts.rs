@@ -83,6 +83,10 @@ pub fn expected_verdict(target: &str, measured: &str) -> Result<Option<bool>, St
             at_most(m[0], t[0].value),
             Some(whole(m[1]) == whole(m[2])),
         ]))
+    } else if target.starts_with("UDS refusals ≤") {
+        // median µs
+        need(1, &t, target)?;
+        Ok(at_most(m[0], t[0].value))
     } else if target.starts_with("node scale:") {
         // CPU %, peak RSS MiB
         need(2, &t, target)?;

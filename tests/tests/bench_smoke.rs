@@ -27,11 +27,19 @@ fn bench_smoke_writes_every_row() {
     assert!(out.status.success(), "bench --smoke failed:\n{stderr}");
     let text = std::fs::read_to_string(&report).unwrap();
     for row in [
-        "| successful connects: throughput with the agent / bare |",
-        "| peer: bpftrace",
-        "| refused connects: throughput with the agent / bare |",
-        "| refused connects: agent CPU per refusal (µs) |",
-        "| refused connects: kernel count in `/metrics` exact |",
+        "| TCP connect + FIN close: **bare CPU / (bare CPU + the programs' run time)** per connection",
+        "| TCP connect + RST close: **bare CPU / (bare CPU + the programs' run time)** per connection",
+        "| UDS connect + close: **bare CPU / (bare CPU + the programs' run time)** per connection",
+        "| TCP connect + RST close: the statistics' own cost per program run (ns;",
+        "| TCP connect + FIN close: throughput with the agent / bare |",
+        "| UDS connect + close: CPU time per connection, bare / with the agent |",
+        "| TCP connect + RST close: per program, runs per connection × ns per run",
+        "peer bpftrace",
+        "| refused TCP connects: throughput with the agent / bare |",
+        "| refused TCP connects: agent CPU per refusal (ns, schedstat) |",
+        "| refused TCP connects: kernel count in `/metrics` exact |",
+        "| refused UDS connects (absent path and stale socket file, alternating;",
+        "| refused UDS connects: refusals the kernel counted per run |",
         "| node scale: 5 pods (cgroups + pods file)",
         "| node scale: agent RSS now / peak |",
         "| agent start to ready with 20 more cgroups",
@@ -39,7 +47,7 @@ fn bench_smoke_writes_every_row() {
         "| storm: one pod refusing as fast as it can for 2 s: refusals, lost records |",
         "| storm: agent CPU |",
         "| storm: detection latency of the neighbour's races (",
-        "## Targets (issue #12)",
+        "## Targets (issues #12 and #23)",
         "## Fleet arithmetic (on paper)",
         "Smoke run",
     ] {
@@ -54,9 +62,11 @@ fn bench_smoke_writes_every_row() {
         .map(|[target, ..]| target)
         .collect();
     for target in [
-        "successful connects ≥ 0.97× bare (throughput)",
-        "successful connects ≥ 0.97× bare (the programs' own cost, bpf_stats)",
+        "successful connects ≥ 0.98× bare, TCP connect + FIN close (bpf_stats bound)",
+        "successful connects ≥ 0.98× bare, TCP connect + RST close (bpf_stats bound)",
+        "successful connects ≥ 0.98× bare, UDS connect + close (bpf_stats bound)",
         "refusals ≤",
+        "UDS refusals ≤",
         "node scale:",
         "detection latency p99 ≤",
         "storm:",

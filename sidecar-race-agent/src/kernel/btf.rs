@@ -184,6 +184,8 @@ pub fn sock_fields(btf: &Btf) -> Result<SockFields, BtfError> {
         sport: btf.offset("inet_sock", "inet_sport")?,
         saddr: btf.offset("inet_sock", "inet_saddr")?,
         v6_saddr: c("skc_v6_rcv_saddr")?,
+        state: c("skc_state")?,
+        _pad: [0; 3],
     })
 }
 

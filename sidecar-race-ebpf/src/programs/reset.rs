@@ -1,5 +1,5 @@
 //! Refusals. `tcp:tcp_receive_reset` on a socket still in SYN_SENT is a refused
-//! connect; `tcp:tcp_send_reset` without a socket is the local stack refusing a SYN
+//! connect (as `connect.rs` recorded it in `CONNECTING`); `tcp:tcp_send_reset` without a socket is the local stack refusing a SYN
 //! that found no listener, which after a NAT REDIRECT tells where the SYN really went.
 
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
@@ -8,8 +8,8 @@ use sidecar_race_ebpf::abi::{
 };
 
 use super::{
-    CONNECTING, EVENTS, LOCAL_REFUSALS, LocalRefusal, budget, charge, config, count,
-    ctx_load::load_u64, field, now_boot_ns, refusals,
+    CONNECTING, EVENTS, LOCAL_REFUSALS, LocalRefusal, PendingConnect, TCP_SYN_SENT, budget, charge,
+    config, count, ctx_load::load_u64, field, now_boot_ns, refusals, set_state::Sock,
 };
 
 /// A local refusal older than this is not the one a reset just delivered.
@@ -35,17 +35,34 @@ pub fn tcp_receive_reset_plain(ctx: TracePointContext) -> u32 {
 #[inline(always)]
 fn try_receive_reset<const CMPXCHG: bool>(ctx: &TracePointContext) -> Result<u32, u32> {
     let sk = load_u64(ctx, config!(receive_reset.skaddr))?;
+    // Most resets end established flows. Where the kernel's BTF gives the state's
+    // offset, a socket no longer connecting is passed over without hashing it into
+    // the table (the tracepoint fires before the reset changes the state).
+    if matches!(Sock(sk).state(), Ok(state) if state != TCP_SYN_SENT as u8) {
+        return Ok(0);
+    }
     let Some(pending) = CONNECTING.get_ptr(&sk) else {
         return Ok(0); // not a connect in progress: a reset of an established flow
     };
-    count(counter::seen(kind::REFUSED));
-    let now = now_boot_ns();
     let l = config!(receive_reset);
     let client = ClientEnd {
         addr: field(ctx, l.saddr_v6)?,
         port: field(ctx, l.sport)?,
         _pad: [0; 6],
     };
+    refused::<CMPXCHG>(sk, pending, client)
+}
+
+/// A refused connect of socket `sk`, recorded as `pending` when it started; `client`
+/// is its own end, where the reset went.
+#[inline(always)]
+fn refused<const CMPXCHG: bool>(
+    sk: u64,
+    pending: *const PendingConnect,
+    client: ClientEnd,
+) -> Result<u32, u32> {
+    count(counter::seen(kind::REFUSED));
+    let now = now_boot_ns();
     // SAFETY: `pending` points into a map value valid for this program run (RCU).
     let cgroup_id = unsafe { (*pending).owner.cgroup_id };
     // The container pays, not each sub-cgroup it makes (unmarked: the cgroup itself).
@@ -61,9 +78,9 @@ fn try_receive_reset<const CMPXCHG: bool>(ctx: &TracePointContext) -> Result<u32
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
-    // SAFETY: `ev` is a reserved record we own until submit; `pending` points into a
-    // map value that stays valid for this program run (RCU). Fields are written in
-    // place to stay within the 512-byte stack.
+    // SAFETY: `ev` is a reserved record we own until submit; `pending` stays valid for
+    // this program run (RCU). Fields are written in place to stay within the 512-byte
+    // stack.
     unsafe {
         (*ev).header.kind = kind::REFUSED;
         (*ev).header.flags = flags::OWNER_FROM_START;

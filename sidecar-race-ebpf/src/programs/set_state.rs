@@ -89,6 +89,14 @@ impl Sock {
     }
 }
 
+impl Sock {
+    /// `skc_state`.
+    #[inline(always)]
+    pub fn state(&self) -> Result<u8, u32> {
+        self.read(config!(sock.state))
+    }
+}
+
 impl SetStateSource for Sock {
     #[inline(always)]
     fn protocol(&self) -> Result<u16, u32> {

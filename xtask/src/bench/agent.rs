@@ -53,7 +53,7 @@ impl Agent {
         self.child.id()
     }
 
-    /// User + system CPU time so far.
+    /// CPU time so far (nanosecond runtime, see `cpu_of`).
     pub fn cpu(&self) -> anyhow::Result<Duration> {
         cpu_of(self.child.id())
     }
@@ -74,13 +74,18 @@ impl Agent {
         }
     }
 
-    /// The value of an unlabelled or labelled sample line of `/metrics`, e.g.
-    /// `sidecar_race_kernel_events_total{kind="refused"}`.
-    pub fn metric(&self, series: &str) -> Option<f64> {
-        let body = http_get(&self.addr, "/metrics")?;
+    /// The samples of `/metrics` whose line starts with `prefix` (e.g.
+    /// `sidecar_race_kernel_events_total{`): (the rest of the name and labels, value).
+    pub fn samples(&self, prefix: &str) -> Vec<(String, f64)> {
+        let Some(body) = http_get(&self.addr, "/metrics") else {
+            return Vec::new();
+        };
         body.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .filter_map(|l| {
+                let (series, value) = l.strip_prefix(prefix)?.rsplit_once(' ')?;
+                Some((series.to_string(), value.parse().ok()?))
+            })
+            .collect()
     }
 }
 
@@ -91,14 +96,23 @@ impl Drop for Agent {
     }
 }
 
-/// User + system CPU time of a process so far.
+/// CPU time of a process so far, in nanoseconds: the sum of its threads' runtimes
+/// from `/proc/<pid>/task/*/schedstat` (threads that already exited are not in it;
+/// the agent's threads live as long as it does).
 pub fn cpu_of(pid: u32) -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after_comm = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the comm.
-    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-    Ok(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
+    let tasks = format!("/proc/{pid}/task");
+    let mut ns = 0u64;
+    for task in std::fs::read_dir(&tasks).with_context(|| tasks.clone())? {
+        let Ok(stat) = std::fs::read_to_string(task?.path().join("schedstat")) else {
+            continue; // the thread just exited
+        };
+        ns += stat
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .context("schedstat")?;
+    }
+    Ok(Duration::from_nanos(ns))
 }
 
 fn http_get(addr: &str, path: &str) -> Option<String> {

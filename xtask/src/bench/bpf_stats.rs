@@ -2,7 +2,7 @@
 //! then sums each program's run time and run count, shown in the `fdinfo` of its fd.
 //! Unlike a throughput ratio, this hardly moves with the machine's other load.
 
-use std::{collections::BTreeMap, path::Path};
+use std::{collections::BTreeMap, path::Path, process::Command};
 
 use anyhow::Context;
 
@@ -38,8 +38,45 @@ pub struct ProgStats {
 }
 
 impl ProgStats {
-    /// Totals over every program `pid` holds an fd of (each program once).
-    pub fn of(pid: u32) -> anyhow::Result<ProgStats> {
+    /// The sum of `stats`.
+    pub fn total<'a>(stats: impl IntoIterator<Item = &'a ProgStats>) -> ProgStats {
+        stats
+            .into_iter()
+            .fold(ProgStats::default(), |a, s| a.plus(*s))
+    }
+
+    /// Each program `pid` holds an fd of, by name (as `bpftool` shows it: 15
+    /// characters at most) and type (`tracepoint`, `tracing`).
+    pub fn by_program(pid: u32) -> anyhow::Result<BTreeMap<(String, String), ProgStats>> {
+        let ids = ProgStats::by_id(pid)?;
+        let out = Command::new("bpftool")
+            .args(["prog", "show", "--json"])
+            .output()
+            .context("run bpftool (cargo xtask setup installs it)")?;
+        let progs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+        let mut by_name = BTreeMap::new();
+        for p in progs {
+            let Some(stats) = p["id"].as_u64().and_then(|id| ids.get(&id)) else {
+                continue;
+            };
+            let key = (
+                p["name"].as_str().unwrap_or("?").to_string(),
+                p["type"].as_str().unwrap_or("?").to_string(),
+            );
+            let entry: &mut ProgStats = by_name.entry(key).or_default();
+            *entry = entry.plus(*stats);
+        }
+        Ok(by_name)
+    }
+
+    pub fn plus(self, o: ProgStats) -> ProgStats {
+        ProgStats {
+            run_time_ns: self.run_time_ns + o.run_time_ns,
+            run_cnt: self.run_cnt + o.run_cnt,
+        }
+    }
+
+    fn by_id(pid: u32) -> anyhow::Result<BTreeMap<u64, ProgStats>> {
         let fds = Path::new("/proc").join(pid.to_string()).join("fd");
         let mut by_id = BTreeMap::new();
         for entry in std::fs::read_dir(&fds).with_context(|| format!("{}", fds.display()))? {
@@ -57,10 +94,7 @@ impl ProgStats {
                 by_id.insert(id, stats);
             }
         }
-        Ok(by_id.values().fold(ProgStats::default(), |a, s| ProgStats {
-            run_time_ns: a.run_time_ns + s.run_time_ns,
-            run_cnt: a.run_cnt + s.run_cnt,
-        }))
+        Ok(by_id)
     }
 
     /// What happened between `earlier` and `self`.
@@ -73,7 +107,7 @@ impl ProgStats {
 }
 
 /// `prog_id`, `run_time_ns` and `run_cnt` of a program fd's `fdinfo`.
-fn parse_fdinfo(text: &str) -> Option<(u64, ProgStats)> {
+pub(super) fn parse_fdinfo(text: &str) -> Option<(u64, ProgStats)> {
     let value = |key: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok())

@@ -9,179 +9,125 @@ use anyhow::{Context, bail};
 use super::{
     Plan,
     agent::Agent,
-    bpf_stats::{ProgStats, Stats},
-    dial::{Run, dial},
-    peer::Bpftrace,
+    dial::dial,
+    loops,
     scale::{self, SimulatedPods},
 };
 
-pub struct Successful {
-    pub agent: Vec<f64>,
-    pub peer: Option<Vec<f64>>,
-    pub cpu_ratio: Vec<f64>,
-    pub bare_cpu_us: Vec<f64>,
-    pub prog_ns: Vec<f64>,
-    pub prog_runs: Vec<f64>,
-    pub estimate: Vec<f64>,
-}
-
-/// One round of the successful-connect rows: the same number of connects bare, with
-/// the agent and (when installed) under bpftrace.
-struct Round {
-    bare: Run,
-    with: Run,
-    /// The agent's programs over a shorter run of `counted` connects, statistics on.
-    progs: ProgStats,
-    counted: u32,
-    traced: Option<Run>,
-}
-
-/// Bare, agent and (when installed) bpftrace, rotating which goes first each round;
-/// each ratio is bare / measured of the same round. The connect count is set so a
-/// bare run lasts `plan.round`. With the agent, its programs' run time comes from
-/// `kernel.bpf_stats_enabled`.
-pub fn successful(bin: &Path, plan: &Plan) -> anyhow::Result<Successful> {
-    let peer = Bpftrace::available();
-    let _off = Stats::set(false)?;
-    let calibration = dial(bin, true, plan.connects)?;
-    let per_connect = calibration.wall.as_secs_f64() / f64::from(plan.connects);
-    let n = ((plan.round.as_secs_f64() / per_connect) as u32).clamp(100, 1_000_000);
-    eprintln!(
-        "bench: {n} connects per run, {} rounds",
-        plan.success_rounds
-    );
-    let mut r = Successful {
-        agent: Vec::new(),
-        peer: peer.then(Vec::new),
-        cpu_ratio: Vec::new(),
-        bare_cpu_us: Vec::new(),
-        prog_ns: Vec::new(),
-        prog_runs: Vec::new(),
-        estimate: Vec::new(),
-    };
-    for round in 0..plan.success_rounds {
-        r.add(n, one_round(bin, n, round, peer)?);
-    }
-    Ok(r)
-}
-
-/// Runs the three variants of one round, the one that goes first rotating with `round`.
-fn one_round(bin: &Path, n: u32, round: usize, peer: bool) -> anyhow::Result<Round> {
-    let mut bare: Option<Run> = None;
-    let mut with: Option<(Run, ProgStats, u32)> = None;
-    let mut traced: Option<Run> = None;
-    for step in 0..3 {
-        match (round + step) % 3 {
-            0 => bare = Some(dial(bin, true, n)?),
-            1 => {
-                let agent = Agent::start(bin, &["--pods-from", "none"])?;
-                let run = dial(bin, true, n)?;
-                // The programs' own cost, in a shorter run with statistics on.
-                let _on = Stats::set(true)?;
-                let before = ProgStats::of(agent.pid())?;
-                dial(bin, true, n / 4)?;
-                let progs = ProgStats::of(agent.pid())?.since(before);
-                with = Some((run, progs, n / 4));
-            }
-            _ if peer => {
-                let _bt = Bpftrace::start()?;
-                traced = Some(dial(bin, true, n)?);
-            }
-            _ => {}
-        }
-    }
-    let (bare, (with, progs, counted)) = (bare.expect("measured"), with.expect("measured"));
-    Ok(Round {
-        bare,
-        with,
-        progs,
-        counted,
-        traced,
-    })
-}
-
-impl Successful {
-    /// Adds one round's ratios; `n` is the connect count of its throughput runs.
-    fn add(&mut self, n: u32, round: Round) {
-        let Round {
-            bare,
-            with,
-            progs,
-            counted,
-            traced,
-        } = round;
-        let (n, counted) = (f64::from(n), f64::from(counted));
-        self.agent
-            .push(bare.wall.as_secs_f64() / with.wall.as_secs_f64());
-        self.cpu_ratio
-            .push(bare.cpu.as_secs_f64() / with.cpu.as_secs_f64());
-        let bare_ns = bare.cpu.as_secs_f64() * 1e9 / n;
-        let prog_ns = progs.run_time_ns as f64 / counted;
-        self.bare_cpu_us.push(bare_ns / 1e3);
-        self.prog_ns.push(prog_ns);
-        self.prog_runs.push(progs.run_cnt as f64 / counted);
-        self.estimate.push(bare_ns / (bare_ns + prog_ns));
-        if let (Some(p), Some(t)) = (self.peer.as_mut(), traced) {
-            p.push(bare.wall.as_secs_f64() / t.wall.as_secs_f64());
-        }
-    }
-}
-
 pub struct Refusals {
     pub ratio: Vec<f64>,
-    pub us_per_refusal: Vec<f64>,
+    pub ns_per_refusal: Vec<f64>,
     pub exact_rounds: usize,
 }
 
+/// Refused TCP connects: `sr-app` dialing a closed loopback port.
 pub fn refusals(bin: &Path, plan: &Plan) -> anyhow::Result<Refusals> {
     let mut r = Refusals {
         ratio: Vec::new(),
-        us_per_refusal: Vec::new(),
+        ns_per_refusal: Vec::new(),
         exact_rounds: 0,
     };
-    const SERIES: &str = "sidecar_race_kernel_events_total{kind=\"refused\"}";
     for round in 0..plan.rounds {
         let mut bare = None;
         if round % 2 == 0 {
             bare = Some(dial(bin, false, plan.connects)?.wall);
         }
-        // No refusal budget: this row measures what each delivered record costs (the
-        // storm row below measures the budget).
-        let agent = Agent::start(bin, &["--pods-from", "none", "--refusal-burst", "0"])?;
-        let cpu0 = agent.cpu()?;
-        let seen0 = wait_metric(&agent, SERIES, |_| true)?;
-        let with = dial(bin, false, plan.connects)?.wall;
-        // Totals are copied into the metrics every second; wait for this run's.
-        let want = seen0 + f64::from(plan.connects);
-        let seen = wait_metric(&agent, SERIES, |v| v >= want)?;
-        let cpu = agent.cpu()? - cpu0;
-        drop(agent);
+        let (with, cost) = agent_cost(bin, plan.connects, |n| Ok(dial(bin, false, n)?.wall))?;
         if round % 2 == 1 {
             bare = Some(dial(bin, false, plan.connects)?.wall);
         }
         r.ratio
             .push(bare.expect("measured").as_secs_f64() / with.as_secs_f64());
-        r.us_per_refusal
-            .push(cpu.as_secs_f64() * 1e6 / f64::from(plan.connects));
+        r.ns_per_refusal.push(cost.ns_per_refusal);
         // Others' tests on this machine can add refusals of their own: exact means
         // at least ours and, in a quiet moment, exactly ours.
-        if seen == want {
+        if cost.counted == f64::from(plan.connects) {
             r.exact_rounds += 1;
         }
     }
     Ok(r)
 }
 
-/// Polls a `/metrics` sample until `ok` holds (5 s at most); returns its last value.
-fn wait_metric(agent: &Agent, series: &str, ok: impl Fn(f64) -> bool) -> anyhow::Result<f64> {
+pub struct UdsRefusals {
+    pub ns_per_refusal: Vec<f64>,
+    /// Refusals the kernel counted per run (0 where the agent has no UDS hooks).
+    pub counted: Vec<f64>,
+}
+
+/// Refused UDS connects (an absent path, a stale socket file), with the agent.
+pub fn uds_refusals(bin: &Path, plan: &Plan) -> anyhow::Result<UdsRefusals> {
+    let mut r = UdsRefusals {
+        ns_per_refusal: Vec::new(),
+        counted: Vec::new(),
+    };
+    for _ in 0..plan.rounds {
+        let (_, cost) = agent_cost(bin, plan.connects, loops::uds_refusals)?;
+        r.ns_per_refusal.push(cost.ns_per_refusal);
+        r.counted.push(cost.counted);
+    }
+    Ok(r)
+}
+
+/// What the agent spent on one run of refusals.
+struct Cost {
+    ns_per_refusal: f64,
+    /// Refusals the kernel counted during the run (every kind whose name says refused).
+    counted: f64,
+}
+
+/// Runs `refuse(n)` with a fresh agent and returns its wall time and the agent's CPU
+/// per refusal, read once the kernel's refusal count in `/metrics` reached this run's
+/// total (or stopped growing).
+fn agent_cost(
+    bin: &Path,
+    n: u32,
+    refuse: impl FnOnce(u32) -> anyhow::Result<Duration>,
+) -> anyhow::Result<(Duration, Cost)> {
+    // No refusal budget: this row measures what each delivered record costs (the
+    // storm row measures the budget).
+    let agent = Agent::start(bin, &["--pods-from", "none", "--refusal-burst", "0"])?;
+    let seen0 = settled_refusals(&agent, |_| true)?;
+    let cpu0 = agent.cpu()?;
+    let wall = refuse(n)?;
+    let want = seen0 + f64::from(n);
+    let seen = settled_refusals(&agent, |v| v >= want)?;
+    let cpu = agent.cpu()? - cpu0;
+    Ok((
+        wall,
+        Cost {
+            ns_per_refusal: cpu.as_secs_f64() * 1e9 / f64::from(n),
+            counted: seen - seen0,
+        },
+    ))
+}
+
+/// The kernel's refusal count in `/metrics` once `ok` holds, or once it stopped
+/// growing for two copies (totals are copied into the metrics every second).
+fn settled_refusals(agent: &Agent, ok: impl Fn(f64) -> bool) -> anyhow::Result<f64> {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut last = (f64::NAN, std::time::Instant::now());
     loop {
-        let v = agent.metric(series).unwrap_or(0.0);
+        let v = refused_total(agent);
         if ok(v) || std::time::Instant::now() > deadline {
+            return Ok(v);
+        }
+        if v != last.0 {
+            last = (v, std::time::Instant::now());
+        } else if last.1.elapsed() > Duration::from_millis(2_100) {
             return Ok(v);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The sum of `sidecar_race_kernel_events_total` over kinds naming a refusal.
+fn refused_total(agent: &Agent) -> f64 {
+    agent
+        .samples("sidecar_race_kernel_events_total{")
+        .into_iter()
+        .filter(|(labels, _)| labels.contains("refused"))
+        .map(|(_, v)| v)
+        .sum()
 }
 
 pub struct Scale {

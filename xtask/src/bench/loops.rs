@@ -1,0 +1,211 @@
+//! The connect loops the hot-path rows measure, run in this process: a client thread
+//! and an accepting thread, both pinned to one CPU (see `cpu`), each timing its own
+//! CPU (the kernel's nanosecond runtime of the thread, loopback softirqs included:
+//! this kernel does not split out IRQ time). Three shapes: TCP closed with FIN or with
+//! RST, and a Unix stream socket; and the UDS refusals (a client dialing a path
+//! nobody serves).
+
+use std::{
+    io::Read as _,
+    net::{TcpListener, TcpStream},
+    os::{
+        fd::AsRawFd,
+        unix::net::{UnixListener, UnixStream},
+    },
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU32, Ordering},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+
+use super::{cpu, dial::Run};
+
+/// A connect-and-close loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// The server closes first (FIN), the client reads the end of stream and closes:
+    /// TIME_WAIT lands on the server side, so the client's ports never run out.
+    TcpFin,
+    /// The client closes with a reset (SO_LINGER 0).
+    TcpRst,
+    /// A Unix stream socket: connect, close.
+    Uds,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 3] = [Workload::TcpFin, Workload::TcpRst, Workload::Uds];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Workload::TcpFin => "TCP connect + FIN close",
+            Workload::TcpRst => "TCP connect + RST close",
+            Workload::Uds => "UDS connect + close",
+        }
+    }
+}
+
+/// Runs `n` connects of `w` on the loop CPU.
+pub fn run(w: Workload, n: u32) -> anyhow::Result<Run> {
+    match w {
+        Workload::TcpFin | Workload::TcpRst => tcp(w == Workload::TcpRst, n),
+        Workload::Uds => uds(n),
+    }
+}
+
+fn tcp(reset: bool, n: u32) -> anyhow::Result<Run> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let target = listener.local_addr()?;
+    deep_backlog(&listener);
+    let server = serve(move || listener.accept().map(drop));
+    let (run, server) = measured(n, server, move || {
+        let mut s = TcpStream::connect(target)?;
+        if reset {
+            linger_zero(&s);
+        } else {
+            // Waits for the server's FIN: the client's close is then the passive one.
+            let _ = s.read(&mut [0u8; 1])?;
+        }
+        Ok(())
+    })?;
+    // Wakes the accept loop so it sees `stop`.
+    let _ = TcpStream::connect(target);
+    server.join(run)
+}
+
+fn uds(n: u32) -> anyhow::Result<Run> {
+    let path = SocketPath::new("loop")?;
+    let listener = UnixListener::bind(&path.0).context("bind the UDS loop's socket")?;
+    deep_backlog(&listener);
+    let server = serve(move || listener.accept().map(drop));
+    let target = path.0.clone();
+    let (run, server) = measured(n, server, move || UnixStream::connect(&target).map(drop))?;
+    let _ = UnixStream::connect(&path.0);
+    server.join(run)
+}
+
+/// `n` UDS connects that are refused, alternating a path that does not exist
+/// (`ENOENT`) and a socket file nobody listens on any more (`ECONNREFUSED`).
+pub fn uds_refusals(n: u32) -> anyhow::Result<Duration> {
+    let absent = SocketPath::new("absent")?;
+    let stale = SocketPath::new("stale")?;
+    drop(UnixListener::bind(&stale.0).context("make a stale socket file")?);
+    let on = cpu::loop_cpu();
+    let client = std::thread::spawn(move || -> anyhow::Result<Duration> {
+        let _ = cpu::pin_current(on);
+        let start = Instant::now();
+        for i in 0..n {
+            let path = if i % 2 == 0 { &absent.0 } else { &stale.0 };
+            if UnixStream::connect(path).is_ok() {
+                bail!("{} accepted a connect", path.display());
+            }
+        }
+        Ok(start.elapsed())
+    });
+    client.join().expect("the UDS refusal loop")
+}
+
+/// The accepting thread: pinned, accepts until told to stop, returns its CPU time.
+struct Server {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Duration>,
+}
+
+fn serve(mut accept: impl FnMut() -> std::io::Result<()> + Send + 'static) -> Server {
+    let on = cpu::loop_cpu();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let _ = cpu::pin_current(on);
+        let cpu0 = cpu::thread_cpu();
+        while !stopped.load(Ordering::Relaxed) {
+            let _ = accept();
+        }
+        cpu::thread_cpu() - cpu0
+    });
+    Server { stop, thread }
+}
+
+/// Runs `connect` `n` times on a pinned client thread; returns the run without the
+/// server's CPU yet, and the server to stop once the caller has woken it.
+fn measured(
+    n: u32,
+    server: Server,
+    connect: impl Fn() -> std::io::Result<()> + Send + 'static,
+) -> anyhow::Result<(Run, Server)> {
+    let on = cpu::loop_cpu();
+    let client = std::thread::spawn(move || -> std::io::Result<(Duration, Duration)> {
+        let _ = cpu::pin_current(on);
+        let cpu0 = cpu::thread_cpu();
+        let start = Instant::now();
+        for _ in 0..n {
+            connect()?;
+        }
+        Ok((start.elapsed(), cpu::thread_cpu() - cpu0))
+    });
+    let result = client.join().expect("the client loop");
+    server.stop.store(true, Ordering::Relaxed);
+    let (wall, cpu) = result.context("a connect of the loop failed")?;
+    Ok((Run { wall, cpu }, server))
+}
+
+impl Server {
+    /// Waits for the (woken) server and adds its CPU time to `run`.
+    fn join(self, run: Run) -> anyhow::Result<Run> {
+        let accept = self.thread.join().expect("the accepting thread");
+        Ok(Run {
+            wall: run.wall,
+            cpu: run.cpu + accept,
+        })
+    }
+}
+
+/// A deep accept queue: with std's 128, a briefly descheduled accept thread makes the
+/// client wait (TCP: a second per dropped SYN), which would be measured.
+fn deep_backlog(listener: &impl AsRawFd) {
+    // SAFETY: listen(2) again on our listening socket only raises its backlog.
+    unsafe { libc::listen(listener.as_raw_fd(), 4096) };
+}
+
+fn linger_zero(stream: &TcpStream) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket fd and a correctly sized option value.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+/// A socket path of this run, removed when dropped.
+struct SocketPath(PathBuf);
+
+impl SocketPath {
+    fn new(what: &str) -> anyhow::Result<SocketPath> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "sr-bench-{}-{what}-{}.sock",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_file(&path);
+        Ok(SocketPath(path))
+    }
+}
+
+impl Drop for SocketPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
