@@ -93,6 +93,16 @@ pub fn ensure(apt: &mut Apt) -> anyhow::Result<()> {
 /// apt options that read Debian `suite` (and its security updates) from a private
 /// sources list and state directory, after updating them.
 fn private_apt(root: &Path, suite: &str) -> anyhow::Result<Vec<String>> {
+    private_apt_for(root, suite, None)
+}
+
+/// `private_apt`, reading the packages of `arch` instead of the machine's own (for
+/// `apt-get download`; dpkg's architectures are not touched).
+pub(crate) fn private_apt_for(
+    root: &Path,
+    suite: &str,
+    arch: Option<&str>,
+) -> anyhow::Result<Vec<String>> {
     if !Path::new(DEBIAN_KEYRING).is_file() {
         bail!("{DEBIAN_KEYRING} is missing (Debian: debian-archive-keyring); it verifies {suite}");
     }
@@ -118,6 +128,12 @@ fn private_apt(root: &Path, suite: &str) -> anyhow::Result<Vec<String>> {
         "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false".to_string(),
     ]
     .into_iter()
+    .chain(arch.into_iter().flat_map(|a| {
+        [
+            format!("APT::Architecture={a}"),
+            format!("APT::Architectures={a}"),
+        ]
+    }))
     .flat_map(|o| ["-o".to_string(), o])
     .collect();
     checked(
