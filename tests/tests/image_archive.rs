@@ -29,7 +29,9 @@ fn target_image(file: &str) -> PathBuf {
 
 /// The SBOM `cargo xtask image` writes beside the archive for `arch`.
 fn sbom_file(arch: &str) -> PathBuf {
-    target_image(&format!("sidecar-race-agent-{VERSION}-linux-{arch}.cdx.json"))
+    target_image(&format!(
+        "sidecar-race-agent-{VERSION}-linux-{arch}.cdx.json"
+    ))
 }
 
 fn archive() -> Option<PathBuf> {
@@ -104,7 +106,10 @@ fn the_image_archive_is_an_oci_layout_with_only_the_static_agent() {
     let named = index["manifests"].as_array().unwrap();
     assert_eq!(named.len(), 1, "one entry, so that tools need no reference");
     let named = &named[0];
-    assert_eq!(named["mediaType"], "application/vnd.oci.image.index.v1+json");
+    assert_eq!(
+        named["mediaType"],
+        "application/vnd.oci.image.index.v1+json"
+    );
     let reference = named["annotations"]["io.containerd.image.name"]
         .as_str()
         .unwrap();
@@ -222,8 +227,8 @@ fn host_image(index: &Value) -> &Value {
 /// `name` → (version, checksum) of the crates.io packages in Cargo.lock that appear
 /// once (Cargo.lock is TOML; its package blocks are regular enough to read by line).
 fn locked() -> BTreeMap<String, (String, String)> {
-    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock"))
-        .unwrap();
+    let lock =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock")).unwrap();
     let mut seen: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for block in lock.split("[[package]]").skip(1) {
         let field = |k: &str| {
@@ -253,8 +258,14 @@ fn each_image_has_an_sbom_referrer_listing_the_locked_crates() {
     let top: Value = serde_json::from_slice(&files["index.json"].3).unwrap();
     let index: Value = serde_json::from_slice(blob(&files, &top["manifests"][0])).unwrap();
     let all = index["manifests"].as_array().unwrap();
-    let images: Vec<&Value> = all.iter().filter(|d| d.get("artifactType").is_none()).collect();
-    let referrers: Vec<&Value> = all.iter().filter(|d| d["artifactType"] == CYCLONEDX).collect();
+    let images: Vec<&Value> = all
+        .iter()
+        .filter(|d| d.get("artifactType").is_none())
+        .collect();
+    let referrers: Vec<&Value> = all
+        .iter()
+        .filter(|d| d["artifactType"] == CYCLONEDX)
+        .collect();
     assert_eq!(
         referrers.len(),
         images.len(),
@@ -267,7 +278,11 @@ fn each_image_has_an_sbom_referrer_listing_the_locked_crates() {
             .map(|r| serde_json::from_slice::<Value>(blob(&files, r)).unwrap())
             .filter(|r| r["subject"]["digest"] == image["digest"])
             .collect();
-        assert_eq!(of_image.len(), 1, "one referrer's subject is the {arch} manifest");
+        assert_eq!(
+            of_image.len(),
+            1,
+            "one referrer's subject is the {arch} manifest"
+        );
         check_sbom_referrer(&files, image, &of_image[0], arch);
     }
 }
@@ -303,7 +318,11 @@ fn check_sbom_referrer(
     assert!(sbom["metadata"].get("timestamp").is_none(), "no timestamp");
     let serial = sbom["serialNumber"].as_str().unwrap();
     let uuid = serial.strip_prefix("urn:uuid:").expect(serial);
-    assert_eq!(&uuid[14..15], "5", "a name-based UUID, not a random one: {uuid}");
+    assert_eq!(
+        &uuid[14..15],
+        "5",
+        "a name-based UUID, not a random one: {uuid}"
+    );
     let agent = &sbom["metadata"]["component"];
     assert_eq!(agent["name"], "sidecar-race-agent");
     assert_eq!(agent["version"], VERSION);
@@ -332,7 +351,10 @@ fn check_sbom_referrer(
         assert_eq!(c["scope"], "required", "{name} is linked into the agent");
     }
     // What the embedded eBPF object is built from, and what runs only at compile time.
-    assert_eq!(component("aya-ebpf")["version"], lock["aya-ebpf"].0.as_str());
+    assert_eq!(
+        component("aya-ebpf")["version"],
+        lock["aya-ebpf"].0.as_str()
+    );
     assert_eq!(component("tokio-macros")["scope"], "excluded");
     // The agent's dev-dependencies are not in it.
     for dev in ["proptest", "rcgen"] {
@@ -382,7 +404,10 @@ fn two_image_builds_give_identical_bytes() {
     let (archive_a, sbom_a) = build();
     let (archive_b, sbom_b) = build();
     assert!(sbom_a == sbom_b, "the SBOM differs between two builds");
-    assert!(archive_a == archive_b, "the archive differs between two builds");
+    assert!(
+        archive_a == archive_b,
+        "the archive differs between two builds"
+    );
 }
 
 /// gunzip with `gzip -dc` (no extra crate for the test kit).

@@ -120,6 +120,7 @@ fn krew_installs_the_plugin_and_kubectl_runs_its_lint() {
     let kubectl_cmd = |args: &[&str]| {
         let mut c = Command::new(&kubectl);
         c.args(args)
+            .stdin(std::process::Stdio::null())
             .env("PATH", &path)
             .env("HOME", &tmp)
             .env("KREW_ROOT", &root)
@@ -130,7 +131,15 @@ fn krew_installs_the_plugin_and_kubectl_runs_its_lint() {
         c
     };
 
-    ok(&mut kubectl_cmd(&["krew", "version"]));
+    let version = ok(&mut kubectl_cmd(&["krew", "version"]));
+    assert!(version.contains("v0.4.4"), "krew version: {version}");
+    // The first update clones the index from KREW_DEFAULT_INDEX_URI: the local repository.
+    ok(&mut kubectl_cmd(&["krew", "update"]));
+    let search = ok(&mut kubectl_cmd(&["krew", "search", "sidecar-race"]));
+    assert!(
+        search.contains("sidecar-race"),
+        "the local index lists the plugin: {search}"
+    );
     let installed = run(&mut kubectl_cmd(&[
         "krew",
         "install",
@@ -144,8 +153,9 @@ fn krew_installs_the_plugin_and_kubectl_runs_its_lint() {
         "krew reports the install: {said}"
     );
     let list = ok(&mut kubectl_cmd(&["krew", "list"]));
+    // Installed from a manifest rather than from an index: krew calls it detached.
     assert!(
-        list.lines().any(|l| l.trim() == "sidecar-race"),
+        list.lines().any(|l| l.trim() == "detached/sidecar-race"),
         "krew list: {list}"
     );
     let link = root.join("bin/kubectl-sidecar_race");
@@ -180,13 +190,25 @@ fn krew_installs_the_plugin_and_kubectl_runs_its_lint() {
         .find(|f| f["rule"] == "classic-sidecar-serves-port")
         .unwrap_or_else(|| panic!("no classic-sidecar-serves-port finding: {via_kubectl:#}"));
     assert_eq!(classic["kind"], "Deployment", "{classic:#}");
-    assert_eq!(classic["name"], "checkout", "{classic:#}");
+    assert_eq!(classic["name"], "checkout-classic", "{classic:#}");
+    assert_eq!(
+        classic["containers"],
+        serde_json::json!(["proxy", "app"]),
+        "{classic:#}"
+    );
     assert_eq!(classic["severity"], "error", "{classic:#}");
     let direct: Value =
         serde_json::from_str(&ok(Command::new(agent_binary()).args(lint_args))).unwrap();
-    assert_eq!(via_kubectl, direct, "the installed plugin is the agent's lint");
+    assert_eq!(
+        via_kubectl, direct,
+        "the installed plugin is the agent's lint"
+    );
     // Its exit status is lint's: an error finding fails by default.
-    let failing = run(&mut kubectl_cmd(&["sidecar-race", "lint", example.to_str().unwrap()]));
+    let failing = run(&mut kubectl_cmd(&[
+        "sidecar-race",
+        "lint",
+        example.to_str().unwrap(),
+    ]));
     assert!(!failing.status.success(), "lint fails on an error finding");
 
     ok(&mut kubectl_cmd(&["krew", "uninstall", "sidecar-race"]));

@@ -423,7 +423,10 @@ pub fn image(reference: Option<String>, arches: &[String]) -> anyhow::Result<Bui
         "manifests": manifests,
     });
     let mut image_index = blobs.add(INDEX, serde_json::to_vec(&image_index)?);
-    let digest = image_index["digest"].as_str().unwrap_or_default().to_string();
+    let digest = image_index["digest"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     image_index["annotations"] = json!({
         // containerd (ctr import, docker 25+) names the image from this one ...
         "io.containerd.image.name": reference,

@@ -61,7 +61,11 @@ pub fn krew(arches: &[String]) -> anyhow::Result<Built> {
     }
     let manifest = dir.join(format!("{PLUGIN}.yaml"));
     image::write_atomically(&manifest, plugin_manifest(&digests).as_bytes())?;
-    eprintln!("xtask: wrote {} for {}", manifest.display(), arches.join(", "));
+    eprintln!(
+        "xtask: wrote {} for {}",
+        manifest.display(),
+        arches.join(", ")
+    );
     Ok(Built { manifest, archives })
 }
 
@@ -132,9 +136,14 @@ mod tests {
         let m = super::plugin_manifest(&[("amd64", "ab".repeat(32))]);
         assert!(m.contains("  name: sidecar-race\n"), "{m}");
         assert!(m.contains("        arch: amd64\n"), "{m}");
-        assert!(m.contains(&format!("    sha256: {}\n", "ab".repeat(32))), "{m}");
         assert!(
-            m.contains("/releases/download/v0.1.0/kubectl-sidecar_race-v0.1.0-linux-amd64.tar.gz\n"),
+            m.contains(&format!("    sha256: {}\n", "ab".repeat(32))),
+            "{m}"
+        );
+        assert!(
+            m.contains(
+                "/releases/download/v0.1.0/kubectl-sidecar_race-v0.1.0-linux-amd64.tar.gz\n"
+            ),
             "{m}"
         );
         assert!(m.contains("    bin: kubectl-sidecar_race\n"), "{m}");

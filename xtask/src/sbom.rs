@@ -259,10 +259,7 @@ fn document(
         "components": components,
         "dependencies": dependencies,
     });
-    bom["serialNumber"] = json!(format!(
-        "urn:uuid:{}",
-        uuid_v5(&serde_json::to_vec(&bom)?)
-    ));
+    bom["serialNumber"] = json!(format!("urn:uuid:{}", uuid_v5(&serde_json::to_vec(&bom)?)));
     let mut bytes = serde_json::to_vec_pretty(&bom)?;
     bytes.push(b'\n');
     Ok(bytes)
@@ -345,13 +342,18 @@ mod tests {
         assert_eq!(syn["licenses"][0]["expression"], "MIT OR Apache-2.0");
         let aya = find(&bom, "aya-ebpf@0.2.1");
         assert_eq!(aya["scope"], "required");
-        assert!(aya["properties"][0]["value"]
-            .as_str()
-            .unwrap()
-            .contains("eBPF object"));
+        assert!(
+            aya["properties"][0]["value"]
+                .as_str()
+                .unwrap()
+                .contains("eBPF object")
+        );
         let ebpf = find(&bom, "sidecar-race-ebpf@0.1.0");
         assert_eq!(ebpf["properties"].as_array().unwrap().len(), 2, "{ebpf}");
-        assert!(ebpf.get("purl").is_none(), "a path crate is not on crates.io");
+        assert!(
+            ebpf.get("purl").is_none(),
+            "a path crate is not on crates.io"
+        );
         assert_eq!(bom["metadata"]["component"]["name"], "sidecar-race-agent");
         let deps = bom["dependencies"].as_array().unwrap();
         let of_ebpf = deps
