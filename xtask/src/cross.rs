@@ -18,7 +18,7 @@ use anyhow::{Context, bail, ensure};
 
 use crate::{
     host::{Apt, have, package_installed},
-    kernels::private_apt_for,
+    kernels::{download_deb, private_apt_for},
     run::{checked, output, workspace_root},
 };
 
@@ -99,26 +99,12 @@ fn codename() -> anyhow::Result<String> {
 /// `libstd-rust-web-dev:arm64` at `version`, unpacked into `dir/sysroot`.
 fn fetch_std(dir: &Path, version: &str) -> anyhow::Result<()> {
     let _ = fs::remove_dir_all(dir);
-    let download = dir.join("download");
-    fs::create_dir_all(&download)?;
-    // apt drops privileges to `_apt` for downloads; let it write here.
-    let _ = checked(Command::new("chmod").arg("777").arg(&download));
-    let suite = codename()?;
-    let options = private_apt_for(dir, &suite, Some("arm64"))?;
+    fs::create_dir_all(dir)?;
+    let options = private_apt_for(dir, &codename()?, Some("arm64"))?;
     let package = format!("libstd-rust-web-dev:arm64={version}");
     eprintln!("xtask: fetching {package} (the arm64 standard library of rustc-web)");
-    checked(
-        Command::new("apt-get")
-            .args(&options)
-            .args(["download", "-q", &package])
-            .current_dir(&download),
-    )
-    .with_context(|| format!("apt-get download {package}"))?;
-    let deb = fs::read_dir(&download)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .context("apt-get download left no .deb")?;
+    let download = dir.join("download");
+    let deb = download_deb(&options, &package, &download)?;
     checked(
         Command::new("dpkg-deb")
             .arg("-x")
