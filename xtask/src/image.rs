@@ -15,8 +15,14 @@
 //!    Reproducible: entries in a fixed order, uid/gid 0, mtimes and `created` from
 //!    `SOURCE_DATE_EPOCH` (else the last commit's time), a gzip header without a
 //!    name or time.
+//! 3. The agent's SBOM (CycloneDX JSON, `sbom.rs`), written beside the archive as
+//!    `target/image/sidecar-race-agent-<version>.cdx.json` and attached in the layout
+//!    as an OCI 1.1 referrer: an artifact manifest whose `subject` is the image
+//!    manifest, listed with its `artifactType` in the image's index beside the
+//!    manifest it describes (index.json names that index).
 
 use std::{
+    collections::BTreeMap,
     fs,
     io::Write,
     path::{Path, PathBuf},
@@ -25,10 +31,14 @@ use std::{
 
 use anyhow::{Context, bail, ensure};
 use flate2::{Compression, GzBuilder};
-use serde_json::json;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::run::{cargo, checked, output, workspace_root};
+use crate::{
+    cross,
+    run::{cargo, checked, output, workspace_root},
+    sbom,
+};
 
 pub const REPOSITORY: &str = "ghcr.io/sidecar-race/sidecar-race-agent";
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -38,11 +48,12 @@ const BINARY: &str = "sidecar-race-agent";
 pub struct Built {
     pub archive: PathBuf,
     pub reference: String,
-    pub manifest_digest: String,
+    /// The image index's digest: what the reference resolves to.
+    pub digest: String,
 }
 
 /// `<arch>-unknown-linux-gnu` of the host, and the OCI architecture name.
-fn target() -> anyhow::Result<(String, &'static str)> {
+pub(crate) fn target() -> anyhow::Result<(String, &'static str)> {
     let vv = output(Command::new("rustc").arg("-vV")).context("cannot run `rustc -vV`")?;
     let host = vv
         .lines()
@@ -61,9 +72,28 @@ fn target() -> anyhow::Result<(String, &'static str)> {
     Ok((host, arch))
 }
 
-/// Builds the static agent; its path.
-pub fn build_static_agent() -> anyhow::Result<PathBuf> {
-    let (triple, _) = target()?;
+/// The Rust target of an OCI architecture name.
+pub(crate) fn triple_of(arch: &str) -> anyhow::Result<&'static str> {
+    match arch {
+        "amd64" => Ok("x86_64-unknown-linux-gnu"),
+        "arm64" => Ok(cross::ARM64_TRIPLE),
+        _ => bail!("no image for architecture {arch} (amd64 and arm64 only)"),
+    }
+}
+
+/// ELF `e_machine` of each architecture.
+fn elf_machine(arch: &str) -> u16 {
+    match arch {
+        "arm64" => 183,
+        _ => 62,
+    }
+}
+
+/// Builds the static agent for `arch` (the host's, or arm64 cross-built on x86_64
+/// with `cross.rs`); its path.
+pub fn build_static_agent(arch: &str) -> anyhow::Result<PathBuf> {
+    let (host, host_arch) = target()?;
+    let triple = triple_of(arch)?;
     let root = workspace_root();
     let cargo_home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
@@ -87,18 +117,35 @@ pub fn build_static_agent() -> anyhow::Result<PathBuf> {
         rustflags.push(format!("--remap-path-prefix={from}={to}"));
         cflags.push(format!("-ffile-prefix-map={from}={to}"));
     }
-    let cflags_var = format!("CFLAGS_{}", triple.replace('-', "_"));
+    let env_triple = triple.replace('-', "_");
+    let mut build = cargo();
+    build
+        .args(["build", "--release", "--locked", "-p", "sidecar-race-agent"])
+        .args(["--target", triple])
+        .env_remove("RUSTFLAGS");
+    if arch != host_arch {
+        ensure!(
+            arch == "arm64" && host_arch == "amd64",
+            "cross-building for {arch} on {host} is not set up (arm64 on x86_64 only)"
+        );
+        let tc = cross::arm64()?;
+        rustflags.push(format!("--sysroot={}", tc.sysroot.display()));
+        build
+            .env("RUSTC", &tc.rustc)
+            .env(
+                format!("CARGO_TARGET_{}_LINKER", env_triple.to_uppercase()),
+                tc.linker,
+            )
+            .env(format!("CC_{env_triple}"), tc.linker);
+    }
     checked(
-        cargo()
-            .args(["build", "--release", "--locked", "-p", "sidecar-race-agent"])
-            .args(["--target", &triple])
-            .env_remove("RUSTFLAGS")
+        build
             .env("CARGO_ENCODED_RUSTFLAGS", rustflags.join("\x1f"))
-            .env(cflags_var, cflags.join(" ")),
+            .env(format!("CFLAGS_{env_triple}"), cflags.join(" ")),
     )?;
     let bin = root
         .join("target")
-        .join(&triple)
+        .join(triple)
         .join("release")
         .join(BINARY);
     let elf = fs::read(&bin).with_context(|| format!("cannot read {}", bin.display()))?;
@@ -107,13 +154,20 @@ pub fn build_static_agent() -> anyhow::Result<PathBuf> {
         "{} is dynamically linked (it has a program interpreter)",
         bin.display()
     );
-    let version = output(Command::new(&bin).arg("--version"))
-        .with_context(|| format!("{} does not run", bin.display()))?;
     ensure!(
-        version.contains(VERSION),
-        "{} --version says {version:?}, expected {VERSION}",
+        u16::from_le_bytes([elf[18], elf[19]]) == elf_machine(arch),
+        "{} is not an {arch} ELF file",
         bin.display()
     );
+    if arch == host_arch {
+        let version = output(Command::new(&bin).arg("--version"))
+            .with_context(|| format!("{} does not run", bin.display()))?;
+        ensure!(
+            version.contains(VERSION),
+            "{} --version says {version:?}, expected {VERSION}",
+            bin.display()
+        );
+    }
     Ok(bin)
 }
 
@@ -134,7 +188,7 @@ fn has_interpreter(elf: &[u8]) -> anyhow::Result<bool> {
 }
 
 /// Seconds since the epoch for every timestamp in the image.
-fn source_date_epoch() -> u64 {
+pub(crate) fn source_date_epoch() -> u64 {
     std::env::var("SOURCE_DATE_EPOCH")
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -190,7 +244,7 @@ pub(crate) fn sha256(data: &[u8]) -> String {
 }
 
 /// A tar of `(path, mode, contents)` entries (None: a directory), deterministic.
-fn tar(entries: &[(&str, u32, Option<&[u8]>)], mtime: u64) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn tar(entries: &[(&str, u32, Option<&[u8]>)], mtime: u64) -> anyhow::Result<Vec<u8>> {
     let mut b = tar::Builder::new(Vec::new());
     for (path, mode, data) in entries {
         let mut h = tar::Header::new_ustar();
@@ -219,26 +273,63 @@ fn tar(entries: &[(&str, u32, Option<&[u8]>)], mtime: u64) -> anyhow::Result<Vec
     Ok(b.into_inner()?)
 }
 
-/// Builds the static agent and writes the image archive.
-pub fn image(reference: Option<String>) -> anyhow::Result<Built> {
-    let (_, arch) = target()?;
-    let bin = build_static_agent()?;
-    let agent = fs::read(&bin)?;
-    let reference = reference.unwrap_or_else(|| format!("{REPOSITORY}:{VERSION}"));
-    let epoch = source_date_epoch();
-    let created = rfc3339(epoch);
-
-    // The one layer: /sidecar-race-agent.
-    let layer_tar = tar(&[(BINARY, 0o755, Some(&agent))], epoch)?;
-    let diff_id = format!("sha256:{}", sha256(&layer_tar));
+/// gzip with a header that names no file and no time.
+pub(crate) fn gzip(data: &[u8]) -> anyhow::Result<Vec<u8>> {
     let mut gz = GzBuilder::new()
         .mtime(0)
         .operating_system(255)
         .write(Vec::new(), Compression::new(6));
-    gz.write_all(&layer_tar)?;
-    let layer = gz.finish()?;
-    let layer_digest = sha256(&layer);
+    gz.write_all(data)?;
+    Ok(gz.finish()?)
+}
 
+/// The blobs of an OCI layout, by hex digest.
+#[derive(Default)]
+struct Blobs(BTreeMap<String, Vec<u8>>);
+
+impl Blobs {
+    /// Stores `data`; its descriptor.
+    fn add(&mut self, media_type: &str, data: Vec<u8>) -> Value {
+        let digest = sha256(&data);
+        let desc = json!({
+            "mediaType": media_type,
+            "digest": format!("sha256:{digest}"),
+            "size": data.len(),
+        });
+        self.0.insert(digest, data);
+        desc
+    }
+}
+
+const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const INDEX: &str = "application/vnd.oci.image.index.v1+json";
+/// OCI 1.1's empty descriptor: the config of an artifact that has none.
+const EMPTY: &str = "application/vnd.oci.empty.v1+json";
+
+/// One platform's image in the layout.
+struct PlatformImage {
+    /// The image manifest's descriptor, with its platform.
+    manifest: Value,
+    config: Value,
+    layer: Value,
+    agent_size: usize,
+}
+
+/// Adds the image of the static agent `agent` (built for `arch`) to `blobs`.
+fn platform_image(
+    blobs: &mut Blobs,
+    agent: &[u8],
+    arch: &str,
+    epoch: u64,
+) -> anyhow::Result<PlatformImage> {
+    let created = rfc3339(epoch);
+    // The one layer: /sidecar-race-agent.
+    let layer_tar = tar(&[(BINARY, 0o755, Some(agent))], epoch)?;
+    let diff_id = format!("sha256:{}", sha256(&layer_tar));
+    let layer = blobs.add(
+        "application/vnd.oci.image.layer.v1.tar+gzip",
+        gzip(&layer_tar)?,
+    );
     let mut labels = json!({
         "org.opencontainers.image.title": "sidecar-race-agent",
         "org.opencontainers.image.description": "Node agent: sees sidecar startup/drain races in the kernel (eBPF) and reports them per pod",
@@ -266,61 +357,105 @@ pub fn image(reference: Option<String>) -> anyhow::Result<Built> {
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created": created, "created_by": "cargo xtask image"}],
     });
-    let config = serde_json::to_vec(&config)?;
-    let config_digest = sha256(&config);
+    let config = blobs.add(
+        "application/vnd.oci.image.config.v1+json",
+        serde_json::to_vec(&config)?,
+    );
     let manifest = json!({
         "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json",
-            "digest": format!("sha256:{config_digest}"),
-            "size": config.len(),
-        },
-        "layers": [{
-            "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-            "digest": format!("sha256:{layer_digest}"),
-            "size": layer.len(),
-        }],
+        "mediaType": MANIFEST,
+        "config": config,
+        "layers": [layer],
         "annotations": {
             "org.opencontainers.image.version": VERSION,
             "org.opencontainers.image.created": created,
         },
     });
-    let manifest = serde_json::to_vec(&manifest)?;
-    let manifest_digest = sha256(&manifest);
-    let index = json!({
+    let mut manifest = blobs.add(MANIFEST, serde_json::to_vec(&manifest)?);
+    manifest["platform"] = json!({"architecture": arch, "os": "linux"});
+    Ok(PlatformImage {
+        manifest,
+        config,
+        layer,
+        agent_size: agent.len(),
+    })
+}
+
+/// Builds the static agent for each of `arches` (OCI names; the host's when empty)
+/// and writes the image archive: index.json names one image index, which holds each
+/// platform's image manifest and, beside each, the SBOM referrer whose `subject` is
+/// that manifest.
+///
+/// The referrers are in the image's index rather than in index.json itself: `skopeo`
+/// and `podman load` refuse an `oci-archive:` whose index.json lists more than one
+/// manifest unless the user names one.
+pub fn image(reference: Option<String>, arches: &[String]) -> anyhow::Result<Built> {
+    let arches = match arches {
+        [] => vec![target()?.1.to_string()],
+        some => some.to_vec(),
+    };
+    let reference = reference.unwrap_or_else(|| format!("{REPOSITORY}:{VERSION}"));
+    let epoch = source_date_epoch();
+    let created = rfc3339(epoch);
+    let mut blobs = Blobs::default();
+    let mut manifests = Vec::new();
+    let mut images = Vec::new();
+    for arch in &arches {
+        let agent = fs::read(build_static_agent(arch)?)?;
+        let image = platform_image(&mut blobs, &agent, arch, epoch)?;
+        let sbom = sbom::cyclonedx(triple_of(arch)?)?;
+        let sbom_path = sbom_path(&workspace_root(), arch);
+        write_atomically(&sbom_path, &sbom)?;
+        let referrer = sbom_referrer(&mut blobs, &image.manifest, sbom, &created)?;
+        eprintln!(
+            "xtask: {arch}: image manifest {}, agent {} bytes, SBOM {}",
+            image.manifest["digest"].as_str().unwrap_or_default(),
+            image.agent_size,
+            sbom_path.display()
+        );
+        manifests.extend([image.manifest.clone(), referrer]);
+        images.push(image);
+    }
+
+    let image_index = json!({
         "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": format!("sha256:{manifest_digest}"),
-            "size": manifest.len(),
-            "platform": {"architecture": arch, "os": "linux"},
-            "annotations": {
-                // containerd (ctr import, docker 25+) names the image from this one ...
-                "io.containerd.image.name": reference,
-                // ... podman and skopeo from this one.
-                "org.opencontainers.image.ref.name": reference,
-            },
-        }],
+        "mediaType": INDEX,
+        "manifests": manifests,
     });
-    let index = serde_json::to_vec(&index)?;
-    // docker load before 25 reads this instead of index.json.
+    let mut image_index = blobs.add(INDEX, serde_json::to_vec(&image_index)?);
+    let digest = image_index["digest"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    image_index["annotations"] = json!({
+        // containerd (ctr import, docker 25+) names the image from this one ...
+        "io.containerd.image.name": reference,
+        // ... podman and skopeo from this one.
+        "org.opencontainers.image.ref.name": reference,
+    });
+    let index = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": INDEX,
+        "manifests": [image_index],
+    }))?;
+    // docker load before 25 reads this instead of index.json; it holds one
+    // platform's image, the first.
+    let blob_path = |desc: &Value| {
+        desc["digest"]
+            .as_str()
+            .unwrap_or_default()
+            .replace("sha256:", "blobs/sha256/")
+    };
     let docker_manifest = serde_json::to_vec(&json!([{
-        "Config": format!("blobs/sha256/{config_digest}"),
+        "Config": blob_path(&images[0].config),
         "RepoTags": [reference],
-        "Layers": [format!("blobs/sha256/{layer_digest}")],
+        "Layers": [blob_path(&images[0].layer)],
     }]))?;
 
-    let mut blobs = [
-        (config_digest.clone(), config.as_slice()),
-        (layer_digest.clone(), layer.as_slice()),
-        (manifest_digest.clone(), manifest.as_slice()),
-    ];
-    blobs.sort_by(|a, b| a.0.cmp(&b.0));
-    let blob_paths: Vec<String> = blobs
+    let blob_paths: Vec<(String, &[u8])> = blobs
+        .0
         .iter()
-        .map(|(d, _)| format!("blobs/sha256/{d}"))
+        .map(|(d, data)| (format!("blobs/sha256/{d}"), data.as_slice()))
         .collect();
     let mut entries: Vec<(&str, u32, Option<&[u8]>)> = vec![
         (
@@ -333,30 +468,74 @@ pub fn image(reference: Option<String>) -> anyhow::Result<Built> {
         ("blobs/", 0o755, None),
         ("blobs/sha256/", 0o755, None),
     ];
-    for (path, (_, data)) in blob_paths.iter().zip(blobs.iter()) {
+    for (path, data) in &blob_paths {
         entries.push((path, 0o644, Some(data)));
     }
     let archive_bytes = tar(&entries, epoch)?;
-
-    let dir = workspace_root().join("target/image");
-    fs::create_dir_all(&dir)?;
     let archive = archive_path(&workspace_root());
-    let tmp = archive.with_extension("tmp");
-    fs::write(&tmp, &archive_bytes)?;
-    fs::rename(&tmp, &archive)?;
+    write_atomically(&archive, &archive_bytes)?;
     eprintln!(
-        "xtask: wrote {} ({} bytes): {reference}, manifest sha256:{manifest_digest}, \
-         layer {} bytes compressed, agent {} bytes",
+        "xtask: wrote {} ({} bytes): {reference} for {}, index {digest}",
         archive.display(),
         archive_bytes.len(),
-        layer.len(),
-        agent.len()
+        arches.join(", "),
     );
     Ok(Built {
         archive,
         reference,
-        manifest_digest: format!("sha256:{manifest_digest}"),
+        digest,
     })
+}
+
+/// The SBOM as an OCI 1.1 referrer of the image manifest `image`: an image manifest
+/// whose `artifactType` is the SBOM's media type, with the empty config and the SBOM as
+/// its one layer. Its descriptor, with `artifactType` as OCI 1.1 indexes list
+/// referrers.
+fn sbom_referrer(
+    blobs: &mut Blobs,
+    image: &Value,
+    sbom: Vec<u8>,
+    created: &str,
+) -> anyhow::Result<Value> {
+    let mut empty = blobs.add(EMPTY, b"{}".to_vec());
+    empty["data"] = json!("e30=");
+    let mut layer = blobs.add(sbom::MEDIA_TYPE, sbom);
+    layer["annotations"] = json!({"org.opencontainers.image.title": SBOM_FILE});
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": MANIFEST,
+        "artifactType": sbom::MEDIA_TYPE,
+        "config": empty,
+        "layers": [layer],
+        "subject": {
+            "mediaType": image["mediaType"],
+            "digest": image["digest"],
+            "size": image["size"],
+        },
+        "annotations": {"org.opencontainers.image.created": created},
+    });
+    let mut desc = blobs.add(MANIFEST, serde_json::to_vec(&manifest)?);
+    desc["artifactType"] = json!(sbom::MEDIA_TYPE);
+    Ok(desc)
+}
+
+pub(crate) fn write_atomically(path: &Path, data: &[u8]) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, data).with_context(|| format!("cannot write {}", tmp.display()))?;
+    fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+const SBOM_FILE: &str = "sidecar-race-agent.cdx.json";
+
+/// Where `cargo xtask image` writes the SBOM it attaches for `arch` (CycloneDX JSON).
+pub fn sbom_path(root: &Path, arch: &str) -> PathBuf {
+    root.join(format!(
+        "target/image/sidecar-race-agent-{VERSION}-linux-{arch}.cdx.json"
+    ))
 }
 
 /// Where `cargo xtask image` writes the archive (tests/tests/cri_runtime.rs reads it).

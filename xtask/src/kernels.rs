@@ -93,6 +93,16 @@ pub fn ensure(apt: &mut Apt) -> anyhow::Result<()> {
 /// apt options that read Debian `suite` (and its security updates) from a private
 /// sources list and state directory, after updating them.
 fn private_apt(root: &Path, suite: &str) -> anyhow::Result<Vec<String>> {
+    private_apt_for(root, suite, None)
+}
+
+/// `private_apt`, reading the packages of `arch` instead of the machine's own (for
+/// `apt-get download`; dpkg's architectures are not touched).
+pub(crate) fn private_apt_for(
+    root: &Path,
+    suite: &str,
+    arch: Option<&str>,
+) -> anyhow::Result<Vec<String>> {
     if !Path::new(DEBIAN_KEYRING).is_file() {
         bail!("{DEBIAN_KEYRING} is missing (Debian: debian-archive-keyring); it verifies {suite}");
     }
@@ -118,6 +128,12 @@ fn private_apt(root: &Path, suite: &str) -> anyhow::Result<Vec<String>> {
         "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false".to_string(),
     ]
     .into_iter()
+    .chain(arch.into_iter().flat_map(|a| {
+        [
+            format!("APT::Architecture={a}"),
+            format!("APT::Architectures={a}"),
+        ]
+    }))
     .flat_map(|o| ["-o".to_string(), o])
     .collect();
     checked(
@@ -127,6 +143,31 @@ fn private_apt(root: &Path, suite: &str) -> anyhow::Result<Vec<String>> {
     )
     .with_context(|| format!("apt-get update of Debian {suite}"))?;
     Ok(options)
+}
+
+/// `apt-get download` of `spec` (`package[:arch]=version`) into the emptied directory
+/// `into`; the `.deb`.
+pub(crate) fn download_deb(
+    options: &[String],
+    spec: &str,
+    into: &Path,
+) -> anyhow::Result<std::path::PathBuf> {
+    let _ = fs::remove_dir_all(into);
+    fs::create_dir_all(into)?;
+    // apt drops privileges to `_apt` for downloads; let it write here.
+    let _ = checked(Command::new("chmod").arg("777").arg(into));
+    checked(
+        Command::new("apt-get")
+            .args(options)
+            .args(["download", "-q", spec])
+            .current_dir(into),
+    )
+    .with_context(|| format!("apt-get download {spec}"))?;
+    fs::read_dir(into)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .context("apt-get download left no .deb")
 }
 
 /// The real image package `meta` depends on, and its candidate version.
@@ -189,22 +230,7 @@ fn fetch(
     version: &str,
 ) -> anyhow::Result<()> {
     let cache = root.join("download");
-    let _ = fs::remove_dir_all(&cache);
-    fs::create_dir_all(&cache)?;
-    // apt drops privileges to `_apt` for downloads; let it write here.
-    let _ = checked(Command::new("chmod").arg("777").arg(&cache));
-    checked(
-        Command::new("apt-get")
-            .args(options)
-            .args(["download", "-q", &format!("{package}={version}")])
-            .current_dir(&cache),
-    )
-    .with_context(|| format!("apt-get download {package}"))?;
-    let deb = fs::read_dir(&cache)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .context("apt-get download left no .deb")?;
+    let deb = download_deb(options, &format!("{package}={version}"), &cache)?;
     let unpacked = cache.join("x");
     checked(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
     let vmlinuz = fs::read_dir(unpacked.join("boot"))?

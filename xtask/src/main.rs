@@ -3,10 +3,13 @@
 
 mod bench;
 mod cluster;
+mod cross;
 mod host;
 mod image;
 mod kernels;
+mod krew;
 mod run;
+mod sbom;
 mod setup;
 mod skipped;
 mod soak;
@@ -33,6 +36,18 @@ enum Task {
         /// The image reference recorded in the archive.
         #[arg(long, default_value_t = format!("{}:{}", image::REPOSITORY, image::VERSION))]
         name: String,
+        /// The architectures (amd64, arm64; the host's by default): one image index
+        /// holding each. arm64 is cross-built on an x86_64 host with Debian's
+        /// toolchain (see deploy/README.md).
+        #[arg(long, value_delimiter = ',')]
+        arch: Vec<String>,
+    },
+    /// Set up, then build the kubectl plugin's krew archive and manifest under
+    /// target/krew/ (`kubectl krew install --manifest=… --archive=…`).
+    Krew {
+        /// The architectures (amd64, arm64; the host's by default), as for `image`.
+        #[arg(long, value_delimiter = ',')]
+        arch: Vec<String>,
     },
     /// Set up, build, and run every test tier (root tiers fail when not root, unless
     /// SIDECAR_RACE_SKIP_ROOT=1 lets them skip; the summary counts the skipped).
@@ -75,22 +90,33 @@ fn main() -> anyhow::Result<()> {
             setup::ensure()?;
             build()
         }
-        Task::Image { name } => {
+        Task::Image { name, arch } => {
             setup::ensure()?;
-            let built = image::image(Some(name))?;
+            let built = image::image(Some(name), &arch)?;
             println!(
                 "{}\n{} {}",
                 built.archive.display(),
                 built.reference,
-                built.manifest_digest
+                built.digest
             );
+            Ok(())
+        }
+        Task::Krew { arch } => {
+            setup::ensure()?;
+            let built = krew::krew(&arch)?;
+            println!("{}", built.manifest.display());
+            for archive in built.archives {
+                println!("{}", archive.display());
+            }
             Ok(())
         }
         Task::Test { args } => {
             setup::ensure()?;
             build()?;
             // The real-runtime tier (tests/tests/cri_runtime.rs) runs the agent from it.
-            image::image(None)?;
+            image::image(None, &[])?;
+            // The krew tier (tests/tests/krew_plugin.rs) installs the plugin from it.
+            krew::krew(&[])?;
             let mut cmd = run::cargo();
             cmd.args(["test", "--workspace", "--no-fail-fast"])
                 .args(&args);

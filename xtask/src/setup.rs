@@ -99,6 +99,8 @@ pub fn ensure() -> anyhow::Result<()> {
         if !have("skopeo") {
             apt.want(&["skopeo"]);
         }
+        // `cargo xtask image --arch arm64`: the cross linker, when apt has it.
+        crate::cross::want_tools(&mut apt);
         // The cluster tier's PKI (xtask/src/cluster/pki.rs).
         if !have("openssl") {
             apt.want(&["openssl"]);
@@ -140,6 +142,8 @@ pub fn ensure() -> anyhow::Result<()> {
         // The cluster tier's Kubernetes, etcd and Prometheus Operator, built once per
         // machine (Go).
         crate::cluster::build_binaries()?;
+        // krew, which tests/tests/krew_plugin.rs installs the kubectl plugin with (Go).
+        crate::krew::ensure_tool()?;
     }
     eprintln!("xtask: setup complete");
     Ok(())

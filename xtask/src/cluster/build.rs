@@ -125,7 +125,7 @@ pub fn ensure() -> anyhow::Result<()> {
 }
 
 /// The `go` command, or a clear error.
-fn go() -> anyhow::Result<PathBuf> {
+pub(crate) fn go() -> anyhow::Result<PathBuf> {
     for candidate in ["go", "/usr/local/go/bin/go", "/usr/lib/go/bin/go"] {
         if let Some(v) = output(Command::new(candidate).arg("version")) {
             eprintln!("xtask: using {v}");
@@ -148,7 +148,7 @@ fn go_cmd(go: &Path, dir: &Path) -> Command {
 
 /// The wrapper module: `go.mod` (unless one is already there, e.g. from an interrupted
 /// build) and `tools.go` importing `packages`, then `go mod tidy`.
-fn wrapper(
+pub(crate) fn wrapper(
     go: &Path,
     dir: &Path,
     module: &str,
@@ -179,7 +179,7 @@ fn wrapper(
 }
 
 /// `go build` of `package` to `bin/<name>`, timed into build.log; skipped when present.
-fn build_one(
+pub(crate) fn build_one(
     go: &Path,
     dir: &Path,
     name: &str,

@@ -404,7 +404,7 @@ serializeImagePulls: false
 /// The agent as the README installs it, then deploy/monitoring on the operator's CRDs,
 /// and the operator to reconcile it.
 fn install_agent() -> anyhow::Result<()> {
-    let built = crate::image::image(None)?;
+    let built = crate::image::image(None, &[])?;
     checked(ctr().args(["images", "import"]).arg(&built.archive))?;
     let local = format!("{LOCAL_AGENT_REPOSITORY}:{}", crate::image::VERSION);
     checked(ctr().args(["images", "tag", "--force", &built.reference, &local]))?;
