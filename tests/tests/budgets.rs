@@ -81,7 +81,10 @@ fn a_container_flooding_from_50_sub_cgroups_spends_one_refusal_budget() {
         .collect();
 
     std::thread::sleep(
-        start_at.duration_since(SystemTime::now()).unwrap_or_default() + Duration::from_secs(1),
+        start_at
+            .duration_since(SystemTime::now())
+            .unwrap_or_default()
+            + Duration::from_secs(1),
     );
     let (race_pod, _) = race_beside(&pods_file, &ns, &flood_manifest, RACE_REFUSALS);
     for pid in flooders {

@@ -50,6 +50,10 @@ pub struct KernelArgs {
         default_missing_value = "true"
     )]
     pub tp_btf: bool,
+    /// Entries of every kernel LRU table (connects in flight, listeners, local
+    /// refusals, budgets) instead of their built-in sizes; for tests that fill them.
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u32).range(16..))]
+    pub kernel_lru_entries: Option<u32>,
     #[command(flatten)]
     pub pods: PodSourceArgs,
 }
@@ -119,6 +123,7 @@ impl KernelArgs {
                     self.refusal_refill_per_second,
                 ),
                 set_state_btf: self.tp_btf,
+                lru_entries: self.kernel_lru_entries,
                 ..ProbeOptions::default()
             },
             channel_capacity: self.channel_capacity.max(1),

@@ -19,7 +19,7 @@ use thiserror::Error;
 
 use super::{
     btf,
-    counters::KernelCounters,
+    counters::{KernelCounters, LruTables},
     layout::{KernelLayout, TRACEPOINTS, Tracepoint},
 };
 use crate::events::Kind;
@@ -78,7 +78,19 @@ pub struct ProbeOptions {
     pub control_budget: RefusalBudget,
     /// Try the BTF tracepoint for `inet_sock_set_state` before the tracefs one.
     pub set_state_btf: bool,
+    /// Entries of every kernel LRU table instead of their built-in sizes: for tests
+    /// that fill them.
+    pub lru_entries: Option<u32>,
 }
+
+/// The kernel's LRU tables, which `ProbeOptions::lru_entries` resizes.
+const LRU_TABLES: [&str; 5] = [
+    "CONNECTING",
+    "LISTENING",
+    "LOCAL_REFUSALS",
+    "BUDGET",
+    "CONTROL_BUDGET",
+];
 
 impl Default for ProbeOptions {
     fn default() -> Self {
@@ -88,6 +100,7 @@ impl Default for ProbeOptions {
             refusal_budget: RefusalBudget::new(REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND),
             control_budget: RefusalBudget::new(CONTROL_BURST, CONTROL_REFILL_PER_SECOND),
             set_state_btf: true,
+            lru_entries: None,
         }
     }
 }
@@ -209,12 +222,17 @@ impl Probes {
         };
         let config_bytes = config_bytes(&config);
         let task_bytes = task_bytes(&task.unwrap_or(TaskFields::UNSET));
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .override_global("CONFIG", &config_bytes, true)
             .override_global("TASK", &task_bytes, true)
-            .map_max_entries("EVENTS", size)
-            .load(OBJECT)
-            .map_err(ProbeError::Load)?;
+            .map_max_entries("EVENTS", size);
+        if let Some(entries) = opts.lru_entries {
+            for table in LRU_TABLES {
+                loader.map_max_entries(table, entries);
+            }
+        }
+        let mut ebpf = loader.load(OBJECT).map_err(ProbeError::Load)?;
 
         let mut attached = Vec::new();
         let mut degraded = Vec::new();
@@ -268,11 +286,16 @@ impl Probes {
                     cause,
                 }
             })?;
+        let tables = LruTables {
+            budget: hash_map(&mut ebpf, "BUDGET")?,
+            control_budget: hash_map(&mut ebpf, "CONTROL_BUDGET")?,
+            local_refusals: hash_map(&mut ebpf, "LOCAL_REFUSALS")?,
+        };
         Ok(Self {
             _ebpf: ebpf,
             ring: Some(ring),
             control: Some(control),
-            counters: Arc::new(KernelCounters::new(counters)),
+            counters: Arc::new(KernelCounters::new(counters, tables)),
             suppressed,
             charge_points,
             per_cgroup_budgets,
@@ -337,6 +360,14 @@ fn has_cmpxchg() -> bool {
 fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, ProbeError> {
     ebpf.take_map(name)
         .ok_or_else(|| ProbeError::Missing(format!("{name} map")))
+}
+
+/// A hash or LRU hash map of the object, typed.
+fn hash_map<K: aya::Pod, V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<BpfHashMap<MapData, K, V>, ProbeError> {
+    BpfHashMap::try_from(take(ebpf, name)?).map_err(|cause| ProbeError::Map { name, cause })
 }
 
 /// Loads and attaches the BTF tracepoint program; the reason as text when it cannot.
