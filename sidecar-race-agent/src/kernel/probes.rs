@@ -273,19 +273,8 @@ impl Probes {
                 cause,
             }
         })?;
-        let suppressed = BpfHashMap::try_from(take(&mut ebpf, "SUPPRESSED")?).map_err(|cause| {
-            ProbeError::Map {
-                name: "SUPPRESSED",
-                cause,
-            }
-        })?;
-        let charge_points =
-            BpfHashMap::try_from(take(&mut ebpf, "CHARGE_POINTS")?).map_err(|cause| {
-                ProbeError::Map {
-                    name: "CHARGE_POINTS",
-                    cause,
-                }
-            })?;
+        let suppressed = hash_map(&mut ebpf, "SUPPRESSED")?;
+        let charge_points = hash_map(&mut ebpf, "CHARGE_POINTS")?;
         let tables = LruTables {
             budget: hash_map(&mut ebpf, "BUDGET")?,
             control_budget: hash_map(&mut ebpf, "CONTROL_BUDGET")?,
