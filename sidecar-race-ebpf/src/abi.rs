@@ -63,6 +63,11 @@ pub const AF_INET6: u16 = 10;
 /// (`control_suppressed`). `CONNECTING_GONE` and `LISTENING_GONE` count sockets that
 /// left SYN_SENT or LISTEN without an entry in their LRU table: evicted by a full
 /// table (or made before the programs were loaded).
+///
+/// The other LRU tables cannot tell an eviction where it happens, so the kernel
+/// counts the entries it makes (`*_MADE`) and, for `LOCAL_REFUSALS`, those it used
+/// and removed (`LOCAL_REFUSALS_USED`); the agent subtracts the entries still in
+/// the table, and what is left was evicted.
 pub mod counter {
     use super::kind;
     pub const SUPPRESSED: u32 = 2 * kind::COUNT as u32;
@@ -72,7 +77,11 @@ pub mod counter {
     pub const CONTROL_SUPPRESSED_UNKEYED: u32 = CONTROL_SUPPRESSED + kind::COUNT as u32;
     pub const CONNECTING_GONE: u32 = CONTROL_SUPPRESSED_UNKEYED + 1;
     pub const LISTENING_GONE: u32 = CONNECTING_GONE + 1;
-    pub const SLOTS: u32 = LISTENING_GONE + 1;
+    pub const BUDGET_MADE: u32 = LISTENING_GONE + 1;
+    pub const CONTROL_BUDGET_MADE: u32 = BUDGET_MADE + 1;
+    pub const LOCAL_REFUSALS_MADE: u32 = CONTROL_BUDGET_MADE + 1;
+    pub const LOCAL_REFUSALS_USED: u32 = LOCAL_REFUSALS_MADE + 1;
+    pub const SLOTS: u32 = LOCAL_REFUSALS_USED + 1;
     pub const fn seen(kind: u8) -> u32 {
         kind as u32
     }

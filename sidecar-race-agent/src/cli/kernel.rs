@@ -56,6 +56,10 @@ pub struct KernelArgs {
     /// closes); `off` attaches no Unix socket hook.
     #[arg(long, env = "SIDECAR_RACE_UNIX_HOOKS", value_enum, default_value_t = UnixHookChoice::Auto)]
     pub unix_hooks: UnixHookChoice,
+    /// Entries of every kernel LRU table (connects in flight, listeners, local
+    /// refusals, budgets) instead of their built-in sizes; for tests that fill them.
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u32).range(16..))]
+    pub kernel_lru_entries: Option<u32>,
     #[command(flatten)]
     pub pods: PodSourceArgs,
 }
@@ -126,6 +130,7 @@ impl KernelArgs {
                 ),
                 set_state_btf: self.tp_btf,
                 unix_hooks: self.unix_hooks,
+                lru_entries: self.kernel_lru_entries,
                 ..ProbeOptions::default()
             },
             channel_capacity: self.channel_capacity.max(1),

@@ -3,13 +3,31 @@
 
 use std::collections::BTreeMap;
 
-use aya::maps::{MapData, PerCpuArray};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
+use parking_lot::Mutex;
 use sidecar_race_ebpf::abi::{counter, kind};
 
-use super::probes::{KindCounts, ProbeError};
+use super::{
+    evicted::{Evicted, Made},
+    probes::{KindCounts, ProbeError},
+};
 use crate::events::Kind;
 
-pub struct KernelCounters(PerCpuArray<MapData, u64>);
+/// The LRU tables whose evictions are told from what the kernel made, used and still
+/// holds (see [`Evicted`]).
+pub(super) struct LruTables {
+    pub budget: BpfHashMap<MapData, u64, u64>,
+    pub control_budget: BpfHashMap<MapData, u64, u64>,
+    /// Keyed by `abi::ClientEnd`, valued by the programs' `LocalRefusal` (32 bytes).
+    pub local_refusals: BpfHashMap<MapData, [u8; 24], [u8; 32]>,
+}
+
+pub struct KernelCounters {
+    counters: PerCpuArray<MapData, u64>,
+    tables: LruTables,
+    /// Evictions reported so far per table, so the counters never go back.
+    evicted: Mutex<[Evicted; 3]>,
+}
 
 impl std::fmt::Debug for KernelCounters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -18,25 +36,61 @@ impl std::fmt::Debug for KernelCounters {
 }
 
 impl KernelCounters {
-    pub(super) fn new(map: PerCpuArray<MapData, u64>) -> Self {
-        Self(map)
+    pub(super) fn new(counters: PerCpuArray<MapData, u64>, tables: LruTables) -> Self {
+        Self {
+            counters,
+            tables,
+            evicted: Mutex::default(),
+        }
     }
 
     /// Counter `slot`, summed over CPUs.
     pub(super) fn sum(&self, slot: u32) -> Result<u64, ProbeError> {
-        let values = self.0.get(&slot, 0).map_err(|cause| ProbeError::Map {
-            name: "COUNTERS",
-            cause,
-        })?;
+        let values = self
+            .counters
+            .get(&slot, 0)
+            .map_err(|cause| ProbeError::Map {
+                name: "COUNTERS",
+                cause,
+            })?;
         Ok(values.iter().sum())
     }
 
-    /// Sockets that left SYN_SENT or LISTEN without their entry in the kernel's LRU
-    /// table (evicted when it was full, or older than the programs), per table.
-    pub fn entries_gone(&self) -> Result<[(&'static str, u64); 2], ProbeError> {
+    /// Entries of the kernel's LRU tables that were gone before their use, per table:
+    /// sockets that left SYN_SENT or LISTEN without their entry (evicted when the
+    /// table was full, or older than the programs), and budgets and local refusals the
+    /// full table evicted (a forgotten container starts with a full burst again; a
+    /// redirected refusal loses its local destination).
+    pub fn entries_gone(&self) -> Result<[(&'static str, u64); 5], ProbeError> {
+        let t = &self.tables;
+        // What was made is read before what is left and what was used after it, so
+        // an entry made or used during the read is never taken for an eviction.
+        let made = [
+            self.sum(counter::BUDGET_MADE)?,
+            self.sum(counter::CONTROL_BUDGET_MADE)?,
+            self.sum(counter::LOCAL_REFUSALS_MADE)?,
+        ];
+        let left = [
+            live(t.budget.keys()),
+            live(t.control_budget.keys()),
+            live(t.local_refusals.keys()),
+        ];
+        let used = [0, 0, self.sum(counter::LOCAL_REFUSALS_USED)?];
+        let mut evicted = self.evicted.lock();
+        let mut gone = [0; 3];
+        for i in 0..3 {
+            gone[i] = evicted[i].update(Made {
+                made: made[i],
+                left: left[i],
+                used: used[i],
+            });
+        }
         Ok([
             ("connecting", self.sum(counter::CONNECTING_GONE)?),
             ("listening", self.sum(counter::LISTENING_GONE)?),
+            ("budget", gone[0]),
+            ("control_budget", gone[1]),
+            ("local_refusals", gone[2]),
         ])
     }
 
@@ -60,4 +114,13 @@ impl KernelCounters {
             })
             .collect()
     }
+}
+
+/// Entries in a table now; a key that cannot be read ends the walk (the kernel
+/// restarts a walk whose key was deleted meanwhile: counted twice is too many left,
+/// which only delays an eviction's count).
+fn live<K>(keys: impl Iterator<Item = Result<K, aya::maps::MapError>>) -> u64 {
+    // A walk restarted again and again by deletions still ends.
+    const MOST: usize = 1 << 18;
+    keys.map_while(Result::ok).take(MOST).count() as u64
 }

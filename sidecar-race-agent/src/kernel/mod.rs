@@ -3,6 +3,7 @@
 
 pub mod btf;
 pub mod counters;
+mod evicted;
 pub mod layout;
 pub mod probes;
 pub mod requirements;

@@ -20,7 +20,7 @@ use thiserror::Error;
 
 use super::{
     btf,
-    counters::KernelCounters,
+    counters::{KernelCounters, LruTables},
     layout::{KernelLayout, TRACEPOINTS, Tracepoint},
     unix_hooks::{self, UnixCoverage, UnixHookChoice},
 };
@@ -82,7 +82,19 @@ pub struct ProbeOptions {
     pub set_state_btf: bool,
     /// Which Unix domain socket hooks to use.
     pub unix_hooks: UnixHookChoice,
+    /// Entries of every kernel LRU table instead of their built-in sizes: for tests
+    /// that fill them.
+    pub lru_entries: Option<u32>,
 }
+
+/// The kernel's LRU tables, which `ProbeOptions::lru_entries` resizes.
+const LRU_TABLES: [&str; 5] = [
+    "CONNECTING",
+    "LISTENING",
+    "LOCAL_REFUSALS",
+    "BUDGET",
+    "CONTROL_BUDGET",
+];
 
 impl Default for ProbeOptions {
     fn default() -> Self {
@@ -93,6 +105,7 @@ impl Default for ProbeOptions {
             control_budget: RefusalBudget::new(CONTROL_BURST, CONTROL_REFILL_PER_SECOND),
             set_state_btf: true,
             unix_hooks: UnixHookChoice::Auto,
+            lru_entries: None,
         }
     }
 }
@@ -225,13 +238,18 @@ impl Probes {
         let unix_bytes = plain_bytes(&unix_config);
         let config_bytes = config_bytes(&config);
         let task_bytes = task_bytes(&task.unwrap_or(TaskFields::UNSET));
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .override_global("CONFIG", &config_bytes, true)
             .override_global("TASK", &task_bytes, true)
             .override_global("UNIX", &unix_bytes, true)
-            .map_max_entries("EVENTS", size)
-            .load(OBJECT)
-            .map_err(ProbeError::Load)?;
+            .map_max_entries("EVENTS", size);
+        if let Some(entries) = opts.lru_entries {
+            for table in LRU_TABLES {
+                loader.map_max_entries(table, entries);
+            }
+        }
+        let mut ebpf = loader.load(OBJECT).map_err(ProbeError::Load)?;
 
         let mut attached = Vec::new();
         let mut degraded = Vec::new();
@@ -278,24 +296,18 @@ impl Probes {
                 cause,
             }
         })?;
-        let suppressed = BpfHashMap::try_from(take(&mut ebpf, "SUPPRESSED")?).map_err(|cause| {
-            ProbeError::Map {
-                name: "SUPPRESSED",
-                cause,
-            }
-        })?;
-        let charge_points =
-            BpfHashMap::try_from(take(&mut ebpf, "CHARGE_POINTS")?).map_err(|cause| {
-                ProbeError::Map {
-                    name: "CHARGE_POINTS",
-                    cause,
-                }
-            })?;
+        let suppressed = hash_map(&mut ebpf, "SUPPRESSED")?;
+        let charge_points = hash_map(&mut ebpf, "CHARGE_POINTS")?;
+        let tables = LruTables {
+            budget: hash_map(&mut ebpf, "BUDGET")?,
+            control_budget: hash_map(&mut ebpf, "CONTROL_BUDGET")?,
+            local_refusals: hash_map(&mut ebpf, "LOCAL_REFUSALS")?,
+        };
         Ok(Self {
             _ebpf: ebpf,
             ring: Some(ring),
             control: Some(control),
-            counters: Arc::new(KernelCounters::new(counters)),
+            counters: Arc::new(KernelCounters::new(counters, tables)),
             suppressed,
             charge_points,
             per_cgroup_budgets,
@@ -361,6 +373,14 @@ fn has_cmpxchg() -> bool {
 fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, ProbeError> {
     ebpf.take_map(name)
         .ok_or_else(|| ProbeError::Missing(format!("{name} map")))
+}
+
+/// A hash or LRU hash map of the object, typed.
+fn hash_map<K: aya::Pod, V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<BpfHashMap<MapData, K, V>, ProbeError> {
+    BpfHashMap::try_from(take(ebpf, name)?).map_err(|cause| ProbeError::Map { name, cause })
 }
 
 /// Loads and attaches the BTF tracepoint program; the reason as text when it cannot.

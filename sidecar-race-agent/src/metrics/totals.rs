@@ -90,7 +90,7 @@ impl Collector for TotalsCollector {
             }
             let mut family = encoder.encode_descriptor(
                 "kernel_table_entries_gone",
-                "Sockets whose entry in a kernel LRU table (connecting, listening) was gone when they left that state: evicted by a full table, or older than the agent.",
+                "Entries of a kernel LRU table gone before their use: sockets that left SYN_SENT or LISTEN without theirs (evicted, or older than the agent), budgets and local refusals a full table evicted.",
                 None,
                 MetricType::Counter,
             )?;

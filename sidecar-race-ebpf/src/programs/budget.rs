@@ -26,6 +26,8 @@ pub struct Ledger {
     pub suppressed_slot: u32,
     /// Counted for those the per-cgroup map had no room for.
     pub unkeyed_slot: u32,
+    /// Counted for every budget entry made (the agent tells evictions from it).
+    pub made_slot: u32,
 }
 
 /// Whether a record charged to `cgroup_id` at `now` may be sent; takes its token if so.
@@ -43,9 +45,13 @@ pub fn admit<const CMPXCHG: bool>(
     }
     let Some(entry) = ledger.budget.get_ptr_mut(&cgroup_id) else {
         let next = budget.admit(0, now).unwrap_or(now);
-        let _ = ledger
+        if ledger
             .budget
-            .insert(&cgroup_id, &budget_entry(next, cgroup_id), 0);
+            .insert(&cgroup_id, &budget_entry(next, cgroup_id), 0)
+            .is_ok()
+        {
+            count(ledger.made_slot);
+        }
         return true;
     };
     // Two tries: another CPU charging the same cgroup may update the entry between

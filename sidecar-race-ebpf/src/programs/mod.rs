@@ -71,6 +71,7 @@ pub fn refusals() -> budget::Ledger {
         suppressed: &SUPPRESSED,
         suppressed_slot: counter::SUPPRESSED,
         unkeyed_slot: counter::SUPPRESSED_UNKEYED,
+        made_slot: counter::BUDGET_MADE,
     }
 }
 
@@ -82,6 +83,7 @@ pub fn control(k: u8) -> budget::Ledger {
         suppressed: &CONTROL_SUPPRESSED,
         suppressed_slot: counter::control_suppressed(k),
         unkeyed_slot: counter::CONTROL_SUPPRESSED_UNKEYED,
+        made_slot: counter::CONTROL_BUDGET_MADE,
     }
 }
 

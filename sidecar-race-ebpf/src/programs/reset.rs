@@ -70,7 +70,7 @@ fn refused<const CMPXCHG: bool>(
     let ledger = refusals();
     if !budget::admit::<CMPXCHG>(&ledger, config!(refusal_budget), charged, now) {
         budget::suppress(&ledger, charged);
-        let _ = LOCAL_REFUSALS.remove(&client);
+        forget_local_refusal(&client);
         return Ok(0);
     }
     let Some(mut entry) = EVENTS.reserve::<SocketEvent>(0) else {
@@ -103,7 +103,7 @@ fn refused<const CMPXCHG: bool>(
             }
         }
     }
-    let _ = LOCAL_REFUSALS.remove(&client);
+    forget_local_refusal(&client);
     entry.submit(0);
     Ok(0)
 }
@@ -140,8 +140,19 @@ fn try_send_reset(ctx: &TracePointContext) -> Result<u32, u32> {
         _pad: [0; 6],
         ts_boot_ns: now_boot_ns(),
     };
-    let _ = LOCAL_REFUSALS.insert(&key, &value, 0);
+    if LOCAL_REFUSALS.insert(&key, &value, 0).is_ok() {
+        count(counter::LOCAL_REFUSALS_MADE);
+    }
     Ok(0)
+}
+
+/// Removes the local refusal a reset to `client` used (or found too old); counted,
+/// so the agent can tell the entries the full table evicted unused.
+#[inline(always)]
+fn forget_local_refusal(client: &ClientEnd) {
+    if LOCAL_REFUSALS.remove(client).is_ok() {
+        count(counter::LOCAL_REFUSALS_USED);
+    }
 }
 
 /// Decodes a `sockaddr_in` / `sockaddr_in6` into (v6-form address, host-order port).
