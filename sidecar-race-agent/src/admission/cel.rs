@@ -98,6 +98,29 @@ pub fn is_known_server(c: &str) -> String {
     format!("({})", conditions.join(" || "))
 }
 
+/// `c` is a known sidecar given one of its socket flags (`--unix-socket=/cloudsql`):
+/// lint judges such a proxy by its socket (SR012), which the policy does not, rather
+/// than as a server of a port it never names (SR001). Lint looks further (is the
+/// socket's volume mounted by an app?); the policy stays silent on both.
+pub fn serves_socket(c: &str) -> String {
+    let conditions: Vec<String> = CATALOG
+        .sidecars
+        .iter()
+        .filter(|s| !s.socket_flags.is_empty())
+        .map(|s| {
+            let flags = strings(s.socket_flags.iter().map(String::as_str));
+            format!(
+                "({} && ({c}.?command.orValue([]) + {c}.?args.orValue([])).exists(w, w in {flags} || {flags}.exists(f, w.startsWith(f + '='))))",
+                is_sidecar(c, s)
+            )
+        })
+        .collect();
+    if conditions.is_empty() {
+        return "false".into();
+    }
+    format!("({})", conditions.join(" || "))
+}
+
 /// `c` declares a TCP port (`PodInfo`'s ports).
 pub fn declares_tcp(c: &str) -> String {
     format!("{c}.?ports.orValue([]).exists(p, p.?protocol.orValue('TCP') == 'TCP')")

@@ -46,12 +46,13 @@ fn finding_variable(rule: Rule) -> String {
 
 /// The names of the containers `rule` finds, as a CEL list of strings.
 fn findings(rule: Rule) -> String {
-    use cel::{declares_tcp, dials, is_known_server, seen_ports, sleeps_first};
+    use cel::{declares_tcp, dials, is_known_server, seen_ports, serves_socket, sleeps_first};
     match rule {
         Rule::ClassicSidecarServesPort => format!(
-            "variables.classic.filter(c, {} || {}).map(c, c.name)",
+            "variables.classic.filter(c, {} || ({} && !{})).map(c, c.name)",
             declares_tcp("c"),
-            is_known_server("c")
+            is_known_server("c"),
+            serves_socket("c")
         ),
         Rule::JobWithClassicSidecar => {
             "object.kind in ['Job', 'CronJob'] ? variables.classic.map(c, c.name) : []".into()
