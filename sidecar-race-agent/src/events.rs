@@ -110,7 +110,7 @@ pub struct SocketFact {
     pub dst: Option<SocketAddr>,
     /// Where the local stack refused the SYN, when that differs from `dst` (a NAT redirect).
     pub local_dst: Option<SocketAddr>,
-    /// When the connect (SYN_SENT) or listen started, boot ns; 0 when unknown.
+    /// When the listen started, boot ns; 0 when unknown, and for refusals.
     pub start_boot_ns: u64,
 }
 

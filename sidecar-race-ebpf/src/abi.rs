@@ -135,8 +135,9 @@ pub struct SocketEvent {
     pub dst_addr: [u8; 16],
     /// Where the local stack refused the SYN (after NAT, e.g. a REDIRECT to 127.0.0.1:15001).
     pub local_dst_addr: [u8; 16],
-    /// For `refused`: when the socket entered SYN_SENT (boot ns). For listeners: when it
-    /// entered LISTEN, if known. 0 when unknown.
+    /// For listeners: when the socket entered LISTEN (boot ns), if known. 0 when unknown,
+    /// and for `refused` (a connect's start is not recorded: it would cost a clock read
+    /// on every connect).
     pub start_boot_ns: u64,
 }
 

@@ -12,22 +12,24 @@ pub struct InetSockSetState {
     pub oldstate: u16,
     pub newstate: u16,
     pub sport: u16,
-    pub dport: u16,
     pub family: u16,
     pub protocol: u16,
     pub saddr_v6: u16,
-    pub daddr_v6: u16,
-    pub _pad: [u16; 3],
+    pub _pad: u16,
 }
 
-/// `tcp:tcp_receive_reset`.
+/// `tcp:tcp_receive_reset`. A refused connect's both ends come from this record, so
+/// nothing about the destination is read when a connect starts.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpReceiveReset {
     pub skaddr: u16,
     pub sport: u16,
+    pub dport: u16,
+    /// `MISSING` before 5.6: the family then follows from the v4-mapped address.
     pub family: u16,
     pub saddr_v6: u16,
+    pub daddr_v6: u16,
 }
 
 /// `tcp:tcp_send_reset` in its socket-less shape (kernel 6.10+): `saddr`/`daddr` are
@@ -62,12 +64,6 @@ pub struct SockFields {
     pub protocol: u16,
     /// `skc_family` (u16).
     pub family: u16,
-    /// `skc_dport` (network order).
-    pub dport: u16,
-    /// `skc_daddr` (4 bytes).
-    pub daddr: u16,
-    /// `skc_v6_daddr` (16 bytes).
-    pub v6_daddr: u16,
     /// `inet_sock.inet_sport` (network order).
     pub sport: u16,
     /// `inet_sock.inet_saddr` (4 bytes).
@@ -76,7 +72,7 @@ pub struct SockFields {
     pub v6_saddr: u16,
     /// `skc_state` (u8): whether a socket that receives a reset is still connecting.
     pub state: u16,
-    pub _pad: [u16; 3],
+    pub _pad: [u16; 2],
 }
 
 /// Byte offsets for finding the cgroup ancestors of a socket or of the current task,
@@ -172,7 +168,7 @@ pub struct Config {
     pub cgroup: CgroupFields,
 }
 
-const _: () = assert!(core::mem::size_of::<Config>() == 136);
+const _: () = assert!(core::mem::size_of::<Config>() == 128);
 
 /// Control records (listener up/down, cgroup made/removed) a container may send in
 /// one burst: a pod's start makes a handful.
@@ -288,18 +284,18 @@ impl Config {
             oldstate: M,
             newstate: M,
             sport: M,
-            dport: M,
             family: M,
             protocol: M,
             saddr_v6: M,
-            daddr_v6: M,
-            _pad: [0; 3],
+            _pad: 0,
         },
         receive_reset: TcpReceiveReset {
             skaddr: M,
             sport: M,
+            dport: M,
             family: M,
             saddr_v6: M,
+            daddr_v6: M,
         },
         send_reset: TcpSendReset {
             skaddr: M,
@@ -315,14 +311,11 @@ impl Config {
         sock: SockFields {
             protocol: M,
             family: M,
-            dport: M,
-            daddr: M,
-            v6_daddr: M,
             sport: M,
             saddr: M,
             v6_saddr: M,
             state: M,
-            _pad: [0; 3],
+            _pad: [0; 2],
         },
         control_budget: RefusalBudget::OFF,
         cgroup: CgroupFields::UNSET,

@@ -134,6 +134,13 @@ pub struct SyscallArgs {
     pub bind_addrlen: u16,
     /// `fd` of `sys_enter_bind` and `sys_enter_listen` (the same offset).
     pub fd: u16,
+    /// Where `struct pt_regs` keeps the syscall's arguments at its exit (this
+    /// architecture's calling convention): `connect`'s address and its length, then
+    /// `sendto`'s. `MISSING` on an architecture the agent does not know.
+    pub regs_connect_addr: u16,
+    pub regs_connect_addrlen: u16,
+    pub regs_sendto_addr: u16,
+    pub regs_sendto_addrlen: u16,
 }
 
 impl SyscallArgs {
@@ -146,6 +153,10 @@ impl SyscallArgs {
         bind_addr: MISSING,
         bind_addrlen: MISSING,
         fd: MISSING,
+        regs_connect_addr: MISSING,
+        regs_connect_addrlen: MISSING,
+        regs_sendto_addr: MISSING,
+        regs_sendto_addrlen: MISSING,
     };
 }
 
@@ -157,7 +168,7 @@ pub struct UnixConfig {
     pub syscalls: SyscallArgs,
 }
 
-const _: () = assert!(size_of::<UnixConfig>() == 44);
+const _: () = assert!(size_of::<UnixConfig>() == 52);
 
 impl UnixConfig {
     pub const UNSET: UnixConfig = UnixConfig {

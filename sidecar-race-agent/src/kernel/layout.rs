@@ -151,20 +151,20 @@ fn fill(config: &mut Config, tp: &Tracepoint, fmt: &EventFormat) -> Result<(), S
                 oldstate: f("oldstate", &[4])?,
                 newstate: f("newstate", &[4])?,
                 sport: f("sport", &[2])?,
-                dport: f("dport", &[2])?,
                 family: f("family", &[2])?,
                 protocol: f("protocol", &[2])?,
                 saddr_v6: f("saddr_v6", &[16])?,
-                daddr_v6: f("daddr_v6", &[16])?,
-                _pad: [0; 3],
+                _pad: 0,
             }
         }
         "tcp_receive_reset" => {
             config.receive_reset = TcpReceiveReset {
                 skaddr: f("skaddr", &[8])?,
                 sport: f("sport", &[2])?,
+                dport: f("dport", &[2])?,
                 family: f("family", &[2]).unwrap_or(MISSING),
                 saddr_v6: f("saddr_v6", &[16])?,
+                daddr_v6: f("daddr_v6", &[16])?,
             }
         }
         "tcp_send_reset" => {
@@ -239,7 +239,8 @@ mod tests {
         let l = build(fixtures("6.18"));
         assert!(l.unusable.is_empty(), "{:?}", l.unusable);
         assert_eq!(l.config.set_state.skaddr, 8);
-        assert_eq!(l.config.set_state.daddr_v6, 56);
+        assert_eq!(l.config.set_state.saddr_v6, 40);
+        assert_eq!(l.config.receive_reset.daddr_v6, 46);
         assert_eq!(l.config.receive_reset.saddr_v6, 30);
         assert_eq!(l.config.send_reset.saddr, 32);
         assert_eq!(l.config.send_reset.daddr, 60);
@@ -306,15 +307,15 @@ mod tests {
             )
             .unwrap()
             .replace(
-                "__u8 daddr_v6[16];\toffset:56;\tsize:16;",
-                "__u8 daddr_v6[8];\toffset:56;\tsize:8;",
+                "__u8 daddr_v6[16];\toffset:46;\tsize:16;",
+                "__u8 daddr_v6[8];\toffset:46;\tsize:8;",
             );
             parse_format(tp.name, &text)
         });
         let u = l
             .unusable
             .iter()
-            .find(|u| u.tracepoint.name == "inet_sock_set_state")
+            .find(|u| u.tracepoint.name == "tcp_receive_reset")
             .unwrap();
         assert!(u.reason.contains("daddr_v6"), "{}", u.reason);
     }

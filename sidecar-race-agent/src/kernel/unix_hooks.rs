@@ -7,7 +7,10 @@ use aya::{
     Btf as AyaBtf, Ebpf,
     programs::{FEntry, FExit, TracePoint},
 };
-use sidecar_race_ebpf::unix::{SyscallArgs, UnixFields};
+use sidecar_race_ebpf::{
+    layout::MISSING,
+    unix::{SyscallArgs, UnixFields},
+};
 use thiserror::Error;
 
 use super::{
@@ -135,7 +138,12 @@ pub fn syscall_args(tracefs: &Tracefs) -> Result<SyscallArgs, UnixHookError> {
             reason: "`fd` is not where sys_enter_bind has it".into(),
         });
     }
+    let regs = |n: usize| SYSCALL_ARG_REGS.map_or(MISSING, |r| r[n]);
     Ok(SyscallArgs {
+        regs_connect_addr: regs(1),
+        regs_connect_addrlen: regs(2),
+        regs_sendto_addr: regs(4),
+        regs_sendto_addrlen: regs(5),
         connect_addr: field("sys_enter_connect", "uservaddr")?,
         connect_addrlen: field("sys_enter_connect", "addrlen")?,
         sendto_addr: field("sys_enter_sendto", "addr")?,
@@ -147,6 +155,19 @@ pub fn syscall_args(tracefs: &Tracefs) -> Result<SyscallArgs, UnixHookError> {
     })
 }
 
+/// Offsets in `struct pt_regs` of a syscall's six arguments as the task entered it
+/// (the architecture's syscall convention; stable kernel ABI), for the agent's own
+/// architecture, which is the kernel's.
+const SYSCALL_ARG_REGS: Option<[u16; 6]> = if cfg!(target_arch = "x86_64") {
+    // di, si, dx, r10, r8, r9
+    Some([112, 104, 96, 56, 72, 64])
+} else if cfg!(target_arch = "aarch64") {
+    // regs[0..6]; regs[0] is the return value by the exit, the others are kept.
+    Some([0, 8, 16, 24, 32, 40])
+} else {
+    None
+};
+
 /// (program, kernel function) of the `fexit` hooks, then the `fentry` one.
 const FEXITS: [(&str, &str); 4] = [
     ("unix_stream_connect", "unix_stream_connect"),
@@ -155,12 +176,21 @@ const FEXITS: [(&str, &str); 4] = [
     ("unix_listen", "unix_listen"),
 ];
 const FENTRY: (&str, &str) = ("unix_release", "unix_release");
-/// (program, syscall tracepoint).
-const SYSCALLS: [(&str, &str); 8] = [
+/// (program, syscall tracepoint): connects and sends by their exits alone, reading
+/// the arguments from the task's registers (5.15+ with BTF)...
+const CALLS_BY_REGISTERS: [(&str, &str); 2] = [
+    ("unix_sys_exit_connect_regs", "sys_exit_connect"),
+    ("unix_sys_exit_sendto_regs", "sys_exit_sendto"),
+];
+/// ... else by entry and exit, paired through a per-thread map.
+const CALLS_PAIRED: [(&str, &str); 4] = [
     ("unix_sys_enter_connect", "sys_enter_connect"),
     ("unix_sys_enter_sendto", "sys_enter_sendto"),
     ("unix_sys_exit", "sys_exit_connect"),
     ("unix_sys_exit", "sys_exit_sendto"),
+];
+/// Listeners, by entry and exit.
+const LISTENERS: [(&str, &str); 4] = [
     ("unix_sys_enter_bind", "sys_enter_bind"),
     ("unix_sys_exit_bind", "sys_exit_bind"),
     ("unix_sys_enter_listen", "sys_enter_listen"),
@@ -191,7 +221,7 @@ pub fn attach(
     match syscalls
         .as_ref()
         .map_err(Clone::clone)
-        .and_then(|_| attach_syscalls(ebpf))
+        .and_then(|args| attach_syscalls(ebpf, args))
     {
         Ok(()) => UnixCoverage::Syscalls { why_not_fexit },
         Err(why_not_syscalls) => UnixCoverage::Missing {
@@ -235,13 +265,57 @@ fn attach_fexit(ebpf: &mut Ebpf) -> Result<(), String> {
     result
 }
 
-fn attach_syscalls(ebpf: &mut Ebpf) -> Result<(), String> {
-    for (program, event) in SYSCALLS {
+fn attach_syscalls(ebpf: &mut Ebpf, syscalls: &SyscallArgs) -> Result<(), String> {
+    let by_registers = if syscalls.regs_connect_addr == MISSING {
+        Err("the agent does not know this architecture's syscall registers".to_string())
+    } else {
+        load_all(ebpf, &CALLS_BY_REGISTERS).map_err(|e| verifier_gist(&e))
+    };
+    let calls: &[(&str, &str)] = match by_registers {
+        Ok(()) => &CALLS_BY_REGISTERS,
+        Err(why) => {
+            tracing::info!(
+                "Unix connects and sends are seen by syscall entry and exit, not by exit \
+                 alone ({why})"
+            );
+            &CALLS_PAIRED
+        }
+    };
+    attach_all(ebpf, calls)?;
+    attach_all(ebpf, &LISTENERS)
+}
+
+/// A load error without the verifier's whole log: its first line and the line that
+/// says why (e.g. `invalid func unknown#158` on a kernel without the helper).
+fn verifier_gist(error: &str) -> String {
+    let Some((head, log)) = error.split_once("Verifier output:") else {
+        return error.to_string();
+    };
+    let why = log
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("verification time"))
+        .filter(|l| !l.is_empty())
+        .last()
+        .unwrap_or("");
+    format!("{}: {why}", head.trim_end().trim_end_matches('.'))
+}
+
+fn load_all(ebpf: &mut Ebpf, programs: &[(&str, &str)]) -> Result<(), String> {
+    for (program, _) in programs {
         let p: &mut TracePoint = program_mut(ebpf, program)?;
         if p.fd().is_err() {
             p.load()
                 .map_err(|e| format!("load {program}: {}", chain(&e)))?;
         }
+    }
+    Ok(())
+}
+
+fn attach_all(ebpf: &mut Ebpf, programs: &[(&str, &str)]) -> Result<(), String> {
+    load_all(ebpf, programs)?;
+    for &(program, event) in programs {
+        let p: &mut TracePoint = program_mut(ebpf, program)?;
         p.attach("syscalls", event)
             .map_err(|e| format!("attach {program} to syscalls:{event}: {}", chain(&e)))?;
     }
@@ -261,6 +335,38 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The registers table agrees with this kernel's own `struct pt_regs`.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn syscall_argument_registers_match_this_kernels_pt_regs() {
+        let Ok(data) = std::fs::read(crate::kernel::btf::VMLINUX) else {
+            eprintln!("skipped: this kernel has no BTF");
+            return;
+        };
+        let btf = Btf::parse(&data).unwrap();
+        let want = SYSCALL_ARG_REGS.unwrap();
+        for (n, reg) in ["di", "si", "dx", "r10", "r8", "r9"]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(btf.offset("pt_regs", reg).unwrap(), want[n], "{reg}");
+        }
+    }
+
+    #[test]
+    fn a_refused_load_is_told_by_its_verifier_verdict_not_its_whole_log() {
+        let error = "load unix_sys_exit_connect_regs: the BPF_PROG_LOAD syscall returned \
+                     Invalid argument (os error 22). Verifier output: 0: (bf) r3 = r1\n\
+                     95: (85) call unknown#158\ninvalid func unknown#158\n\
+                     verification time 7612 usec\nstack depth 64+0\n: Invalid argument";
+        assert_eq!(
+            verifier_gist(error),
+            "load unix_sys_exit_connect_regs: the BPF_PROG_LOAD syscall returned Invalid \
+             argument (os error 22): invalid func unknown#158"
+        );
+        assert_eq!(verifier_gist("no program x"), "no program x");
+    }
 
     #[test]
     fn less_than_fexit_is_one_sentence_saying_why() {

@@ -16,7 +16,7 @@ use aya_ebpf::{
 };
 use sidecar_race_ebpf::layout::{RefusalBudget, budget_entry};
 
-use super::count;
+use super::{atomic_add, count};
 
 /// The maps and counter slots of one class of records.
 pub struct Ledger {
@@ -122,16 +122,7 @@ fn add_one(map: &HashMap<u64, u64>, cgroup_id: u64) -> bool {
     match map.get_ptr_mut(&cgroup_id) {
         Some(p) => {
             // SAFETY: an aligned u64 map value; other CPUs add to it atomically too.
-            // Written out as BPF_XADD (the core library has no atomic read-modify-write
-            // for this target); every kernel since 4.x has it.
-            unsafe {
-                core::arch::asm!(
-                    "lock *(u64 *)({p} + 0) += {one}",
-                    p = in(reg) p,
-                    one = in(reg) 1u64,
-                    options(nostack, preserves_flags),
-                )
-            };
+            unsafe { atomic_add(p, 1) };
             true
         }
         None => false,

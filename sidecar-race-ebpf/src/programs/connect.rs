@@ -1,6 +1,6 @@
 //! `inet_sock_set_state`: SYN_SENT entry/exit for the connect path, LISTEN entry/exit
-//! for listeners. A successful connect costs one map insert and one delete, and sends
-//! nothing to userspace. Two hooks with one body: the BTF tracepoint where the kernel
+//! for listeners. A successful connect costs one map insert (its owner) and one
+//! delete, reads nothing of its socket, and sends nothing to userspace. Two hooks with one body: the BTF tracepoint where the kernel
 //! has BTF (the states are arguments, and no trace record is filled for each of the
 //! node's state changes), else the tracefs tracepoint.
 
@@ -12,9 +12,9 @@ use aya_ebpf::{
 use sidecar_race_ebpf::abi::counter;
 
 use super::{
-    CONNECTING, IPPROTO_TCP, PendingConnect, TCP_CLOSE, TCP_LISTEN, TCP_SYN_SENT, config, count,
+    CONNECTING, IPPROTO_TCP, TCP_CLOSE, TCP_LISTEN, TCP_SYN_SENT, config, count,
     ctx_load::{load_i32, load_u64},
-    current_owner, listen, now_boot_ns,
+    current_owner, listen,
     set_state::{SetStateSource, Sock},
 };
 
@@ -65,23 +65,22 @@ fn ours(old: i32, new: i32) -> bool {
 
 #[inline(always)]
 fn changed<S: SetStateSource>(src: &S, sk: u64, old: i32, new: i32) -> Result<u32, u32> {
-    if src.protocol()? != IPPROTO_TCP {
+    // Only TCP and MPTCP sockets pass through SYN_SENT, so the connect path skips the
+    // protocol read: an MPTCP socket's entry is made and removed like its subflow's,
+    // and only a reset of a TCP socket looks one up.
+    if new == TCP_SYN_SENT {
+        let _ = CONNECTING.insert(&sk, &current_owner(), 0);
         return Ok(0);
     }
-    if new == TCP_SYN_SENT {
-        let to = src.remote()?;
-        let pending = PendingConnect {
-            owner: current_owner(),
-            dst_addr: to.addr,
-            dst_port: to.port,
-            family: to.family,
-            _pad: 0,
-            start_boot_ns: now_boot_ns(),
-        };
-        let _ = CONNECTING.insert(&sk, &pending, 0);
-    } else if old == TCP_SYN_SENT && CONNECTING.remove(&sk).is_err() {
-        // Evicted by a full table (or in SYN_SENT before the programs were loaded).
-        count(counter::CONNECTING_GONE);
+    if old == TCP_SYN_SENT {
+        if CONNECTING.remove(&sk).is_err() && src.protocol()? == IPPROTO_TCP {
+            // Evicted by a full table (or in SYN_SENT before the programs were loaded).
+            count(counter::CONNECTING_GONE);
+        }
+        return Ok(0);
+    }
+    if src.protocol()? != IPPROTO_TCP {
+        return Ok(0);
     }
     if new == TCP_LISTEN {
         listen::started(src, sk)?;

@@ -49,17 +49,3 @@ macro_rules! direct {
 direct!(load_u16, u16, "u16", [8 10 12 14 16 18 20 22 24 26 28 30 32 34 36 38 40 42 44 46 48 50 52 54 56 58 60 62]);
 direct!(load_i32, i32, "u32", [8 12 16 20 24 28 32 36 40 44 48 52 56 60]);
 direct!(load_u64, u64, "u64", [8 16 24 32 40 48 56 64 72]);
-
-/// Loads a 16-byte address field (e.g. `daddr_v6`) as two 8-byte loads.
-#[inline(always)]
-pub fn load_addr16(ctx: &TracePointContext, offset: u16) -> Result<[u8; 16], u32> {
-    if offset == MISSING {
-        return Err(0);
-    }
-    let lo = load_u64(ctx, offset)?.to_ne_bytes();
-    let hi = load_u64(ctx, offset + 8)?.to_ne_bytes();
-    let mut a = [0u8; 16];
-    a[..8].copy_from_slice(&lo);
-    a[8..].copy_from_slice(&hi);
-    Ok(a)
-}

@@ -113,9 +113,11 @@ pub fn control_admitted(k: u8, charge: &charge::Charge) -> bool {
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::SLOTS, 0);
 
-/// A socket in SYN_SENT, by `struct sock *`: who connects where, recorded at connect.
+/// A socket in SYN_SENT, by `struct sock *`: who connects, recorded at connect (in the
+/// connecting task's context, the only place it is known). Where to is read from the
+/// reset's record, so a connect that succeeds reads nothing of its socket.
 #[map]
-static CONNECTING: LruHashMap<u64, PendingConnect> = LruHashMap::with_max_entries(65_536, 0);
+static CONNECTING: LruHashMap<u64, Owner> = LruHashMap::with_max_entries(65_536, 0);
 
 /// A socket in LISTEN, by `struct sock *`: who listens, recorded at listen().
 #[map]
@@ -125,17 +127,6 @@ static LISTENING: LruHashMap<u64, ListenOwner> = LruHashMap::with_max_entries(65
 /// reset went to; read when that client's socket receives the reset.
 #[map]
 static LOCAL_REFUSALS: LruHashMap<ClientEnd, LocalRefusal> = LruHashMap::with_max_entries(4_096, 0);
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct PendingConnect {
-    pub owner: Owner,
-    pub dst_addr: [u8; 16],
-    pub dst_port: u16,
-    pub family: u16,
-    pub _pad: u32,
-    pub start_boot_ns: u64,
-}
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -198,6 +189,25 @@ pub fn field<T>(ctx: &TracePointContext, offset: u16) -> Result<T, u32> {
     // SAFETY: the offset comes from this kernel's tracefs format for this tracepoint;
     // bpf_probe_read_kernel checks the access.
     unsafe { ctx.read_at::<T>(offset as usize) }.map_err(|_| 0)
+}
+
+/// Adds `v` to the u64 at `p` atomically, as seen by every CPU. Written out as
+/// BPF_XADD (the core library has no atomic read-modify-write for this target);
+/// every kernel since 4.x has it.
+///
+/// # Safety
+/// `p` is an aligned u64 map value valid for this program run.
+#[inline(always)]
+pub unsafe fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: as the caller promises.
+    unsafe {
+        core::arch::asm!(
+            "lock *(u64 *)({p} + 0) += {v}",
+            p = in(reg) p,
+            v = in(reg) v,
+            options(nostack, preserves_flags),
+        )
+    };
 }
 
 #[inline(always)]

@@ -1,15 +1,18 @@
 //! Refusals. `tcp:tcp_receive_reset` on a socket still in SYN_SENT is a refused
-//! connect (as `connect.rs` recorded it in `CONNECTING`); `tcp:tcp_send_reset` without a socket is the local stack refusing a SYN
-//! that found no listener, which after a NAT REDIRECT tells where the SYN really went.
+//! connect: its owner as `connect.rs` recorded it in `CONNECTING`, both ends from the
+//! reset's record. `tcp:tcp_send_reset` without a socket is the local stack refusing a
+//! SYN that found no listener, which after a NAT REDIRECT tells where the SYN really
+//! went.
 
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
-use sidecar_race_ebpf::abi::{
-    AF_INET, AF_INET6, ClientEnd, SocketEvent, counter, flags, kind, v4_mapped,
+use sidecar_race_ebpf::{
+    abi::{AF_INET, AF_INET6, ClientEnd, Owner, SocketEvent, counter, flags, kind, v4_mapped},
+    layout::MISSING,
 };
 
 use super::{
-    CONNECTING, EVENTS, LOCAL_REFUSALS, LocalRefusal, PendingConnect, TCP_SYN_SENT, budget, charge,
-    config, count, ctx_load::load_u64, field, now_boot_ns, refusals, set_state::Sock,
+    CONNECTING, EVENTS, LOCAL_REFUSALS, LocalRefusal, TCP_SYN_SENT, budget, charge, config, count,
+    ctx_load::load_u64, field, now_boot_ns, refusals, set_state::Sock,
 };
 
 /// A local refusal older than this is not the one a reset just delivered.
@@ -41,7 +44,7 @@ fn try_receive_reset<const CMPXCHG: bool>(ctx: &TracePointContext) -> Result<u32
     if matches!(Sock(sk).state(), Ok(state) if state != TCP_SYN_SENT as u8) {
         return Ok(0);
     }
-    let Some(pending) = CONNECTING.get_ptr(&sk) else {
+    let Some(owner) = CONNECTING.get_ptr(&sk) else {
         return Ok(0); // not a connect in progress: a reset of an established flow
     };
     let l = config!(receive_reset);
@@ -50,21 +53,37 @@ fn try_receive_reset<const CMPXCHG: bool>(ctx: &TracePointContext) -> Result<u32
         port: field(ctx, l.sport)?,
         _pad: [0; 6],
     };
-    refused::<CMPXCHG>(sk, pending, client)
+    let dst: ([u8; 16], u16) = (field(ctx, l.daddr_v6)?, field(ctx, l.dport)?);
+    let family = if l.family == MISSING {
+        family_of(&dst.0)
+    } else {
+        field(ctx, l.family)?
+    };
+    refused::<CMPXCHG>(sk, owner, family, client, dst)
 }
 
-/// A refused connect of socket `sk`, recorded as `pending` when it started; `client`
-/// is its own end, where the reset went.
+/// The family of a v6-form address as the record stores it (before 5.6 the record has
+/// no family): an IPv4 socket's address is v4-mapped.
+#[inline(always)]
+fn family_of(addr: &[u8; 16]) -> u16 {
+    let mapped = v4_mapped([addr[12], addr[13], addr[14], addr[15]]);
+    if *addr == mapped { AF_INET } else { AF_INET6 }
+}
+
+/// A refused connect of socket `sk` by `owner` (recorded when it started), from its own
+/// end `client`, where the reset went, to `dst` (address, host-order port).
 #[inline(always)]
 fn refused<const CMPXCHG: bool>(
     sk: u64,
-    pending: *const PendingConnect,
+    owner: *const Owner,
+    family: u16,
     client: ClientEnd,
+    dst: ([u8; 16], u16),
 ) -> Result<u32, u32> {
     count(counter::seen(kind::REFUSED));
     let now = now_boot_ns();
-    // SAFETY: `pending` points into a map value valid for this program run (RCU).
-    let cgroup_id = unsafe { (*pending).owner.cgroup_id };
+    // SAFETY: `owner` points into a map value valid for this program run (RCU).
+    let cgroup_id = unsafe { (*owner).cgroup_id };
     // The container pays, not each sub-cgroup it makes (unmarked: the cgroup itself).
     let charged = charge::of_socket(sk, cgroup_id).cgroup_id;
     let ledger = refusals();
@@ -78,7 +97,7 @@ fn refused<const CMPXCHG: bool>(
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
-    // SAFETY: `ev` is a reserved record we own until submit; `pending` stays valid for
+    // SAFETY: `ev` is a reserved record we own until submit; `owner` stays valid for
     // this program run (RCU). Fields are written in place to stay within the 512-byte
     // stack.
     unsafe {
@@ -86,13 +105,15 @@ fn refused<const CMPXCHG: bool>(
         (*ev).header.flags = flags::OWNER_FROM_START;
         (*ev).header._pad = [0; 6];
         (*ev).header.ts_boot_ns = now;
-        (*ev).owner = (*pending).owner;
-        (*ev).family = (*pending).family;
+        (*ev).owner = *owner;
+        (*ev).family = family;
         (*ev).src_addr = client.addr;
         (*ev).src_port = client.port;
-        (*ev).dst_addr = (*pending).dst_addr;
-        (*ev).dst_port = (*pending).dst_port;
-        (*ev).start_boot_ns = (*pending).start_boot_ns;
+        (*ev).dst_addr = dst.0;
+        (*ev).dst_port = dst.1;
+        // The connect's start is not recorded: a clock read on every connect for a
+        // value nothing uses.
+        (*ev).start_boot_ns = 0;
         (*ev).local_dst_addr = [0; 16];
         (*ev).local_dst_port = 0;
         if let Some(local) = LOCAL_REFUSALS.get_ptr(&client) {

@@ -1,7 +1,8 @@
-//! The socket fields of an `inet_sock_set_state` event, from either hook: the tracefs
-//! tracepoint's record (offsets from its `format` file), or the socket itself behind a
-//! BTF tracepoint (offsets from the kernel's BTF). Both give the same values as the
-//! tracefs record: host-order ports, and IPv4 addresses in their v4-mapped form.
+//! The socket fields of an `inet_sock_set_state` event that a listener needs, from
+//! either hook: the tracefs tracepoint's record (offsets from its `format` file), or
+//! the socket itself behind a BTF tracepoint (offsets from the kernel's BTF). Both give
+//! the same values as the tracefs record: host-order ports, and IPv4 addresses in
+//! their v4-mapped form.
 
 use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::TracePointContext};
 use sidecar_race_ebpf::{
@@ -9,13 +10,9 @@ use sidecar_race_ebpf::{
     layout::{MISSING, port_to_host},
 };
 
-use super::{
-    config,
-    ctx_load::{load_addr16, load_u16},
-    field,
-};
+use super::{config, ctx_load::load_u16, field};
 
-/// One end of the socket: family, address (v6 form), host-order port.
+/// The socket's local end: family, address (v6 form), host-order port.
 pub struct End {
     pub family: u16,
     pub addr: [u8; 16],
@@ -24,8 +21,6 @@ pub struct End {
 
 pub trait SetStateSource {
     fn protocol(&self) -> Result<u16, u32>;
-    /// The remote end (where a connect goes).
-    fn remote(&self) -> Result<End, u32>;
     /// The local end (where a listener listens).
     fn local(&self) -> End;
 }
@@ -34,16 +29,6 @@ impl SetStateSource for TracePointContext {
     #[inline(always)]
     fn protocol(&self) -> Result<u16, u32> {
         load_u16(self, config!(set_state.protocol))
-    }
-
-    #[inline(always)]
-    fn remote(&self) -> Result<End, u32> {
-        let l = config!(set_state);
-        Ok(End {
-            addr: load_addr16(self, l.daddr_v6)?,
-            port: load_u16(self, l.dport)?,
-            family: load_u16(self, l.family)?,
-        })
     }
 
     #[inline(always)]
@@ -101,17 +86,6 @@ impl SetStateSource for Sock {
     #[inline(always)]
     fn protocol(&self) -> Result<u16, u32> {
         self.read(config!(sock.protocol))
-    }
-
-    #[inline(always)]
-    fn remote(&self) -> Result<End, u32> {
-        let f = config!(sock);
-        let family = self.read(f.family)?;
-        Ok(End {
-            family,
-            addr: self.addr(family, f.v6_daddr, f.daddr)?,
-            port: ntohs(self.read(f.dport)?),
-        })
     }
 
     #[inline(always)]

@@ -1,12 +1,20 @@
 //! The fallback for kernels without BTF (or when forced): the `connect` and `sendto`
 //! syscall tracepoints, filtered to AF_UNIX in the kernel. Entry remembers the user's
 //! address per thread; exit reads the result and, for a refusal, the path.
+//!
+//! These hooks see every connect and addressed send on the node, TCP's included, so
+//! the common case is kept short. Where the kernel lends a task's registers (5.15+
+//! with BTF) only the exits are hooked: a call that was not refused returns at once,
+//! and a refusal finds its address in the registers the syscall was entered with.
+//! Elsewhere entry and exit pair up through a per-thread map: fields are loaded from
+//! the record directly, only the address family is read from user memory, and an exit
+//! returns at once unless an AF_UNIX call is in progress somewhere.
 
 use aya_ebpf::{
     bindings::BPF_ANY,
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, generated},
     macros::{map, tracepoint},
-    maps::LruHashMap,
+    maps::{Array, LruHashMap},
     programs::TracePointContext,
 };
 use sidecar_race_ebpf::{
@@ -15,7 +23,8 @@ use sidecar_race_ebpf::{
 };
 
 use super::{
-    field,
+    atomic_add,
+    ctx_load::load_u64,
     unix_sock::{self, Details, PathSource},
 };
 
@@ -31,6 +40,12 @@ struct PendingCall {
 
 #[map]
 static UNIX_CALLS: LruHashMap<u64, PendingCall> = LruHashMap::with_max_entries(4_096, 0);
+
+/// How many entries `UNIX_CALLS` holds, node-wide (one slot, atomic adds): while it is
+/// 0 an exit has nothing to look up. An entry the LRU evicts leaves it one too high,
+/// which only costs lookups, never a missed refusal.
+#[map]
+static UNIX_CALLS_OPEN: Array<u64> = Array::with_max_entries(1, 0);
 
 #[tracepoint]
 pub fn unix_sys_enter_connect(ctx: TracePointContext) -> u32 {
@@ -52,23 +67,95 @@ pub fn unix_sys_enter_sendto(ctx: TracePointContext) -> u32 {
 /// Shared by `sys_exit_connect` and `sys_exit_sendto`.
 #[tracepoint]
 pub fn unix_sys_exit(ctx: TracePointContext) -> u32 {
+    let Some(open) = UNIX_CALLS_OPEN.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: the array's one u64, valid for this program run; other CPUs change it
+    // only by atomic adds.
+    if unsafe { core::ptr::read_volatile(open) } == 0 {
+        return 0;
+    }
     let Some(call) = unix_sock::take_call(&UNIX_CALLS) else {
         return 0;
     };
-    let Ok(ret) = field::<i64>(&ctx, unix_sock::config().syscalls.exit_ret) else {
+    // SAFETY: as above; adding 2^64 - 1 takes one away.
+    unsafe { atomic_add(open, u64::MAX) };
+    match refusal(&ctx) {
+        Some(ret) => report(call.addr, call.addr_len, call.hook, ret),
+        None => 0,
+    }
+}
+
+/// `sys_exit_connect` where the kernel lends the task's registers: the only program
+/// on the connect path.
+#[tracepoint]
+pub fn unix_sys_exit_connect_regs(ctx: TracePointContext) -> u32 {
+    let a = unix_sock::config().syscalls;
+    exited(
+        &ctx,
+        a.regs_connect_addr,
+        a.regs_connect_addrlen,
+        hook::SYSCALL_CONNECT,
+    )
+}
+
+/// `sys_exit_sendto`, likewise.
+#[tracepoint]
+pub fn unix_sys_exit_sendto_regs(ctx: TracePointContext) -> u32 {
+    let a = unix_sock::config().syscalls;
+    exited(
+        &ctx,
+        a.regs_sendto_addr,
+        a.regs_sendto_addrlen,
+        hook::SYSCALL_SENDTO,
+    )
+}
+
+#[inline(always)]
+fn exited(ctx: &TracePointContext, addr_at: u16, len_at: u16, via: u8) -> u32 {
+    let Some(ret) = refusal(ctx) else {
         return 0;
     };
-    if !is_refusal(ret) {
+    // SAFETY: helpers without preconditions (5.11+ and 5.15+); the agent loads these
+    // programs only where the verifier accepts them.
+    let regs = unsafe { generated::bpf_task_pt_regs(generated::bpf_get_current_task_btf()) } as u64;
+    let (Some(addr), Some(addr_len)) = (
+        unix_sock::read::<u64>(regs, addr_at),
+        unix_sock::read::<u64>(regs, len_at),
+    ) else {
+        return 0;
+    };
+    if !is_unix(addr) {
         return 0;
     }
+    report(addr, addr_len as i32 as i64, via, ret)
+}
+
+/// The syscall's result when it is a refusal.
+#[inline(always)]
+fn refusal(ctx: &TracePointContext) -> Option<i64> {
+    let ret = load_u64(ctx, unix_sock::config().syscalls.exit_ret).ok()? as i64;
+    is_refusal(ret).then_some(ret)
+}
+
+/// Whether the user's address at `addr` is an AF_UNIX one (0: a connected send).
+#[inline(always)]
+fn is_unix(addr: u64) -> bool {
+    // SAFETY: bpf_probe_read_user checks the access.
+    addr != 0 && unsafe { bpf_probe_read_user(addr as *const u16) } == Ok(AF_UNIX)
+}
+
+/// A refused AF_UNIX call to the user's address at `addr`, `addr_len` bytes.
+#[inline(always)]
+fn report(addr: u64, addr_len: i64, via: u8, ret: i64) -> u32 {
     let details = Details {
         error: -(ret as i32),
         sock_type: 0,
         netns: 0,
         inode: 0,
-        hook: call.hook,
+        hook: via,
     };
-    let path = PathSource::of_sockaddr(call.addr, call.addr_len, true);
+    let path = PathSource::of_sockaddr(addr, addr_len, true);
     match unix_sock::refused(&path, &details) {
         Ok(r) | Err(r) => r,
     }
@@ -76,15 +163,10 @@ pub fn unix_sys_exit(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn entered(ctx: &TracePointContext, addr_at: u16, len_at: u16, via: u8) -> u32 {
-    let (Ok(addr), Ok(addr_len)) = (field::<u64>(ctx, addr_at), field::<i64>(ctx, len_at)) else {
+    let (Ok(addr), Ok(addr_len)) = (load_u64(ctx, addr_at), load_u64(ctx, len_at)) else {
         return 0;
     };
-    if addr == 0 {
-        return 0; // a connected send
-    }
-    // SAFETY: bpf_probe_read_user checks the access.
-    let family = unsafe { bpf_probe_read_user(addr as *const u16) };
-    if family != Ok(AF_UNIX) {
+    if !is_unix(addr) {
         return 0;
     }
     let call = PendingCall {
@@ -93,6 +175,13 @@ fn entered(ctx: &TracePointContext, addr_at: u16, len_at: u16, via: u8) -> u32 {
         hook: via,
         _pad: [0; 7],
     };
-    let _ = UNIX_CALLS.insert(&bpf_get_current_pid_tgid(), &call, BPF_ANY as u64);
+    if UNIX_CALLS
+        .insert(&bpf_get_current_pid_tgid(), &call, BPF_ANY as u64)
+        .is_ok()
+        && let Some(open) = UNIX_CALLS_OPEN.get_ptr_mut(0)
+    {
+        // SAFETY: the array's one u64, valid for this program run.
+        unsafe { atomic_add(open, 1) };
+    }
     0
 }

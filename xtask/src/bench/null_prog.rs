@@ -43,16 +43,19 @@ impl Hook {
     }
 }
 
-/// Every hook the agent's TCP hot-path programs use, or may use on this kernel: the
-/// ones a kernel lacks are skipped. No `fexit` null program (the UDS hooks): this
+/// Every hook the agent's hot-path programs use, or may use on this kernel: the ones
+/// a kernel lacks are skipped. The syscall tracepoints are the Unix socket fallback's
+/// (they see TCP's connects too). No `fexit` null program (the other UDS hooks): this
 /// kernel refuses to load one without BTF of its own (EPERM), so programs of type
 /// `tracing` are charged the BTF tracepoint's per-run cost.
-pub const HOOKS: [Hook; 5] = [
+pub const HOOKS: [Hook; 7] = [
     Hook::BtfTracepoint("inet_sock_set_state"),
     Hook::Tracepoint("sock", "inet_sock_set_state"),
     Hook::BtfTracepoint("tcp_receive_reset"),
     Hook::Tracepoint("tcp", "tcp_receive_reset"),
     Hook::Tracepoint("tcp", "tcp_send_reset"),
+    Hook::Tracepoint("syscalls", "sys_enter_connect"),
+    Hook::Tracepoint("syscalls", "sys_exit_connect"),
 ];
 
 /// One attached null program; detached when dropped.

@@ -329,12 +329,13 @@ fn method(plan: &Plan) -> String {
          agent holds) over a quarter-length run right after the agent's throughput run; the \
          statistics themselves cost two clock reads per run, so in that same run a program \
          that returns at once (`r0 = 0; exit`, loaded by the bench with bpf(2)) sits on \
-         each hook the agent uses (the BTF tracepoint and the tracefs tracepoints), and its \
-         run time per run, times the agent's run count, is taken out. That cost is printed \
-         beside the headline; it makes the ceiling independent of how slow the machine's \
-         clock is. No null program loads on an `fexit` hook here (the kernel refuses one \
-         without BTF of its own), so a loop where none runs (UDS) takes the previous loop's \
-         figure. The bound leaves out the tracepoint's dispatch before the program runs, and \
+         each hook the agent uses (the BTF tracepoints, the tracefs tracepoints and the \
+         `connect` syscall tracepoints of the Unix socket fallback), and its run time per \
+         run, times the agent's run count, is taken out. That cost is printed beside the \
+         headline; it makes the ceiling independent of how slow the machine's clock is. No \
+         null program loads on an `fexit` hook here (the kernel refuses one without BTF of \
+         its own), so a loop where none runs (UDS with `fexit` hooks) takes the previous \
+         loop's figure. The bound leaves out the tracepoint's dispatch before the program runs, and \
          counts other processes' connects on the machine during the run too (an upper \
          bound on the programs' share).\n\
          - Secondary rows, same rounds: throughput (wall time) with the agent / bare, and \
