@@ -480,11 +480,13 @@ connection, of which the statistics' own clock reads (a null program on the same
 | `tcp_receive_reset`: a socket no longer in SYN_SENT (`skc_state`, offset from the kernel's BTF) is passed over before the `CONNECTING` lookup; without BTF the lookup decides as before | 136 → 79–83 ns per run, once per connection closed by a reset (every reset of an established flow) | kept |\n\
 | no `CONNECTING` insert or delete at all (an experiment: refusals then go unseen) | `inet_sock_set_state` 758 → 706 ns per connection in the same conditions: the two hash operations are ~50 ns of a connection, within the noise | measured only: the table is not where the cost is |\n\
 | socket-local storage (`BPF_MAP_TYPE_SK_STORAGE`) on the BTF tracepoints, nothing done when a connect succeeds | not measurable with this toolchain: the map needs BTF in the object (`bpf-linker --btf`), and with BTF every program is refused (`number of funcs in func_info doesn't match number of subprogs`: the compiler-builtins `memset`/`memcpy` subprograms carry no BTF function records); with the table measured at ~50 ns, the most it could save is that | dropped |\n\
+| the Unix socket fallback (syscall tracepoints, which this host's kernel forces: it refuses `fexit`) hooks only the `connect`/`sendto` exits where the kernel lends a task's registers (`bpf_task_pt_regs`, 5.15+ with BTF): an exit that is no refusal returns at once, a refusal reads its address from the registers the call was entered with; older kernels keep entry and exit, with direct record loads and a node-wide count of AF_UNIX calls in progress so other exits skip the lookup | measured on 2026-12-01 (debug agent, 20,000 connects, 2 alternated rounds, the machine shared with two builds): RST loop `unix_sys_enter_connect` + `unix_sys_exit` 294 → 87 ns per connection (one exit run, statistics included); UDS loop 661 / 629 → 89 / 83 ns per connection | kept |\n\
+| a successful connect reads nothing of its socket: a refusal's destination and family come from `tcp_receive_reset`'s record, the connect's start time (a clock read nobody used) is no longer taken, and the SYN_SENT exits skip the protocol read (only TCP and MPTCP sockets pass through SYN_SENT) | same runs: `inet_sock_set_state` + the reset programs 1229 → 1175 ns per connection (statistics included), within the noise of single runs | kept (simpler, and never dearer) |\n\
 \n\
 What is left of a connection's cost is the two SYN_SENT runs' own work (the owner: pid, \
-cgroup, process name; four socket reads with `bpf_probe_read_kernel`; one clock read) \
-and the early exits of the other state changes (a few ns each once the statistics' cost \
-is out).\n\
+cgroup, process name, the leader's `comm` for a thread that does not lead its process; \
+one hash insert and one delete) and the early exits of the other state changes (a few \
+ns each once the statistics' cost is out).\n\
 \n\
 - **Detection latency** is bounded below by the reorder window (200 ms): a fact is \
 held that long so records from other CPUs can be put back in order. The daemon used \
