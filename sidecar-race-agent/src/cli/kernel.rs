@@ -57,7 +57,8 @@ pub struct KernelArgs {
     #[arg(long, env = "SIDECAR_RACE_UNIX_HOOKS", value_enum, default_value_t = UnixHookChoice::Auto)]
     pub unix_hooks: UnixHookChoice,
     /// Entries of every kernel LRU table (connects in flight, listeners, local
-    /// refusals, budgets) instead of their built-in sizes; for tests that fill them.
+    /// refusals, budgets) instead of their built-in sizes, with the connect slots in
+    /// front of the connects' table down to one; for tests that fill them.
     #[arg(long, hide = true, value_parser = clap::value_parser!(u32).range(16..))]
     pub kernel_lru_entries: Option<u32>,
     #[command(flatten)]

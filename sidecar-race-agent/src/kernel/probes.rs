@@ -82,8 +82,8 @@ pub struct ProbeOptions {
     pub set_state_btf: bool,
     /// Which Unix domain socket hooks to use.
     pub unix_hooks: UnixHookChoice,
-    /// Entries of every kernel LRU table instead of their built-in sizes: for tests
-    /// that fill them.
+    /// Entries of every kernel LRU table instead of their built-in sizes, and the
+    /// connect slots in front of `CONNECTING` down to one: for tests that fill them.
     pub lru_entries: Option<u32>,
 }
 
@@ -184,7 +184,13 @@ impl std::fmt::Display for SetStateHook {
 }
 
 /// The program on the BTF tracepoint; the tracefs one is `inet_sock_set_state`.
-const SET_STATE_BTF: &str = "inet_sock_set_state_btf";
+fn set_state_btf() -> &'static str {
+    if has_cmpxchg() {
+        "inet_sock_set_state_btf"
+    } else {
+        "inet_sock_set_state_btf_plain"
+    }
+}
 
 impl Probes {
     /// Loads and attaches every usable tracepoint. Fails only when a required one
@@ -248,6 +254,8 @@ impl Probes {
             for table in LRU_TABLES {
                 loader.map_max_entries(table, entries);
             }
+            // One slot: nearly every connect then takes the LRU path that is filled.
+            loader.map_max_entries("CONNECTING_SLOTS", 1);
         }
         let mut ebpf = loader.load(OBJECT).map_err(ProbeError::Load)?;
 
@@ -386,9 +394,10 @@ fn hash_map<K: aya::Pod, V: aya::Pod>(
 /// Loads and attaches the BTF tracepoint program; the reason as text when it cannot.
 fn attach_btf(ebpf: &mut Ebpf) -> Result<(), String> {
     let btf = aya::Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", chain(&e)))?;
+    let name = set_state_btf();
     let program: &mut BtfTracePoint = ebpf
-        .program_mut(SET_STATE_BTF)
-        .ok_or_else(|| format!("no program {SET_STATE_BTF}"))?
+        .program_mut(name)
+        .ok_or_else(|| format!("no program {name}"))?
         .try_into()
         .map_err(|e| chain(&e))?;
     program
@@ -400,11 +409,13 @@ fn attach_btf(ebpf: &mut Ebpf) -> Result<(), String> {
     Ok(())
 }
 
-/// The program to load for `tp` on this kernel: the refusal program updates its budget
-/// by compare-and-exchange where the kernel has it; older verifiers refuse it.
+/// The program to load for `tp` on this kernel: the refusal program updates its budget,
+/// and the connect program claims its slot, by compare-and-exchange where the kernel
+/// has it; older verifiers refuse the instruction.
 fn program_for(tp: &Tracepoint) -> &'static str {
     match tp.program {
         "tcp_receive_reset" if !has_cmpxchg() => "tcp_receive_reset_plain",
+        "inet_sock_set_state" if !has_cmpxchg() => "inet_sock_set_state_plain",
         program => program,
     }
 }

@@ -16,7 +16,7 @@ use aya_ebpf::{
 };
 use sidecar_race_ebpf::layout::{RefusalBudget, budget_entry};
 
-use super::{atomic_add, count};
+use super::{atomic_add, compare_exchange, count};
 
 /// The maps and counter slots of one class of records.
 pub struct Ledger {
@@ -82,19 +82,8 @@ fn store<const CMPXCHG: bool>(entry: *mut u64, seen: u64, new: u64) -> bool {
         unsafe { core::ptr::write_volatile(entry, new) };
         return true;
     }
-    let mut old = seen;
-    // SAFETY: an aligned u64 map value. BPF_ATOMIC | BPF_CMPXCHG (5.12+), written out
-    // because the core library has no atomics for this target.
-    unsafe {
-        core::arch::asm!(
-            "r0 = cmpxchg_64({p} + 0, r0, {new})",
-            p = in(reg) entry,
-            new = in(reg) new,
-            inout("r0") old,
-            options(nostack),
-        )
-    };
-    old == seen
+    // SAFETY: an aligned u64 map value; `CMPXCHG` only in programs loaded on 5.12+.
+    unsafe { compare_exchange(entry, seen, new) }
 }
 
 /// Counts a record charged to `cgroup_id` that was not sent: into its entry, or when

@@ -4,6 +4,7 @@ mod budget;
 mod cgroups;
 mod charge;
 mod connect;
+mod connecting;
 mod ctx_load;
 mod listen;
 mod process;
@@ -113,12 +114,6 @@ pub fn control_admitted(k: u8, charge: &charge::Charge) -> bool {
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::SLOTS, 0);
 
-/// A socket in SYN_SENT, by `struct sock *`: who connects, recorded at connect (in the
-/// connecting task's context, the only place it is known). Where to is read from the
-/// reset's record, so a connect that succeeds reads nothing of its socket.
-#[map]
-static CONNECTING: LruHashMap<u64, Owner> = LruHashMap::with_max_entries(65_536, 0);
-
 /// A socket in LISTEN, by `struct sock *`: who listens, recorded at listen().
 #[map]
 static LISTENING: LruHashMap<u64, ListenOwner> = LruHashMap::with_max_entries(65_536, 0);
@@ -208,6 +203,29 @@ pub unsafe fn atomic_add(p: *mut u64, v: u64) {
             options(nostack, preserves_flags),
         )
     };
+}
+
+/// Writes `new` at `p` if it holds `old`, atomically; whether it did. BPF_ATOMIC |
+/// BPF_CMPXCHG (5.12+), written out because the core library has no atomics for this
+/// target.
+///
+/// # Safety
+/// `p` is an aligned u64 map value valid for this program run, in a program loaded
+/// only on 5.12+.
+#[inline(always)]
+pub unsafe fn compare_exchange(p: *mut u64, old: u64, new: u64) -> bool {
+    let mut seen = old;
+    // SAFETY: as the caller promises.
+    unsafe {
+        core::arch::asm!(
+            "r0 = cmpxchg_64({p} + 0, r0, {new})",
+            p = in(reg) p,
+            new = in(reg) new,
+            inout("r0") seen,
+            options(nostack),
+        )
+    };
+    seen == old
 }
 
 #[inline(always)]

@@ -1,5 +1,5 @@
 //! Refusals. `tcp:tcp_receive_reset` on a socket still in SYN_SENT is a refused
-//! connect: its owner as `connect.rs` recorded it in `CONNECTING`, both ends from the
+//! connect: its owner as `connect.rs` recorded it (`connecting.rs`), both ends from the
 //! reset's record. `tcp:tcp_send_reset` without a socket is the local stack refusing a
 //! SYN that found no listener, which after a NAT REDIRECT tells where the SYN really
 //! went.
@@ -11,7 +11,7 @@ use sidecar_race_ebpf::{
 };
 
 use super::{
-    CONNECTING, EVENTS, LOCAL_REFUSALS, LocalRefusal, TCP_SYN_SENT, budget, charge, config, count,
+    EVENTS, LOCAL_REFUSALS, LocalRefusal, TCP_SYN_SENT, budget, charge, config, connecting, count,
     ctx_load::load_u64, field, now_boot_ns, refusals, set_state::Sock,
 };
 
@@ -44,7 +44,7 @@ fn try_receive_reset<const CMPXCHG: bool>(ctx: &TracePointContext) -> Result<u32
     if matches!(Sock(sk).state(), Ok(state) if state != TCP_SYN_SENT as u8) {
         return Ok(0);
     }
-    let Some(owner) = CONNECTING.get_ptr(&sk) else {
+    let Some(owner) = connecting::owner_of(sk) else {
         return Ok(0); // not a connect in progress: a reset of an established flow
     };
     let l = config!(receive_reset);
