@@ -55,13 +55,20 @@ pub struct CgroupIndex {
     entries: HashMap<u64, Entry>,
     grace_ns: u64,
     last_rescan: Option<Instant>,
+    /// The highest id the last walk found: ids are handed out in increasing order, so
+    /// an unknown id above it is a cgroup made since, which a walk now will find.
+    newest_walked: u64,
     last_prune: Option<Instant>,
     /// Bumped whenever a cgroup is added, removed or forgotten.
     generation: u64,
 }
 
-/// Unknown ids trigger at most one rescan per this interval.
+/// Unknown ids trigger at most one rescan per this interval...
 const RESCAN_INTERVAL: Duration = Duration::from_secs(1);
+/// ... or per this one for an id newer than the last walk's newest (a cgroup made
+/// since): without creation events a new container's first refusals would otherwise
+/// wait out the interval that another cgroup's unknown id just started, and be lost.
+const NEW_ID_RESCAN_INTERVAL: Duration = Duration::from_millis(50);
 /// The whole hierarchy is walked again this often to prune lost removals.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -72,6 +79,7 @@ impl CgroupIndex {
             entries: HashMap::new(),
             grace_ns,
             last_rescan: None,
+            newest_walked: 0,
             last_prune: None,
             generation: 0,
         }
@@ -115,6 +123,7 @@ impl CgroupIndex {
             };
             let rel = relative(&self.mount, &dir);
             seen.insert(meta.ino());
+            self.newest_walked = self.newest_walked.max(meta.ino());
             self.entries.insert(
                 meta.ino(),
                 Entry {
@@ -208,9 +217,12 @@ impl CgroupIndex {
     /// Resolves `id`, walking the hierarchy once more when it is unknown (a cgroup
     /// whose creation event was lost or came before the agent).
     pub fn resolve(&mut self, id: u64) -> Option<&str> {
-        let due = self
-            .last_rescan
-            .is_none_or(|t| t.elapsed() >= RESCAN_INTERVAL);
+        let interval = if id > self.newest_walked {
+            NEW_ID_RESCAN_INTERVAL
+        } else {
+            RESCAN_INTERVAL
+        };
+        let due = self.last_rescan.is_none_or(|t| t.elapsed() >= interval);
         if !self.entries.contains_key(&id) && due {
             self.last_rescan = Some(Instant::now());
             let _ = self.scan();
@@ -294,6 +306,32 @@ mod tests {
         idx.scan_at(3_001).unwrap();
         assert!(idx.path(id).is_none(), "pruned after the grace period");
         assert_eq!(idx.len(), 2);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_cgroup_made_since_the_last_walk_does_not_wait_out_another_ids_rescan() {
+        let root = std::env::temp_dir().join(format!("sr-cgnew-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("kubepods.slice")).unwrap();
+        let mut idx = CgroupIndex::new(&root, 1_000);
+        idx.scan().unwrap();
+        // Another cgroup's unknown id has just walked the hierarchy.
+        assert_eq!(idx.resolve(u64::MAX), None);
+        let pod = root.join("kubepods.slice/kubepods-pod3.slice");
+        std::fs::create_dir(&pod).unwrap();
+        let id = id_of(&pod).unwrap();
+        std::thread::sleep(NEW_ID_RESCAN_INTERVAL);
+        // cgroupfs hands out increasing ids; this test's directories may not, so the
+        // walk's newest id is set as cgroupfs would have it.
+        idx.newest_walked = id - 1;
+        assert_eq!(idx.resolve(id), Some("/kubepods.slice/kubepods-pod3.slice"));
+        // An unknown id older than the walk's newest waits out the long interval.
+        let gone = root.join("kubepods.slice/kubepods-pod4.slice");
+        std::fs::create_dir(&gone).unwrap();
+        let older = id_of(&gone).unwrap();
+        idx.newest_walked = u64::MAX - 1;
+        std::thread::sleep(NEW_ID_RESCAN_INTERVAL);
+        assert_eq!(idx.resolve(older), None);
         std::fs::remove_dir_all(&root).unwrap();
     }
 }
