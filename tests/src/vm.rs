@@ -200,14 +200,15 @@ pub fn shared_libraries(binary: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// `binary` without debug info (much smaller; the VM holds the initramfs in memory),
-/// or as it is when `strip` is not there.
-fn stripped(binary: &Path, scratch: &Path) -> anyhow::Result<Vec<u8>> {
+/// or as it is when `strip` (the binutils of `arch`) is not there.
+fn stripped(binary: &Path, arch: Arch, scratch: &Path) -> anyhow::Result<Vec<u8>> {
     let out = scratch.join(binary.file_name().expect("a file name"));
-    let ok = Command::new("strip")
+    let ok = Command::new(arch.strip())
         .arg("--strip-debug")
         .arg("-o")
         .arg(&out)
         .arg(binary)
+        .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     let bytes = fs::read(if ok { &out } else { binary })?;
@@ -245,8 +246,8 @@ pub fn build_initramfs(path: &Path, env: &ScenarioEnv, kernel: &Kernel) -> anyho
     let env_text: String = env.iter().map(|(k, v)| format!("{k}='{v}'\n")).collect();
     cpio.file("/scenario.env", 0o644, env_text.as_bytes());
     for (to, from) in kernel.arch.programs()? {
-        let data =
-            stripped(&from, &scratch).with_context(|| format!("reading {}", from.display()))?;
+        let data = stripped(&from, kernel.arch, &scratch)
+            .with_context(|| format!("reading {}", from.display()))?;
         cpio.file(&to, 0o755, &data);
     }
     let modules = kernel.vmlinuz.with_file_name("modules");

@@ -74,6 +74,15 @@ impl Arch {
         }
     }
 
+    /// binutils' `strip` for this architecture's ELF files (the host's reads only its
+    /// own; the cross one comes with gcc-aarch64-linux-gnu).
+    pub fn strip(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "strip",
+            Arch::Arm64 => "aarch64-linux-gnu-strip",
+        }
+    }
+
     /// The serial console's device in the guest.
     pub fn console(self) -> &'static str {
         match self {
