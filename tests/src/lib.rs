@@ -25,3 +25,4 @@ pub mod scenario;
 pub mod soak;
 pub mod tools;
 pub mod vm;
+pub mod vm_arch;

@@ -1,7 +1,8 @@
-//! The kernel tier: boots the kernels fleets run (Debian's 6.1 and 6.12 cloud kernels,
-//! fetched by `cargo xtask setup` into `target/kernels/<label>/`) under QEMU's plain
-//! emulation (TCG, no KVM, no root), with an initramfs holding busybox-static, the agent,
-//! `sr-app`, `sr-proxy` and the shared libraries `ldd` lists for them. `/init`
+//! The kernel tier: boots the kernels fleets run (Debian's cloud kernels, fetched by
+//! `cargo xtask setup` into `target/kernels/<label>/`, arm64 ones into
+//! `target/kernels/arm64/<label>/`) under QEMU's plain emulation (TCG, no KVM, no root),
+//! with an initramfs holding busybox-static, the agent, `sr-app`, `sr-proxy`, `nft`,
+//! `setpriv` and their libraries, for the kernel's architecture (`vm_arch.rs`). `/init`
 //! (`vm_init.sh`) runs the scenario and prints `@@SR <key> <value>` lines on the serial
 //! console, which the host test parses and asserts on.
 
@@ -18,17 +19,15 @@ use std::{
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::pod::{require_binary, sibling_binary};
+pub use crate::vm_arch::Arch;
 
 /// The guest's `/init`.
 pub const INIT_SCRIPT: &str = include_str!("vm_init.sh");
-pub const QEMU: &str = "qemu-system-x86_64";
-/// busybox-static's binary (Debian).
-pub const BUSYBOX: &str = "/bin/busybox";
 
 /// One kernel fetched by `cargo xtask setup`.
 #[derive(Debug, Clone)]
 pub struct Kernel {
+    pub arch: Arch,
     /// `6.1`, `6.12`.
     pub label: String,
     pub vmlinuz: PathBuf,
@@ -49,11 +48,12 @@ pub fn kernels_dir() -> PathBuf {
         })
 }
 
-/// The kernel `label` when it was fetched.
-pub fn kernel(label: &str) -> Option<Kernel> {
-    let dir = kernels_dir().join(label);
+/// The `arch` kernel `label` when it was fetched.
+pub fn kernel(arch: Arch, label: &str) -> Option<Kernel> {
+    let dir = arch.kernels_dir().join(label);
     let vmlinuz = dir.join("vmlinuz");
     (vmlinuz.is_file() && dir.join("modules/order").is_file()).then(|| Kernel {
+        arch,
         label: label.to_string(),
         package: fs::read_to_string(dir.join("package"))
             .map(|s| s.trim().to_string())
@@ -62,22 +62,15 @@ pub fn kernel(label: &str) -> Option<Kernel> {
     })
 }
 
-/// What the tier needs that is missing (QEMU, busybox-static, the kernel), or `None`.
-pub fn missing(label: &str) -> Option<String> {
-    let mut missing = Vec::new();
-    if !crate::root::have(QEMU) {
-        missing.push(format!("{QEMU} (Debian: qemu-system-x86)"));
-    }
-    if !is_static(Path::new(BUSYBOX)) {
-        missing.push(format!("a static {BUSYBOX} (Debian: busybox-static)"));
-    }
-    if !crate::root::have("nft") {
-        missing.push("nft (Debian: nftables)".to_string());
-    }
-    if kernel(label).is_none() {
+/// What the tier needs that is missing (QEMU, the guest's programs, the kernel), or
+/// `None`.
+pub fn missing(arch: Arch, label: &str) -> Option<String> {
+    let mut missing = arch.missing();
+    if kernel(arch, label).is_none() {
         missing.push(format!(
-            "the {label} kernel (vmlinuz, modules/order) in {}",
-            kernels_dir().join(label).display()
+            "the {} {label} kernel (vmlinuz, modules/order) in {}",
+            arch.name(),
+            arch.kernels_dir().join(label).display()
         ));
     }
     (!missing.is_empty()).then(|| missing.join(", "))
@@ -85,10 +78,10 @@ pub fn missing(label: &str) -> Option<String> {
 
 /// The kernel `label` and QEMU, or `None` after printing why the test is skipped.
 /// In CI (`CI` set) a missing piece fails the test instead: setup must provide it.
-pub fn kernel_or_skip(test: &str, label: &str) -> Option<Kernel> {
-    if let Some(what) = missing(label) {
+pub fn kernel_or_skip(test: &str, arch: Arch, label: &str) -> Option<Kernel> {
+    if let Some(what) = missing(arch, label) {
         // `cargo xtask setup` tried, and the registry no longer serves that kernel.
-        let unavailable = kernels_dir().join(format!("{label}.unavailable"));
+        let unavailable = arch.kernels_dir().join(format!("{label}.unavailable"));
         if let Ok(why) = fs::read_to_string(&unavailable) {
             eprintln!(
                 "SKIPPED {test}: the {label} kernel could not be fetched: {}",
@@ -102,25 +95,7 @@ pub fn kernel_or_skip(test: &str, label: &str) -> Option<Kernel> {
         eprintln!("SKIPPED {test}: missing {what}; run `cargo xtask setup` to fetch them");
         return None;
     }
-    kernel(label)
-}
-
-/// Whether an ELF file has no program interpreter (statically linked).
-fn is_static(path: &Path) -> bool {
-    let Ok(bytes) = fs::read(path) else {
-        return false;
-    };
-    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 {
-        return false;
-    }
-    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]) as usize;
-    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap()) as usize;
-    let (phoff, phentsize, phnum) = (u64_at(32), u16_at(54), u16_at(56));
-    (0..phnum).all(|i| {
-        let o = phoff + i * phentsize;
-        // PT_INTERP = 3
-        o + 4 > bytes.len() || u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap()) != 3
-    })
+    kernel(arch, label)
 }
 
 /// A `newc` cpio archive, as the kernel unpacks an initramfs.
@@ -225,14 +200,15 @@ pub fn shared_libraries(binary: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// `binary` without debug info (much smaller; the VM holds the initramfs in memory),
-/// or as it is when `strip` is not there.
-fn stripped(binary: &Path, scratch: &Path) -> anyhow::Result<Vec<u8>> {
+/// or as it is when `strip` (the binutils of `arch`) is not there.
+fn stripped(binary: &Path, arch: Arch, scratch: &Path) -> anyhow::Result<Vec<u8>> {
     let out = scratch.join(binary.file_name().expect("a file name"));
-    let ok = Command::new("strip")
+    let ok = Command::new(arch.strip())
         .arg("--strip-debug")
         .arg("-o")
         .arg(&out)
         .arg(binary)
+        .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     let bytes = fs::read(if ok { &out } else { binary })?;
@@ -253,9 +229,10 @@ pub const REDIRECT_RULES: &str = "table ip sr_nat {
 }
 ";
 
-/// Writes the initramfs for `kernel`: busybox as `/bin/busybox`, `/init`, the agent,
-/// sr-app, sr-proxy, `nft` and util-linux's `setpriv` with their libraries, `/scenario.env`, and the kernel's
-/// modules for the REDIRECT case in `/redirect/` (from `cargo xtask setup`).
+/// Writes the initramfs for `kernel`: `/init`, `/scenario.env`, the programs of its
+/// architecture (`Arch::programs`: busybox, the agent, the stand-ins, `nft`, `setpriv`
+/// and their libraries), and the kernel's modules for the REDIRECT case in `/redirect/`
+/// (from `cargo xtask setup`).
 pub fn build_initramfs(path: &Path, env: &ScenarioEnv, kernel: &Kernel) -> anyhow::Result<()> {
     let scratch = path.with_extension("scratch");
     fs::create_dir_all(&scratch)?;
@@ -265,59 +242,30 @@ pub fn build_initramfs(path: &Path, env: &ScenarioEnv, kernel: &Kernel) -> anyho
     }
     cpio.char_device("/dev/console", 5, 1);
     cpio.char_device("/dev/null", 1, 3);
-    cpio.file("/bin/busybox", 0o755, &fs::read(BUSYBOX)?);
     cpio.file("/init", 0o755, INIT_SCRIPT.as_bytes());
     let env_text: String = env.iter().map(|(k, v)| format!("{k}='{v}'\n")).collect();
     cpio.file("/scenario.env", 0o644, env_text.as_bytes());
-    let agent = crate::agent::agent_binary();
-    let binaries = [
-        ("/bin/sidecar-race-agent", agent),
-        ("/bin/sr-app", require_binary(&sibling_binary("sr-app"))),
-        ("/bin/sr-proxy", require_binary(&sibling_binary("sr-proxy"))),
-        ("/bin/sr-uds", require_binary(&sibling_binary("sr-uds"))),
-    ];
-    let mut libs = BTreeSet::new();
-    for (to, from) in &binaries {
-        cpio.file(to, 0o755, &stripped(from, &scratch)?);
-        libs.extend(shared_libraries(from)?);
+    for (to, from) in kernel.arch.programs()? {
+        let data = stripped(&from, kernel.arch, &scratch)
+            .with_context(|| format!("reading {}", from.display()))?;
+        cpio.file(&to, 0o755, &data);
     }
-    // util-linux's setpriv (busybox's cannot cut the bounding set), for the
-    // least-privilege case.
-    let setpriv = which("setpriv").context("setpriv (util-linux) is needed")?;
-    cpio.file("/opt/setpriv", 0o755, &fs::read(&setpriv)?);
-    libs.extend(shared_libraries(&setpriv)?);
     let modules = kernel.vmlinuz.with_file_name("modules");
-    let nft = which("nft");
-    if let (Ok(order), Some(nft)) = (fs::read_to_string(modules.join("order")), nft) {
-        cpio.file("/bin/nft", 0o755, &fs::read(&nft)?);
-        libs.extend(shared_libraries(&nft)?);
-        cpio.file("/redirect/rules.nft", 0o644, REDIRECT_RULES.as_bytes());
-        cpio.file("/redirect/order", 0o644, order.as_bytes());
-        for m in order.split_whitespace() {
-            let ko = modules.join(format!("{m}.ko"));
-            cpio.file(
-                &format!("/redirect/{m}.ko"),
-                0o644,
-                &fs::read(&ko).with_context(|| format!("reading {}", ko.display()))?,
-            );
-        }
-    }
-    for lib in libs {
-        let data = fs::read(&lib).with_context(|| format!("reading {}", lib.display()))?;
-        cpio.file(&lib.to_string_lossy(), 0o755, &data);
+    let order = fs::read_to_string(modules.join("order"))
+        .with_context(|| format!("reading {}", modules.join("order").display()))?;
+    cpio.file("/redirect/rules.nft", 0o644, REDIRECT_RULES.as_bytes());
+    cpio.file("/redirect/order", 0o644, order.as_bytes());
+    for m in order.split_whitespace() {
+        let ko = modules.join(format!("{m}.ko"));
+        cpio.file(
+            &format!("/redirect/{m}.ko"),
+            0o644,
+            &fs::read(&ko).with_context(|| format!("reading {}", ko.display()))?,
+        );
     }
     let _ = fs::remove_dir_all(&scratch);
     fs::File::create(path)?.write_all(&cpio.finish())?;
     Ok(())
-}
-
-fn which(bin: &str) -> Option<PathBuf> {
-    let out = Command::new("sh")
-        .args(["-c", &format!("command -v {bin}")])
-        .output()
-        .ok()?;
-    let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (out.status.success() && p.starts_with('/')).then(|| PathBuf::from(p))
 }
 
 /// What one VM run printed.
@@ -376,23 +324,27 @@ impl GuestRun {
 /// stdout; kills QEMU after `timeout`.
 pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration) -> anyhow::Result<GuestRun> {
     let start = Instant::now();
-    let mut child = Command::new(QEMU)
-        .args(["-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", "768"])
+    let qemu = kernel.arch.qemu();
+    let mut child = Command::new(qemu)
+        .args(["-accel", "tcg"])
+        .args(kernel.arch.machine())
+        .args(["-smp", "1", "-m", "768"])
         .args(["-nodefaults", "-display", "none", "-no-reboot"])
         .args(["-serial", "stdio", "-monitor", "none"])
         .arg("-kernel")
         .arg(&kernel.vmlinuz)
         .arg("-initrd")
         .arg(initramfs)
-        .args([
-            "-append",
-            "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init",
-        ])
+        .arg("-append")
+        .arg(format!(
+            "console={} quiet loglevel=1 panic=-1 rdinit=/init",
+            kernel.arch.console()
+        ))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .with_context(|| format!("starting {QEMU}"))?;
+        .with_context(|| format!("starting {qemu}"))?;
     let lines = Arc::new(Mutex::new(Vec::new()));
     let out = child.stdout.take().unwrap();
     let l = lines.clone();
@@ -430,7 +382,7 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration) -> anyhow::Res
         && !s.success()
     {
         bail!(
-            "{QEMU} exited with {s}: {stderr}\nconsole:\n{}",
+            "{qemu} exited with {s}: {stderr}\nconsole:\n{}",
             console.join("\n")
         );
     }

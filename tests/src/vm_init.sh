@@ -243,13 +243,11 @@ uds() {
     wait_for /tmp/$key.err 'watching the kernel' 600
     in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-uds connect /tmp/uds.sock --attempts 2 --interval-ms 0 >/dev/null
     wait $!
-    in_cgroup "$POD1/cri-containerd-$POD1_PROXY.scope" sr-uds listen /tmp/uds.sock >/dev/null
+    in_cgroup "$POD1/cri-containerd-$POD1_PROXY.scope" sr-uds listen /tmp/uds.sock >/tmp/$key.listener
     listener=$!
-    i=0
-    while [ ! -S /tmp/uds.sock ] && [ "$i" -lt 100 ]; do
-        i=$((i + 1))
-        usleep 50000
-    done
+    # Killed once it listens (it says so after listen(); the socket file exists from
+    # bind() on, and a slow guest may be between the two).
+    wait_for /tmp/$key.listener 'listening on' 100
     kill -KILL $listener
     wait $listener
     in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-uds connect /tmp/uds.sock --attempts 1 >/dev/null

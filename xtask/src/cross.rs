@@ -87,7 +87,7 @@ pub fn arm64() -> anyhow::Result<Toolchain> {
 }
 
 /// The machine's Debian release (`VERSION_CODENAME`): where its rustc-web came from.
-fn codename() -> anyhow::Result<String> {
+pub(crate) fn codename() -> anyhow::Result<String> {
     let os = fs::read_to_string("/etc/os-release").context("cannot read /etc/os-release")?;
     os.lines()
         .find_map(|l| l.strip_prefix("VERSION_CODENAME="))

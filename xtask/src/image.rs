@@ -89,9 +89,40 @@ fn elf_machine(arch: &str) -> u16 {
     }
 }
 
+/// The cargo profile of a static build.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// The image's and krew's: optimized, `--locked`.
+    Release,
+    /// The kernel tier's arm64 guest: quick to build, like the amd64 tier's binaries.
+    Dev,
+}
+
 /// Builds the static agent for `arch` (the host's, or arm64 cross-built on x86_64
 /// with `cross.rs`); its path.
 pub fn build_static_agent(arch: &str) -> anyhow::Result<PathBuf> {
+    let bin = build_static(arch, Profile::Release, &[("sidecar-race-agent", &[BINARY])])?
+        .pop()
+        .expect("one binary");
+    if arch == target()?.1 {
+        let version = output(Command::new(&bin).arg("--version"))
+            .with_context(|| format!("{} does not run", bin.display()))?;
+        ensure!(
+            version.contains(VERSION),
+            "{} --version says {version:?}, expected {VERSION}",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// Builds `(package, binaries)` statically linked for `arch` with `profile`, checking
+/// each is a static `arch` ELF file; their paths.
+pub fn build_static(
+    arch: &str,
+    profile: Profile,
+    packages: &[(&str, &[&str])],
+) -> anyhow::Result<Vec<PathBuf>> {
     let (host, host_arch) = target()?;
     let triple = triple_of(arch)?;
     let root = workspace_root();
@@ -119,10 +150,17 @@ pub fn build_static_agent(arch: &str) -> anyhow::Result<PathBuf> {
     }
     let env_triple = triple.replace('-', "_");
     let mut build = cargo();
-    build
-        .args(["build", "--release", "--locked", "-p", "sidecar-race-agent"])
-        .args(["--target", triple])
-        .env_remove("RUSTFLAGS");
+    build.args(["build", "--locked"]);
+    if profile == Profile::Release {
+        build.arg("--release");
+    }
+    for (package, bins) in packages {
+        build.args(["-p", package]);
+        for bin in *bins {
+            build.args(["--bin", bin]);
+        }
+    }
+    build.args(["--target", triple]).env_remove("RUSTFLAGS");
     if arch != host_arch {
         ensure!(
             arch == "arm64" && host_arch == "amd64",
@@ -143,32 +181,27 @@ pub fn build_static_agent(arch: &str) -> anyhow::Result<PathBuf> {
             .env("CARGO_ENCODED_RUSTFLAGS", rustflags.join("\x1f"))
             .env(format!("CFLAGS_{env_triple}"), cflags.join(" ")),
     )?;
-    let bin = root
-        .join("target")
-        .join(triple)
-        .join("release")
-        .join(BINARY);
-    let elf = fs::read(&bin).with_context(|| format!("cannot read {}", bin.display()))?;
-    ensure!(
-        !has_interpreter(&elf)?,
-        "{} is dynamically linked (it has a program interpreter)",
-        bin.display()
-    );
-    ensure!(
-        u16::from_le_bytes([elf[18], elf[19]]) == elf_machine(arch),
-        "{} is not an {arch} ELF file",
-        bin.display()
-    );
-    if arch == host_arch {
-        let version = output(Command::new(&bin).arg("--version"))
-            .with_context(|| format!("{} does not run", bin.display()))?;
+    let dir = root.join("target").join(triple).join(match profile {
+        Profile::Release => "release",
+        Profile::Dev => "debug",
+    });
+    let mut built = Vec::new();
+    for bin in packages.iter().flat_map(|(_, bins)| bins.iter()) {
+        let bin = dir.join(bin);
+        let elf = fs::read(&bin).with_context(|| format!("cannot read {}", bin.display()))?;
         ensure!(
-            version.contains(VERSION),
-            "{} --version says {version:?}, expected {VERSION}",
+            !has_interpreter(&elf)?,
+            "{} is dynamically linked (it has a program interpreter)",
             bin.display()
         );
+        ensure!(
+            u16::from_le_bytes([elf[18], elf[19]]) == elf_machine(arch),
+            "{} is not an {arch} ELF file",
+            bin.display()
+        );
+        built.push(bin);
     }
-    Ok(bin)
+    Ok(built)
 }
 
 /// Whether a 64-bit little-endian ELF has a PT_INTERP program header.

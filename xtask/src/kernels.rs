@@ -1,7 +1,9 @@
 //! The kernel tier's set-up (tests/tests/kernel_matrix.rs): Debian's cloud kernels for
-//! the LTS lines fleets run, as `target/kernels/<label>/vmlinuz`, fetched with
-//! `apt-get download` and unpacked with `dpkg-deb` (nothing is installed), plus the
-//! tools that boot them: QEMU (TCG, no KVM needed) and busybox-static for the initramfs.
+//! the LTS lines fleets run, as `target/kernels/<label>/vmlinuz` (arm64 ones as
+//! `target/kernels/arm64/<label>/vmlinuz`), fetched with `apt-get download` and
+//! unpacked with `dpkg-deb` (nothing is installed), plus the tools that boot them: QEMU
+//! (TCG, no KVM needed) and busybox-static for the initramfs (for arm64 guests, Debian's
+//! arm64 programs: `guest_userland.rs`).
 //!
 //! The REDIRECT case needs a NAT rule in the VM: the modules for `nft` redirects and a
 //! dummy interface (with what they depend on) are kept too, uncompressed, in load order
@@ -20,17 +22,64 @@ use crate::{
     run::{checked, output, workspace_root},
 };
 
-/// (label, meta package, Debian suite): the meta package's `Depends` names the real
-/// image. `None` uses the machine's own apt sources; a suite is read through a private
-/// apt configuration under `target/kernels/apt-<suite>/` (Debian's archive key, the
-/// machine's sources and state untouched).
-pub const KERNELS: [(&str, &str, Option<&str>); 3] = [
+/// One kernel of the tier.
+pub struct KernelSpec {
+    /// The version line, e.g. `6.1`.
+    pub label: &'static str,
+    /// Debian's architecture name.
+    pub arch: &'static str,
+    /// The meta package, whose `Depends` names the real image.
+    pub meta: &'static str,
+    /// `None` uses the machine's own apt sources; a suite is read through a private apt
+    /// configuration under `target/kernels/apt-<suite>[-<arch>]/` (Debian's archive key,
+    /// the machine's sources and state untouched). Foreign architectures need one.
+    pub suite: Option<&'static str>,
+}
+
+pub const KERNELS: [KernelSpec; 4] = [
     // Debian 11's cloud kernel: the 5.10 LTS (Amazon Linux 2's line).
-    ("5.10", "linux-image-cloud-amd64", Some("bullseye")),
+    KernelSpec {
+        label: "5.10",
+        arch: "amd64",
+        meta: "linux-image-cloud-amd64",
+        suite: Some("bullseye"),
+    },
     // Debian 12's default cloud kernel.
-    ("6.1", "linux-image-cloud-amd64", None),
-    ("6.12", "linux-image-6.12-cloud-amd64", None),
+    KernelSpec {
+        label: "6.1",
+        arch: "amd64",
+        meta: "linux-image-cloud-amd64",
+        suite: None,
+    },
+    KernelSpec {
+        label: "6.12",
+        arch: "amd64",
+        meta: "linux-image-6.12-cloud-amd64",
+        suite: None,
+    },
+    // Debian 12's arm64 cloud kernel (Graviton, Ampere), for the cross-built agent.
+    KernelSpec {
+        label: "6.1",
+        arch: "arm64",
+        meta: "linux-image-cloud-arm64",
+        suite: Some("bookworm"),
+    },
 ];
+
+impl KernelSpec {
+    /// Where it goes: `target/kernels/<label>` (the host's amd64), or
+    /// `target/kernels/<arch>/<label>`.
+    fn dir(&self, root: &Path) -> std::path::PathBuf {
+        match self.arch {
+            "amd64" => root.join(self.label),
+            arch => root.join(arch).join(self.label),
+        }
+    }
+
+    fn foreign_arch(&self) -> Option<&'static str> {
+        (self.arch != "amd64").then_some(self.arch)
+    }
+}
 const DEBIAN_KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 pub const KERNELS_DIR: &str = "target/kernels";
 
@@ -38,6 +87,9 @@ pub const KERNELS_DIR: &str = "target/kernels";
 pub fn want_tools(apt: &mut Apt) {
     if !have("qemu-system-x86_64") {
         apt.want(&["qemu-system-x86"]);
+    }
+    if !have("qemu-system-aarch64") {
+        apt.want(&["qemu-system-arm"]);
     }
     if !package_installed("busybox-static") {
         apt.want(&["busybox-static"]);
@@ -49,14 +101,22 @@ pub fn want_tools(apt: &mut Apt) {
     if !have("xz") {
         apt.want(&["xz-utils"]);
     }
+    // readelf lists what the arm64 guest's programs load (`guest_userland.rs`).
+    if !have("readelf") {
+        apt.want(&["binutils"]);
+    }
 }
 
-/// Fetches every kernel that is not in `target/kernels/` yet.
+/// Fetches every kernel that is not in `target/kernels/` yet, and the arm64 guest's
+/// programs.
 pub fn ensure(apt: &mut Apt) -> anyhow::Result<()> {
     let root = workspace_root().join(KERNELS_DIR);
-    for (label, meta, suite) in KERNELS {
-        let dir = root.join(label);
-        let unavailable = root.join(format!("{label}.unavailable"));
+    for spec in &KERNELS {
+        let KernelSpec {
+            label, meta, suite, ..
+        } = *spec;
+        let dir = spec.dir(&root);
+        let unavailable = dir.with_file_name(format!("{label}.unavailable"));
         if dir.join("vmlinuz").is_file() && dir.join("modules/order").is_file() {
             let _ = fs::remove_file(&unavailable);
             continue;
@@ -64,10 +124,13 @@ pub fn ensure(apt: &mut Apt) -> anyhow::Result<()> {
         let result = (|| {
             let options = match suite {
                 None => Vec::new(),
-                Some(suite) => private_apt(&root, suite)?,
+                Some(suite) => private_apt_for(&root, suite, spec.foreign_arch())?,
             };
             let (package, version) = resolve(apt, &options, meta, label)?;
-            eprintln!("xtask: fetching kernel {label}: {package} {version}");
+            eprintln!(
+                "xtask: fetching the {} kernel {label}: {package} {version}",
+                spec.arch
+            );
             fetch(&root, &dir, &options, &package, &version)
         })();
         match (result, suite) {
@@ -78,26 +141,23 @@ pub fn ensure(apt: &mut Apt) -> anyhow::Result<()> {
             // skips, saying why, instead of failing every set-up.
             (Err(e), Some(suite)) => {
                 eprintln!(
-                    "xtask: warning: the {label} kernel from Debian {suite} cannot be had ({e:#}); \
-                     the kernel tier skips it"
+                    "xtask: warning: the {} {label} kernel from Debian {suite} cannot be had \
+                     ({e:#}); the kernel tier skips it",
+                    spec.arch
                 );
-                fs::create_dir_all(&root)?;
+                fs::create_dir_all(unavailable.parent().expect("under target/kernels"))?;
                 fs::write(&unavailable, format!("Debian {suite}: {e:#}\n"))?;
             }
             (Err(e), None) => return Err(e),
         }
     }
-    Ok(())
+    crate::guest_userland::ensure(&root)
 }
 
 /// apt options that read Debian `suite` (and its security updates) from a private
-/// sources list and state directory, after updating them.
-fn private_apt(root: &Path, suite: &str) -> anyhow::Result<Vec<String>> {
-    private_apt_for(root, suite, None)
-}
-
-/// `private_apt`, reading the packages of `arch` instead of the machine's own (for
-/// `apt-get download`; dpkg's architectures are not touched).
+/// sources list and state directory under `root`, after updating them; with `arch`,
+/// the packages of `arch` instead of the machine's own (for `apt-get download`; dpkg's
+/// architectures are not touched).
 pub(crate) fn private_apt_for(
     root: &Path,
     suite: &str,
@@ -106,7 +166,10 @@ pub(crate) fn private_apt_for(
     if !Path::new(DEBIAN_KEYRING).is_file() {
         bail!("{DEBIAN_KEYRING} is missing (Debian: debian-archive-keyring); it verifies {suite}");
     }
-    let dir = root.join(format!("apt-{suite}"));
+    let dir = root.join(match arch {
+        None => format!("apt-{suite}"),
+        Some(arch) => format!("apt-{suite}-{arch}"),
+    });
     for d in ["lists/partial", "cache/archives/partial"] {
         fs::create_dir_all(dir.join(d))?;
     }

@@ -1,9 +1,11 @@
 //! `cargo xtask <setup|build|test|demo>`: the project's own automation. Depends on
 //! nothing that needs the eBPF toolchain, so it can install that toolchain.
 
+mod arm64_tier;
 mod bench;
 mod cluster;
 mod cross;
+mod guest_userland;
 mod host;
 mod image;
 mod kernels;
@@ -51,6 +53,8 @@ enum Task {
     },
     /// Set up, build, and run every test tier (root tiers fail when not root, unless
     /// SIDECAR_RACE_SKIP_ROOT=1 lets them skip; the summary counts the skipped).
+    /// `cargo xtask test arm64 [ARGS]` sets up, builds and runs the arm64 kernel tier
+    /// alone.
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -110,6 +114,14 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Task::Test { args } if args.first().is_some_and(|a| a == arm64_tier::NAME) => {
+            setup::ensure()?;
+            build()?;
+            let mut tally = run::Tally::default();
+            let result = arm64_tier::test_tier(&args[..1], &args[1..], &mut tally);
+            tally.print();
+            result
+        }
         Task::Test { args } => {
             setup::ensure()?;
             build()?;
@@ -122,10 +134,13 @@ fn main() -> anyhow::Result<()> {
                 .args(&args);
             let mut tally = run::Tally::default();
             let tiers = run::tests(&mut cmd, &mut tally);
+            // The kernel tier on arm64, with its own cross-build; its VM after the
+            // amd64 ones.
+            let arm64 = arm64_tier::test_tier(&args, &[], &mut tally);
             // Real pods on a real kubelet: its own cluster, after the other tiers.
             let cluster = cluster::test_tier(&args, &mut tally);
             tally.print();
-            tiers.and(cluster)
+            tiers.and(arm64).and(cluster)
         }
         Task::Bench { smoke: false } => {
             setup::ensure()?;
