@@ -247,13 +247,12 @@ impl Probes {
         // The hooks on kernel functions name them by BTF id: one more parse (the
         // loader's is private), shared by the BTF tracepoint and the fexit hooks, and
         // made only when one of them will be tried.
-        let kernel_btf = if sock.is_ok()
-            || (opts.unix_hooks == UnixHookChoice::Auto && unix_fields.is_ok())
-        {
-            aya::Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", chain(&e)))
-        } else {
-            Err("not needed".to_string())
-        };
+        let kernel_btf =
+            if sock.is_ok() || (opts.unix_hooks == UnixHookChoice::Auto && unix_fields.is_ok()) {
+                aya::Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", chain(&e)))
+            } else {
+                Err("not needed".to_string())
+            };
 
         let mut attached = Vec::new();
         let mut degraded = Vec::new();

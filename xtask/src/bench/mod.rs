@@ -134,8 +134,7 @@ pub fn bench(bin: &Path, smoke: bool, parts: &Parts, out: &Path) -> anyhow::Resu
     if parts.has(Part::Storm) {
         let secs = plan.storm.as_secs();
         eprintln!("bench: storm ({secs} s of refusals next to startup races)");
-        let (lat, storm) =
-            latency::measure_storm(bin, plan.latency_races.max(200), secs as f64)?;
+        let (lat, storm) = latency::measure_storm(bin, plan.latency_races.max(200), secs as f64)?;
         report.storm(secs, &lat, &storm);
     }
 
