@@ -75,6 +75,10 @@ enum Task {
         /// target/ (the test suite runs this so the harness does not rot).
         #[arg(long)]
         smoke: bool,
+        /// Only these parts, comma-separated (for profiling one figure); the partial
+        /// report goes to target/bench-only/BENCHMARKS.md, never over BENCHMARKS.md.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<bench::Part>,
     },
     /// Set up, build (release), run the agent under pod churn and a refusal storm for
     /// N minutes, and check it neither grows nor loses incidents (root).
@@ -142,24 +146,25 @@ fn main() -> anyhow::Result<()> {
             tally.print();
             tiers.and(arm64).and(cluster)
         }
-        Task::Bench { smoke: false } => {
-            setup::ensure()?;
-            run::checked(run::cargo().args(["build", "--release", "--workspace", "--bins"]))?;
+        Task::Bench { smoke, only } => {
             let root = run::workspace_root();
-            bench::bench(
-                &root.join("target/release"),
-                false,
-                &root.join("BENCHMARKS.md"),
-            )
-        }
-        Task::Bench { smoke: true } => {
-            build()?;
-            let root = run::workspace_root();
-            bench::bench(
-                &root.join("target/debug"),
-                true,
-                &root.join("target/bench-smoke/BENCHMARKS.md"),
-            )
+            let (bin, out) = if smoke {
+                build()?;
+                (
+                    root.join("target/debug"),
+                    root.join("target/bench-smoke/BENCHMARKS.md"),
+                )
+            } else {
+                setup::ensure()?;
+                run::checked(run::cargo().args(["build", "--release", "--workspace", "--bins"]))?;
+                (root.join("target/release"), root.join("BENCHMARKS.md"))
+            };
+            let out = if only.is_empty() {
+                out
+            } else {
+                root.join("target/bench-only/BENCHMARKS.md")
+            };
+            bench::bench(&bin, smoke, &bench::Parts::only(only), &out)
         }
         Task::Cluster { action } => {
             if matches!(action, cluster::Action::Up) {

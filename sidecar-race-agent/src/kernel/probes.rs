@@ -11,8 +11,8 @@ use aya::{
 use sidecar_race_ebpf::{
     abi::counter,
     layout::{
-        CONTROL_BURST, CONTROL_REFILL_PER_SECOND, Config, REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND,
-        RefusalBudget, TaskFields,
+        CONTROL_BURST, CONTROL_REFILL_PER_SECOND, CgroupFields, Config, REFUSAL_BURST,
+        REFUSAL_REFILL_PER_SECOND, RefusalBudget, SockFields, TaskFields,
     },
     unix::{SyscallArgs, UnixConfig, UnixFields},
 };
@@ -205,38 +205,26 @@ impl Probes {
         config.cgroup2_hierarchy = opts.cgroup2_hierarchy;
         config.refusal_budget = opts.refusal_budget;
         config.control_budget = opts.control_budget;
-        // The kernel's BTF, read and parsed once for every set of offsets.
-        let vmlinux = std::fs::read(btf::VMLINUX).map_err(|e| format!("{}: {e}", btf::VMLINUX));
-        let parsed = vmlinux
-            .as_deref()
-            .map_err(Clone::clone)
-            .and_then(|data| btf::Btf::parse(data).map_err(|e| e.to_string()));
-        let per_cgroup_budgets = match from_btf(&parsed, btf::cgroup_fields) {
+        let offsets = BtfOffsets::read(opts.set_state_btf);
+        let per_cgroup_budgets = match offsets.cgroup {
             Ok(fields) => {
                 config.cgroup = fields;
                 None
             }
             Err(why) => Some(why),
         };
-        let sock = if opts.set_state_btf {
-            from_btf(&parsed, btf::sock_fields)
-        } else {
-            Err("turned off".to_string())
-        };
+        let sock = offsets.sock;
         if let Ok(fields) = sock {
             config.sock = fields;
         }
-        let task = from_btf(&parsed, btf::task_fields);
+        let task = offsets.task;
         let process_names = match &task {
             Ok(_) => ProcessNames::Leader,
             Err(why) => ProcessNames::Thread {
                 why_not_leader: why.clone(),
             },
         };
-        let unix_fields = parsed
-            .as_ref()
-            .map_err(Clone::clone)
-            .and_then(|btf| unix_hooks::unix_fields(btf).map_err(|e| e.to_string()));
+        let unix_fields = offsets.unix;
         let unix_config = UnixConfig {
             fields: unix_fields.clone().unwrap_or(UnixFields::UNSET),
             syscalls: layout.unix_syscalls.clone().unwrap_or(SyscallArgs::UNSET),
@@ -244,24 +232,39 @@ impl Probes {
         let unix_bytes = plain_bytes(&unix_config);
         let config_bytes = config_bytes(&config);
         let task_bytes = task_bytes(&task.unwrap_or(TaskFields::UNSET));
-        let mut loader = EbpfLoader::new();
-        loader
-            .override_global("CONFIG", &config_bytes, true)
-            .override_global("TASK", &task_bytes, true)
-            .override_global("UNIX", &unix_bytes, true)
-            .map_max_entries("EVENTS", size);
-        if let Some(entries) = opts.lru_entries {
-            for table in LRU_TABLES {
-                loader.map_max_entries(table, entries);
+        let mut ebpf = {
+            // `EbpfLoader::new()` parses the kernel's BTF itself (aya's parse of a 5.5 MB
+            // vmlinux is some 17 MiB of allocations) and holds it as long as the loader
+            // lives: the loader goes as soon as the object is loaded, so that parse is
+            // never held beside the next one.
+            let mut loader = EbpfLoader::new();
+            loader
+                .override_global("CONFIG", &config_bytes, true)
+                .override_global("TASK", &task_bytes, true)
+                .override_global("UNIX", &unix_bytes, true)
+                .map_max_entries("EVENTS", size);
+            if let Some(entries) = opts.lru_entries {
+                for table in LRU_TABLES {
+                    loader.map_max_entries(table, entries);
+                }
+                // One slot: nearly every connect then takes the LRU path that is filled.
+                loader.map_max_entries("CONNECTING_SLOTS", 1);
             }
-            // One slot: nearly every connect then takes the LRU path that is filled.
-            loader.map_max_entries("CONNECTING_SLOTS", 1);
-        }
-        let mut ebpf = loader.load(OBJECT).map_err(ProbeError::Load)?;
+            loader.load(OBJECT).map_err(ProbeError::Load)?
+        };
+        // The hooks on kernel functions name them by BTF id: one more parse (the
+        // loader's is private), shared by the BTF tracepoint and the fexit hooks, and
+        // made only when one of them will be tried.
+        let kernel_btf =
+            if sock.is_ok() || (opts.unix_hooks == UnixHookChoice::Auto && unix_fields.is_ok()) {
+                aya::Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", chain(&e)))
+            } else {
+                Err("not needed".to_string())
+            };
 
         let mut attached = Vec::new();
         let mut degraded = Vec::new();
-        let set_state_hook = match sock.and_then(|_| attach_btf(&mut ebpf)) {
+        let set_state_hook = match sock.and_then(|_| attach_btf(&mut ebpf, &kernel_btf)) {
             Ok(()) => SetStateHook::TpBtf,
             Err(why_not_btf) => SetStateHook::Tracepoint { why_not_btf },
         };
@@ -287,7 +290,10 @@ impl Probes {
             opts.unix_hooks,
             &unix_fields,
             &layout.unix_syscalls,
+            &kernel_btf,
         );
+        drop(kernel_btf);
+        return_freed_memory();
         let ring =
             RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|cause| ProbeError::Map {
                 name: "EVENTS",
@@ -392,8 +398,8 @@ fn hash_map<K: aya::Pod, V: aya::Pod>(
 }
 
 /// Loads and attaches the BTF tracepoint program; the reason as text when it cannot.
-fn attach_btf(ebpf: &mut Ebpf) -> Result<(), String> {
-    let btf = aya::Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", chain(&e)))?;
+fn attach_btf(ebpf: &mut Ebpf, btf: &Result<aya::Btf, String>) -> Result<(), String> {
+    let btf = btf.as_ref().map_err(Clone::clone)?;
     let name = set_state_btf();
     let program: &mut BtfTracePoint = ebpf
         .program_mut(name)
@@ -401,7 +407,7 @@ fn attach_btf(ebpf: &mut Ebpf) -> Result<(), String> {
         .try_into()
         .map_err(|e| chain(&e))?;
     program
-        .load("inet_sock_set_state", &btf)
+        .load("inet_sock_set_state", btf)
         .map_err(|e| format!("load: {}", chain(&e)))?;
     program
         .attach()
@@ -494,10 +500,42 @@ fn config_bytes(config: &Config) -> [u8; size_of::<Config>()] {
     unsafe { std::mem::transmute_copy(config) }
 }
 
+/// The offsets the agent reads from the kernel's BTF itself (aya does not expose
+/// member offsets), each set or why it is missing.
+struct BtfOffsets {
+    cgroup: Result<CgroupFields, String>,
+    sock: Result<SockFields, String>,
+    task: Result<TaskFields, String>,
+    unix: Result<UnixFields, String>,
+}
+
+impl BtfOffsets {
+    /// Reads and parses vmlinux once for every set (the socket's only with
+    /// `set_state_btf`). The file and the parse are freed on return, before aya parses
+    /// the BTF again, so the two are never held at once.
+    fn read(set_state_btf: bool) -> Self {
+        let vmlinux = std::fs::read(btf::VMLINUX).map_err(|e| format!("{}: {e}", btf::VMLINUX));
+        let parsed = vmlinux
+            .as_deref()
+            .map_err(Clone::clone)
+            .and_then(|data| btf::Btf::parse(data).map_err(|e| e.to_string()));
+        BtfOffsets {
+            cgroup: from_btf(&parsed, btf::cgroup_fields),
+            sock: if set_state_btf {
+                from_btf(&parsed, btf::sock_fields)
+            } else {
+                Err("turned off".to_string())
+            },
+            task: from_btf(&parsed, btf::task_fields),
+            unix: from_btf(&parsed, unix_hooks::unix_fields),
+        }
+    }
+}
+
 /// One set of offsets from the parsed BTF, or why there is none.
-fn from_btf<T>(
+fn from_btf<T, E: ToString>(
     parsed: &Result<btf::Btf, String>,
-    fields: impl Fn(&btf::Btf) -> Result<T, btf::BtfError>,
+    fields: impl Fn(&btf::Btf) -> Result<T, E>,
 ) -> Result<T, String> {
     let btf = parsed.as_ref().map_err(Clone::clone)?;
     fields(btf).map_err(|e| e.to_string())
@@ -513,6 +551,18 @@ fn plain_bytes(config: &UnixConfig) -> [u8; size_of::<UnixConfig>()] {
 fn task_bytes(task: &TaskFields) -> [u8; size_of::<TaskFields>()] {
     // SAFETY: TaskFields is repr(C) plain data without padding.
     unsafe { std::mem::transmute_copy(task) }
+}
+
+/// Gives the pages of freed allocations back to the kernel. The BTF parses above are
+/// freed, but glibc keeps free memory below live allocations resident (it only trims
+/// the top of its heap): without this the agent kept some 17 MiB of them for its whole
+/// life.
+fn return_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions; it only releases free pages.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 fn page_size() -> usize {

@@ -204,6 +204,7 @@ pub fn attach(
     choice: UnixHookChoice,
     fields: &Result<UnixFields, String>,
     syscalls: &Result<SyscallArgs, String>,
+    btf: &Result<AyaBtf, String>,
 ) -> UnixCoverage {
     if choice == UnixHookChoice::Off {
         return UnixCoverage::Missing {
@@ -213,7 +214,7 @@ pub fn attach(
     let why_not_fexit = match (choice, fields) {
         (UnixHookChoice::Syscalls | UnixHookChoice::Off, _) => "--unix-hooks=syscalls".to_string(),
         (UnixHookChoice::Auto, Err(why)) => format!("no BTF offsets: {why}"),
-        (UnixHookChoice::Auto, Ok(_)) => match attach_fexit(ebpf) {
+        (UnixHookChoice::Auto, Ok(_)) => match attach_fexit(ebpf, btf) {
             Ok(()) => return UnixCoverage::Fexit,
             Err(why) => why,
         },
@@ -233,19 +234,19 @@ pub fn attach(
     }
 }
 
-fn attach_fexit(ebpf: &mut Ebpf) -> Result<(), String> {
-    let btf = AyaBtf::from_sys_fs().map_err(|e| format!("kernel BTF: {e}"))?;
+fn attach_fexit(ebpf: &mut Ebpf, btf: &Result<AyaBtf, String>) -> Result<(), String> {
+    let btf = btf.as_ref().map_err(Clone::clone)?;
     let result = (|| {
         for (program, function) in FEXITS {
             let p: &mut FExit = program_mut(ebpf, program)?;
-            p.load(function, &btf)
+            p.load(function, btf)
                 .map_err(|e| format!("load {program}: {}", chain(&e)))?;
             p.attach()
                 .map_err(|e| format!("attach {program}: {}", chain(&e)))?;
         }
         let (program, function) = FENTRY;
         let p: &mut FEntry = program_mut(ebpf, program)?;
-        p.load(function, &btf)
+        p.load(function, btf)
             .map_err(|e| format!("load {program}: {}", chain(&e)))?;
         p.attach()
             .map(|_| ())

@@ -14,6 +14,7 @@ mod latency;
 mod loops;
 mod measure;
 mod null_prog;
+mod parts;
 mod peer;
 mod report;
 mod scale;
@@ -23,6 +24,7 @@ use std::{path::Path, time::Duration};
 
 use anyhow::{Context, bail};
 
+pub use self::parts::{Part, Parts};
 use self::{loops::Workload, peer::Bpftrace, report::Report};
 
 /// How much to measure.
@@ -75,56 +77,68 @@ const TARGET_SCALE_RSS_MIB: f64 = 40.0;
 /// The agent's default reorder window; p99 detection latency may exceed it by 100 ms.
 const REORDER_WINDOW_MS: f64 = 200.0;
 
-/// Runs the table with the binaries in `bin` and writes the report to `out`.
-pub fn bench(bin: &Path, smoke: bool, out: &Path) -> anyhow::Result<()> {
+/// Runs the table's `parts` with the binaries in `bin` and writes the report to `out`.
+pub fn bench(bin: &Path, smoke: bool, parts: &Parts, out: &Path) -> anyhow::Result<()> {
     if !dial::is_root() {
         bail!("the benchmark attaches eBPF programs: run it as root");
     }
     let plan = if smoke { SMOKE } else { FULL };
-    if !smoke {
+    if !smoke && parts.has(Part::HotPath) {
         Bpftrace::install();
     }
     let mut report = Report::default();
 
-    // The statistics' cost per run of the last loop whose null programs ran, for a
-    // loop where none run (UDS).
-    let mut stats_ns = None;
-    for w in Workload::ALL {
-        eprintln!("bench: {} (bare, agent, bpftrace; alternating)", w.label());
-        let h = hot_path::measure(bin, &plan, w, stats_ns)?;
-        stats_ns = stats::Spread::of(&h.stats_ns_per_run).map(|s| s.median);
-        report.hot_path(&h);
+    if parts.has(Part::HotPath) {
+        // The statistics' cost per run of the last loop whose null programs ran, for a
+        // loop where none run (UDS).
+        let mut stats_ns = None;
+        for w in Workload::ALL {
+            eprintln!("bench: {} (bare, agent, bpftrace; alternating)", w.label());
+            let h = hot_path::measure(bin, &plan, w, stats_ns)?;
+            stats_ns = stats::Spread::of(&h.stats_ns_per_run).map(|s| s.median);
+            report.hot_path(&h);
+        }
+        if !Bpftrace::available() {
+            report.no_peer();
+        }
     }
-    if !Bpftrace::available() {
-        report.no_peer();
+
+    if parts.has(Part::Refusals) {
+        eprintln!("bench: refused connects (TCP, then UDS)");
+        report.refused(&plan, &measure::refusals(bin, &plan)?);
+        report.uds_refused(&plan, &measure::uds_refusals(bin, &plan)?);
     }
 
-    eprintln!("bench: refused connects (TCP, then UDS)");
-    report.refused(&plan, &measure::refusals(bin, &plan)?);
-    report.uds_refused(&plan, &measure::uds_refusals(bin, &plan)?);
+    if parts.has(Part::Scale) {
+        eprintln!(
+            "bench: node scale ({} simulated pods, {:?})",
+            plan.scale_pods, plan.scale
+        );
+        report.node_scale(&plan, &measure::node_scale(bin, &plan)?);
+    }
 
-    eprintln!(
-        "bench: node scale ({} simulated pods, {:?})",
-        plan.scale_pods, plan.scale
-    );
-    report.node_scale(&plan, &measure::node_scale(bin, &plan)?);
+    if parts.has(Part::Startup) {
+        eprintln!("bench: start-up with {} extra cgroups", plan.index_cgroups);
+        let (plain, many) = measure::index_build(bin, &plan)?;
+        report.start_up(&plan, &plain, &many);
+    }
 
-    eprintln!("bench: start-up with {} extra cgroups", plan.index_cgroups);
-    let (plain, many) = measure::index_build(bin, &plan)?;
-    report.start_up(&plan, &plain, &many);
+    if parts.has(Part::Latency) {
+        eprintln!(
+            "bench: detection latency over {} startup races",
+            plan.latency_races
+        );
+        report.latency(&latency::measure(bin, plan.latency_races)?);
+    }
 
-    eprintln!(
-        "bench: detection latency over {} startup races",
-        plan.latency_races
-    );
-    report.latency(&latency::measure(bin, plan.latency_races)?);
+    if parts.has(Part::Storm) {
+        let secs = plan.storm.as_secs();
+        eprintln!("bench: storm ({secs} s of refusals next to startup races)");
+        let (lat, storm) = latency::measure_storm(bin, plan.latency_races.max(200), secs as f64)?;
+        report.storm(secs, &lat, &storm);
+    }
 
-    let secs = plan.storm.as_secs();
-    eprintln!("bench: storm ({secs} s of refusals next to startup races)");
-    let (lat, storm) = latency::measure_storm(bin, plan.latency_races.max(200), secs as f64)?;
-    report.storm(secs, &lat, &storm);
-
-    let text = report.render(&plan);
+    let text = report.render(&plan, parts);
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }
