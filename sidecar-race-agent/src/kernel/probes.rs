@@ -408,7 +408,7 @@ fn attach_btf(ebpf: &mut Ebpf, btf: &Result<aya::Btf, String>) -> Result<(), Str
         .map_err(|e| chain(&e))?;
     program
         .load("inet_sock_set_state", btf)
-        .map_err(|e| format!("load: {}", chain(&e)))?;
+        .map_err(|e| verifier_gist(&format!("load: {}", chain(&e))))?;
     program
         .attach()
         .map_err(|e| format!("attach: {}", chain(&e)))?;
@@ -468,6 +468,22 @@ pub(super) fn chain(e: &dyn std::error::Error) -> String {
         next = s.source();
     }
     out
+}
+
+/// A load error without the verifier's whole log: its first line and the line that
+/// says why (e.g. `invalid func unknown#158` on a kernel without the helper).
+pub(super) fn verifier_gist(error: &str) -> String {
+    let Some((head, log)) = error.split_once("Verifier output:") else {
+        return error.to_string();
+    };
+    let why = log
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("verification time"))
+        .filter(|l| !l.is_empty())
+        .last()
+        .unwrap_or("");
+    format!("{}: {why}", head.trim_end().trim_end_matches('.'))
 }
 
 /// Whether an error was caused by EACCES or EPERM.

@@ -15,7 +15,7 @@ use thiserror::Error;
 
 use super::{
     btf::{Btf, BtfError},
-    probes::chain,
+    probes::{chain, verifier_gist},
     tracefs::{Tracefs, TracefsError},
 };
 
@@ -284,22 +284,6 @@ fn attach_syscalls(ebpf: &mut Ebpf, syscalls: &SyscallArgs) -> Result<(), String
     };
     attach_all(ebpf, calls)?;
     attach_all(ebpf, &LISTENERS)
-}
-
-/// A load error without the verifier's whole log: its first line and the line that
-/// says why (e.g. `invalid func unknown#158` on a kernel without the helper).
-fn verifier_gist(error: &str) -> String {
-    let Some((head, log)) = error.split_once("Verifier output:") else {
-        return error.to_string();
-    };
-    let why = log
-        .lines()
-        .map(str::trim)
-        .take_while(|l| !l.starts_with("verification time"))
-        .filter(|l| !l.is_empty())
-        .last()
-        .unwrap_or("");
-    format!("{}: {why}", head.trim_end().trim_end_matches('.'))
 }
 
 fn load_all(ebpf: &mut Ebpf, programs: &[(&str, &str)]) -> Result<(), String> {
