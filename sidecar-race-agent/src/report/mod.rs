@@ -488,7 +488,6 @@ fn fix(i: &IncidentCount, r: &RefusalCount) -> Fix {
     }
 }
 
-/// How the metrics and the incidents API spell a pattern.
 /// The fix for Job pods kept running by classic sidecar `sidecar`.
 fn stuck_job_fix(sidecar: &str) -> Fix {
     let sidecar = known(sidecar);
