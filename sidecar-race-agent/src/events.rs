@@ -10,8 +10,9 @@ use sidecar_race_ebpf::abi::{
 use sidecar_race_ebpf::unix::{UNIX_EVENT_SIZE, UnixEvent};
 use thiserror::Error;
 
+pub use crate::comm::Comm;
 pub use crate::unix_events::UnixFact;
-use crate::unix_events::unix_fact;
+use crate::unix_events::{RecentNames, unix_fact};
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -95,7 +96,7 @@ pub struct Owner {
     pub cgroup_id: u64,
     pub pid: u32,
     pub tgid: u32,
-    pub comm: String,
+    pub comm: Comm,
 }
 
 /// `refused`, `listen`, `listen_closed`.
@@ -178,51 +179,63 @@ impl KernelEvent {
 
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
-    if bytes.len() < abi::HEADER_SIZE {
-        return Err(DecodeError::Short(bytes.len(), abi::HEADER_SIZE));
-    }
-    let header: Header = read(bytes);
-    let expect = |expected: usize| {
-        if bytes.len() == expected {
-            Ok(())
-        } else {
-            Err(DecodeError::WrongSize {
-                kind: header.kind,
-                len: bytes.len(),
-                expected,
-            })
+    Decoder::default().decode(bytes)
+}
+
+/// Decodes a stream of records, sharing what repeats between them (Unix socket names).
+#[derive(Debug, Default)]
+pub struct Decoder {
+    names: RecentNames,
+}
+
+impl Decoder {
+    pub fn decode(&mut self, bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
+        if bytes.len() < abi::HEADER_SIZE {
+            return Err(DecodeError::Short(bytes.len(), abi::HEADER_SIZE));
         }
-    };
-    match header.kind {
-        kind::REFUSED | kind::LISTEN | kind::LISTEN_CLOSED => {
-            expect(SOCKET_EVENT_SIZE)?;
-            let fact = socket_fact(&read::<SocketEvent>(bytes));
-            Ok(match header.kind {
-                kind::REFUSED => KernelEvent::Refused(fact),
-                kind::LISTEN => KernelEvent::Listen(fact),
-                _ => KernelEvent::ListenClosed(fact),
-            })
-        }
-        kind::CGROUP_CREATED | kind::CGROUP_REMOVED => {
-            expect(CGROUP_EVENT_SIZE)?;
-            let fact = cgroup_fact(&read::<CgroupEvent>(bytes));
-            Ok(if header.kind == kind::CGROUP_CREATED {
-                KernelEvent::CgroupCreated(fact)
+        let header: Header = read(bytes);
+        let expect = |expected: usize| {
+            if bytes.len() == expected {
+                Ok(())
             } else {
-                KernelEvent::CgroupRemoved(fact)
-            })
+                Err(DecodeError::WrongSize {
+                    kind: header.kind,
+                    len: bytes.len(),
+                    expected,
+                })
+            }
+        };
+        match header.kind {
+            kind::REFUSED | kind::LISTEN | kind::LISTEN_CLOSED => {
+                expect(SOCKET_EVENT_SIZE)?;
+                let fact = socket_fact(&read::<SocketEvent>(bytes));
+                Ok(match header.kind {
+                    kind::REFUSED => KernelEvent::Refused(fact),
+                    kind::LISTEN => KernelEvent::Listen(fact),
+                    _ => KernelEvent::ListenClosed(fact),
+                })
+            }
+            kind::CGROUP_CREATED | kind::CGROUP_REMOVED => {
+                expect(CGROUP_EVENT_SIZE)?;
+                let fact = cgroup_fact(&read::<CgroupEvent>(bytes));
+                Ok(if header.kind == kind::CGROUP_CREATED {
+                    KernelEvent::CgroupCreated(fact)
+                } else {
+                    KernelEvent::CgroupRemoved(fact)
+                })
+            }
+            kind::UNIX_REFUSED | kind::UNIX_LISTEN | kind::UNIX_LISTEN_CLOSED => {
+                expect(UNIX_EVENT_SIZE)?;
+                let ev = read::<UnixEvent>(bytes);
+                let fact = unix_fact(&ev, owner(&ev.owner), &mut self.names);
+                Ok(match header.kind {
+                    kind::UNIX_REFUSED => KernelEvent::UnixRefused(fact),
+                    kind::UNIX_LISTEN => KernelEvent::UnixListen(fact),
+                    _ => KernelEvent::UnixListenClosed(fact),
+                })
+            }
+            other => Err(DecodeError::UnknownKind(other)),
         }
-        kind::UNIX_REFUSED | kind::UNIX_LISTEN | kind::UNIX_LISTEN_CLOSED => {
-            expect(UNIX_EVENT_SIZE)?;
-            let ev = read::<UnixEvent>(bytes);
-            let fact = unix_fact(&ev, owner(&ev.owner));
-            Ok(match header.kind {
-                kind::UNIX_REFUSED => KernelEvent::UnixRefused(fact),
-                kind::UNIX_LISTEN => KernelEvent::UnixListen(fact),
-                _ => KernelEvent::UnixListenClosed(fact),
-            })
-        }
-        other => Err(DecodeError::UnknownKind(other)),
     }
 }
 
@@ -263,7 +276,7 @@ fn owner(o: &abi::Owner) -> Owner {
         cgroup_id: o.cgroup_id,
         pid: o.pid,
         tgid: o.tgid,
-        comm: c_string(&o.comm),
+        comm: Comm::from_c_bytes(&o.comm),
     }
 }
 

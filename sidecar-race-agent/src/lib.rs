@@ -3,11 +3,13 @@
 
 pub mod admission;
 pub mod agent;
+pub(crate) mod batches;
 pub mod catalog;
 pub mod cgroups;
 pub(crate) mod charge_points;
 pub mod cli;
 pub mod clock;
+pub mod comm;
 pub mod commands;
 pub mod detect;
 pub mod events;

@@ -1,6 +1,6 @@
-//! The ring-buffer reader: decodes records and hands them to the pipeline through a
-//! bounded channel. A full channel drops and counts; it never blocks the reader, so
-//! the kernel side keeps draining. Two rings: control records (cgroups, listeners),
+//! The ring-buffer reader: decodes records and hands them to the pipeline, a batch
+//! per drain, through a channel bounded in records. A full channel drops and counts;
+//! it never blocks the reader, so the kernel side keeps draining. Two rings: control records (cgroups, listeners),
 //! drained first on every wake-up, and refusals.
 
 use std::{
@@ -12,13 +12,10 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use tokio::{
-    io::unix::AsyncFd,
-    sync::{mpsc, watch},
-    task::JoinHandle,
-};
+use tokio::{io::unix::AsyncFd, sync::watch, task::JoinHandle};
 
 use crate::{
+    batches::{self, BatchReceiver, BatchSender},
     clock,
     events::{self, KernelEvent, Kind},
 };
@@ -29,13 +26,14 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 /// After a drain that found records, the reader waits this long before polling
 /// again. In a storm the kernel then queues records without waking anyone (its
 /// wakeups are adaptive: only when the reader has caught up), so one wakeup and one
-/// hand-over to the pipeline carry a batch instead of one record each. Profiling
-/// showed the per-record wakeups and thread switches were most of the agent's CPU per
-/// refusal; with 1 ms, a flood of 50,000 refusals a second still paid ~20 µs of
-/// switches per batch of ~50 (a third of its cost). 4 ms is still nothing next to the
-/// reorder window (200 ms), and the ring holds ~8,700 refusal records, some 40 times
-/// what such a flood queues in 4 ms.
-const BATCH_PAUSE: Duration = Duration::from_millis(4);
+/// hand-over to the pipeline carry a batch instead of one record each. A wakeup is
+/// what a refusal costs most after its decoding: a worker parking and unparking, and
+/// on a virtual machine the timer reprogramming exits to the hypervisor, tens of µs
+/// each. 1 ms left ~20 µs of switches per batch of ~50 in a flood of 50,000 a second;
+/// at 10 ms a batch is ~500 records. 10 ms is still small next to the reorder window
+/// (200 ms), and the ring holds ~8,700 refusal records, 17 times what such a flood
+/// queues meanwhile.
+const BATCH_PAUSE: Duration = Duration::from_millis(10);
 
 /// Userspace counts of the stream, shared with health checks and stats.
 #[derive(Debug, Default)]
@@ -61,7 +59,8 @@ impl StreamStats {
 }
 
 pub struct EventStream {
-    pub events: mpsc::Receiver<KernelEvent>,
+    /// Batches of decoded records, oldest first.
+    pub events: BatchReceiver,
     pub stats: Arc<StreamStats>,
     shutdown: watch::Sender<bool>,
     pub reader: JoinHandle<()>,
@@ -80,26 +79,27 @@ impl EventStream {
         let fd = unsafe { AsyncFd::register(ring) }.map_err(|e| e.into_parts().1)?;
         // SAFETY: as above.
         let mut control = unsafe { AsyncFd::register(control) }.map_err(|e| e.into_parts().1)?;
-        let (tx, rx) = mpsc::channel(capacity);
+        let (tx, rx) = batches::channel(capacity);
         let (shutdown, mut shutdown_rx) = watch::channel(false);
         let stats = Arc::new(StreamStats::default());
         let reader_stats = stats.clone();
         let reader = tokio::spawn(async move {
             let mut fd = fd;
+            let mut decoder = events::Decoder::default();
             loop {
                 reader_stats
                     .last_poll_boot_ns
                     .store(clock::boot_now_ns(), Relaxed);
                 tokio::select! {
                     _ = shutdown_rx.changed() => {
-                        drain(control.get_mut(), &tx, &reader_stats);
-                        drain(fd.get_mut(), &tx, &reader_stats);
+                        drain(control.get_mut(), &mut decoder, &tx, &reader_stats);
+                        drain(fd.get_mut(), &mut decoder, &tx, &reader_stats);
                         break;
                     }
                     ready = control.readable_mut() => {
                         match ready {
                             Ok(mut guard) => {
-                                drain(guard.get_inner_mut(), &tx, &reader_stats);
+                                drain(guard.get_inner_mut(), &mut decoder, &tx, &reader_stats);
                                 guard.clear_ready();
                             }
                             Err(e) => {
@@ -110,10 +110,10 @@ impl EventStream {
                     }
                     ready = tokio::time::timeout(HEARTBEAT, fd.readable_mut()) => {
                         // Cgroups and listeners first: a refusal's container is then known.
-                        drain(control.get_mut(), &tx, &reader_stats);
+                        drain(control.get_mut(), &mut decoder, &tx, &reader_stats);
                         match ready {
                             Ok(Ok(mut guard)) => {
-                                let n = drain(guard.get_inner_mut(), &tx, &reader_stats);
+                                let n = drain(guard.get_inner_mut(), &mut decoder, &tx, &reader_stats);
                                 guard.clear_ready();
                                 drop(guard);
                                 if n > 0 {
@@ -125,7 +125,7 @@ impl EventStream {
                                 break;
                             }
                             Err(_) => {
-                                drain(fd.get_mut(), &tx, &reader_stats);
+                                drain(fd.get_mut(), &mut decoder, &tx, &reader_stats);
                             }
                         }
                     }
@@ -147,27 +147,23 @@ impl EventStream {
     }
 }
 
+/// At most this many records go in one batch: a ring that fills as fast as it is read
+/// still hands records over as it goes.
+const MAX_BATCH: usize = 4096;
+
 /// Takes every record in the ring; returns how many there were.
 fn drain(
     ring: &mut RingBuf<MapData>,
-    tx: &mpsc::Sender<KernelEvent>,
+    decoder: &mut events::Decoder,
+    tx: &BatchSender,
     stats: &StreamStats,
 ) -> usize {
     let mut n = 0;
+    let mut batch = Vec::new();
     while let Some(item) = ring.next() {
         n += 1;
-        match events::decode(&item) {
-            Ok(ev) => {
-                let kind = ev.kind();
-                match tx.try_send(ev) {
-                    Ok(()) => {
-                        stats.delivered[kind as usize].fetch_add(1, Relaxed);
-                    }
-                    Err(_) => {
-                        stats.dropped_in_agent.fetch_add(1, Relaxed);
-                    }
-                }
-            }
+        match decoder.decode(&item) {
+            Ok(ev) => batch.push(ev),
             Err(e) => {
                 if stats.decode_errors.fetch_add(1, Relaxed) == 0 {
                     tracing::error!(
@@ -176,6 +172,37 @@ fn drain(
                 }
             }
         }
+        if batch.len() == MAX_BATCH {
+            send(tx, std::mem::take(&mut batch), stats);
+        }
+    }
+    if !batch.is_empty() {
+        send(tx, batch, stats);
     }
     n
+}
+
+/// Hands over what fits of `batch`, counting what was delivered (by kind) and what
+/// was dropped: the newest records, as a full queue of single records would refuse.
+fn send(tx: &BatchSender, mut batch: Vec<KernelEvent>, stats: &StreamStats) {
+    let dropped = batch.len().saturating_sub(tx.room());
+    batch.truncate(batch.len() - dropped);
+    let mut kinds = [0u64; Kind::ALL.len()];
+    batch.iter().for_each(|ev| kinds[ev.kind() as usize] += 1);
+    let lost = match tx.send(batch) {
+        Ok(()) => {
+            for (delivered, n) in stats.delivered.iter().zip(kinds) {
+                if n > 0 {
+                    delivered.fetch_add(n, Relaxed);
+                }
+            }
+            0
+        }
+        Err(batch) => batch.len(),
+    };
+    if dropped + lost > 0 {
+        stats
+            .dropped_in_agent
+            .fetch_add((dropped + lost) as u64, Relaxed);
+    }
 }

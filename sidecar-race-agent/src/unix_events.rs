@@ -1,6 +1,8 @@
 //! Decoding the kernel's Unix socket records (`unix_refused`, `unix_listen`,
 //! `unix_listen_closed`) into typed facts; called from `events::decode`.
 
+use std::sync::Arc;
+
 use sidecar_race_ebpf::unix::{ECONNREFUSED, ENOENT, UnixEvent, hook};
 
 use crate::events::Owner;
@@ -9,9 +11,9 @@ use crate::events::Owner;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum UnixName {
     /// A path in the filesystem, as the process gave it.
-    Path(String),
+    Path(Arc<str>),
     /// An abstract name (Linux), without its leading NUL; shown as `@name`.
-    Abstract(String),
+    Abstract(Arc<str>),
     /// No name (an unbound socket, or the path could not be read).
     Unnamed,
 }
@@ -22,10 +24,10 @@ impl UnixName {
     pub fn from_sun_path(bytes: &[u8]) -> UnixName {
         match bytes.split_first() {
             None => UnixName::Unnamed,
-            Some((0, name)) => UnixName::Abstract(String::from_utf8_lossy(name).into_owned()),
+            Some((0, name)) => UnixName::Abstract(String::from_utf8_lossy(name).into()),
             Some(_) => {
                 let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
-                UnixName::Path(String::from_utf8_lossy(&bytes[..end]).into_owned())
+                UnixName::Path(String::from_utf8_lossy(&bytes[..end]).into())
             }
         }
     }
@@ -42,6 +44,36 @@ impl std::fmt::Display for UnixName {
             UnixName::Abstract(n) => write!(f, "@{n}"),
             UnixName::Unnamed => f.write_str("(unnamed)"),
         }
+    }
+}
+
+/// The last few names decoded, by their raw bytes. A refusal storm retries the same
+/// one or two paths: sharing the decoded name saves an allocation and a UTF-8 pass per
+/// record (the record path of a Unix refusal allocated nothing else).
+#[derive(Debug, Default)]
+pub struct RecentNames {
+    entries: Vec<(Box<[u8]>, UnixName)>,
+    /// The entry the next new name replaces once all are taken.
+    next: usize,
+}
+
+impl RecentNames {
+    const SIZE: usize = 8;
+
+    /// [`UnixName::from_sun_path`], shared with an earlier record of the same bytes.
+    pub fn name(&mut self, sun_path: &[u8]) -> UnixName {
+        if let Some((_, name)) = self.entries.iter().find(|(raw, _)| **raw == *sun_path) {
+            return name.clone();
+        }
+        let name = UnixName::from_sun_path(sun_path);
+        let entry = (Box::from(sun_path), name.clone());
+        if self.entries.len() < Self::SIZE {
+            self.entries.push(entry);
+        } else {
+            self.entries[self.next] = entry;
+            self.next = (self.next + 1) % Self::SIZE;
+        }
+        name
     }
 }
 
@@ -115,12 +147,12 @@ pub struct UnixFact {
     pub start_boot_ns: u64,
 }
 
-pub fn unix_fact(ev: &UnixEvent, owner: Owner) -> UnixFact {
+pub fn unix_fact(ev: &UnixEvent, owner: Owner, names: &mut RecentNames) -> UnixFact {
     let len = usize::from(ev.path_len).min(ev.path.len());
     UnixFact {
         ts_boot_ns: ev.header.ts_boot_ns,
         owner,
-        name: UnixName::from_sun_path(&ev.path[..len]),
+        name: names.name(&ev.path[..len]),
         refusal: UnixRefusal::from_errno(ev.error),
         sock_type: match ev.sock_type {
             1 => Some("stream"),
@@ -150,6 +182,28 @@ mod tests {
         assert!(abs.is_abstract());
         assert_eq!(UnixName::Abstract("otel".into()).to_string(), "@otel");
         assert_eq!(UnixName::from_sun_path(b""), UnixName::Unnamed);
+    }
+
+    #[test]
+    fn recent_names_are_shared_and_a_ninth_replaces_the_oldest() {
+        let mut names = RecentNames::default();
+        let a = names.name(b"/sockets/app.sock\0");
+        let again = names.name(b"/sockets/app.sock\0");
+        let (UnixName::Path(x), UnixName::Path(y)) = (&a, &again) else {
+            panic!("{a:?}")
+        };
+        assert!(
+            Arc::ptr_eq(x, y),
+            "the second record shares the first one's name"
+        );
+        assert_eq!(names.name(b"\0otel"), UnixName::Abstract("otel".into()));
+        for i in 0..8 {
+            names.name(format!("/tmp/{i}").as_bytes());
+        }
+        let fresh = names.name(b"/sockets/app.sock\0");
+        let UnixName::Path(z) = &fresh else { panic!() };
+        assert!(!Arc::ptr_eq(x, z), "evicted after eight newer names");
+        assert_eq!(fresh, a);
     }
 
     #[test]

@@ -127,7 +127,7 @@ proptest! {
             UnixName::Unnamed => prop_assert!(used.is_empty()),
             UnixName::Abstract(n) => {
                 prop_assert_eq!(used[0], 0);
-                prop_assert_eq!(n, String::from_utf8_lossy(&used[1..]).into_owned());
+                prop_assert_eq!(&*n, &*String::from_utf8_lossy(&used[1..]));
             }
             UnixName::Path(p) => {
                 prop_assert_ne!(used[0], 0);

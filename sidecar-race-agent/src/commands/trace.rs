@@ -53,15 +53,17 @@ pub async fn run(
     let mut stopping = false;
     while !out.broken {
         tokio::select! {
-            ev = agent.stream.events.recv() => {
-                let Some(ev) = ev else { break };
-                agent.inventory.observe(&ev);
-                if !kinds.contains(&ev.kind()) {
-                    continue;
-                }
-                let (path, attribution) = agent.inventory.attribute_with_path(ev.cgroup_id());
-                if let Some((item, a)) = pending.push((ev, path), attribution, &agent.inventory, Instant::now()) {
-                    out.write(&item, a);
+            batch = agent.stream.events.recv() => {
+                let Some(batch) = batch else { break };
+                for ev in batch {
+                    agent.inventory.observe(&ev);
+                    if !kinds.contains(&ev.kind()) {
+                        continue;
+                    }
+                    let (path, attribution) = agent.inventory.attribute_with_path(ev.cgroup_id());
+                    if let Some((item, a)) = pending.push((ev, path), attribution, &agent.inventory, Instant::now()) {
+                        out.write(&item, a);
+                    }
                 }
             }
             Some(update) = agent.pod_updates.recv() => agent.inventory.apply(update),

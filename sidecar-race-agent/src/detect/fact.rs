@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use crate::unix_events::UnixName;
+use crate::{comm::Comm, unix_events::UnixName};
 
 /// Which client made a refused connect: its container, or its cgroup when the cgroup
 /// is not a container (a process in the pod cgroup itself).
@@ -35,7 +35,7 @@ pub enum Fact {
         /// Where the local stack refused it after a NAT redirect.
         local_dst: Option<SocketAddr>,
         /// The refused process's name (its thread-group leader's `comm`).
-        process: String,
+        process: Comm,
     },
     /// A connect or send to a Unix socket refused for a task of `pod_uid`.
     UnixRefused {
@@ -44,7 +44,7 @@ pub enum Fact {
         client: Client,
         /// As the client named it.
         name: UnixName,
-        process: String,
+        process: Comm,
     },
     /// A Unix socket of the pod started listening.
     UnixListenerUp {

@@ -36,7 +36,7 @@ impl UnixSocket {
         match name {
             UnixName::Unnamed => None,
             UnixName::Abstract(n) => Some(UnixSocket {
-                key: SocketKey::Abstract(n.clone()),
+                key: SocketKey::Abstract(n.to_string()),
                 path: name.to_string(),
                 volume: None,
                 is_abstract: true,
@@ -50,9 +50,9 @@ impl UnixSocket {
                             volume: o.volume,
                             relative: o.relative,
                         },
-                        None => SocketKey::Path(p.clone()),
+                        None => SocketKey::Path(p.to_string()),
                     },
-                    path: p.clone(),
+                    path: p.to_string(),
                     is_abstract: false,
                 })
             }

@@ -19,7 +19,7 @@ impl Pipeline {
                     client,
                     dst: s.dst?,
                     local_dst: s.local_dst,
-                    process: s.owner.comm.clone(),
+                    process: s.owner.comm,
                 })
             }
             KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
@@ -49,7 +49,7 @@ impl Pipeline {
                     pod_uid,
                     client,
                     name: u.name.clone(),
-                    process: u.owner.comm.clone(),
+                    process: u.owner.comm,
                 })
             }
             KernelEvent::UnixListen(u) | KernelEvent::UnixListenClosed(u) => {

@@ -3,7 +3,7 @@
 
 use crate::{
     detect::{DetectorConfig, processes::REST, render::Filter},
-    events::KernelEvent,
+    events::{Comm, KernelEvent},
     pipeline::Pipeline,
     test_facts::{CHECKOUT, MS, checkout_pod, container_path, created, pipeline, pod_path, socket},
 };
@@ -23,7 +23,7 @@ fn race(name: &str, refusals: &[(&str, u64)]) -> Pipeline {
     for (process, n) in refusals {
         for _ in 0..*n {
             let mut s = socket(t, 101, "127.0.0.1:40000", Some("127.0.0.1:15001"));
-            s.owner.comm = (*process).to_string();
+            s.owner.comm = Comm::from(*process);
             events.push(KernelEvent::Refused(s));
             t += MS;
         }

@@ -163,7 +163,6 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
     tokio::pin!(signal);
     let mut stopping = false;
     let lock = || pipeline.lock();
-    let mut batch = Vec::with_capacity(BATCH);
     let mut charge_points = ChargePoints::default();
     charge_points.sync(&lock().inventory.cgroups, &mut probes);
     loop {
@@ -171,14 +170,17 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
             .next_release_boot_ns()
             .map(|due| release_delay(due, clock::boot_now_ns()));
         tokio::select! {
-            n = stream.events.recv_many(&mut batch, BATCH) => {
-                if n == 0 {
+            batch = stream.events.recv() => {
+                let Some(batch) = batch else {
                     break; // the reader stopped and the channel is empty
+                };
+                // A scrape waits for at most one chunk.
+                for chunk in batch.chunks(BATCH) {
+                    let p = &mut *lock();
+                    chunk.iter().for_each(|ev| p.kernel_event(ev));
                 }
-                let p = &mut *lock();
-                batch.drain(..).for_each(|ev| p.kernel_event(&ev));
                 // New containers are charged as such from their first refusal on.
-                charge_points.sync(&p.inventory.cgroups, &mut probes);
+                charge_points.sync(&lock().inventory.cgroups, &mut probes);
             }
             Some(update) = pod_updates.recv() => lock().pod_update(update),
             _ = tick.tick() => {

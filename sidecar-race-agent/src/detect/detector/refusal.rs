@@ -9,6 +9,7 @@ use super::{
     instances::Instance,
 };
 use crate::{
+    comm::Comm,
     detect::{
         fact::Client,
         incident::{Episode, Hidden, Incident, Phase},
@@ -25,7 +26,7 @@ struct Refusal {
     local_dst: Option<SocketAddr>,
     /// Where it was refused after redirects.
     target: SocketAddr,
-    process: String,
+    process: Comm,
 }
 
 /// What the listeners on the refused port say about a refusal.
@@ -48,7 +49,7 @@ impl Detector {
         pod_uid: String,
         client: Client,
         (dst, local_dst): (SocketAddr, Option<SocketAddr>),
-        process: String,
+        process: Comm,
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
         let target = local_dst.unwrap_or(dst);

@@ -6,6 +6,7 @@
 
 use super::{Change, Detector, NotARace, Service, refusal::count_refusal, refusal::not_a_race};
 use crate::{
+    comm::Comm,
     detect::{
         fact::Client,
         incident::{Episode, Hidden, Incident, Phase},
@@ -22,7 +23,7 @@ impl Detector {
         pod_uid: String,
         client: Client,
         name: &UnixName,
-        process: String,
+        process: Comm,
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
         let client_id = match &client {
