@@ -58,6 +58,22 @@ impl Agent {
         cpu_of(self.child.id())
     }
 
+    /// Waits until the agent spends under 1 ms of CPU in 100 ms (its start-up is over:
+    /// idle, it spends ~0.2 ms), or 5 s passed.
+    pub fn wait_quiet(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut last = self.cpu()?;
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = self.cpu()?;
+            if now - last < Duration::from_millis(1) {
+                break;
+            }
+            last = now;
+        }
+        Ok(())
+    }
+
     /// (current, peak) resident set size in bytes.
     pub fn rss(&self) -> anyhow::Result<(u64, u64)> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;

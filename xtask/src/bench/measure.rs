@@ -76,8 +76,9 @@ struct Cost {
 }
 
 /// Runs `refuse(n)` with a fresh agent and returns its wall time and the agent's CPU
-/// per refusal, read once the kernel's refusal count in `/metrics` reached this run's
-/// total (or stopped growing).
+/// per refusal: from the agent's first quiet moment to [`SETTLE`] after the last
+/// refusal. The kernel's refusal count in `/metrics` is read outside that window (a
+/// scrape costs the agent ~1 ms, a refusal well under 1 µs).
 fn agent_cost(
     bin: &Path,
     n: u32,
@@ -87,11 +88,16 @@ fn agent_cost(
     // storm row measures the budget).
     let agent = Agent::start(bin, &["--pods-from", "none", "--refusal-burst", "0"])?;
     let seen0 = settled_refusals(&agent, |_| true)?;
+    agent.wait_quiet()?;
     let cpu0 = agent.cpu()?;
+    // Each refusal is counted and sent by the kernel within its connect() call.
     let wall = refuse(n)?;
+    // The agent may still be pausing before its last drain, or processing it. Its
+    // idle work over the window is charged too (not subtracted).
+    std::thread::sleep(SETTLE);
+    let cpu = agent.cpu()? - cpu0;
     let want = seen0 + f64::from(n);
     let seen = settled_refusals(&agent, |v| v >= want)?;
-    let cpu = agent.cpu()? - cpu0;
     Ok((
         wall,
         Cost {
@@ -100,6 +106,9 @@ fn agent_cost(
         },
     ))
 }
+
+/// Ten of the reader's pauses between drains (`stream::BATCH_PAUSE`, 10 ms).
+const SETTLE: Duration = Duration::from_millis(100);
 
 /// The kernel's refusal count in `/metrics` once `ok` holds, or once it stopped
 /// growing for two copies (totals are copied into the metrics every second).

@@ -346,9 +346,14 @@ fn method(plan: &Plan) -> String {
          dialing an absent path (ENOENT) and a stale socket file nobody listens on \
          (ECONNREFUSED), alternating. {n} connects per run, {rounds} rounds; the TCP rows \
          also run bare, alternating which goes first. Agent CPU is the sum of its threads' \
-         runtimes from `/proc/<pid>/task/*/schedstat` (ns) over the run, read once the \
-         kernel's refusal count in `/metrics` reached this run's total or stopped growing. \
-         Every figure is min / **median** / max over rounds.\n\
+         runtimes from `/proc/<pid>/task/*/schedstat` (ns), from the agent's first quiet \
+         100 ms after start-up to 100 ms (ten of the reader's pauses) after the last \
+         refusal, so the last batch is in; the agent's idle work over that window is \
+         charged too, not subtracted. The kernel's count in `/metrics` is read after the \
+         window (a scrape costs the agent ~1 ms). On this VM the CPU time of the \
+         same work moves with the host's load, 2–3× in busy periods (seen in alternated \
+         runs of two builds): the rounds spread over minutes and the median is the \
+         figure. Every figure is min / **median** / max over rounds.\n\
          - Storm: `sr-latency --storm` runs startup races (as the latency row) while \
          `sr-flood` in another pod refuses as fast as it can (two threads: thousands of \
          closed ports, and one port in a tight loop), with the default refusal budget.\n\
@@ -426,7 +431,17 @@ machine): a third of the cost was one more thread switch per batch, because the 
 loop ran on the thread blocking on `main` and every hand-over woke it; it runs as a \
 task on the runtime's workers now, woken on the reader's own thread, and the pause \
 went from 1 to 4 ms: TCP 2056 → 816 ns, UDS 1907 → 867 ns per refusal (medians of 5 \
-alternated rounds), detection latency unchanged (p99 215 ms over 80 races either way).\n\
+alternated rounds), detection latency unchanged (p99 215 ms over 80 races either way). \
+Profiled again on 2026-12-02 (`perf record --call-graph dwarf`, 300,000 Unix \
+refusals): what was left was per record — a heap allocation each for the process \
+name and the socket path, freed on another thread, moves of the decoded record, and \
+one send on the reader's channel each (its queue slot, semaphore and wake-up, a sixth \
+of the total) — plus the wakeups, whose cost on this VM is mostly the timer \
+reprogramming in `epoll_wait`. The name is now inline (16 bytes), a path is shared \
+with the last eight decoded, the reader hands over one batch per drain, and it pauses \
+10 ms: alternated runs of the two builds (8 × 50,000 refusals each, quiet rounds) gave \
+UDS 391–501 → 242–282 ns and TCP 459–545 → 273–303 ns per refusal; rounds in the \
+host's busy periods reached 1.1–1.8 µs with either build.\n\
 - **Peak memory** (node scale, 110 pods, sampled every 5 ms from spawn on 2026-12-01): \
 the peak was the start-up, not the pods. aya's `EbpfLoader::new()` parses the kernel's \
 BTF (some 17 MiB of allocations for a 5.5 MB vmlinux), and the BTF tracepoint and the \
