@@ -421,7 +421,7 @@ tables above.\n\
 a closed port, before the rework): most of the agent's CPU was waking up and \
 switching threads once per record — `finish_task_switch` 35 %, futex and epoll \
 waits, `try_to_wake_up` — while decoding, attribution and the pipeline together were \
-a few percent. The reader now pauses after a drain that found records (1 ms then, 4 ms since 2026-12-01; the \
+a few percent. The reader now pauses after a drain that found records (1 ms then, 4 ms since 2026-12-01, 10 ms since 2026-12-02; the \
 kernel's ring-buffer wakeups are adaptive, so none fire while records queue), the \
 daemon takes up to 512 events per wakeup under one lock, and a cgroup id's parsed \
 path is cached. Measured on 2026-11-30: 4.0–8.2 µs per refusal before, 0.6–0.8 µs \
