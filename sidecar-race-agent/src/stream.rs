@@ -187,9 +187,24 @@ fn drain(
 fn send(tx: &BatchSender, mut batch: Vec<KernelEvent>, stats: &StreamStats) {
     let dropped = batch.len().saturating_sub(tx.room());
     batch.truncate(batch.len() - dropped);
+    let lost = if batch.is_empty() {
+        0
+    } else {
+        hand_over(tx, batch, stats)
+    };
+    if dropped + lost > 0 {
+        stats
+            .dropped_in_agent
+            .fetch_add((dropped + lost) as u64, Relaxed);
+    }
+}
+
+/// Sends `batch` and counts it delivered by kind; returns how many were lost instead
+/// (all, when the pipeline is gone).
+fn hand_over(tx: &BatchSender, batch: Vec<KernelEvent>, stats: &StreamStats) -> usize {
     let mut kinds = [0u64; Kind::ALL.len()];
     batch.iter().for_each(|ev| kinds[ev.kind() as usize] += 1);
-    let lost = match tx.send(batch) {
+    match tx.send(batch) {
         Ok(()) => {
             for (delivered, n) in stats.delivered.iter().zip(kinds) {
                 if n > 0 {
@@ -199,10 +214,5 @@ fn send(tx: &BatchSender, mut batch: Vec<KernelEvent>, stats: &StreamStats) {
             0
         }
         Err(batch) => batch.len(),
-    };
-    if dropped + lost > 0 {
-        stats
-            .dropped_in_agent
-            .fetch_add((dropped + lost) as u64, Relaxed);
     }
 }
