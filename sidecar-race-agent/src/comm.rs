@@ -3,6 +3,8 @@
 
 use std::{fmt, ops::Deref};
 
+use crate::events::until_nul;
+
 /// The kernel's `comm` field: at most 15 bytes and a NUL (16 when filled to the end).
 const CAPACITY: usize = 16;
 
@@ -18,11 +20,8 @@ pub struct Comm {
 impl Comm {
     /// From a kernel `comm` field: the bytes up to the first NUL.
     pub fn from_c_bytes(raw: &[u8]) -> Comm {
-        let raw = &raw[..raw.iter().position(|b| *b == 0).unwrap_or(raw.len())];
-        match std::str::from_utf8(raw) {
-            Ok(s) => Comm::from(s),
-            Err(_) => Comm::from(String::from_utf8_lossy(raw).as_ref()),
-        }
+        // Borrows, allocating nothing, when the name is valid UTF-8.
+        Comm::from(String::from_utf8_lossy(until_nul(raw)).as_ref())
     }
 
     pub fn as_str(&self) -> &str {

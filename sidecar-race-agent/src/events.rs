@@ -303,8 +303,12 @@ fn cgroup_fact(ev: &CgroupEvent) -> CgroupFact {
 }
 
 fn c_string(b: &[u8]) -> String {
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
+    String::from_utf8_lossy(until_nul(b)).into_owned()
+}
+
+/// A kernel string field's bytes up to its first NUL (all of them when it has none).
+pub(crate) fn until_nul(b: &[u8]) -> &[u8] {
+    &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())]
 }
 
 #[cfg(test)]

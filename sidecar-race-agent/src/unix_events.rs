@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use sidecar_race_ebpf::unix::{ECONNREFUSED, ENOENT, UnixEvent, hook};
 
-use crate::events::Owner;
+use crate::events::{Owner, until_nul};
 
 /// A Unix socket's name as bound or dialed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -25,10 +25,7 @@ impl UnixName {
         match bytes.split_first() {
             None => UnixName::Unnamed,
             Some((0, name)) => UnixName::Abstract(String::from_utf8_lossy(name).into()),
-            Some(_) => {
-                let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
-                UnixName::Path(String::from_utf8_lossy(&bytes[..end]).into())
-            }
+            Some(_) => UnixName::Path(String::from_utf8_lossy(until_nul(bytes)).into()),
         }
     }
 
