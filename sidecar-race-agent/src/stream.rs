@@ -1,7 +1,7 @@
 //! The ring-buffer reader: decodes records and hands them to the pipeline, a batch
 //! per drain, through a channel bounded in records. A full channel drops and counts;
-//! it never blocks the reader, so the kernel side keeps draining. Two rings: control records (cgroups, listeners),
-//! drained first on every wake-up, and refusals.
+//! it never blocks the reader, so the kernel side keeps draining. Two rings: control
+//! records (cgroups, listeners), drained first on every wake-up, and refusals.
 
 use std::{
     sync::{

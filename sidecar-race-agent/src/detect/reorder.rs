@@ -91,21 +91,25 @@ impl Reorder {
         }
     }
 
-    /// The oldest fact held, by (ts, seq).
-    fn oldest(&self) -> Option<&Held> {
+    /// Whether the oldest fact held, by (ts, seq), is the heap's rather than the
+    /// queue's; `None` when nothing is held.
+    fn oldest_is_straggler(&self) -> Option<bool> {
         match (self.in_order.front(), self.heap.peek()) {
-            (Some(q), Some(Reverse(h))) => Some(if h < q { h } else { q }),
-            (q, h) => q.or(h.map(|Reverse(h)| h)),
+            (Some(q), Some(Reverse(h))) => Some(h < q),
+            (q, h) => q.map(|_| false).or(h.map(|_| true)),
+        }
+    }
+
+    fn oldest(&self) -> Option<&Held> {
+        if self.oldest_is_straggler()? {
+            self.heap.peek().map(|Reverse(h)| h)
+        } else {
+            self.in_order.front()
         }
     }
 
     fn pop_oldest(&mut self) -> Option<Held> {
-        let from_heap = match (self.in_order.front(), self.heap.peek()) {
-            (Some(q), Some(Reverse(h))) => h < q,
-            (None, Some(_)) => true,
-            _ => false,
-        };
-        if from_heap {
+        if self.oldest_is_straggler()? {
             self.heap.pop().map(|Reverse(h)| h)
         } else {
             self.in_order.pop_front()
