@@ -111,9 +111,15 @@ fn dialer(port: u16) -> String {
     )
 }
 
-/// Listens on `port` after `delay` seconds; exits at once on SIGTERM.
-fn late_listener(port: u16, delay: u32) -> String {
-    format!("trap 'exit 0' TERM; sleep {delay}; nc -ll -p {port} -e /bin/true & wait")
+/// How late a stand-in sidecar starts to listen, in seconds. The kubelet starts the
+/// app of a native sidecar only once a later sync sees the sidecar running, which
+/// took about 1.7 s on a busy CI node (3 dials in a 2 s window): 4 s still leaves
+/// the app a race window of 2 s or more, dials 100 ms apart, whatever the declaration.
+const LATE_S: u32 = 4;
+
+/// Listens on `port` after `LATE_S` seconds; exits at once on SIGTERM.
+fn late_listener(port: u16) -> String {
+    format!("trap 'exit 0' TERM; sleep {LATE_S}; nc -ll -p {port} -e /bin/true & wait")
 }
 
 /// The count a dialer printed.
@@ -158,7 +164,7 @@ fn case1_classic_sidecar_late_listener_in_a_deployment() {
     let c = cluster();
     let addr = c.agent_addr();
     let ns = &fresh_namespace("classic");
-    let mut proxy = shell("proxy", &late_listener(15001, 2));
+    let mut proxy = shell("proxy", &late_listener(15001));
     proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
     c.apply(&deployment(
         ns,
@@ -170,7 +176,7 @@ fn case1_classic_sidecar_late_listener_in_a_deployment() {
     let refused = refused_printed(ns, &pod_name, "app");
     assert!(
         refused >= 5,
-        "a 2 s late listener dialed every 100 ms: {refused} refusals"
+        "a listener {LATE_S} s late, dialed every 100 ms: {refused} refusals"
     );
 
     let incident = wait_until("the startup incident", Duration::from_secs(30), || {
@@ -235,9 +241,9 @@ fn case1_classic_sidecar_late_listener_in_a_deployment() {
     );
 }
 
-/// A native sidecar (an init container with restartPolicy Always) listening 2 s late.
+/// A native sidecar (an init container with restartPolicy Always) listening late.
 fn native_pod(probe: bool) -> Value {
-    let mut proxy = shell("proxy", &late_listener(15001, 2));
+    let mut proxy = shell("proxy", &late_listener(15001));
     proxy["restartPolicy"] = json!("Always");
     proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
     if probe {
@@ -311,7 +317,7 @@ fn case6_a_proxy_dialing_the_app_before_it_listens_is_app_not_ready_and_no_incid
     let c = cluster();
     let addr = c.agent_addr();
     let ns = &fresh_namespace("mesh");
-    let mut app = shell("app", &late_listener(8080, 2));
+    let mut app = shell("app", &late_listener(8080));
     app["ports"] = json!([{"containerPort": 8080, "name": "http"}]);
     let mut proxy = shell(
         "istio-proxy",
@@ -481,7 +487,7 @@ fn wait_metric(addr: &str, series: &str) -> String {
 fn classic_race(base: &str) -> (TestNamespace, Value, Value) {
     let c = cluster();
     let ns = fresh_namespace(base);
-    let mut proxy = shell("proxy", &late_listener(15001, 2));
+    let mut proxy = shell("proxy", &late_listener(15001));
     proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
     c.apply(&deployment(
         &ns,
@@ -1293,12 +1299,12 @@ fn lint_fixed(manifest: &Value) -> Value {
     serde_saphyr::from_str(&out).unwrap_or_else(|e| panic!("lint --fix output ({e}):\n{out}"))
 }
 
-/// A stand-in proxy: 2 s late, it listens on `port` (when given) and serves `path`
+/// A stand-in proxy: `LATE_S` seconds late, it listens on `port` (when given) and serves `path`
 /// over HTTP on `http_port` (its readiness endpoint); exits at once on SIGTERM.
 fn late_proxy(port: Option<u16>, http_port: u16, path: &str) -> String {
     let listen = port.map_or(String::new(), |p| format!("nc -ll -p {p} -e /bin/true & "));
     format!(
-        "trap 'exit 0' TERM; sleep 2; mkdir -p \"$(dirname /tmp/www{path})\"; echo ok > /tmp/www{path}; \
+        "trap 'exit 0' TERM; sleep {LATE_S}; mkdir -p \"$(dirname /tmp/www{path})\"; echo ok > /tmp/www{path}; \
          httpd -f -p {http_port} -h /tmp/www & {listen}wait"
     )
 }
