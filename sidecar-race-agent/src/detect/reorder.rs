@@ -96,7 +96,9 @@ impl Reorder {
     fn oldest_is_straggler(&self) -> Option<bool> {
         match (self.in_order.front(), self.heap.peek()) {
             (Some(q), Some(Reverse(h))) => Some(h < q),
-            (q, h) => q.map(|_| false).or(h.map(|_| true)),
+            (Some(_), None) => Some(false),
+            (None, Some(_)) => Some(true),
+            (None, None) => None,
         }
     }
 
