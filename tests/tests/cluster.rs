@@ -117,9 +117,19 @@ fn dialer(port: u16) -> String {
 /// the app a race window of 2 s or more, dials 100 ms apart, whatever the declaration.
 const LATE_S: u32 = 4;
 
+/// Starts, in the background, a listener on `port` that accepts every connection.
+fn listen(port: u16) -> String {
+    format!("nc -ll -p {port} -e /bin/true & ")
+}
+
+/// Listens on `port` at once; exits at once on SIGTERM.
+fn listener(port: u16) -> String {
+    format!("trap 'exit 0' TERM; {}wait", listen(port))
+}
+
 /// Listens on `port` after `LATE_S` seconds; exits at once on SIGTERM.
 fn late_listener(port: u16) -> String {
-    format!("trap 'exit 0' TERM; sleep {LATE_S}; nc -ll -p {port} -e /bin/true & wait")
+    format!("trap 'exit 0' TERM; sleep {LATE_S}; {}wait", listen(port))
 }
 
 /// The count a dialer printed.
@@ -319,10 +329,7 @@ fn case6_a_proxy_dialing_the_app_before_it_listens_is_app_not_ready_and_no_incid
     let ns = &fresh_namespace("mesh");
     let mut app = shell("app", &late_listener(8080));
     app["ports"] = json!([{"containerPort": 8080, "name": "http"}]);
-    let mut proxy = shell(
-        "istio-proxy",
-        &format!("nc -ll -p 15001 -e /bin/true & {}", dialer(8080)),
-    );
+    let mut proxy = shell("istio-proxy", &format!("{}{}", listen(15001), dialer(8080)));
     proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
     c.apply(&deployment(
         ns,
@@ -512,10 +519,7 @@ fn case4_a_job_kept_alive_by_its_classic_sidecar_is_stuck_until_deleted() {
     let c = cluster();
     let addr = c.agent_addr();
     let ns = &fresh_namespace("batch");
-    let mut proxy = shell(
-        "cloud-sql-proxy",
-        "trap 'exit 0' TERM; nc -ll -p 5432 -e /bin/true & wait",
-    );
+    let mut proxy = shell("cloud-sql-proxy", &listener(5432));
     proxy["ports"] = json!([{"containerPort": 5432, "name": "sql"}]);
     let job = json!({
         "apiVersion": "batch/v1", "kind": "Job",
@@ -733,10 +737,7 @@ fn case3_rollout_restart_drains_a_classic_sidecar_before_its_app() {
                if [ -n \"$stop\" ]; then n=$((n+1)); [ \"$n\" -ge 15 ] && exit 0; fi; done";
     let mut app = shell("app", app);
     app["volumeMounts"] = json!([{"name": "evidence", "mountPath": "/evidence"}]);
-    let mut proxy = shell(
-        "proxy",
-        "trap 'exit 0' TERM; nc -ll -p 15001 -e /bin/true & wait",
-    );
+    let mut proxy = shell("proxy", &listener(15001));
     proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
     let mut spec = json!({
         "containers": [app, proxy],
@@ -814,10 +815,7 @@ fn case3_a_forced_deletion_of_a_running_pod_drains_and_gives_no_unresolved_incid
     // at SIGTERM. `--grace-period=0 --force` removes the pod from the API at once
     // while the kubelet still tears its containers down.
     let app = "trap '' TERM; while :; do nc -w 1 127.0.0.1 15001 </dev/null >/dev/null 2>&1; sleep 0.2; done";
-    let mut proxy = shell(
-        "proxy",
-        "trap 'exit 0' TERM; nc -ll -p 15001 -e /bin/true & wait",
-    );
+    let mut proxy = shell("proxy", &listener(15001));
     proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
     c.apply(&deployment(
         ns,
@@ -872,10 +870,7 @@ fn case5_an_init_container_declared_before_the_native_sidecar_it_polls_is_an_ini
         "wait-for-proxy",
         "until nc -w 1 127.0.0.1 15001 </dev/null >/dev/null 2>&1; do sleep 0.2; done",
     );
-    let mut proxy = shell(
-        "proxy",
-        "trap 'exit 0' TERM; nc -ll -p 15001 -e /bin/true & wait",
-    );
+    let mut proxy = shell("proxy", &listener(15001));
     proxy["restartPolicy"] = json!("Always");
     proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
     c.apply(&deployment(
@@ -1299,13 +1294,14 @@ fn lint_fixed(manifest: &Value) -> Value {
     serde_saphyr::from_str(&out).unwrap_or_else(|e| panic!("lint --fix output ({e}):\n{out}"))
 }
 
-/// A stand-in proxy: `LATE_S` seconds late, it listens on `port` (when given) and serves `path`
-/// over HTTP on `http_port` (its readiness endpoint); exits at once on SIGTERM.
+/// A stand-in proxy: `LATE_S` seconds late, it listens on `port` (when given) and
+/// serves `path` over HTTP on `http_port` (its readiness endpoint); exits at once on
+/// SIGTERM.
 fn late_proxy(port: Option<u16>, http_port: u16, path: &str) -> String {
-    let listen = port.map_or(String::new(), |p| format!("nc -ll -p {p} -e /bin/true & "));
+    let listening = port.map_or(String::new(), listen);
     format!(
         "trap 'exit 0' TERM; sleep {LATE_S}; mkdir -p \"$(dirname /tmp/www{path})\"; echo ok > /tmp/www{path}; \
-         httpd -f -p {http_port} -h /tmp/www & {listen}wait"
+         httpd -f -p {http_port} -h /tmp/www & {listening}wait"
     )
 }
 
