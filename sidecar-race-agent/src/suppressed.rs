@@ -138,7 +138,10 @@ fn client_key(info: &PathInfo, cgroup_id: u64) -> Option<(String, Client)> {
             pod_uid,
             container_id,
             ..
-        } => Some((pod_uid.clone(), Client::Container(container_id.clone()))),
+        } => Some((
+            pod_uid.clone(),
+            Client::Container(container_id.as_str().into()),
+        )),
         PathInfo::Pod { pod_uid } => Some((pod_uid.clone(), Client::Cgroup(cgroup_id))),
         _ => None,
     }
@@ -188,7 +191,7 @@ mod tests {
         let r = s.read(&counts(&[(11, 801)], 2), &mut inv, now, wait, false);
         assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 1);
         assert_eq!(r.forget, vec![11], "read its final value, then delete");
-        let client = Client::Container("a".repeat(64));
+        let client = Client::Container("a".repeat(64).into());
         assert_eq!(s.of_client(UID, &client), 801);
         // An entry the kernel makes again after the delete counts from zero.
         let r = s.read(&counts(&[(11, 3)], 2), &mut inv, now, wait, false);

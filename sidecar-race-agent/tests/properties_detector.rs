@@ -193,14 +193,14 @@ fn fact(ts: u64, s: &Step) -> Option<Fact> {
     else {
         return None;
     };
-    let pod_uid = PODS[pod].to_string();
+    let pod_uid: std::sync::Arc<str> = PODS[pod].into();
     let sock = |a: usize, p: u16| -> SocketAddr {
         let ip: std::net::IpAddr = ADDRS[a].parse().unwrap();
         SocketAddr::new(ip, p)
     };
     let container_id = (container < CONTAINERS.len()).then(|| CONTAINERS[container].to_string());
     let client = match &container_id {
-        Some(id) => Client::Container(id.clone()),
+        Some(id) => Client::Container(id.as_str().into()),
         None => Client::Cgroup(42),
     };
     Some(match what {

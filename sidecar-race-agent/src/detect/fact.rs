@@ -1,21 +1,22 @@
 //! The detector's input: timestamped kernel facts, already attributed to a pod.
 //! Timestamps are the kernel's boot clock in nanoseconds.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc};
 
 use crate::{comm::Comm, unix_events::UnixName};
 
 /// Which client made a refused connect: its container, or its cgroup when the cgroup
-/// is not a container (a process in the pod cgroup itself).
+/// is not a container (a process in the pod cgroup itself). The id is shared with
+/// the inventory's cache: every refusal of a container clones a count, not the id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Client {
-    Container(String),
+    Container(Arc<str>),
     Cgroup(u64),
 }
 
 impl Client {
     /// The container's id; `None` for a cgroup that is not a container.
-    pub fn container_id(self) -> Option<String> {
+    pub fn container_id(&self) -> Option<&str> {
         match self {
             Client::Container(id) => Some(id),
             Client::Cgroup(_) => None,
@@ -28,7 +29,7 @@ pub enum Fact {
     /// A connect refused for a task of `pod_uid`.
     Refused {
         ts: u64,
-        pod_uid: String,
+        pod_uid: Arc<str>,
         client: Client,
         /// As dialed.
         dst: SocketAddr,
@@ -40,7 +41,7 @@ pub enum Fact {
     /// A connect or send to a Unix socket refused for a task of `pod_uid`.
     UnixRefused {
         ts: u64,
-        pod_uid: String,
+        pod_uid: Arc<str>,
         client: Client,
         /// As the client named it.
         name: UnixName,
@@ -49,43 +50,43 @@ pub enum Fact {
     /// A Unix socket of the pod started listening.
     UnixListenerUp {
         ts: u64,
-        pod_uid: String,
+        pod_uid: Arc<str>,
         container_id: Option<String>,
         name: UnixName,
     },
     UnixListenerDown {
         ts: u64,
-        pod_uid: String,
+        pod_uid: Arc<str>,
         container_id: Option<String>,
         name: UnixName,
     },
     /// A socket of the pod started listening.
     ListenerUp {
         ts: u64,
-        pod_uid: String,
+        pod_uid: Arc<str>,
         container_id: Option<String>,
         addr: SocketAddr,
     },
     ListenerDown {
         ts: u64,
-        pod_uid: String,
+        pod_uid: Arc<str>,
         container_id: Option<String>,
         addr: SocketAddr,
     },
     /// The pod's cgroup was created: the agent watches this pod from its start.
-    PodStarted { ts: u64, pod_uid: String },
+    PodStarted { ts: u64, pod_uid: Arc<str> },
     /// The pod's cgroup was removed: the pod is gone from the node.
-    PodRemoved { ts: u64, pod_uid: String },
+    PodRemoved { ts: u64, pod_uid: Arc<str> },
     /// A container's cgroup was created: that container starts.
     ContainerStarted {
         ts: u64,
-        pod_uid: String,
+        pod_uid: Arc<str>,
         container_id: String,
     },
     /// A container's cgroup was removed (torn down).
     ContainerRemoved {
         ts: u64,
-        pod_uid: String,
+        pod_uid: Arc<str>,
         container_id: String,
     },
 }

@@ -37,12 +37,15 @@ pub struct Processes {
 impl Processes {
     /// Counts one refused connect of process `name`.
     pub fn record(&mut self, name: &str) {
+        if let Some((_, n)) = self.counts.iter_mut().find(|(known, _)| known == name) {
+            *n += 1;
+            return;
+        }
+        // A name new to the incident: the only time it is looked up in the catalog.
         if self.wait_tool.is_none() && CATALOG.is_wait_tool(name) {
             self.wait_tool = Some(name.to_string());
         }
-        if let Some((_, n)) = self.counts.iter_mut().find(|(known, _)| known == name) {
-            *n += 1;
-        } else if self.counts.len() < TRACKED {
+        if self.counts.len() < TRACKED {
             self.counts.push((name.to_string(), 1));
         } else {
             self.untracked += 1;

@@ -11,8 +11,11 @@ pub mod sources;
 pub mod store;
 
 use std::{
-    collections::{HashMap, HashSet},
-    sync::atomic::{AtomicU64, Ordering::Relaxed},
+    collections::HashSet,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
     time::Instant,
 };
 
@@ -56,7 +59,42 @@ pub struct Inventory {
     site_sidecars: Vec<String>,
     /// Parsed paths of known cgroup ids, so a refusal storm from one cgroup parses
     /// its path once rather than per event. Emptied on every cgroup event (rare).
-    parsed: HashMap<u64, PathInfo>,
+    parsed: foldhash::HashMap<u64, Parsed>,
+}
+
+/// The pod (and container) a cgroup belongs to, with ids shared by every event of
+/// that cgroup: cloning them is a count, not a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodOwner {
+    pub pod_uid: Arc<str>,
+    pub container_id: Option<Arc<str>>,
+}
+
+/// A cgroup's parsed path, and its pod owner when it has one.
+struct Parsed {
+    info: PathInfo,
+    owner: Option<PodOwner>,
+}
+
+impl Parsed {
+    fn of(info: PathInfo) -> Self {
+        let owner = match &info {
+            PathInfo::PodContainer {
+                pod_uid,
+                container_id,
+                ..
+            } => Some(PodOwner {
+                pod_uid: pod_uid.as_str().into(),
+                container_id: Some(container_id.as_str().into()),
+            }),
+            PathInfo::Pod { pod_uid } => Some(PodOwner {
+                pod_uid: pod_uid.as_str().into(),
+                container_id: None,
+            }),
+            _ => None,
+        };
+        Parsed { info, owner }
+    }
 }
 
 impl Inventory {
@@ -67,7 +105,7 @@ impl Inventory {
             has_pod_source,
             unattributed: AtomicU64::new(0),
             site_sidecars: Vec::new(),
-            parsed: HashMap::new(),
+            parsed: foldhash::HashMap::default(),
         }
     }
 
@@ -84,27 +122,34 @@ impl Inventory {
     }
 
     /// What a cgroup's path says (pod, container), counting the ones that cannot be
-    /// attributed. Cached per id while the id resolves; unknown ids are not cached so
-    /// the index can still find them by rescanning.
+    /// attributed.
     pub fn path_info(&mut self, cgroup_id: u64) -> PathInfo {
-        if let Some(info) = self.parsed.get(&cgroup_id) {
-            if *info == PathInfo::Unknown {
+        self.parsed(cgroup_id)
+            .map_or(PathInfo::Unknown, |p| p.info.clone())
+    }
+
+    /// The pod and container a cgroup belongs to, or `None` (counted when the path
+    /// cannot be attributed). The ids are shared by every event of the cgroup.
+    pub fn pod_owner(&mut self, cgroup_id: u64) -> Option<PodOwner> {
+        self.parsed(cgroup_id)?.owner.clone()
+    }
+
+    /// The cgroup's parsed path, cached per id while the id resolves; unknown ids are
+    /// not cached so the index can still find them by rescanning.
+    fn parsed(&mut self, cgroup_id: u64) -> Option<&Parsed> {
+        if !self.parsed.contains_key(&cgroup_id) {
+            let Some(path) = self.cgroups.resolve(cgroup_id) else {
                 self.unattributed.fetch_add(1, Relaxed);
-            }
-            return info.clone();
+                return None;
+            };
+            let parsed = Parsed::of(cgroup_path::parse(path));
+            self.parsed.insert(cgroup_id, parsed);
         }
-        let info = match self.cgroups.resolve(cgroup_id) {
-            Some(path) => {
-                let info = cgroup_path::parse(path);
-                self.parsed.insert(cgroup_id, info.clone());
-                info
-            }
-            None => PathInfo::Unknown,
-        };
-        if info == PathInfo::Unknown {
+        let parsed = self.parsed.get(&cgroup_id)?;
+        if parsed.info == PathInfo::Unknown {
             self.unattributed.fetch_add(1, Relaxed);
         }
-        info
+        Some(parsed)
     }
 
     /// [`Inventory::attribute`], also giving the cgroup's path (one lookup for both).

@@ -2,6 +2,8 @@
 //! how two containers that mount one `emptyDir` at different paths name the same
 //! Unix socket.
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::core::v1::VolumeMount;
 use serde::Serialize;
 
@@ -27,7 +29,7 @@ impl Mount {
     /// From the pod spec. Mount paths that are not absolute cannot hold an absolute
     /// socket path: they are dropped, which leaves those sockets matched by path.
     pub fn from_spec(m: &VolumeMount) -> Option<Mount> {
-        let mount_path = normalise(&m.mount_path)?;
+        let mount_path = normalise(&m.mount_path)?.into_owned();
         Some(Mount {
             volume: m.name.clone(),
             mount_path,
@@ -59,20 +61,24 @@ pub fn on_volume(mounts: &[Mount], path: &str) -> Option<OnVolume> {
         .max_by_key(|(m, _)| m.mount_path.len())
         .map(|(m, rest)| OnVolume {
             volume: m.volume.clone(),
-            relative: [m.sub_path.as_str(), rest]
-                .into_iter()
-                .filter(|s| !s.is_empty())
-                .collect::<Vec<_>>()
-                .join("/"),
+            relative: match (m.sub_path.as_str(), rest) {
+                (sub, "") => sub.to_string(),
+                ("", rest) => rest.to_string(),
+                (sub, rest) => format!("{sub}/{rest}"),
+            },
         })
 }
 
 /// An absolute path without empty or `.` components and without a trailing `/`;
 /// `None` when relative or when it climbs with `..` (not resolvable without the
-/// container's filesystem).
-fn normalise(path: &str) -> Option<String> {
+/// container's filesystem). A path already so (what clients dial) is borrowed.
+fn normalise(path: &str) -> Option<Cow<'_, str>> {
     if !path.starts_with('/') {
         return None;
+    }
+    let mut parts = path.split('/').skip(1);
+    if path == "/" || parts.all(|p| !matches!(p, "" | "." | "..")) {
+        return Some(Cow::Borrowed(path));
     }
     let mut parts = Vec::new();
     for part in path.split('/') {
@@ -82,7 +88,7 @@ fn normalise(path: &str) -> Option<String> {
             p => parts.push(p),
         }
     }
-    Some(format!("/{}", parts.join("/")))
+    Some(Cow::Owned(format!("/{}", parts.join("/"))))
 }
 
 #[cfg(test)]

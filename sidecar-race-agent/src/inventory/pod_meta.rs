@@ -21,6 +21,11 @@ pub trait PodMeta {
     fn has_source(&self) -> bool {
         true
     }
+    /// A number that changes whenever an answer may have (`None`: not tracked, so
+    /// nothing derived from the answers may be kept).
+    fn generation(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// No pod source: detection from the kernel alone.
@@ -42,5 +47,8 @@ impl PodMeta for NoMeta {
     fn each_pod(&self, _: &mut dyn FnMut(&PodInfo)) {}
     fn has_source(&self) -> bool {
         false
+    }
+    fn generation(&self) -> Option<u64> {
+        Some(0)
     }
 }

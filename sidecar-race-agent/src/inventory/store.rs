@@ -3,7 +3,7 @@
 //! It plays the role of kube's reflector store, plus that grace period.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::VecDeque,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -23,9 +23,9 @@ struct Entry {
 pub const OLD_CONTAINER_IDS_PER_POD: usize = 16;
 
 pub struct PodStore {
-    pods: HashMap<String, Entry>,
+    pods: foldhash::HashMap<String, Entry>,
     /// Runtime container id → (pod uid, container name).
-    containers: HashMap<String, (String, String)>,
+    containers: foldhash::HashMap<String, (String, String)>,
     grace: Duration,
     /// Bumped on every change; lets waiters know something new arrived.
     generation: u64,
@@ -34,8 +34,8 @@ pub struct PodStore {
 impl PodStore {
     pub fn new(grace: Duration) -> Self {
         Self {
-            pods: HashMap::new(),
-            containers: HashMap::new(),
+            pods: foldhash::HashMap::default(),
+            containers: foldhash::HashMap::default(),
             grace,
             generation: 0,
         }
@@ -119,6 +119,7 @@ impl PodStore {
         if self.pods.len() != before {
             let pods = &self.pods;
             self.containers.retain(|_, (uid, _)| pods.contains_key(uid));
+            self.generation += 1;
         }
     }
 
@@ -176,6 +177,10 @@ impl super::pod_meta::PodMeta for PodStore {
         for e in self.pods.values().filter(|e| e.gone_at.is_none()) {
             f(&e.info);
         }
+    }
+
+    fn generation(&self) -> Option<u64> {
+        Some(self.generation)
     }
 }
 

@@ -1,11 +1,16 @@
 //! Kernel events as detector facts: attributed to a pod and client by cgroup path
 //! alone (names come later); events with no pod are counted.
 
+use std::sync::Arc;
+
 use super::Pipeline;
 use crate::{
     detect::{Client, Fact},
     events::{KernelEvent, Owner},
-    inventory::cgroup_path::{self, PathInfo},
+    inventory::{
+        PodOwner,
+        cgroup_path::{self, PathInfo},
+    },
 };
 
 impl Pipeline {
@@ -24,7 +29,7 @@ impl Pipeline {
             }
             KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
                 let (pod_uid, client) = self.pod_client(&s.owner)?;
-                let container_id = client.container_id();
+                let container_id = client.container_id().map(str::to_string);
                 let (ts, addr) = (s.ts_boot_ns, s.src);
                 Some(if matches!(ev, KernelEvent::Listen(_)) {
                     Fact::ListenerUp {
@@ -54,7 +59,7 @@ impl Pipeline {
             }
             KernelEvent::UnixListen(u) | KernelEvent::UnixListenClosed(u) => {
                 let (pod_uid, client) = self.pod_client(&u.owner)?;
-                let container_id = client.container_id();
+                let container_id = client.container_id().map(str::to_string);
                 let (ts, name) = (u.ts_boot_ns, u.name.clone());
                 Some(if matches!(ev, KernelEvent::UnixListen(_)) {
                     Fact::UnixListenerUp {
@@ -77,7 +82,7 @@ impl Pipeline {
                     self.unknown_pod_seen(&pod_uid);
                     Some(Fact::PodStarted {
                         ts: c.ts_boot_ns,
-                        pod_uid,
+                        pod_uid: pod_uid.into(),
                     })
                 }
                 PathInfo::PodContainer {
@@ -88,7 +93,7 @@ impl Pipeline {
                     self.unknown_pod_seen(&pod_uid);
                     Some(Fact::ContainerStarted {
                         ts: c.ts_boot_ns,
-                        pod_uid,
+                        pod_uid: pod_uid.into(),
                         container_id,
                     })
                 }
@@ -97,7 +102,7 @@ impl Pipeline {
             KernelEvent::CgroupRemoved(c) => match cgroup_path::parse(&c.path) {
                 PathInfo::Pod { pod_uid } => Some(Fact::PodRemoved {
                     ts: c.ts_boot_ns,
-                    pod_uid,
+                    pod_uid: pod_uid.into(),
                 }),
                 PathInfo::PodContainer {
                     pod_uid,
@@ -105,7 +110,7 @@ impl Pipeline {
                     ..
                 } => Some(Fact::ContainerRemoved {
                     ts: c.ts_boot_ns,
-                    pod_uid,
+                    pod_uid: pod_uid.into(),
                     container_id,
                 }),
                 _ => None,
@@ -114,19 +119,15 @@ impl Pipeline {
     }
 
     /// The pod and client of a socket event; counted when there is no pod.
-    fn pod_client(&mut self, owner: &Owner) -> Option<(String, Client)> {
+    fn pod_client(&mut self, owner: &Owner) -> Option<(Arc<str>, Client)> {
         // Only the path's pod and container are needed here: names come later.
-        let (pod_uid, container_id) = match self.inventory.path_info(owner.cgroup_id) {
-            PathInfo::PodContainer {
-                pod_uid,
-                container_id,
-                ..
-            } => (pod_uid, Some(container_id)),
-            PathInfo::Pod { pod_uid } => (pod_uid, None),
-            _ => {
-                self.counts.events_without_pod += 1;
-                return None;
-            }
+        let Some(PodOwner {
+            pod_uid,
+            container_id,
+        }) = self.inventory.pod_owner(owner.cgroup_id)
+        else {
+            self.counts.events_without_pod += 1;
+            return None;
         };
         self.unknown_pod_seen(&pod_uid);
         let client = match container_id {

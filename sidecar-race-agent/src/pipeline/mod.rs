@@ -47,6 +47,10 @@ pub struct PipelineCounts {
 /// Suppressed counts of a pod without incidents are kept this long.
 const SUPPRESSED_MEMORY: Duration = Duration::from_secs(600);
 
+/// The most released facts whose buffer is kept for the next tick (about 2 MB; the
+/// reorder queue keeps as much).
+const RELEASED_KEPT: usize = 16_384;
+
 /// How often at most an unknown pod makes the pod source re-read at once.
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
 
@@ -54,6 +58,8 @@ pub struct Pipeline {
     pub inventory: Inventory,
     pub detector: Detector,
     reorder: Reorder,
+    /// The buffer facts are released into, kept from tick to tick.
+    released: Vec<Fact>,
     reorder_window_ns: u64,
     /// Boot ns when the last fact arrived (the stream is idle a window after it).
     last_arrival: u64,
@@ -77,6 +83,7 @@ impl Pipeline {
             inventory,
             detector: Detector::new(config),
             reorder: Reorder::new(reorder_window_ns),
+            released: Vec::new(),
             reorder_window_ns,
             last_arrival: 0,
             counts: PipelineCounts::default(),
@@ -129,13 +136,18 @@ impl Pipeline {
     pub fn tick(&mut self, now_boot_ns: u64) -> Vec<Outcome> {
         let pruned = self.inventory.maintain(now_boot_ns);
         let idle = now_boot_ns.saturating_sub(self.last_arrival) >= self.reorder_window_ns;
-        let facts = self.reorder.release(now_boot_ns, idle);
+        let mut facts = std::mem::take(&mut self.released);
+        self.reorder.release_into(now_boot_ns, idle, &mut facts);
         let gone = if pruned {
             self.forget_gone_pods(now_boot_ns)
         } else {
             Vec::new()
         };
-        self.detect(facts, now_boot_ns, false, gone)
+        let outcomes = self.detect(facts.drain(..), now_boot_ns, false, gone);
+        if facts.capacity() <= RELEASED_KEPT {
+            self.released = facts;
+        }
+        outcomes
     }
 
     /// Detector state of pods gone from both the pod source and the cgroup tree
@@ -177,7 +189,7 @@ impl Pipeline {
 
     fn detect(
         &mut self,
-        facts: Vec<Fact>,
+        facts: impl IntoIterator<Item = Fact>,
         now: u64,
         last: bool,
         mut changes: Vec<Change>,
@@ -218,6 +230,8 @@ impl Pipeline {
     }
 
     pub fn view(&self, incident: &Incident) -> IncidentView {
+        #[cfg(test)]
+        VIEWS_RENDERED.with(|n| n.set(n.get() + 1));
         let mut v = view(incident, &self.inventory.pods, &wall);
         v.refusals_suppressed = self
             .suppressed
@@ -246,6 +260,17 @@ impl Pipeline {
     pub fn incident(&self, id: u64) -> Option<&Incident> {
         self.detector.incidents().get(id)
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    static VIEWS_RENDERED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Incident views this thread has rendered (tests: what a filter spares).
+#[cfg(test)]
+pub fn views_rendered() -> u64 {
+    VIEWS_RENDERED.with(std::cell::Cell::get)
 }
 
 /// Kernel boot-clock ns → RFC 3339 wall-clock time.

@@ -90,18 +90,15 @@ impl Agent {
         }
     }
 
-    /// The samples of `/metrics` whose line starts with `prefix` (e.g.
-    /// `sidecar_race_kernel_events_total{`): (the rest of the name and labels, value).
-    pub fn samples(&self, prefix: &str) -> Vec<(String, f64)> {
-        let Some(body) = http_get(&self.addr, "/metrics") else {
-            return Vec::new();
-        };
-        body.lines()
-            .filter_map(|l| {
-                let (series, value) = l.strip_prefix(prefix)?.rsplit_once(' ')?;
-                Some((series.to_string(), value.parse().ok()?))
-            })
-            .collect()
+    /// `/api/v1/incidents` (empty when the agent does not answer).
+    pub fn incidents(&self) -> Vec<serde_json::Value> {
+        let body = http_get(&self.addr, "/api/v1/incidents?limit=10000")
+            .and_then(|r| Some(r.split_once("\r\n\r\n")?.1.to_string()))
+            .unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["incidents"].as_array().cloned())
+            .unwrap_or_default()
     }
 }
 

@@ -31,18 +31,6 @@ pub fn thread_cpu() -> Duration {
     clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
-/// User + system time of all waited-for children so far.
-pub fn children_cpu() -> Duration {
-    // SAFETY: getrusage fills the zeroed struct we pass.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 fn clock(id: libc::clockid_t) -> Duration {
     // SAFETY: clock_gettime fills the zeroed timespec we pass.
     let ts = unsafe {

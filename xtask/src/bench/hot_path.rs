@@ -10,8 +10,7 @@ use super::{
     Plan,
     agent::Agent,
     bpf_stats::{ProgStats, Stats},
-    dial::Run,
-    loops::{self, Workload},
+    loops::{self, Run, Workload},
     null_prog::{HOOKS, NullProgram},
     peer::Bpftrace,
 };

@@ -2,8 +2,7 @@
 //! and an accepting thread, both pinned to one CPU (see `cpu`), each timing its own
 //! CPU (the kernel's nanosecond runtime of the thread, loopback softirqs included:
 //! this kernel does not split out IRQ time). Three shapes: TCP closed with FIN or with
-//! RST, and a Unix stream socket; and the UDS refusals (a client dialing a path
-//! nobody serves).
+//! RST, and a Unix stream socket.
 
 use std::{
     io::Read as _,
@@ -21,9 +20,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
-use super::{cpu, dial::Run};
+use super::cpu;
+
+/// One run of a loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Run {
+    pub wall: Duration,
+    /// CPU time of the loop's threads (kernel work done on their behalf included, e.g.
+    /// loopback softirqs and eBPF programs).
+    pub cpu: Duration,
+}
 
 /// A connect-and-close loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,27 +94,6 @@ fn uds(n: u32) -> anyhow::Result<Run> {
     let (run, server) = measured(n, server, move || UnixStream::connect(&target).map(drop))?;
     let _ = UnixStream::connect(&path.0);
     server.join(run)
-}
-
-/// `n` UDS connects that are refused, alternating a path that does not exist
-/// (`ENOENT`) and a socket file nobody listens on any more (`ECONNREFUSED`).
-pub fn uds_refusals(n: u32) -> anyhow::Result<Duration> {
-    let absent = SocketPath::new("absent")?;
-    let stale = SocketPath::new("stale")?;
-    drop(UnixListener::bind(&stale.0).context("make a stale socket file")?);
-    let on = cpu::loop_cpu();
-    let client = std::thread::spawn(move || -> anyhow::Result<Duration> {
-        let _ = cpu::pin_current(on);
-        let start = Instant::now();
-        for i in 0..n {
-            let path = if i % 2 == 0 { &absent.0 } else { &stale.0 };
-            if UnixStream::connect(path).is_ok() {
-                bail!("{} accepted a connect", path.display());
-            }
-        }
-        Ok(start.elapsed())
-    });
-    client.join().expect("the UDS refusal loop")
 }
 
 /// The accepting thread: pinned, accepts until told to stop, returns its CPU time.

@@ -9,19 +9,25 @@ use anyhow::{Context, bail};
 use super::{
     Plan,
     agent::Agent,
-    dial::dial,
-    loops,
+    refuse,
     scale::{self, SimulatedPods},
+    sidecar_pod::SidecarPod,
 };
 
+/// Refusal rows: what the agent spends per refusal from the sidecar pod's app.
 pub struct Refusals {
+    /// Throughput of the refusing loop with the agent / bare (TCP only).
     pub ratio: Vec<f64>,
     pub ns_per_refusal: Vec<f64>,
+    /// Rounds in which the pod's `sidecar_race` incidents of `app` held every refusal
+    /// of the run.
     pub exact_rounds: usize,
 }
 
-/// Refused TCP connects: `sr-app` dialing a closed loopback port.
+/// Refused TCP connects to the proxy's declared port, bare and with the agent
+/// (alternating which goes first).
 pub fn refusals(bin: &Path, plan: &Plan) -> anyhow::Result<Refusals> {
+    let pod = SidecarPod::create()?;
     let mut r = Refusals {
         ratio: Vec::new(),
         ns_per_refusal: Vec::new(),
@@ -30,112 +36,116 @@ pub fn refusals(bin: &Path, plan: &Plan) -> anyhow::Result<Refusals> {
     for round in 0..plan.rounds {
         let mut bare = None;
         if round % 2 == 0 {
-            bare = Some(dial(bin, false, plan.connects)?.wall);
+            bare = Some(refuse::tcp(bin, &pod, plan.connects)?);
         }
-        let (with, cost) = agent_cost(bin, plan.connects, |n| Ok(dial(bin, false, n)?.wall))?;
+        let (with, cost) = agent_cost(bin, &pod, plan.connects, |n| refuse::tcp(bin, &pod, n))?;
         if round % 2 == 1 {
-            bare = Some(dial(bin, false, plan.connects)?.wall);
+            bare = Some(refuse::tcp(bin, &pod, plan.connects)?);
         }
         r.ratio
             .push(bare.expect("measured").as_secs_f64() / with.as_secs_f64());
-        r.ns_per_refusal.push(cost.ns_per_refusal);
-        // Others' tests on this machine can add refusals of their own: exact means
-        // at least ours and, in a quiet moment, exactly ours.
-        if cost.counted == f64::from(plan.connects) {
-            r.exact_rounds += 1;
-        }
+        r.add(cost, plan.connects);
     }
     Ok(r)
 }
 
-pub struct UdsRefusals {
-    pub ns_per_refusal: Vec<f64>,
-    /// Refusals the kernel counted per run (0 where the agent has no UDS hooks).
-    pub counted: Vec<f64>,
-}
-
-/// Refused UDS connects (an absent path, a stale socket file), with the agent.
-pub fn uds_refusals(bin: &Path, plan: &Plan) -> anyhow::Result<UdsRefusals> {
-    let mut r = UdsRefusals {
+/// Refused UDS connects on the pod's shared volume, with the agent.
+pub fn uds_refusals(bin: &Path, plan: &Plan) -> anyhow::Result<Refusals> {
+    let pod = SidecarPod::create()?;
+    let mut r = Refusals {
+        ratio: Vec::new(),
         ns_per_refusal: Vec::new(),
-        counted: Vec::new(),
+        exact_rounds: 0,
     };
     for _ in 0..plan.rounds {
-        let (_, cost) = agent_cost(bin, plan.connects, loops::uds_refusals)?;
-        r.ns_per_refusal.push(cost.ns_per_refusal);
-        r.counted.push(cost.counted);
+        let (_, cost) = agent_cost(bin, &pod, plan.connects, |n| refuse::uds(bin, &pod, n))?;
+        r.add(cost, plan.connects);
     }
     Ok(r)
+}
+
+impl Refusals {
+    fn add(&mut self, cost: Cost, n: u32) {
+        self.ns_per_refusal.push(cost.ns_per_refusal);
+        if cost.in_incidents == u64::from(n) {
+            self.exact_rounds += 1;
+        }
+    }
 }
 
 /// What the agent spent on one run of refusals.
 struct Cost {
     ns_per_refusal: f64,
-    /// Refusals the kernel counted during the run (every kind whose name says refused).
-    counted: f64,
+    /// Refusals the pod's `sidecar_race` incidents of `app` hold.
+    in_incidents: u64,
 }
 
-/// Runs `refuse(n)` with a fresh agent and returns its wall time and the agent's CPU
-/// per refusal: from the agent's first quiet moment to [`SETTLE`] after the last
-/// refusal. The kernel's refusal count in `/metrics` is read outside that window (a
-/// scrape costs the agent ~1 ms, a refusal well under 1 µs).
+/// Runs `refuse(n)` with a fresh agent watching `pod` and returns its wall time and
+/// the agent's CPU per refusal: from the agent's first quiet moment to [`SETTLE`]
+/// after the last refusal. The pod's incidents are read outside that window (an
+/// answer costs the agent ~1 ms, a refusal well under 1 µs).
 fn agent_cost(
     bin: &Path,
+    pod: &SidecarPod,
     n: u32,
     refuse: impl FnOnce(u32) -> anyhow::Result<Duration>,
 ) -> anyhow::Result<(Duration, Cost)> {
     // No refusal budget: this row measures what each delivered record costs (the
     // storm row measures the budget).
-    let agent = Agent::start(bin, &["--pods-from", "none", "--refusal-burst", "0"])?;
-    let seen0 = settled_refusals(&agent, |_| true)?;
+    let agent = Agent::start(bin, &["--pods-from", &pod.source(), "--refusal-burst", "0"])?;
     agent.wait_quiet()?;
     let cpu0 = agent.cpu()?;
     // Each refusal is counted and sent by the kernel within its connect() call.
     let wall = refuse(n)?;
-    // The agent may still be pausing before its last drain, or processing it. Its
-    // idle work over the window is charged too (not subtracted).
+    // The agent may still be pausing before its last drain, or holding the last facts
+    // in its reorder window. Its idle work over the window is charged too.
     std::thread::sleep(SETTLE);
     let cpu = agent.cpu()? - cpu0;
-    let want = seen0 + f64::from(n);
-    let seen = settled_refusals(&agent, |v| v >= want)?;
+    let in_incidents = settled(|| held_by_incidents(&agent, &pod.uid), u64::from(n));
     Ok((
         wall,
         Cost {
             ns_per_refusal: cpu.as_secs_f64() * 1e9 / f64::from(n),
-            counted: seen - seen0,
+            in_incidents,
         },
     ))
 }
 
-/// Ten of the reader's pauses between drains (`stream::BATCH_PAUSE`, 10 ms).
-const SETTLE: Duration = Duration::from_millis(100);
+/// The agent's reorder window (200 ms) and ten of the reader's pauses between drains
+/// (`stream::BATCH_PAUSE`, 10 ms): the last refusal is then in its incident.
+const SETTLE: Duration = Duration::from_millis(300);
 
-/// The kernel's refusal count in `/metrics` once `ok` holds, or once it stopped
-/// growing for two copies (totals are copied into the metrics every second).
-fn settled_refusals(agent: &Agent, ok: impl Fn(f64) -> bool) -> anyhow::Result<f64> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let mut last = (f64::NAN, std::time::Instant::now());
+/// `count()` once it reaches `want`, or once it stopped growing for 2 s (or 10 s).
+fn settled(count: impl Fn() -> u64, want: u64) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut last = (u64::MAX, std::time::Instant::now());
     loop {
-        let v = refused_total(agent);
-        if ok(v) || std::time::Instant::now() > deadline {
-            return Ok(v);
+        let v = count();
+        if v >= want || std::time::Instant::now() > deadline {
+            return v;
         }
         if v != last.0 {
             last = (v, std::time::Instant::now());
-        } else if last.1.elapsed() > Duration::from_millis(2_100) {
-            return Ok(v);
+        } else if last.1.elapsed() > Duration::from_secs(2) {
+            return v;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-/// The sum of `sidecar_race_kernel_events_total` over kinds naming a refusal.
-fn refused_total(agent: &Agent) -> f64 {
+/// Refusals held by `pod_uid`'s `sidecar_race` incidents of `app` (against `proxy`
+/// for the port; a socket nobody bound has no known server, so none is named).
+fn held_by_incidents(agent: &Agent, pod_uid: &str) -> u64 {
     agent
-        .samples("sidecar_race_kernel_events_total{")
-        .into_iter()
-        .filter(|(labels, _)| labels.contains("refused"))
-        .map(|(_, v)| v)
+        .incidents()
+        .iter()
+        .filter(|i| {
+            i["pod_uid"] == pod_uid
+                && i["kind"] == "sidecar_race"
+                && i["container"] == "app"
+                && (i["port"].is_null() || i["sidecar"] == "proxy")
+        })
+        .filter_map(|i| i["refused_count"].as_u64())
         .sum()
 }
 

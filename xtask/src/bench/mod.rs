@@ -7,7 +7,6 @@
 mod agent;
 mod bpf_stats;
 mod cpu;
-mod dial;
 mod fleet;
 mod hot_path;
 mod latency;
@@ -16,8 +15,10 @@ mod measure;
 mod null_prog;
 mod parts;
 mod peer;
+mod refuse;
 mod report;
 mod scale;
+mod sidecar_pod;
 mod stats;
 
 use std::{path::Path, time::Duration};
@@ -79,7 +80,7 @@ const REORDER_WINDOW_MS: f64 = 200.0;
 
 /// Runs the table's `parts` with the binaries in `bin` and writes the report to `out`.
 pub fn bench(bin: &Path, smoke: bool, parts: &Parts, out: &Path) -> anyhow::Result<()> {
-    if !dial::is_root() {
+    if !refuse::is_root() {
         bail!("the benchmark attaches eBPF programs: run it as root");
     }
     let plan = if smoke { SMOKE } else { FULL };

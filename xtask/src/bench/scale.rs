@@ -7,16 +7,15 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 pub struct SimulatedPods {
-    dirs: Vec<PathBuf>,
+    cgroups: Vec<PodCgroups>,
     pub pods_file: PathBuf,
 }
 
 impl SimulatedPods {
     /// `n` pods of one app container each (the kubelet's default maximum is 110).
     pub fn create(n: usize, tag: &str) -> anyhow::Result<Self> {
-        let root = cgroup2_mount()?.join("kubepods.slice/kubepods-besteffort.slice");
         let mut sim = SimulatedPods {
-            dirs: Vec::new(),
+            cgroups: Vec::new(),
             pods_file: std::env::temp_dir().join(format!("sr-bench-pods-{tag}.json")),
         };
         let mut items = Vec::new();
@@ -27,14 +26,7 @@ impl SimulatedPods {
                 i
             );
             let cid = format!("{:056x}{:08x}", 0xbe4c4, i);
-            let pod = root.join(format!(
-                "kubepods-besteffort-pod{}.slice",
-                uid.replace('-', "_")
-            ));
-            let ctr = pod.join(format!("cri-containerd-{cid}.scope"));
-            std::fs::create_dir_all(&ctr).with_context(|| format!("mkdir {}", ctr.display()))?;
-            sim.dirs.push(ctr);
-            sim.dirs.push(pod);
+            sim.cgroups.push(PodCgroups::create(&uid, &[&cid])?);
             items.push(format!(
                 r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"bench-{i}","namespace":"bench","uid":"{uid}","ownerReferences":[{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"bench-{i}-5d4f8","uid":"00000000-0000-4000-8000-00000000{i:04x}","controller":true}}]}},"spec":{{"nodeName":"bench","containers":[{{"name":"app","image":"app","ports":[{{"containerPort":8080}}]}}]}},"status":{{"phase":"Running","podIP":"10.0.{}.{}","containerStatuses":[{{"name":"app","containerID":"containerd://{cid}","ready":true,"restartCount":0,"state":{{"running":{{}}}}}}]}}}}"#,
                 i / 250,
@@ -54,11 +46,48 @@ impl SimulatedPods {
 
 impl Drop for SimulatedPods {
     fn drop(&mut self) {
-        // Children first: they were pushed before their parents.
-        for d in &self.dirs {
+        let _ = std::fs::remove_file(&self.pods_file);
+    }
+}
+
+/// One pod's cgroups in the kubelet's systemd layout (containerd's scope names) under
+/// the real cgroup2 hierarchy; removed on drop, containers first.
+pub struct PodCgroups {
+    pod: PathBuf,
+    containers: Vec<PathBuf>,
+}
+
+impl PodCgroups {
+    pub fn create(uid: &str, container_ids: &[&str]) -> anyhow::Result<Self> {
+        let pod = cgroup2_mount()?
+            .join("kubepods.slice/kubepods-besteffort.slice")
+            .join(format!(
+                "kubepods-besteffort-pod{}.slice",
+                uid.replace('-', "_")
+            ));
+        let mut made = PodCgroups {
+            pod,
+            containers: Vec::new(),
+        };
+        for id in container_ids {
+            let dir = made.container(id);
+            std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+            made.containers.push(dir);
+        }
+        Ok(made)
+    }
+
+    /// The cgroup directory of the container with this id.
+    pub fn container(&self, id: &str) -> PathBuf {
+        self.pod.join(format!("cri-containerd-{id}.scope"))
+    }
+}
+
+impl Drop for PodCgroups {
+    fn drop(&mut self) {
+        for d in self.containers.iter().chain([&self.pod]) {
             let _ = std::fs::remove_dir(d);
         }
-        let _ = std::fs::remove_file(&self.pods_file);
     }
 }
 

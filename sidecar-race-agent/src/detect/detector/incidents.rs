@@ -3,8 +3,6 @@
 //! through `insert`, which drops the victims from the index in the same call, so an
 //! index never names an incident the log no longer holds.
 
-use std::collections::HashMap;
-
 use super::Key;
 use crate::detect::{
     fact::Client,
@@ -13,18 +11,18 @@ use crate::detect::{
 
 pub(super) struct Incidents {
     log: IncidentLog,
-    pods: HashMap<String, PodIndex>,
+    pods: foldhash::HashMap<String, PodIndex>,
 }
 
 #[derive(Default)]
 struct PodIndex {
     /// The open incident of each client and port (pod-local refusals).
-    open: HashMap<Key, u64>,
+    open: foldhash::HashMap<Key, u64>,
     /// The open incident of each client and port whose refusals to a non-loopback
     /// address wait for the pod's IPs: kept apart, so loopback refusals never join it.
-    open_awaiting_ips: HashMap<Key, u64>,
+    open_awaiting_ips: foldhash::HashMap<Key, u64>,
     /// The incident each key's last resolving listener closed, for late refusals.
-    resolved_by_listener: HashMap<Key, u64>,
+    resolved_by_listener: foldhash::HashMap<Key, u64>,
     /// The open stuck-Job incident of this pod.
     stuck_job: Option<u64>,
     /// Incidents hidden until the pod source tells more (open or already resolved).
@@ -47,7 +45,7 @@ impl Incidents {
     pub(super) fn new(capacity: usize, per_pod: usize) -> Self {
         Self {
             log: IncidentLog::new(capacity, per_pod),
-            pods: HashMap::new(),
+            pods: foldhash::HashMap::default(),
         }
     }
 

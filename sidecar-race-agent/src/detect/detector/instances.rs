@@ -57,11 +57,11 @@ impl Detector {
                     return None;
                 };
                 let earlier = *p == Service::Port(port)
-                    && old_id != new_id
+                    && **old_id != *new_id
                     && inc.is_shown()
                     && inc.episode == Episode::BeforeListener
                     && ps.removed_at(old_id).is_some();
-                earlier.then_some((old_id.as_str(), inc))
+                earlier.then_some((&**old_id, inc))
             })
             .collect()
     }

@@ -239,7 +239,7 @@ impl Detector {
                 continue;
             }
             let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
-            self.pods.entry(uid.clone()).or_default();
+            self.pod_state(&uid);
             let id = self.incidents.insert_stuck_job(Incident {
                 id: 0,
                 subject: Subject::StuckJob { sidecar },

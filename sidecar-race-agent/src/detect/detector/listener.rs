@@ -23,7 +23,7 @@ impl Detector {
         addr: SocketAddr,
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
-        let ps = self.pods.entry(pod_uid.to_string()).or_default();
+        let ps = self.pod_state(pod_uid);
         if !ps.listeners.up(addr, container_id.clone(), ts) {
             self.listeners_dropped += 1;
             return Vec::new();
@@ -130,7 +130,7 @@ impl Detector {
         container_id: Option<String>,
         addr: SocketAddr,
     ) {
-        let ps = self.pods.entry(pod_uid.to_string()).or_default();
+        let ps = self.pod_state(pod_uid);
         ps.listeners.down(addr, container_id, ts);
     }
 }

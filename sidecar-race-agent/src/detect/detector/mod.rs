@@ -14,7 +14,10 @@ mod listener;
 mod refusal;
 mod unix;
 
-use std::collections::{HashMap, VecDeque};
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Arc,
+};
 
 use self::incidents::Incidents;
 use super::{
@@ -134,10 +137,13 @@ struct PodState {
 
 pub struct Detector {
     cfg: DetectorConfig,
-    pods: HashMap<String, PodState>,
+    /// Keyed by the facts' shared pod uids (a refusal's lookup copies nothing).
+    pods: foldhash::HashMap<Arc<str>, PodState>,
     incidents: Incidents,
     /// Listeners not tracked: their pod had the maximum of open listeners.
     listeners_dropped: u64,
+    /// The socket the last Unix refusal resolved to.
+    last_socket: Option<unix::ResolvedSocket>,
 }
 
 impl PodState {
@@ -155,14 +161,23 @@ impl Detector {
     pub fn new(cfg: DetectorConfig) -> Self {
         Self {
             cfg,
-            pods: HashMap::new(),
+            pods: foldhash::HashMap::default(),
             incidents: Incidents::new(cfg.history, cfg.history_per_pod),
             listeners_dropped: 0,
+            last_socket: None,
         }
     }
 
     pub fn incidents(&self) -> &IncidentLog {
         self.incidents.log()
+    }
+
+    /// The pod's state, made when first needed (only then is the uid copied).
+    fn pod_state(&mut self, uid: &str) -> &mut PodState {
+        if !self.pods.contains_key(uid) {
+            self.pods.insert(uid.into(), PodState::default());
+        }
+        self.pods.get_mut(uid).expect("just inserted")
     }
 
     pub fn observe(&mut self, fact: Fact, meta: &dyn PodMeta) -> Vec<Change> {
@@ -213,19 +228,21 @@ impl Detector {
                 Vec::new()
             }
             Fact::PodStarted { ts, pod_uid } => {
-                let ps = self.pods.entry(pod_uid.clone()).or_default();
+                let ps = self.pod_state(&pod_uid);
                 if ps.started_at.is_some() {
                     return Vec::new();
                 }
                 ps.started_at = Some(ts);
-                vec![Change::PodStarted { pod_uid }]
+                vec![Change::PodStarted {
+                    pod_uid: pod_uid.to_string(),
+                }]
             }
             Fact::ContainerStarted {
                 ts,
                 pod_uid,
                 container_id,
             } => {
-                let ps = self.pods.entry(pod_uid).or_default();
+                let ps = self.pod_state(&pod_uid);
                 ps.containers_started.insert(container_id, ts);
                 Vec::new()
             }
@@ -235,14 +252,19 @@ impl Detector {
                 pod_uid,
                 container_id,
             } => {
-                if let Some(ps) = self.pods.get_mut(&pod_uid) {
+                if let Some(ps) = self.pods.get_mut(&*pod_uid) {
                     ps.containers_started.remove(&container_id);
                     ps.removed.push_back((container_id.clone(), ts));
                     if ps.removed.len() > REMOVED_PER_POD {
                         ps.removed.pop_front();
                     }
                 }
-                self.pod_gone(ts, &pod_uid, Some(&Client::Container(container_id)), meta)
+                self.pod_gone(
+                    ts,
+                    &pod_uid,
+                    Some(&Client::Container(container_id.into())),
+                    meta,
+                )
             }
         }
     }
@@ -252,7 +274,7 @@ impl Detector {
     /// and Job pods kept alive by a sidecar are found.
     pub fn advance(&mut self, now: u64, meta: &dyn PodMeta) -> Vec<Change> {
         let mut changes = Vec::new();
-        let uids: Vec<String> = self.pods.keys().cloned().collect();
+        let uids: Vec<Arc<str>> = self.pods.keys().cloned().collect();
         for uid in uids {
             // Gone from the pod source, not from the node: its state stays until its
             // cgroup goes (or the pipeline finds it gone from both).
@@ -271,7 +293,7 @@ impl Detector {
 
     /// Pods the detector holds state for.
     pub fn tracked_pod_uids(&self) -> impl Iterator<Item = &str> {
-        self.pods.keys().map(String::as_str)
+        self.pods.keys().map(|uid| &**uid)
     }
 
     /// The pod is gone from the pod source and the node though its removal was never

@@ -2,7 +2,7 @@
 //! one its listener just resolved), discarded when it is no race, or a new incident
 //! whose phase follows from the listeners seen on the port.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc};
 
 use super::{
     Change, Detector, Key, NotARace, PodState, Service, hidden::TARGETS_PER_INCIDENT,
@@ -46,7 +46,7 @@ impl Detector {
     pub(super) fn refused(
         &mut self,
         ts: u64,
-        pod_uid: String,
+        pod_uid: Arc<str>,
         client: Client,
         (dst, local_dst): (SocketAddr, Option<SocketAddr>),
         process: Comm,
@@ -80,7 +80,7 @@ impl Detector {
             return vec![not_a_race(NotARace::Other)];
         }
         let key = (r.client.clone(), Service::Port(port));
-        self.pods.entry(pod_uid.clone()).or_default();
+        self.pod_state(&pod_uid);
         if let Some(changes) = self.count_into_known(&pod_uid, &key, &r, wait_for_ips) {
             return changes;
         }
@@ -99,12 +99,12 @@ impl Detector {
             .resolved_by_listener(&pod_uid, &key)
             .map(|(_, inc)| inc.targets.clone())
             .unwrap_or_default();
-        let ps = self.pods.entry(pod_uid.clone()).or_default();
-        let history =
-            match listener_history(ps, &r, loopback, &dialed_before, self.cfg.late_refusal_ns) {
-                Ok(history) => history,
-                Err(why) => return vec![not_a_race(why)],
-            };
+        let late_refusal_ns = self.cfg.late_refusal_ns;
+        let ps = self.pod_state(&pod_uid);
+        let history = match listener_history(ps, &r, loopback, &dialed_before, late_refusal_ns) {
+            Ok(history) => history,
+            Err(why) => return vec![not_a_race(why)],
+        };
         let mut instance_unnamed = false;
         if history.episode == Episode::BeforeListener {
             match self.crash_loop_incident(&pod_uid, &r.client, port, meta) {
@@ -163,7 +163,7 @@ impl Detector {
     /// after the refusal.
     fn open_incident(
         &mut self,
-        pod_uid: String,
+        pod_uid: Arc<str>,
         key: Key,
         r: Refusal,
         history: ListenerHistory,
@@ -189,7 +189,7 @@ impl Detector {
             Episode::AfterClose { .. } => Phase::Steady,
         };
         let mut incident = Incident::opened(
-            pod_uid.clone(),
+            pod_uid.to_string(),
             r.client,
             (phase, episode),
             (r.ts, &r.process),

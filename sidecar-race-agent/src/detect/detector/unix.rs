@@ -4,7 +4,11 @@
 //! the socket's listener gone even when its close was not seen (a path unlinked
 //! while the socket still listens; the syscall fallback, which sees no closes).
 
-use super::{Change, Detector, NotARace, Service, refusal::count_refusal, refusal::not_a_race};
+use std::sync::Arc;
+
+use super::{
+    Change, Detector, Key, NotARace, Service, refusal::count_refusal, refusal::not_a_race,
+};
 use crate::{
     comm::Comm,
     detect::{
@@ -20,31 +24,29 @@ impl Detector {
     pub(super) fn unix_refused(
         &mut self,
         ts: u64,
-        pod_uid: String,
+        pod_uid: Arc<str>,
         client: Client,
         name: &UnixName,
         process: Comm,
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
-        let client_id = match &client {
-            Client::Container(id) => Some(id.as_str()),
-            Client::Cgroup(_) => None,
-        };
-        let Some(socket) = served(meta, &pod_uid, client_id, name) else {
+        self.resolve_socket(meta, &pod_uid, client, name);
+        let Some(resolved) = &self.last_socket else {
             return vec![not_a_race(NotARace::Other)];
         };
-        let key = (client.clone(), Service::Socket(socket.key.clone()));
-        if let Some((id, inc)) = self.incidents.open(&pod_uid, &key) {
+        if let Some((id, inc)) = self.incidents.open(&pod_uid, &resolved.key) {
             return count_refusal(inc, id, ts, &process);
         }
         let late = self.cfg.late_refusal_ns;
-        if let Some((id, inc)) = self.incidents.resolved_by_listener(&pod_uid, &key) {
+        if let Some((id, inc)) = self.incidents.resolved_by_listener(&pod_uid, &resolved.key) {
             let ready = inc.listener_ready_at.unwrap_or(0);
             if ts <= ready.saturating_add(late) && ts >= inc.first_refused_at {
                 return count_refusal(inc, id, ts, &process);
             }
         }
-        let ps = self.pods.entry(pod_uid.clone()).or_default();
+        let (key, socket) = (resolved.key.clone(), resolved.socket.clone());
+        let client = key.0.clone();
+        let ps = self.pod_state(&pod_uid);
         let listener = ps.unix_listeners.get(&socket.key).cloned();
         let episode = match &listener {
             // Up on record, yet refused: it went away unseen, by this refusal at the latest.
@@ -68,12 +70,48 @@ impl Detector {
             _ => Phase::Steady,
         };
         let may_wait = self.cfg.metadata_wait_ns > 0 && meta.has_source();
-        let mut incident =
-            Incident::opened(pod_uid, client, (phase, episode), (ts, &process), server);
+        let mut incident = Incident::opened(
+            pod_uid.to_string(),
+            client,
+            (phase, episode),
+            (ts, &process),
+            server,
+        );
         incident.hidden =
             (meta.pod(&incident.pod_uid).is_none() && may_wait).then_some(Hidden::PodUnknown);
         incident.socket = Some(socket);
         self.insert_refusals(incident, key, meta).1
+    }
+
+    /// Leaves in `last_socket` the socket `name` as `client` sees it, with its
+    /// incident key (`None`: it names no socket). Resolved through the client's mounts
+    /// only when the last refusal was not of this client and name, or the pod metadata
+    /// changed since: a storm on one socket resolves it once.
+    fn resolve_socket(
+        &mut self,
+        meta: &dyn PodMeta,
+        pod_uid: &Arc<str>,
+        client: Client,
+        name: &UnixName,
+    ) {
+        let generation = meta.generation();
+        let reusable = |last: &ResolvedSocket| {
+            generation.is_some()
+                && last.generation == generation
+                && last.pod_uid == *pod_uid
+                && last.key.0 == client
+                && last.name == *name
+        };
+        if !self.last_socket.as_ref().is_some_and(reusable) {
+            self.last_socket =
+                served(meta, pod_uid, client.container_id(), name).map(|socket| ResolvedSocket {
+                    generation,
+                    pod_uid: pod_uid.clone(),
+                    name: name.clone(),
+                    key: (client, Service::Socket(socket.key.clone())),
+                    socket,
+                });
+        }
     }
 
     pub(super) fn unix_listener_up(
@@ -87,7 +125,7 @@ impl Detector {
         let Some(socket) = served(meta, pod_uid, container_id.as_deref(), name) else {
             return Vec::new();
         };
-        let ps = self.pods.entry(pod_uid.to_string()).or_default();
+        let ps = self.pod_state(pod_uid);
         if !ps
             .unix_listeners
             .up(socket.key.clone(), container_id.clone(), ts)
@@ -121,9 +159,19 @@ impl Detector {
         let Some(socket) = served(meta, pod_uid, container_id.as_deref(), name) else {
             return;
         };
-        let ps = self.pods.entry(pod_uid.to_string()).or_default();
+        let ps = self.pod_state(pod_uid);
         ps.unix_listeners.down(&socket.key, container_id, ts);
     }
+}
+
+/// The socket a client's last Unix refusal resolved to, with its incident key.
+pub(super) struct ResolvedSocket {
+    /// The pod metadata's generation it was resolved under (`None`: not tracked).
+    generation: Option<u64>,
+    pod_uid: Arc<str>,
+    name: UnixName,
+    key: Key,
+    socket: UnixSocket,
 }
 
 /// Socket `name` as container `id` of the pod sees it (through its mounts, when the
