@@ -2,6 +2,7 @@
 
 use std::{
     io::{BufRead, BufReader},
+    os::unix::process::CommandExt as _,
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
@@ -178,6 +179,34 @@ pub fn of(kind: &'static str, cgroup_id: u64) -> impl Fn(&Value) -> bool {
 /// Well past the agent's reorder window (200 ms) and late-refusal window (100 ms).
 const QUIET: Duration = Duration::from_secs(1);
 
+/// In a child before exec: a private mount namespace where `/sys/kernel/btf` is an
+/// empty tmpfs (the host's mounts are untouched).
+fn hide_btf() -> std::io::Result<()> {
+    let fail = || Err(std::io::Error::last_os_error());
+    // SAFETY: unshare and mount with valid NUL-terminated strings.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return fail();
+        }
+        let none = std::ptr::null();
+        if libc::mount(
+            none,
+            c"/".as_ptr(),
+            none,
+            libc::MS_REC | libc::MS_PRIVATE,
+            none.cast(),
+        ) != 0
+        {
+            return fail();
+        }
+        let btf = c"/sys/kernel/btf".as_ptr();
+        if libc::mount(c"none".as_ptr(), btf, c"tmpfs".as_ptr(), 0, none.cast()) != 0 {
+            return fail();
+        }
+    }
+    Ok(())
+}
+
 /// `sidecar-race-agent run …` in the background, talked to over HTTP.
 pub struct RunAgent {
     child: Child,
@@ -194,8 +223,21 @@ impl RunAgent {
 
     /// [`RunAgent::start`] with extra environment variables (e.g. `KUBECONFIG`).
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn(args, env, Command::new(agent_binary()))
+    }
+
+    /// [`RunAgent::start`] as on a kernel without BTF: the agent runs in a mount
+    /// namespace of its own with an empty tmpfs over `/sys/kernel/btf`.
+    pub fn start_without_btf(args: &[&str]) -> Self {
+        let mut cmd = Command::new(agent_binary());
+        // SAFETY: only async-signal-safe syscalls between fork and exec.
+        unsafe { cmd.pre_exec(hide_btf) };
+        Self::spawn(args, &[], cmd)
+    }
+
+    fn spawn(args: &[&str], env: &[(&str, &str)], mut cmd: Command) -> Self {
         let addr = format!("127.0.0.1:{}", crate::http::free_port());
-        let mut child = Command::new(agent_binary())
+        let mut child = cmd
             // No Events: a developer's KUBECONFIG must not receive the tests' races.
             .args([
                 "run",

@@ -75,7 +75,7 @@ pub fn expected_verdict(target: &str, measured: &str) -> Result<Option<bool>, St
     if target.starts_with("successful connects ≥") {
         need(1, &t, target)?;
         Ok(at_least(m[0], t[0].value))
-    } else if target.starts_with("refusals ≤") {
+    } else if target.starts_with("refusals ≤") || target.contains(" refusals in a pod ≤") {
         // median µs, exact rounds / rounds
         need(1, &t, target)?;
         need(3, &m, measured)?;
@@ -83,10 +83,6 @@ pub fn expected_verdict(target: &str, measured: &str) -> Result<Option<bool>, St
             at_most(m[0], t[0].value),
             Some(whole(m[1]) == whole(m[2])),
         ]))
-    } else if target.starts_with("UDS refusals ≤") {
-        // median µs
-        need(1, &t, target)?;
-        Ok(at_most(m[0], t[0].value))
     } else if target.starts_with("node scale:") {
         // CPU %, peak RSS MiB
         need(2, &t, target)?;
@@ -211,6 +207,24 @@ mod tests {
         assert_eq!(inconsistent_verdicts(&storm).len(), 1);
         let unknown = sample.replace("| node scale: CPU", "| node size: CPU");
         assert_eq!(inconsistent_verdicts(&unknown).len(), 1);
+    }
+
+    #[test]
+    fn a_pod_refusal_row_holds_only_under_the_target_with_every_round_exact() {
+        let target = "UDS refusals in a pod ≤ 1 µs of agent CPU each, all in its incidents";
+        let verdict = |measured| expected_verdict(target, measured);
+        assert_eq!(
+            verdict("median 0.812 µs, exact in 7/7 rounds"),
+            Ok(Some(true))
+        );
+        assert_eq!(
+            verdict("median 0.812 µs, exact in 6/7 rounds"),
+            Ok(Some(false))
+        );
+        assert_eq!(
+            verdict("median 1.047 µs, exact in 7/7 rounds"),
+            Ok(Some(false))
+        );
     }
 
     #[test]

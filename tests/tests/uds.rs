@@ -151,6 +151,64 @@ fn a_socket_bound_late_on_a_shared_volume_is_one_startup_race_naming_both_contai
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A kernel without BTF (hidden from the agent): no `fexit`, and the syscall fallback
+/// pairs each call's entry with its exit. The start line says so in one degraded
+/// sentence, and a late bind on a shared volume is still one startup race, exact.
+#[test]
+fn without_btf_the_syscall_fallback_still_sees_a_late_bind_exactly() {
+    if !is_root_or_skip("without_btf_the_syscall_fallback_still_sees_a_late_bind_exactly") {
+        return;
+    }
+    let dir = volume_dir("nobtf");
+    let (pods_file, source) = empty_pods_file("uds-nobtf");
+    let agent =
+        RunAgent::start_without_btf(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
+    let start = agent.wait_log(&["watching the kernel"], Duration::from_secs(5));
+    assert!(start.contains(r#""unix_hooks":"syscalls""#), "{start}");
+    let degraded = agent.wait_log(
+        &[
+            "degraded: Unix sockets are seen through",
+            "/sys/kernel/btf/vmlinux",
+        ],
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        agent
+            .stderr()
+            .iter()
+            .filter(|l| l.contains("degraded: Unix sockets"))
+            .count(),
+        1,
+        "one sentence: {degraded}"
+    );
+    let mut pod = SimPod::new("uds-nobtf").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let vol = dir.join("vol");
+    let vol_s = vol.to_str().unwrap();
+    write_pod_list(&pods_file, &[manifest(&pod, &a, &p, vol_s, vol_s)]);
+    let path = format!("{vol_s}/app.sock");
+    spawn(&mut pod, &p, &["listen", &path, "--delay-ms", "1000"]);
+    let refused = client(&mut pod, &a, &["connect", &path, "--interval-ms", "50"]);
+    assert!(
+        refused >= 10,
+        "refused while the sidecar was late: {refused}"
+    );
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["refused_count"].as_u64(),
+            i["sidecar"].as_str()
+        ),
+        (Some("startup"), Some(refused), Some("proxy")),
+        "{i:#}"
+    );
+    assert_eq!(i["socket"]["volume"], "sock");
+    let _ = std::fs::remove_file(pods_file);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The sidecar crashed (killed: its socket file stays), the app is refused with
 /// ECONNREFUSED until the sidecar comes back and replaces the file: steady.
 #[test]

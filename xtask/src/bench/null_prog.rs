@@ -46,8 +46,9 @@ impl Hook {
 /// Every hook the agent's hot-path programs use, or may use on this kernel: the ones
 /// a kernel lacks are skipped. The syscall tracepoints are the Unix socket fallback's
 /// (they see TCP's connects too). No `fexit` null program (the other UDS hooks): this
-/// kernel refuses to load one without BTF of its own (EPERM), so programs of type
-/// `tracing` are charged the BTF tracepoint's per-run cost.
+/// host's kernel refuses every `fexit` program (EPERM at load, the agent's too, and
+/// bpftrace finds no kfunc support), so programs of type `tracing` are charged the BTF
+/// tracepoint's per-run cost.
 pub const HOOKS: [Hook; 7] = [
     Hook::BtfTracepoint("inet_sock_set_state"),
     Hook::Tracepoint("sock", "inet_sock_set_state"),

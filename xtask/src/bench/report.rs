@@ -327,8 +327,8 @@ fn method(plan: &Plan) -> String {
          `connect` syscall tracepoints of the Unix socket fallback), and its run time per \
          run, times the agent's run count, is taken out. That cost is printed beside the \
          headline; it makes the ceiling independent of how slow the machine's clock is. No \
-         null program loads on an `fexit` hook here (the kernel refuses one without BTF of \
-         its own), so a loop where none runs (UDS with `fexit` hooks) takes the previous \
+         null program loads on an `fexit` hook here (this host's kernel refuses every `fexit` \
+         program with EPERM, the agent's too), so a loop where none runs (UDS with `fexit` hooks) takes the previous \
          loop's figure. The bound leaves out the tracepoint's dispatch before the program runs, and \
          counts other processes' connects on the machine during the run too (an upper \
          bound on the programs' share).\n\
