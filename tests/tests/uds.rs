@@ -70,6 +70,50 @@ fn agent_with(name: &str) -> (RunAgent, PathBuf) {
     (agent, pods_file)
 }
 
+/// A late bind, as the pod's two containers see it.
+struct LateBind {
+    pod: SimPod,
+    app: SimContainer,
+    proxy: SimContainer,
+    /// How many of the app's connects were refused.
+    refused: u64,
+    /// The pod's one resolved incident, once it holds them all.
+    incident: Value,
+}
+
+/// A pod whose `app` and `proxy` mount volume `sock` at `app_dir` and `proxy_dir`,
+/// listed for `agent`; the proxy binds `app.sock` `delay_ms` late while the app dials
+/// it every 50 ms until it gets through.
+fn late_bind(
+    agent: &RunAgent,
+    pods_file: &std::path::Path,
+    name: &str,
+    app_dir: &str,
+    proxy_dir: &str,
+    delay_ms: u64,
+) -> LateBind {
+    let mut pod = SimPod::new(name).unwrap();
+    let proxy = pod.container("proxy").unwrap();
+    let app = pod.container("app").unwrap();
+    write_pod_list(
+        pods_file,
+        &[manifest(&pod, &app, &proxy, app_dir, proxy_dir)],
+    );
+    let served = format!("{proxy_dir}/app.sock");
+    let delay = delay_ms.to_string();
+    spawn(&mut pod, &proxy, &["listen", &served, "--delay-ms", &delay]);
+    let dialed = format!("{app_dir}/app.sock");
+    let refused = client(&mut pod, &app, &["connect", &dialed, "--interval-ms", "50"]);
+    let incident = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    LateBind {
+        pod,
+        app,
+        proxy,
+        refused,
+        incident,
+    }
+}
+
 /// Waits (up to 5 s) until the sidecar has bound `path`.
 fn wait_for_file(path: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -99,20 +143,20 @@ fn a_socket_bound_late_on_a_shared_volume_is_one_startup_race_naming_both_contai
     let (vol, view) = (dir.join("vol"), dir.join("app-view"));
     std::os::unix::fs::symlink(&vol, &view).expect("the app's view of the volume");
     let (agent, pods_file) = agent_with("startup");
-    let mut pod = SimPod::new("uds-startup").unwrap();
-    let p = pod.container("proxy").unwrap();
-    let a = pod.container("app").unwrap();
     let (vol_s, view_s) = (vol.to_str().unwrap(), view.to_str().unwrap());
-    write_pod_list(&pods_file, &[manifest(&pod, &a, &p, view_s, vol_s)]);
+    let LateBind {
+        pod: _pod,
+        app: a,
+        proxy: p,
+        refused,
+        incident: i,
+    } = late_bind(&agent, &pods_file, "uds-startup", view_s, vol_s, 1500);
     let served = format!("{vol_s}/app.sock");
     let dialed = format!("{view_s}/app.sock");
-    spawn(&mut pod, &p, &["listen", &served, "--delay-ms", "1500"]);
-    let refused = client(&mut pod, &a, &["connect", &dialed, "--interval-ms", "50"]);
     assert!(
         refused >= 20,
         "the app was refused while the sidecar was late: {refused}"
     );
-    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
     assert_eq!(
         (i["phase"].as_str(), i["state"].as_str(), i["kind"].as_str()),
         (Some("startup"), Some("resolved"), Some("sidecar_race")),
@@ -181,20 +225,18 @@ fn without_btf_the_syscall_fallback_still_sees_a_late_bind_exactly() {
         1,
         "one sentence: {degraded}"
     );
-    let mut pod = SimPod::new("uds-nobtf").unwrap();
-    let p = pod.container("proxy").unwrap();
-    let a = pod.container("app").unwrap();
     let vol = dir.join("vol");
     let vol_s = vol.to_str().unwrap();
-    write_pod_list(&pods_file, &[manifest(&pod, &a, &p, vol_s, vol_s)]);
-    let path = format!("{vol_s}/app.sock");
-    spawn(&mut pod, &p, &["listen", &path, "--delay-ms", "1000"]);
-    let refused = client(&mut pod, &a, &["connect", &path, "--interval-ms", "50"]);
+    let LateBind {
+        pod: _pod,
+        refused,
+        incident: i,
+        ..
+    } = late_bind(&agent, &pods_file, "uds-nobtf", vol_s, vol_s, 1000);
     assert!(
         refused >= 10,
         "refused while the sidecar was late: {refused}"
     );
-    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
     assert_eq!(
         (
             i["phase"].as_str(),
