@@ -86,20 +86,22 @@ impl EventStream {
         let reader = tokio::spawn(async move {
             let mut fd = fd;
             let mut decoder = events::Decoder::default();
+            // Each ring's last batch size, for the next to reserve.
+            let (mut batch, mut control_batch) = (0, 0);
             loop {
                 reader_stats
                     .last_poll_boot_ns
                     .store(clock::boot_now_ns(), Relaxed);
                 tokio::select! {
                     _ = shutdown_rx.changed() => {
-                        drain(control.get_mut(), &mut decoder, &tx, &reader_stats);
-                        drain(fd.get_mut(), &mut decoder, &tx, &reader_stats);
+                        drain(control.get_mut(), &mut decoder, &mut control_batch, &tx, &reader_stats);
+                        drain(fd.get_mut(), &mut decoder, &mut batch, &tx, &reader_stats);
                         break;
                     }
                     ready = control.readable_mut() => {
                         match ready {
                             Ok(mut guard) => {
-                                drain(guard.get_inner_mut(), &mut decoder, &tx, &reader_stats);
+                                drain(guard.get_inner_mut(), &mut decoder, &mut control_batch, &tx, &reader_stats);
                                 guard.clear_ready();
                             }
                             Err(e) => {
@@ -110,10 +112,10 @@ impl EventStream {
                     }
                     ready = tokio::time::timeout(HEARTBEAT, fd.readable_mut()) => {
                         // Cgroups and listeners first: a refusal's container is then known.
-                        drain(control.get_mut(), &mut decoder, &tx, &reader_stats);
+                        drain(control.get_mut(), &mut decoder, &mut control_batch, &tx, &reader_stats);
                         match ready {
                             Ok(Ok(mut guard)) => {
-                                let n = drain(guard.get_inner_mut(), &mut decoder, &tx, &reader_stats);
+                                let n = drain(guard.get_inner_mut(), &mut decoder, &mut batch, &tx, &reader_stats);
                                 guard.clear_ready();
                                 drop(guard);
                                 if n > 0 {
@@ -125,7 +127,7 @@ impl EventStream {
                                 break;
                             }
                             Err(_) => {
-                                drain(fd.get_mut(), &mut decoder, &tx, &reader_stats);
+                                drain(fd.get_mut(), &mut decoder, &mut batch, &tx, &reader_stats);
                             }
                         }
                     }
@@ -151,10 +153,13 @@ impl EventStream {
 /// still hands records over as it goes.
 const MAX_BATCH: usize = 4096;
 
-/// Takes every record in the ring; returns how many there were.
+/// Takes every record in the ring; returns how many there were. `last_batch` is the
+/// size of the ring's last batch, which the next reserves at its first record: a
+/// storm's batch of hundreds is allocated once rather than grown by doubling.
 fn drain(
     ring: &mut RingBuf<MapData>,
     decoder: &mut events::Decoder,
+    last_batch: &mut usize,
     tx: &BatchSender,
     stats: &StreamStats,
 ) -> usize {
@@ -163,7 +168,12 @@ fn drain(
     while let Some(item) = ring.next() {
         n += 1;
         match decoder.decode(&item) {
-            Ok(ev) => batch.push(ev),
+            Ok(ev) => {
+                if batch.capacity() == 0 {
+                    batch.reserve(*last_batch);
+                }
+                batch.push(ev);
+            }
             Err(e) => {
                 if stats.decode_errors.fetch_add(1, Relaxed) == 0 {
                     tracing::error!(
@@ -173,10 +183,12 @@ fn drain(
             }
         }
         if batch.len() == MAX_BATCH {
+            *last_batch = MAX_BATCH;
             send(tx, std::mem::take(&mut batch), stats);
         }
     }
     if !batch.is_empty() {
+        *last_batch = batch.len();
         send(tx, batch, stats);
     }
     n

@@ -21,8 +21,8 @@ pub(super) struct Accounts {
     /// Final incidents whose pod or client is not named yet, with the boot-clock time
     /// their accounting stops waiting.
     holding: Vec<(u64, u64)>,
-    /// Settled incidents and the refusals accounted for in each.
-    settled: HashMap<u64, u64>,
+    /// Settled incidents and the refusals accounted for in each (looked up per refusal).
+    settled: foldhash::HashMap<u64, u64>,
     /// The incident log's eviction count when `settled` was last pruned.
     evicted_seen: u64,
     /// Pod starts waiting for their names, with the boot-clock time the wait ends.

@@ -62,6 +62,16 @@ impl Detector {
             process,
         };
         let port = target.port();
+        let key = (r.client.clone(), Service::Port(port));
+        let loopback = is_loopback(target.ip());
+        // Loopback is pod-local whatever the pod's IPs: a refusal counted into a known
+        // incident needs nothing of the pod's metadata (a storm's usual path).
+        if loopback {
+            self.pods.entry(pod_uid.clone()).or_default();
+            if let Some(changes) = self.count_into_known(&pod_uid, &key, &r, false) {
+                return changes;
+            }
+        }
         let pod = meta.pod(&pod_uid);
         let host_network = pod.is_some_and(|p| p.host_network);
         let ips_known = pod.is_some_and(|p| !p.pod_ips.is_empty());
@@ -70,7 +80,6 @@ impl Detector {
                 .iter()
                 .any(|ip| canonical(*ip) == canonical(target.ip()))
         });
-        let loopback = is_loopback(target.ip());
         let may_wait = self.cfg.metadata_wait_ns > 0 && meta.has_source();
         // Pod-local: loopback, or the pod's own IP (on hostNetwork pods "own IP" is the
         // node's). A redirect to another pod's IP (kube-proxy DNAT) is not.
@@ -79,10 +88,11 @@ impl Detector {
         if !pod_local && !wait_for_ips {
             return vec![not_a_race(NotARace::Other)];
         }
-        let key = (r.client.clone(), Service::Port(port));
-        self.pod_state(&pod_uid);
-        if let Some(changes) = self.count_into_known(&pod_uid, &key, &r, wait_for_ips) {
-            return changes;
+        if !loopback {
+            self.pods.entry(pod_uid.clone()).or_default();
+            if let Some(changes) = self.count_into_known(&pod_uid, &key, &r, wait_for_ips) {
+                return changes;
+            }
         }
         // A container refused on a port it declares itself (its own exec probe).
         let client_name = match &r.client {
