@@ -26,6 +26,8 @@ const DB: &str = "cccc";
 struct Meta {
     pods: HashMap<String, PodInfo>,
     deleted: HashSet<String>,
+    /// As the pod store's (`None`: untracked, nothing derived may be kept).
+    generation: Option<u64>,
 }
 
 impl PodMeta for Meta {
@@ -52,6 +54,9 @@ impl PodMeta for Meta {
                 f(p);
             }
         }
+    }
+    fn generation(&self) -> Option<u64> {
+        self.generation
     }
 }
 

@@ -1,7 +1,11 @@
 //! Unix socket races: one emptyDir at two paths, a stale socket file, a drain.
 
 use super::*;
-use crate::{detect::socket_view::SocketView, inventory::mounts::Mount, unix_events::UnixName};
+use crate::{
+    detect::{service::SocketKey, socket_view::SocketView},
+    inventory::mounts::Mount,
+    unix_events::UnixName,
+};
 
 /// checkout with daprd's socket volume: the app mounts it at /var/run/dapr, the
 /// sidecar (istio-proxy here, a classic sidecar) at /sockets.
@@ -164,5 +168,58 @@ fn an_abstract_name_matches_across_containers_and_is_reported_as_such() {
     assert_eq!(
         (socket.path.as_str(), socket.volume, socket.is_abstract),
         ("@otel-collector", None, true)
+    );
+}
+
+/// The socket a refusal resolved to is reused for the next refusal of the same client
+/// and name only while the pod metadata's generation holds: refusals made before the
+/// pod's mounts were known name the path as dialed; once the metadata changes, they
+/// name the volume, and the sidecar's bind on its own path resolves them.
+#[test]
+fn a_socket_resolved_before_the_mounts_were_known_is_resolved_again_after() {
+    let mut meta = meta_with(checkout(Role::ClassicSidecar, None));
+    meta.generation = Some(1);
+    let mut d = Detector::new(DetectorConfig::default());
+    for f in [
+        started(0),
+        container_started(0, APP),
+        container_started(0, PROXY),
+    ] {
+        d.observe(f, &meta);
+    }
+    let dialed = "/var/run/dapr/app.sock";
+    for n in 0..3 {
+        d.observe(unix_refused(S + n * 100 * MS, dialed), &meta);
+    }
+    let socket = |d: &Detector| {
+        let i = all(d)[0];
+        (i.socket.as_ref().map(|s| s.key.clone()), i.refused_count)
+    };
+    assert_eq!(
+        socket(&d),
+        (Some(SocketKey::Path(dialed.into())), 3),
+        "no mounts known: the path as dialed"
+    );
+    // The pod source now tells the mounts.
+    meta = meta_with(with_socket_volume());
+    meta.generation = Some(2);
+    for n in 3..6 {
+        d.observe(unix_refused(S + n * 100 * MS, dialed), &meta);
+    }
+    let on_volume = SocketKey::OnVolume {
+        volume: "dapr-socket".into(),
+        relative: "app.sock".into(),
+    };
+    assert_eq!(
+        socket(&d),
+        (Some(on_volume), 3),
+        "a new incident, on the volume"
+    );
+    d.observe(unix_up(2 * S, "/sockets/app.sock"), &meta);
+    let i = all(&d)[0];
+    assert_eq!(
+        (i.state, i.phase),
+        (State::Resolved, Phase::Startup),
+        "{i:?}"
     );
 }
