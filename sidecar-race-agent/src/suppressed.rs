@@ -12,7 +12,7 @@ use std::{
 use crate::{
     detect::Client,
     inventory::{
-        Inventory,
+        Inventory, PodOwner,
         cgroup_path::{self, PathInfo},
     },
     kernel::probes::SuppressedCounts,
@@ -133,18 +133,11 @@ impl Suppressed {
 
 /// The incident client a cgroup's refusals belong to, as the pipeline keys them.
 fn client_key(info: &PathInfo, cgroup_id: u64) -> Option<(String, Client)> {
-    match info {
-        PathInfo::PodContainer {
-            pod_uid,
-            container_id,
-            ..
-        } => Some((
-            pod_uid.clone(),
-            Client::Container(container_id.as_str().into()),
-        )),
-        PathInfo::Pod { pod_uid } => Some((pod_uid.clone(), Client::Cgroup(cgroup_id))),
-        _ => None,
-    }
+    let owner = PodOwner::of(info)?;
+    Some((
+        owner.pod_uid.to_string(),
+        Client::of(owner.container_id, cgroup_id),
+    ))
 }
 
 #[cfg(test)]

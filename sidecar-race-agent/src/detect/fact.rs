@@ -15,6 +15,15 @@ pub enum Client {
 }
 
 impl Client {
+    /// The client of an event in cgroup `cgroup_id` of container `container_id`
+    /// (`None`: a process in the pod's own cgroup).
+    pub fn of(container_id: Option<Arc<str>>, cgroup_id: u64) -> Client {
+        match container_id {
+            Some(id) => Client::Container(id),
+            None => Client::Cgroup(cgroup_id),
+        }
+    }
+
     /// The container's id; `None` for a cgroup that is not a container.
     pub fn container_id(&self) -> Option<&str> {
         match self {

@@ -76,9 +76,11 @@ struct Parsed {
     owner: Option<PodOwner>,
 }
 
-impl Parsed {
-    fn of(info: PathInfo) -> Self {
-        let owner = match &info {
+impl PodOwner {
+    /// The pod a parsed cgroup path belongs to and, for a container's cgroup, the
+    /// container; `None` for a cgroup of no pod.
+    pub fn of(info: &PathInfo) -> Option<PodOwner> {
+        match info {
             PathInfo::PodContainer {
                 pod_uid,
                 container_id,
@@ -92,7 +94,13 @@ impl Parsed {
                 container_id: None,
             }),
             _ => None,
-        };
+        }
+    }
+}
+
+impl Parsed {
+    fn of(info: PathInfo) -> Self {
+        let owner = PodOwner::of(&info);
         Parsed { info, owner }
     }
 }

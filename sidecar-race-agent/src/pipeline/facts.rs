@@ -130,10 +130,6 @@ impl Pipeline {
             return None;
         };
         self.unknown_pod_seen(&pod_uid);
-        let client = match container_id {
-            Some(id) => Client::Container(id),
-            None => Client::Cgroup(owner.cgroup_id),
-        };
-        Some((pod_uid, client))
+        Some((pod_uid, Client::of(container_id, owner.cgroup_id)))
     }
 }
