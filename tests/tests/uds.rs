@@ -65,8 +65,13 @@ fn manifest(
 
 /// The agent reading a pods file that lists `pod` (watching before the pod starts).
 fn agent_with(name: &str) -> (RunAgent, PathBuf) {
+    agent_started_by(name, RunAgent::start)
+}
+
+/// [`agent_with`], the agent started by `start` with its arguments.
+fn agent_started_by(name: &str, start: fn(&[&str]) -> RunAgent) -> (RunAgent, PathBuf) {
     let (pods_file, source) = empty_pods_file(&format!("uds-{name}"));
-    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
+    let agent = start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
     (agent, pods_file)
 }
 
@@ -204,9 +209,7 @@ fn without_btf_the_syscall_fallback_still_sees_a_late_bind_exactly() {
         return;
     }
     let dir = volume_dir("nobtf");
-    let (pods_file, source) = empty_pods_file("uds-nobtf");
-    let agent =
-        RunAgent::start_without_btf(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
+    let (agent, pods_file) = agent_started_by("nobtf", RunAgent::start_without_btf);
     let start = agent.wait_log(&["watching the kernel"], Duration::from_secs(5));
     assert!(start.contains(r#""unix_hooks":"syscalls""#), "{start}");
     let degraded = agent.wait_log(

@@ -15,6 +15,7 @@ use super::{
 };
 
 /// Refusal rows: what the agent spends per refusal from the sidecar pod's app.
+#[derive(Default)]
 pub struct Refusals {
     /// Throughput of the refusing loop with the agent / bare (TCP only).
     pub ratio: Vec<f64>,
@@ -28,11 +29,7 @@ pub struct Refusals {
 /// (alternating which goes first).
 pub fn refusals(bin: &Path, plan: &Plan) -> anyhow::Result<Refusals> {
     let pod = SidecarPod::create()?;
-    let mut r = Refusals {
-        ratio: Vec::new(),
-        ns_per_refusal: Vec::new(),
-        exact_rounds: 0,
-    };
+    let mut r = Refusals::default();
     for round in 0..plan.rounds {
         let mut bare = None;
         if round % 2 == 0 {
@@ -52,11 +49,7 @@ pub fn refusals(bin: &Path, plan: &Plan) -> anyhow::Result<Refusals> {
 /// Refused UDS connects on the pod's shared volume, with the agent.
 pub fn uds_refusals(bin: &Path, plan: &Plan) -> anyhow::Result<Refusals> {
     let pod = SidecarPod::create()?;
-    let mut r = Refusals {
-        ratio: Vec::new(),
-        ns_per_refusal: Vec::new(),
-        exact_rounds: 0,
-    };
+    let mut r = Refusals::default();
     for _ in 0..plan.rounds {
         let (_, cost) = agent_cost(bin, &pod, plan.connects, |n| refuse::uds(bin, &pod, n))?;
         r.add(cost, plan.connects);
