@@ -17,6 +17,7 @@ mod skipped;
 mod soak;
 
 use clap::{Parser, Subcommand};
+use setup::Tier;
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "Set up, build, test and demo sidecar-race")]
@@ -93,13 +94,13 @@ enum Task {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Task::Setup => setup::ensure(),
+        Task::Setup => setup::ensure(Tier::Test),
         Task::Build => {
-            setup::ensure()?;
+            setup::ensure(Tier::Build)?;
             build()
         }
         Task::Image { name, arch } => {
-            setup::ensure()?;
+            ensure_for_arches(&arch)?;
             let built = image::image(Some(name), &arch)?;
             println!(
                 "{}\n{} {}",
@@ -110,7 +111,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Task::Krew { arch } => {
-            setup::ensure()?;
+            ensure_for_arches(&arch)?;
             let built = krew::krew(&arch)?;
             println!("{}", built.manifest.display());
             for archive in built.archives {
@@ -119,16 +120,16 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Task::Test { args } if args.first().is_some_and(|a| a == arm64_tier::NAME) => {
-            setup::ensure()?;
-            build()?;
+            setup::ensure(Tier::Test)?;
+            build_all()?;
             let mut tally = run::Tally::default();
             let result = arm64_tier::test_tier(&args[..1], &args[1..], &mut tally);
             tally.print();
             result
         }
         Task::Test { args } => {
-            setup::ensure()?;
-            build()?;
+            setup::ensure(Tier::Test)?;
+            build_all()?;
             // The real-runtime tier (tests/tests/cri_runtime.rs) runs the agent from it.
             image::image(None, &[])?;
             // The krew tier (tests/tests/krew_plugin.rs) installs the plugin from it.
@@ -149,13 +150,13 @@ fn main() -> anyhow::Result<()> {
         Task::Bench { smoke, only } => {
             let root = run::workspace_root();
             let (bin, out) = if smoke {
-                build()?;
+                build_all()?;
                 (
                     root.join("target/debug"),
                     root.join("target/bench-smoke/BENCHMARKS.md"),
                 )
             } else {
-                setup::ensure()?;
+                setup::ensure(Tier::Bench)?;
                 run::checked(run::cargo().args(["build", "--release", "--workspace", "--bins"]))?;
                 (root.join("target/release"), root.join("BENCHMARKS.md"))
             };
@@ -168,16 +169,16 @@ fn main() -> anyhow::Result<()> {
         }
         Task::Cluster { action } => {
             if matches!(action, cluster::Action::Up) {
-                setup::ensure()?;
+                setup::ensure(Tier::Cluster)?;
             }
             cluster::run(action)
         }
         Task::Soak { minutes, out } => {
-            setup::ensure()?;
+            setup::ensure(Tier::Demo)?;
             soak::soak(minutes, out)
         }
         Task::Demo => {
-            setup::ensure()?;
+            setup::ensure(Tier::Demo)?;
             build()?;
             run::checked(&mut std::process::Command::new(
                 run::workspace_root().join("target/debug/sr-demo"),
@@ -186,6 +187,30 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
+/// The agent and the simulated pod kit (the demo's programs): not the test suite's
+/// crate, whose CRI bindings need protoc and a longer build.
 fn build() -> anyhow::Result<()> {
+    run::checked(run::cargo().args([
+        "build",
+        "-p",
+        "sidecar-race-agent",
+        "-p",
+        "sidecar-race-kit",
+        "--bins",
+    ]))
+}
+
+/// Every binary of the workspace (the test tiers run the test kit's too).
+fn build_all() -> anyhow::Result<()> {
     run::checked(run::cargo().args(["build", "--workspace", "--bins"]))
+}
+
+/// `image` and `krew`: the build's tier, and the cross toolchain for an arm64 build.
+fn ensure_for_arches(arches: &[String]) -> anyhow::Result<()> {
+    let host = image::target()?.1;
+    if arches.iter().any(|a| a != host) {
+        setup::ensure_cross()
+    } else {
+        setup::ensure(Tier::Build)
+    }
 }

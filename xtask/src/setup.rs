@@ -1,27 +1,28 @@
-//! Detects what the build and tests need and installs what is missing.
+//! Detects what a verb needs and installs what is missing: each verb asks for its own
+//! tier (`Tier`), so the demo waits for the eBPF toolchain alone.
 //!
-//! eBPF toolchain, first route that applies:
+//! eBPF toolchain (every tier), first route that applies:
 //! 1. Debian's `rustc-web` + `libstd-rust-web-dev-bpf` (a precompiled BPF `core`);
 //! 2. a rustup nightly with `rust-src` (the usual aya route, `-Z build-std=core`);
 //! 3. otherwise install route 1 with apt-get.
 //!
-//! Plus `bpf-linker` (cargo install, built against Debian's LLVM 22 or 23) and the
-//! tools the root tests drive: iproute2, iptables, bpftool.
+//! Plus `bpf-linker` (cargo install, built against Debian's LLVM 22 or 23).
 //!
-//! And the checkers of `deploy/` (tests/tests/deploy_manifests.rs): `kubectl` for
+//! The demo adds iproute2 (the simulated pods' network namespaces); the bench, bpftool.
+//! The cluster tier adds the node's runtime (Debian's `containerd`, `runc`,
+//! `containernetworking-plugins`), `iptables` for kube-proxy, `busybox-static` for its
+//! images, `openssl` for its PKI, and the Go builds (`cluster/build.rs`).
+//!
+//! The test tier adds the rest: `protobuf-compiler` (the CRI bindings of the tests
+//! crate), the checkers of `deploy/` (tests/tests/deploy_manifests.rs): `kubectl` for
 //! kustomize (Debian's `kubernetes-client` when there is no kubectl), `promtool`
 //! (Debian's `prometheus`; the server it ships is not left running), and
 //! `kubernetes-validate` from PyPI, pinned, in a venv under `target/deploy-tools/`
-//! (so neither the system's nor pyenv's Python is modified). And the container runtime
-//! that tests/tests/runtime_default_seccomp.rs runs the agent in, under its
-//! RuntimeDefault seccomp profile: Debian's `containerd` (containerd and ctr; 1.6.20 in
-//! bookworm, whose default profile allows `bpf` and `perf_event_open` to holders of
-//! CAP_BPF and CAP_PERFMON) and `runc`; for the real-runtime tier
-//! (tests/tests/cri_runtime.rs, containerd's CRI plugin) Debian's
-//! `containernetworking-plugins`, `busybox-static` and `skopeo`; and the kernel tier's
-//! QEMU, busybox-static and kernels (`kernels.rs`). `XTASK_SKIP_DEPLOY_TOOLS=1` skips
-//! all these (the container image build only needs the eBPF toolchain). Always:
-//! `protobuf-compiler` (the test kit's CRI bindings).
+//! (so neither the system's nor pyenv's Python is modified); `skopeo` for the
+//! real-runtime tier (tests/tests/cri_runtime.rs); the kernel tier's QEMU, nft and
+//! kernels (`kernels.rs`); the arm64 cross linker; and krew. containerd 1.6.20 in
+//! bookworm has a default seccomp profile that allows `bpf` and `perf_event_open` to
+//! holders of CAP_BPF and CAP_PERFMON (tests/tests/runtime_default_seccomp.rs).
 
 use std::{
     path::{Path, PathBuf},
@@ -31,7 +32,7 @@ use std::{
 use anyhow::{Context, bail};
 
 use crate::{
-    host::{Apt, have},
+    host::{Apt, have, package_installed},
     run::{checked, output, succeeds, workspace_root},
 };
 
@@ -48,26 +49,68 @@ const DEPLOY_TOOLS_VENV: &str = "target/deploy-tools/venv";
 /// Where Debian's containernetworking-plugins puts bridge, host-local, loopback.
 const CNI_BIN_DIR: &str = "/usr/lib/cni";
 
-pub fn ensure() -> anyhow::Result<()> {
+/// What a verb installs: each asks for the tier it runs, nothing more. A newcomer's
+/// `cargo xtask demo` waits for the eBPF toolchain, not for every test tier's tools.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Tier {
+    /// `build`, `image`, `krew`: the eBPF toolchain (the agent embeds its object).
+    Build,
+    /// `demo`, `soak`: the build's, and iproute2 for the simulated pods' namespaces.
+    Demo,
+    /// `bench`: the demo's, and bpftool (the programs' run-time statistics).
+    Bench,
+    /// `cluster up`: the demo's, the node's runtime and network (containerd, runc,
+    /// the CNI plugins, iptables for kube-proxy, busybox-static for the images,
+    /// openssl for the PKI), and the Go builds of Kubernetes, etcd, helm, the
+    /// Prometheus Operator and Prometheus.
+    Cluster,
+    /// `setup`, `test`: every tier's tools, the kernel tier's kernels and krew.
+    Test,
+}
+
+/// Installs what `tier` needs and is missing.
+pub fn ensure(tier: Tier) -> anyhow::Result<()> {
     let mut apt = Apt::default();
     if !ebpf_toolchain_present() {
         apt.want(&["rustc-web", "libstd-rust-web-dev-bpf"]);
     }
-    // protoc: the CRI client bindings (k8s-cri) of the test kit are generated at build time.
-    for (tool, package) in [
-        ("ip", "iproute2"),
-        ("iptables", "iptables"),
-        ("protoc", "protobuf-compiler"),
-        // The restart fault test counts the kernel's BPF programs and links with it.
-        ("bpftool", "bpftool"),
-    ] {
+    let mut tools: Vec<(&str, &str)> = Vec::new();
+    if tier >= Tier::Demo {
+        tools.push(("ip", "iproute2"));
+    }
+    if tier >= Tier::Bench {
+        // The bench's statistics, and the restart fault test's count of programs.
+        tools.push(("bpftool", "bpftool"));
+    }
+    if tier >= Tier::Cluster {
+        tools.extend([
+            ("iptables", "iptables"),
+            ("containerd", "containerd"),
+            ("ctr", "containerd"),
+            ("runc", "runc"),
+            ("openssl", "openssl"),
+            ("modprobe", "kmod"),
+        ]);
+        if !package_installed("busybox-static") {
+            apt.want(&["busybox-static"]);
+        }
+        if !Path::new(&format!("{CNI_BIN_DIR}/bridge")).exists() {
+            apt.want(&["containernetworking-plugins"]);
+        }
+    }
+    let everything = tier == Tier::Test;
+    if everything {
+        // protoc: the CRI client bindings (k8s-cri) of the test kit are generated at
+        // build time.
+        tools.push(("protoc", "protobuf-compiler"));
+    }
+    for (tool, package) in tools {
         if !have(tool) {
             apt.want(&[package]);
         }
     }
-    let deploy_tools = std::env::var_os("XTASK_SKIP_DEPLOY_TOOLS").is_none();
     let mut installing_prometheus = false;
-    if deploy_tools {
+    if everything {
         if !have("kubectl") {
             apt.want(&["kubernetes-client"]);
         }
@@ -80,32 +123,47 @@ pub fn ensure() -> anyhow::Result<()> {
         } else if !python_can_make_venvs() {
             apt.want(&["python3-venv"]);
         }
-        for (tool, package) in [
-            ("containerd", "containerd"),
-            ("ctr", "containerd"),
-            ("runc", "runc"),
-        ] {
-            if !have(tool) {
-                apt.want(&[package]);
-            }
-        }
         // The kernel tier: QEMU, busybox-static (also the CRI tier's images), nft.
         crate::kernels::want_tools(&mut apt);
-        // The real-runtime tier (tests/tests/cri_runtime.rs): CNI plugins for the
-        // pods' network, skopeo to inspect the image archive.
-        if !Path::new(&format!("{CNI_BIN_DIR}/bridge")).exists() {
-            apt.want(&["containernetworking-plugins"]);
-        }
+        // The real-runtime tier (tests/tests/cri_runtime.rs): skopeo inspects the
+        // image archive.
         if !have("skopeo") {
             apt.want(&["skopeo"]);
         }
         // `cargo xtask image --arch arm64`: the cross linker, when apt has it.
         crate::cross::want_tools(&mut apt);
-        // The cluster tier's PKI (xtask/src/cluster/pki.rs).
-        if !have("openssl") {
-            apt.want(&["openssl"]);
-        }
     }
+    install_ebpf_toolchain(&mut apt)?;
+    if installing_prometheus {
+        stop_prometheus_server();
+    }
+    if everything {
+        ensure_kubernetes_validate()?;
+        crate::kernels::ensure(&mut apt)?;
+        // krew, which tests/tests/krew_plugin.rs installs the kubectl plugin with (Go).
+        crate::krew::ensure_tool()?;
+    }
+    if tier >= Tier::Cluster {
+        // The cluster tier's Kubernetes, etcd and Prometheus Operator, built once per
+        // machine (Go).
+        crate::cluster::build_binaries()?;
+    }
+    eprintln!("xtask: setup complete ({tier:?} tier)");
+    Ok(())
+}
+
+/// `cargo xtask image --arch arm64` (and krew's): the build's tier and the cross
+/// toolchain, when apt has it.
+pub fn ensure_cross() -> anyhow::Result<()> {
+    let mut apt = Apt::default();
+    crate::cross::want_tools(&mut apt);
+    apt.install()?;
+    ensure(Tier::Build)
+}
+
+/// The packages `apt` holds so far, then bpf-linker (built against Debian's LLVM when
+/// it is missing), and a check that a BPF toolchain route is there.
+fn install_ebpf_toolchain(apt: &mut Apt) -> anyhow::Result<()> {
     let need_linker = which_bpf_linker().is_none();
     if need_linker {
         let llvm = LLVM_MAJORS
@@ -133,19 +191,6 @@ pub fn ensure() -> anyhow::Result<()> {
              or `rustup toolchain install nightly --component rust-src`"
         );
     }
-    if deploy_tools {
-        if installing_prometheus {
-            stop_prometheus_server();
-        }
-        ensure_kubernetes_validate()?;
-        crate::kernels::ensure(&mut apt)?;
-        // The cluster tier's Kubernetes, etcd and Prometheus Operator, built once per
-        // machine (Go).
-        crate::cluster::build_binaries()?;
-        // krew, which tests/tests/krew_plugin.rs installs the kubectl plugin with (Go).
-        crate::krew::ensure_tool()?;
-    }
-    eprintln!("xtask: setup complete");
     Ok(())
 }
 

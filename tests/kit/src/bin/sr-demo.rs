@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use sidecar_race_tests::{
+use sidecar_race_kit::{
     agent::RunAgent,
     pod::{Declared, SimPod, empty_pods_file, write_pod_list},
     root::is_root_or_skip,
