@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod cri;
 pub mod docs;
 pub mod fake_api;
+pub mod house;
 pub mod manifests;
 pub mod metrics_text;
 pub mod operator;

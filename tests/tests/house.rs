@@ -1,0 +1,149 @@
+//! The house's rules, checked on the source (no root, no build): no import cycle and no
+//! arrow back up in any crate of the workspace, no non-test file over 500 lines outside
+//! tests/, and CONTRIBUTING's layout naming exactly the modules there are.
+
+use std::{collections::BTreeSet, fs, path::PathBuf};
+
+use sidecar_race_tests::house::{Crate, non_test_lines, rust_files, show};
+
+fn workspace() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// Each member of the workspace that has a `src/`, as its path in the workspace.
+fn members() -> Vec<String> {
+    let manifest = fs::read_to_string(workspace().join("Cargo.toml")).expect("Cargo.toml");
+    let line = manifest
+        .lines()
+        .find(|l| l.starts_with("members"))
+        .expect("workspace members");
+    let members: Vec<String> = line
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect();
+    assert!(members.len() >= 4, "members parsed from {line:?}");
+    members
+        .into_iter()
+        .filter(|m| workspace().join(m).join("src").is_dir())
+        .collect()
+}
+
+#[test]
+fn no_crate_has_an_import_cycle_or_an_arrow_back_up() {
+    let mut problems = Vec::new();
+    for member in members() {
+        let graph = Crate::read(&workspace().join(&member).join("src")).graph();
+        for cycle in &graph.cycles {
+            let names: Vec<String> = cycle.iter().map(|m| show(m)).collect();
+            problems.push(format!("{member}: cycle {}", names.join(" <-> ")));
+        }
+        for (from, to) in &graph.back_up {
+            problems.push(format!(
+                "{member}: {} imports from its ancestor {}",
+                show(from),
+                show(to)
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "the house's arrows must point down and never close a loop; move the item into a \
+         leaf module that both sides import:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn no_non_test_file_outside_tests_is_over_500_lines() {
+    let mut long = Vec::new();
+    for member in members().into_iter().filter(|m| !m.starts_with("tests")) {
+        for file in rust_files(&workspace().join(&member).join("src")) {
+            if file.components().any(|c| c.as_os_str() == "tests") {
+                continue;
+            }
+            let lines = non_test_lines(&fs::read_to_string(&file).expect("source"));
+            if lines > 500 {
+                long.push(format!("{} ({lines})", file.display()));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "split these by job (lines before #[cfg(test)]):\n{}",
+        long.join("\n")
+    );
+}
+
+/// CONTRIBUTING's layout: a `### <member>/src` heading per crate, then one bullet per
+/// top-level module, `` `name` `` or `` `name/` `` first; a folder's bullet names each
+/// of its children in backticks.
+#[test]
+fn contributing_layout_names_every_module_and_no_other() {
+    let text = fs::read_to_string(workspace().join("CONTRIBUTING.md")).expect("CONTRIBUTING.md");
+    let layout = text
+        .split("\n## Layout")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("a `## Layout` section");
+    let mut problems = Vec::new();
+    for member in members() {
+        let src = workspace().join(&member).join("src");
+        let heading = format!("### {member}/src");
+        let Some(section) = layout
+            .split("\n### ")
+            .find(|s| s.starts_with(&heading[4..]))
+        else {
+            problems.push(format!("no `{heading}` section"));
+            continue;
+        };
+        let bullets: Vec<&str> = section
+            .split("\n- ")
+            .skip(1)
+            .map(|b| b.split("\n\n").next().unwrap_or(b))
+            .collect();
+        let modules = Crate::read(&src).modules;
+        let top: BTreeSet<String> = modules
+            .keys()
+            .filter(|m| m.len() == 1)
+            .map(|m| m[0].clone())
+            .collect();
+        let mut listed = BTreeSet::new();
+        for bullet in &bullets {
+            let Some(name) = bullet
+                .strip_prefix('`')
+                .and_then(|b| b.split('`').next())
+                .map(|n| n.trim_end_matches('/').trim_end_matches(".rs").to_string())
+            else {
+                continue;
+            };
+            let children: BTreeSet<String> = modules
+                .keys()
+                .filter(|m| m.len() == 2 && m[0] == name)
+                .map(|m| m[1].clone())
+                .collect();
+            let named: BTreeSet<String> = bullet
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(|n| n.trim_end_matches('/').trim_end_matches(".rs").to_string())
+                .collect();
+            for child in children.difference(&named) {
+                problems.push(format!("{member}: `{name}/` does not name its child `{child}`"));
+            }
+            listed.insert(name);
+        }
+        for m in top.difference(&listed) {
+            problems.push(format!("{member}: module `{m}` is not in the layout"));
+        }
+        for m in listed.difference(&top) {
+            problems.push(format!("{member}: the layout names `{m}`, which is not a module"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "CONTRIBUTING.md's layout and src/ disagree:\n{}",
+        problems.join("\n")
+    );
+}
