@@ -26,6 +26,7 @@ use k8s_cri::v1::{
 };
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use sidecar_race_mountinfo::{self as mountinfo, Mount};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 /// The CNI plugins' directory in Debian's `containernetworking-plugins`.
@@ -53,32 +54,18 @@ pub struct Runtime {
     ip_forward: Option<String>,
 }
 
-fn mounts_under(dir: &Path) -> Vec<String> {
-    let prefix = dir.display().to_string();
-    fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
-        .filter(|m| m.starts_with(&prefix))
-        .collect()
-}
-
-fn unescape_mountinfo(s: &str) -> String {
-    s.replace("\\040", " ")
+/// Mount points at or below `dir`, deepest first.
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    mountinfo::mount_points_under(&mountinfo::read_self().unwrap_or_default(), dir)
 }
 
 /// Mount points of every cgroup hierarchy (v1 controllers and v2).
 fn cgroup_mounts() -> Vec<PathBuf> {
-    fs::read_to_string("/proc/self/mountinfo")
+    mountinfo::read_self()
         .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let fstype = post.split_whitespace().next()?;
-            let mnt = pre.split_whitespace().nth(4)?;
-            (fstype == "cgroup" || fstype == "cgroup2")
-                .then(|| PathBuf::from(unescape_mountinfo(mnt)))
-        })
+        .into_iter()
+        .filter(Mount::is_cgroup)
+        .map(|m| m.mount_point)
         .collect()
 }
 
@@ -478,9 +465,7 @@ impl Drop for Runtime {
         }
         // Shims of containers a failed run left behind exit with their tasks; mounts
         // (rootfs overlays, sandbox shm) go here.
-        let mut mounts = mounts_under(&self.dir);
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in mounts {
+        for m in mounts_under(&self.dir) {
             let _ = Command::new("umount").arg("-l").arg(&m).status();
         }
         for (_, parent) in std::mem::take(&mut self.sandboxes) {

@@ -26,6 +26,7 @@ use std::{
 };
 
 use serde_json::Value;
+use sidecar_race_mountinfo as mountinfo;
 use sidecar_race_tests::{
     agent::agent_binary,
     cri::{spawn_containerd, wait_for},
@@ -220,11 +221,10 @@ impl Drop for Runtime {
 }
 
 fn mounted(path: &Path) -> bool {
-    let p = path.display().to_string();
-    fs::read_to_string("/proc/self/mountinfo")
+    mountinfo::read_self()
         .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(4) == Some(p.as_str()))
+        .iter()
+        .any(|m| m.mount_point == path)
 }
 
 fn sh(cmd: &mut Command) {
