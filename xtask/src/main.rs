@@ -10,6 +10,7 @@ mod host;
 mod image;
 mod kernels;
 mod krew;
+mod private_apt;
 mod run;
 mod sbom;
 mod setup;
