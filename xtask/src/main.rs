@@ -12,7 +12,6 @@ mod kernels;
 mod krew;
 mod private_apt;
 mod run;
-mod sbom;
 mod setup;
 mod skipped;
 mod soak;
