@@ -13,7 +13,10 @@ use std::{
 use anyhow::{Context, bail};
 use sidecar_race_mountinfo::{self as mountinfo, Mount};
 
-use super::{BRIDGE, CGROUP_ROOT, NODE_IP, POD_CIDR, SERVICE_CIDR, STATE_DIR};
+use super::{
+    node::{BRIDGE, CGROUP_ROOT, NODE_IP, POD_CIDR, SERVICE_CIDR, STATE_DIR},
+    operator,
+};
 use crate::run::{checked, output, succeeds};
 
 /// Ports the components listen on, with who listens: `up` refuses to start when one is
@@ -28,7 +31,7 @@ pub const PORTS: [(&str, u16, &str); 10] = [
     ("127.0.0.1", 10256, "kube-proxy (healthz)"),
     (NODE_IP, 10250, "kubelet"),
     ("127.0.0.1", 10248, "kubelet (healthz)"),
-    ("127.0.0.1", super::operator::PORT, "prometheus-operator"),
+    ("127.0.0.1", operator::PORT, "prometheus-operator"),
 ];
 
 /// Sysctls the kubelet (kernel tunables) and kube-proxy set; saved at `up`, restored
