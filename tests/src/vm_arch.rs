@@ -25,8 +25,7 @@ use crate::{
     root::have,
 };
 
-/// busybox-static's binary (Debian).
-pub const BUSYBOX: &str = "/bin/busybox";
+pub use sidecar_race_testbed::images::BUSYBOX;
 /// The stand-ins the scenario runs, beside the agent.
 const STAND_INS: [&str; 3] = ["sr-app", "sr-proxy", "sr-uds"];
 const ARM64_TRIPLE: &str = "aarch64-unknown-linux-gnu";
