@@ -12,6 +12,7 @@ use std::{
 
 use anyhow::{Context, bail};
 use sidecar_race_mountinfo::{self as mountinfo, Mount};
+use sidecar_race_testbed::containerd::CNI_BIN_DIR;
 
 use super::{
     node::{BRIDGE, CGROUP_ROOT, NODE_IP, POD_CIDR, SERVICE_CIDR, STATE_DIR},
@@ -70,9 +71,11 @@ pub fn preflight() -> anyhow::Result<()> {
             bail!("{tool} is missing (Debian package {package}; `cargo xtask setup` installs it)");
         }
     }
-    if !Path::new("/usr/lib/cni/bridge").exists() {
+    let bridge = Path::new(CNI_BIN_DIR).join("bridge");
+    if !bridge.exists() {
         bail!(
-            "the CNI bridge plugin is missing (/usr/lib/cni/bridge: Debian's containernetworking-plugins)"
+            "the CNI bridge plugin is missing ({}: Debian's containernetworking-plugins)",
+            bridge.display()
         );
     }
     kernel_features()?;

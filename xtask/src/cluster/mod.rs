@@ -13,7 +13,6 @@ mod clients;
 mod containerd;
 mod down;
 mod host;
-mod images;
 mod install;
 mod node;
 mod operator;

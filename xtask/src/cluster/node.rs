@@ -34,7 +34,12 @@ pub fn state(sub: &str) -> PathBuf {
     Path::new(STATE_DIR).join(sub)
 }
 
+/// containerd's directory: its root, state, sockets and config.
+pub fn containerd_dir() -> PathBuf {
+    state("containerd")
+}
+
 /// The node's containerd (its CRI endpoint, the kubelet's runtime).
 pub fn containerd_socket() -> PathBuf {
-    state("containerd/containerd.sock")
+    sidecar_race_testbed::containerd::socket(&containerd_dir())
 }
