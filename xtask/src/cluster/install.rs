@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use sidecar_race_testbed::agent;
 
 use super::{
     build::operator_source,
@@ -18,7 +19,6 @@ use crate::run::{checked, output, succeeds, workspace_root};
 pub const OVERLAY: &str = "deploy/overlays/local-cluster";
 /// What the imported agent image is tagged as (the overlay's `newName`).
 pub const LOCAL_AGENT_REPOSITORY: &str = "sr-test.local/sidecar-race-agent";
-pub const AGENT_NAMESPACE: &str = "sidecar-race";
 
 /// The agent as the README installs it, then deploy/monitoring on the operator's CRDs,
 /// and the operator to reconcile it.
@@ -53,17 +53,9 @@ pub fn install_agent() -> anyhow::Result<()> {
             .arg(root.join("deploy/monitoring")),
     )?;
     operator::start()?;
-    checked(kubectl().args([
-        "-n",
-        AGENT_NAMESPACE,
-        "rollout",
-        "status",
-        "daemonset/sidecar-race-agent",
-        "--timeout=180s",
-    ]))
-    .with_context(|| {
-        let pods =
-            output(kubectl().args(["-n", AGENT_NAMESPACE, "describe", "pods"])).unwrap_or_default();
+    checked(kubectl().args(agent::ROLLOUT_STATUS)).with_context(|| {
+        let pods = output(kubectl().args(["-n", agent::NAMESPACE, "describe", "pods"]))
+            .unwrap_or_default();
         format!("the agent's DaemonSet pod did not become Ready:\n{pods}")
     })
 }

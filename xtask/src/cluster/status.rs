@@ -3,10 +3,11 @@
 
 use std::path::Path;
 
+use sidecar_race_testbed::agent;
+
 use super::{
     clients::kubectl,
     host,
-    install::AGENT_NAMESPACE,
     node::{BRIDGE, STATE_DIR, admin_kubeconfig},
     operator, procs,
 };
@@ -61,7 +62,7 @@ pub fn print() -> anyhow::Result<()> {
         println!("{:<24} {node}", "node");
         let pods = output(kubectl().args([
             "-n",
-            AGENT_NAMESPACE,
+            agent::NAMESPACE,
             "get",
             "pods",
             "-o",
