@@ -9,9 +9,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use sidecar_race_mountinfo::{self as mountinfo, Mount};
 use thiserror::Error;
-
-use crate::mountinfo::{self, Mount};
 
 #[derive(Debug, Error)]
 pub enum CgroupError {
@@ -255,7 +254,7 @@ pub fn id_of(dir: &Path) -> io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mountinfo::parse;
+    use sidecar_race_mountinfo::parse;
 
     #[test]
     fn prefers_the_whole_hierarchy() {

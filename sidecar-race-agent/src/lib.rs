@@ -22,7 +22,6 @@ pub mod lint;
 pub(crate) mod log_budget;
 pub mod logging;
 pub mod metrics;
-pub(crate) mod mountinfo;
 pub mod outcome;
 pub mod pipeline;
 pub mod report;

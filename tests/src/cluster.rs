@@ -16,6 +16,7 @@ use std::{
 };
 
 use serde_json::Value;
+use sidecar_race_testbed::agent;
 
 use crate::tools::run;
 
@@ -23,9 +24,8 @@ use crate::tools::run;
 const DEFAULT_KUBECONFIG: &str = "/var/lib/sidecar-race-cluster/admin.kubeconfig";
 /// The kubectl `cargo xtask setup` builds (same version as the cluster).
 const DEFAULT_KUBECTL: &str = ".cache/sidecar-race/go/k8s-v1.34.4/bin/kubectl";
-pub const AGENT_NAMESPACE: &str = "sidecar-race";
 pub const AGENT_SELECTOR: &str = "app.kubernetes.io/name=sidecar-race-agent";
-pub const BUSYBOX_IMAGE: &str = "sr-test.local/busybox:1";
+pub use sidecar_race_testbed::{agent::NAMESPACE as AGENT_NAMESPACE, images::BUSYBOX_IMAGE};
 
 pub struct Cluster {
     pub kubeconfig: PathBuf,
@@ -171,14 +171,7 @@ impl Cluster {
 
     /// Waits for the agent's DaemonSet to finish rolling out (3 minutes at most).
     pub fn agent_rolled_out(&self) {
-        self.kubectl(&[
-            "-n",
-            AGENT_NAMESPACE,
-            "rollout",
-            "status",
-            "daemonset/sidecar-race-agent",
-            "--timeout=180s",
-        ]);
+        self.kubectl(&agent::ROLLOUT_STATUS);
     }
 
     /// `podIP:9965` of the agent's Ready pod (reachable from the node).

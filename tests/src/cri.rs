@@ -1,7 +1,9 @@
 //! The test kit as the kubelet, against a real container runtime: a private containerd
 //! (Debian's, with its CRI plugin) driven over the CRI v1 gRPC API, with CNI
 //! networking from Debian's `containernetworking-plugins` (bridge, host-local,
-//! loopback), and images built here from `busybox-static` (no registry).
+//! loopback), and images built from `busybox-static` (no registry). containerd's
+//! configuration, the CNI network and the images are the local cluster's too
+//! (`sidecar_race_testbed`), with this tier's paths and an isolated network.
 //!
 //! Everything it makes is private to one test process: containerd's root, state and
 //! socket, the CNI configuration and IPAM state under `/tmp/sr-cri-<pid>`, a bridge
@@ -26,15 +28,15 @@ use k8s_cri::v1::{
 };
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use sidecar_race_mountinfo::{self as mountinfo, Mount};
+use sidecar_race_testbed::{cni::BridgeNetwork, containerd, images};
 use tonic::transport::{Channel, Endpoint, Uri};
 
-/// The CNI plugins' directory in Debian's `containernetworking-plugins`.
-pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
-/// busybox-static's binary.
-pub const BUSYBOX: &str = "/bin/busybox";
-/// Locally built images (never pulled: the CRI plugin finds them imported).
-pub const PAUSE_IMAGE: &str = "sr-test.local/pause:1";
-pub const BUSYBOX_IMAGE: &str = "sr-test.local/busybox:1";
+// Locally built images (never pulled: the CRI plugin finds them imported).
+pub use sidecar_race_testbed::{
+    containerd::CNI_BIN_DIR,
+    images::{BUSYBOX, BUSYBOX_IMAGE, PAUSE_IMAGE},
+};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -53,32 +55,18 @@ pub struct Runtime {
     ip_forward: Option<String>,
 }
 
-fn mounts_under(dir: &Path) -> Vec<String> {
-    let prefix = dir.display().to_string();
-    fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
-        .filter(|m| m.starts_with(&prefix))
-        .collect()
-}
-
-fn unescape_mountinfo(s: &str) -> String {
-    s.replace("\\040", " ")
+/// Mount points at or below `dir`, deepest first.
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    mountinfo::mount_points_under(&mountinfo::read_self().unwrap_or_default(), dir)
 }
 
 /// Mount points of every cgroup hierarchy (v1 controllers and v2).
 fn cgroup_mounts() -> Vec<PathBuf> {
-    fs::read_to_string("/proc/self/mountinfo")
+    mountinfo::read_self()
         .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let fstype = post.split_whitespace().next()?;
-            let mnt = pre.split_whitespace().nth(4)?;
-            (fstype == "cgroup" || fstype == "cgroup2")
-                .then(|| PathBuf::from(unescape_mountinfo(mnt)))
-        })
+        .into_iter()
+        .filter(Mount::is_cgroup)
+        .map(|m| m.mount_point)
         .collect()
 }
 
@@ -138,74 +126,29 @@ impl Runtime {
             sandboxes: Vec::new(),
             ip_forward: fs::read_to_string("/proc/sys/net/ipv4/ip_forward").ok(),
         };
-        let d = r.dir.display().to_string();
-        // The bridge plugin with isGateway gives the host an address on the bridge (so
-        // that the test reaches pod IPs, as the kubelet's probes do); no masquerade,
-        // no default route: pods reach nothing but each other and the host.
-        let cni = json!({
-            "cniVersion": "0.4.0",
-            "name": format!("sr-cri-{pid}"),
-            "plugins": [{
-                "type": "bridge",
-                "bridge": r.bridge,
-                "isGateway": true,
-                "ipMasq": false,
-                "hairpinMode": true,
-                "ipam": {
-                    "type": "host-local",
-                    "dataDir": format!("{d}/ipam"),
-                    "ranges": [[{"subnet": r.subnet}]],
-                },
-            }],
-        });
-        fs::write(r.dir.join("cni/10-sr-cri.conflist"), cni.to_string()).unwrap();
-        // SR_CRI_DEBUG=1: containerd's and runc's debug logs in containerd.log.
-        let level = if std::env::var_os("SR_CRI_DEBUG").is_some() {
-            "debug"
-        } else {
-            "info"
+        let network = BridgeNetwork {
+            name: &format!("sr-cri-{pid}"),
+            bridge: &r.bridge,
+            subnet: &r.subnet,
+            ipam_dir: &r.dir.join("ipam"),
+            // No default route: pods reach nothing but each other and the host.
+            default_gateway: None,
+            loopback: false,
         };
-        let config = format!(
-            r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-[debug]
-  level = "{level}"
-[grpc]
-  address = "{d}/containerd.sock"
-[ttrpc]
-  address = "{d}/containerd.sock.ttrpc"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  disable_apparmor = true
-  # The kubelet asks for oom_score_adj -998 for sandboxes; lowering it needs
-  # CAP_SYS_RESOURCE, which this machine's root does not have: keep it at
-  # containerd's own (as rootless set-ups do). Nothing here depends on it.
-  restrict_oom_score_adj = true
-  enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{CNI_BIN_DIR}"
-    conf_dir = "{d}/cni"
-    max_conf_num = 1
-"#
-        );
+        fs::write(r.dir.join("cni/10-sr-cri.conflist"), network.conflist()).unwrap();
+        let config = containerd::Config {
+            dir: &r.dir,
+            // SR_CRI_DEBUG=1: containerd's and runc's debug logs in containerd.log.
+            log_level: if std::env::var_os("SR_CRI_DEBUG").is_some() {
+                "debug"
+            } else {
+                "info"
+            },
+            cri: Some(containerd::Cri {
+                cni_conf_dir: &r.dir.join("cni"),
+            }),
+        }
+        .render();
         r.containerd = Some(spawn_containerd(&r.dir, &config));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -230,7 +173,7 @@ disabled_plugins = [
     }
 
     fn try_connect(&mut self) -> anyhow::Result<cri::VersionResponse> {
-        let sock = self.dir.join("containerd.sock");
+        let sock = containerd::socket(&self.dir);
         let channel = self.rt.block_on(async {
             Endpoint::try_from("http://[::]:50051")?
                 .connect_with_connector(tower::service_fn(move |_: Uri| {
@@ -266,7 +209,7 @@ disabled_plugins = [
     pub fn ctr(&self) -> Command {
         let mut c = Command::new("ctr");
         c.arg("--address")
-            .arg(self.dir.join("containerd.sock"))
+            .arg(containerd::socket(&self.dir))
             .args(["--namespace", "k8s.io"]);
         c
     }
@@ -478,9 +421,7 @@ impl Drop for Runtime {
         }
         // Shims of containers a failed run left behind exit with their tasks; mounts
         // (rootfs overlays, sandbox shm) go here.
-        let mut mounts = mounts_under(&self.dir);
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in mounts {
+        for m in mounts_under(&self.dir) {
             let _ = Command::new("umount").arg("-l").arg(&m).status();
         }
         for (_, parent) in std::mem::take(&mut self.sandboxes) {
@@ -735,136 +676,10 @@ pub fn kubelet_container_status(s: &cri::ContainerStatus) -> Value {
     })
 }
 
-/// Writes an OCI image archive with one uncompressed layer of `files`
-/// (path, mode, contents; `None` a directory; `Some(Err(target))` a symlink) and
-/// `config` (the image config's `config` object), named `reference`.
-pub type FileEntry<'a> = (&'a str, u32, Option<Result<&'a [u8], &'a str>>);
-
-pub fn write_oci_archive(path: &Path, reference: &str, files: &[FileEntry], config: Value) {
-    fn tar(entries: &[FileEntry]) -> Vec<u8> {
-        let mut b = tar::Builder::new(Vec::new());
-        for (p, mode, data) in entries {
-            let mut h = tar::Header::new_ustar();
-            h.set_path(p).unwrap();
-            h.set_mode(*mode);
-            h.set_uid(0);
-            h.set_gid(0);
-            h.set_mtime(0);
-            match data {
-                None => {
-                    h.set_entry_type(tar::EntryType::Directory);
-                    h.set_size(0);
-                    h.set_cksum();
-                    b.append(&h, std::io::empty()).unwrap();
-                }
-                Some(Ok(d)) => {
-                    h.set_entry_type(tar::EntryType::Regular);
-                    h.set_size(d.len() as u64);
-                    h.set_cksum();
-                    b.append(&h, *d).unwrap();
-                }
-                Some(Err(target)) => {
-                    h.set_entry_type(tar::EntryType::Symlink);
-                    h.set_size(0);
-                    h.set_link_name(target).unwrap();
-                    h.set_cksum();
-                    b.append(&h, std::io::empty()).unwrap();
-                }
-            }
-        }
-        b.into_inner().unwrap()
-    }
-    let hex = |d: &[u8]| -> String {
-        Sha256::digest(d)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    };
-    let layer = tar(files);
-    let layer_digest = hex(&layer);
-    let config = serde_json::to_vec(&json!({
-        "architecture": if cfg!(target_arch = "aarch64") { "arm64" } else { "amd64" },
-        "os": "linux",
-        "config": config,
-        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_digest}")]},
-    }))
-    .unwrap();
-    let config_digest = hex(&config);
-    let manifest = serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": format!("sha256:{config_digest}"), "size": config.len()},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": format!("sha256:{layer_digest}"), "size": layer.len()}],
-    }))
-    .unwrap();
-    let manifest_digest = hex(&manifest);
-    let index = serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": format!("sha256:{manifest_digest}"), "size": manifest.len(),
-            "annotations": {"io.containerd.image.name": reference, "org.opencontainers.image.ref.name": reference}}],
-    }))
-    .unwrap();
-    let blobs = [
-        format!("blobs/sha256/{layer_digest}"),
-        format!("blobs/sha256/{config_digest}"),
-        format!("blobs/sha256/{manifest_digest}"),
-    ];
-    let archive = tar(&[
-        (
-            "oci-layout",
-            0o644,
-            Some(Ok(br#"{"imageLayoutVersion":"1.0.0"}"#)),
-        ),
-        ("index.json", 0o644, Some(Ok(&index))),
-        ("blobs/", 0o755, None),
-        ("blobs/sha256/", 0o755, None),
-        (&blobs[0], 0o644, Some(Ok(&layer))),
-        (&blobs[1], 0o644, Some(Ok(&config))),
-        (&blobs[2], 0o644, Some(Ok(&manifest))),
-    ]);
-    fs::write(path, archive).unwrap();
-}
-
-/// The test images, built from busybox-static: `busybox` (sh, nc, sleep, true) and
-/// `pause` (the sandbox image: sleeps until killed).
+/// The test images (`sidecar_race_testbed::images`): `busybox` (sh, nc, sleep, ...)
+/// and `pause` (the sandbox image: sleeps until killed), as (archive, reference).
 pub fn build_test_images(dir: &Path) -> [(PathBuf, &'static str); 2] {
-    let busybox = fs::read(BUSYBOX).expect("busybox-static (`cargo xtask setup` installs it)");
-    let mut files: Vec<FileEntry> = vec![
-        ("bin/", 0o755, None),
-        ("bin/busybox", 0o755, Some(Ok(&busybox))),
-        // Mount points: the sandbox's root is a read-only snapshot view, in which
-        // runc cannot create them.
-        ("dev/", 0o755, None),
-        ("proc/", 0o555, None),
-        ("sys/", 0o555, None),
-        ("etc/", 0o755, None),
-        ("etc/hostname", 0o644, Some(Ok(b""))),
-        ("etc/hosts", 0o644, Some(Ok(b""))),
-        ("etc/resolv.conf", 0o644, Some(Ok(b""))),
-        ("tmp/", 0o1777, None),
-    ];
-    let links: Vec<String> = ["sh", "nc", "sleep", "true", "cat"]
-        .iter()
-        .map(|t| format!("bin/{t}"))
-        .collect();
-    for l in &links {
-        files.push((l, 0o777, Some(Err("busybox"))));
-    }
-    let bb = dir.join("busybox.oci.tar");
-    write_oci_archive(
-        &bb,
-        BUSYBOX_IMAGE,
-        &files,
-        json!({"Env": ["PATH=/bin"], "Cmd": ["/bin/sh"]}),
-    );
-    let pause = dir.join("pause.oci.tar");
-    write_oci_archive(
-        &pause,
-        PAUSE_IMAGE,
-        &files,
-        json!({"Env": ["PATH=/bin"], "Entrypoint": ["/bin/sleep", "2147483647"]}),
-    );
-    [(bb, BUSYBOX_IMAGE), (pause, PAUSE_IMAGE)]
+    images::write(dir).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Whether an ELF file has no program interpreter (statically linked).

@@ -71,7 +71,7 @@ impl FakeApi {
 
     /// A fake on a free port, up, answering as `mode`.
     pub fn start(mode: Mode) -> Self {
-        let mut api = Self::down_on(crate::http::free_port());
+        let mut api = Self::down_on(sidecar_race_kit::http::free_port());
         api.set_mode(mode);
         api.up();
         api

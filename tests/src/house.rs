@@ -255,6 +255,55 @@ fn live_code(text: &str) -> String {
         out.push_str(line);
         out.push('\n');
     }
+    out_of_inline_modules(&out)
+}
+
+/// Inside an inline `mod x { … }`, `super` names the file's own module: the first
+/// `super::` of a chain per level of nesting becomes `self::`, so each path is read
+/// as the file's module would write it.
+fn out_of_inline_modules(code: &str) -> String {
+    let mut out = String::new();
+    // The brace depth at which each open inline module started.
+    let mut inline: Vec<i64> = Vec::new();
+    let mut depth: i64 = 0;
+    for line in code.lines() {
+        let mut line = line.to_string();
+        let levels = inline.len();
+        if levels > 0 && line.contains("super::") {
+            line = rewrite_super(&line, levels);
+        }
+        if mod_name(line.trim()).is_some() && line.contains('{') {
+            inline.push(depth);
+        }
+        depth += line.matches('{').count() as i64 - line.matches('}').count() as i64;
+        while inline.last().is_some_and(|&d| depth <= d) {
+            inline.pop();
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+fn rewrite_super(line: &str, levels: usize) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(i) = rest.find("super::") {
+        out.push_str(&rest[..i]);
+        let mut chain = 0;
+        let mut after = &rest[i..];
+        while let Some(r) = after.strip_prefix("super::") {
+            chain += 1;
+            after = r;
+        }
+        if chain <= levels {
+            out.push_str("self::");
+        } else {
+            out.push_str(&"super::".repeat(chain - levels));
+        }
+        rest = after;
+    }
+    out.push_str(rest);
     out
 }
 
@@ -279,14 +328,22 @@ fn named_paths(code: &str) -> Vec<Vec<String>> {
         let mut from = 0;
         while let Some(i) = code[from..].find(start).map(|i| i + from) {
             from = i + start.len();
-            if i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':') {
+            if i > 0
+                && (bytes[i - 1].is_ascii_alphanumeric()
+                    || bytes[i - 1] == b'_'
+                    || bytes[i - 1] == b':')
+            {
                 continue;
             }
             let path: String = code[i..]
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
                 .collect();
-            out.push(split_path(&path));
+            // `crate::{…}` opens a use tree, read above.
+            let path = split_path(&path);
+            if path.len() > 1 {
+                out.push(path);
+            }
         }
     }
     out
@@ -297,7 +354,9 @@ fn find_word(text: &str, word: &str) -> Option<usize> {
     let mut from = 0;
     while let Some(i) = text[from..].find(word).map(|i| i + from) {
         let before = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
-        let after = bytes.get(i + word.len()).is_some_and(|b| b.is_ascii_whitespace());
+        let after = bytes
+            .get(i + word.len())
+            .is_some_and(|b| b.is_ascii_whitespace());
         if before && after {
             return Some(i);
         }
@@ -417,7 +476,7 @@ mod tests {
     #[test]
     fn use_trees_expand_to_every_path() {
         assert_eq!(
-            expand("crate::{a::{b,c},d::self,e}"),
+            expand("crate::{a::{b,c},d::{self},e}"),
             ["crate::a::b", "crate::a::c", "crate::d", "crate::e"]
         );
     }
@@ -428,7 +487,21 @@ mod tests {
         let paths = named_paths(&live_code(code));
         assert!(paths.contains(&split_path("crate::a")));
         assert!(paths.contains(&split_path("crate::d::g")));
-        assert!(!paths.iter().any(|p| p.last().is_some_and(|l| l == "b" || l == "c")));
+        assert!(
+            !paths
+                .iter()
+                .any(|p| p.last().is_some_and(|l| l == "b" || l == "c"))
+        );
+    }
+
+    #[test]
+    fn super_in_an_inline_module_names_the_files_own_module() {
+        let code = "use super::a;\npub mod inner {\n    use super::b;\n    use super::super::c;\n}\nuse super::d;\n";
+        let read = live_code(code);
+        assert_eq!(
+            read,
+            "use super::a;\npub mod inner {\n    use self::b;\n    use super::c;\n}\nuse super::d;\n"
+        );
     }
 
     #[test]
@@ -439,6 +512,9 @@ mod tests {
         edges.insert(m("b"), BTreeSet::from([m("c")]));
         assert!(strongly_connected(&edges).is_empty());
         edges.insert(m("c"), BTreeSet::from([m("a")]));
-        assert_eq!(strongly_connected(&edges), vec![vec![m("a"), m("b"), m("c")]]);
+        assert_eq!(
+            strongly_connected(&edges),
+            vec![vec![m("a"), m("b"), m("c")]]
+        );
     }
 }

@@ -16,7 +16,7 @@ use crate::tools::{on_path, run, venv_bin, workspace};
 /// the pinned kubernetes-validate ships (`newest_schema_version`).
 pub const KUBERNETES_VERSION: &str = "1.33.0";
 
-/// What `cargo xtask setup` builds (xtask/src/cluster/mod.rs, HELM_VERSION).
+/// What `cargo xtask setup` builds (xtask/src/cluster/versions.rs, HELM_VERSION).
 const DEFAULT_HELM: &str = ".cache/sidecar-race/go/helm-v3.22.0/bin/helm";
 
 /// The chart, under deploy/.

@@ -42,7 +42,7 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 pub const RULES_DIR: &str = "/etc/prometheus/rules";
 /// The `kubernetes` Service (xtask/src/cluster: the first IP of the Service CIDR).
 const KUBERNETES_SERVICE_HOST: &str = "10.239.0.1";
-/// What `cargo xtask setup` builds (xtask/src/cluster/mod.rs, PROMETHEUS_VERSION).
+/// What `cargo xtask setup` builds (xtask/src/cluster/versions.rs, PROMETHEUS_VERSION).
 const DEFAULT_PROMETHEUS: &str = ".cache/sidecar-race/go/prometheus-v3.10.0/bin/prometheus";
 
 /// The Prometheus binary: `SIDECAR_RACE_PROMETHEUS_BIN` (not `SIDECAR_RACE_PROMETHEUS`: `report --prometheus` reads that), or the one `cargo xtask setup`

@@ -224,7 +224,7 @@ fn sample(pid: u32, at: Duration) -> Option<Sample> {
 }
 
 /// Runs the soak for `duration` against the agent built next to this binary (see
-/// [`crate::agent::agent_binary`]); the first quarter is warm-up.
+/// [`sidecar_race_kit::agent::agent_binary`]); the first quarter is warm-up.
 pub fn run(duration: Duration) -> SoakReport {
     let warm_up = duration / 4;
     let (pods_file, source) = empty_pods_file("soak");
@@ -356,7 +356,7 @@ pub fn run(duration: Duration) -> SoakReport {
         .flat_map(|uid| of(uid))
         .map(|i| format!("{} {} {}", i["pod_uid"], i["phase"], i["state"]))
         .collect();
-    let metrics = crate::http::get(&agent.addr, "/metrics")
+    let metrics = sidecar_race_kit::http::get(&agent.addr, "/metrics")
         .map(|(_, body)| body)
         .unwrap_or_default();
     let metric = |series: &str| -> Option<f64> {

@@ -38,7 +38,7 @@ pub fn venv_bin(name: &str) -> PathBuf {
 
 /// A tool on PATH (kubectl, promtool).
 pub fn on_path(tool: &str) -> PathBuf {
-    if !crate::root::have(tool) {
+    if !sidecar_race_kit::root::have(tool) {
         missing(tool);
     }
     PathBuf::from(tool)

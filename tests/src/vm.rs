@@ -35,19 +35,6 @@ pub struct Kernel {
     pub package: String,
 }
 
-/// Where `cargo xtask setup` puts the kernels: `$SIDECAR_RACE_KERNELS` or
-/// `<workspace>/target/kernels`.
-pub fn kernels_dir() -> PathBuf {
-    std::env::var_os("SIDECAR_RACE_KERNELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .parent()
-                .expect("workspace root")
-                .join("target/kernels")
-        })
-}
-
 /// The `arch` kernel `label` when it was fetched.
 pub fn kernel(arch: Arch, label: &str) -> Option<Kernel> {
     let dir = arch.kernels_dir().join(label);
@@ -174,29 +161,6 @@ impl Cpio {
         self.entry("TRAILER!!!", 0, (0, 0), &[]);
         self.out
     }
-}
-
-/// The shared libraries and loader `ldd` lists for `binary` (absolute paths).
-pub fn shared_libraries(binary: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let out = Command::new("ldd")
-        .arg(binary)
-        .output()
-        .context("running ldd")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if text.contains("not a dynamic executable") || !out.status.success() {
-        return Ok(Vec::new());
-    }
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim();
-            let path = match l.split_once("=>") {
-                Some((_, rest)) => rest.split_whitespace().next()?,
-                None => l.split_whitespace().next()?,
-            };
-            path.starts_with('/').then(|| PathBuf::from(path))
-        })
-        .collect())
 }
 
 /// `binary` without debug info (much smaller; the VM holds the initramfs in memory),

@@ -23,17 +23,51 @@ use crate::{
     cri::is_static_elf,
     pod::{require_binary, sibling_binary},
     root::have,
-    vm::{kernels_dir, shared_libraries},
 };
 
-/// busybox-static's binary (Debian).
-pub const BUSYBOX: &str = "/bin/busybox";
+pub use sidecar_race_testbed::images::BUSYBOX;
 /// The stand-ins the scenario runs, beside the agent.
 const STAND_INS: [&str; 3] = ["sr-app", "sr-proxy", "sr-uds"];
 const ARM64_TRIPLE: &str = "aarch64-unknown-linux-gnu";
 /// Where `cargo xtask test arm64` leaves the arm64 agent and stand-ins (default
 /// `<workspace>/target/aarch64-unknown-linux-gnu/debug`).
 pub const ARM64_BIN_DIR_ENV: &str = "SIDECAR_RACE_ARM64_BIN_DIR";
+
+/// Where `cargo xtask setup` puts the kernels: `$SIDECAR_RACE_KERNELS` or
+/// `<workspace>/target/kernels`.
+pub fn kernels_dir() -> PathBuf {
+    std::env::var_os("SIDECAR_RACE_KERNELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("workspace root")
+                .join("target/kernels")
+        })
+}
+
+/// The shared libraries and loader `ldd` lists for `binary` (absolute paths).
+pub fn shared_libraries(binary: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let out = Command::new("ldd")
+        .arg(binary)
+        .output()
+        .context("running ldd")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.contains("not a dynamic executable") || !out.status.success() {
+        return Ok(Vec::new());
+    }
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let path = match l.split_once("=>") {
+                Some((_, rest)) => rest.split_whitespace().next()?,
+                None => l.split_whitespace().next()?,
+            };
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect())
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arch {

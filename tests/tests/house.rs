@@ -130,7 +130,9 @@ fn contributing_layout_names_every_module_and_no_other() {
                 .map(|n| n.trim_end_matches('/').trim_end_matches(".rs").to_string())
                 .collect();
             for child in children.difference(&named) {
-                problems.push(format!("{member}: `{name}/` does not name its child `{child}`"));
+                problems.push(format!(
+                    "{member}: `{name}/` does not name its child `{child}`"
+                ));
             }
             listed.insert(name);
         }
@@ -138,7 +140,9 @@ fn contributing_layout_names_every_module_and_no_other() {
             problems.push(format!("{member}: module `{m}` is not in the layout"));
         }
         for m in listed.difference(&top) {
-            problems.push(format!("{member}: the layout names `{m}`, which is not a module"));
+            problems.push(format!(
+                "{member}: the layout names `{m}`, which is not a module"
+            ));
         }
     }
     assert!(

@@ -18,7 +18,7 @@ use sidecar_race_tests::{agent::agent_binary, tools::workspace};
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// What `cargo xtask setup` builds (xtask/src/krew.rs, KREW_VERSION).
 const DEFAULT_KREW: &str = ".cache/sidecar-race/go/krew-v0.4.4/bin/krew";
-/// What `cargo xtask setup` builds for the cluster tier (xtask/src/cluster/mod.rs).
+/// What `cargo xtask setup` builds for the cluster tier (xtask/src/cluster/versions.rs).
 const DEFAULT_KUBECTL: &str = ".cache/sidecar-race/go/k8s-v1.34.4/bin/kubectl";
 
 /// `var`, or `default` under $HOME; it must exist.

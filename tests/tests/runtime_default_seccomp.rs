@@ -26,6 +26,8 @@ use std::{
 };
 
 use serde_json::Value;
+use sidecar_race_mountinfo as mountinfo;
+use sidecar_race_testbed::containerd;
 use sidecar_race_tests::{
     agent::agent_binary,
     cri::{spawn_containerd, wait_for},
@@ -61,28 +63,14 @@ impl Runtime {
             containerd: None,
             container: None,
         };
-        let d = rt.dir.display();
         // Only what `ctr run --rootfs` needs: no CRI, no image snapshotters, and not
         // the `opt` plugin (it would create /opt/containerd).
-        let config = format!(
-            r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-disabled_plugins = [
-  "io.containerd.grpc.v1.cri",
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-[grpc]
-  address = "{d}/containerd.sock"
-[ttrpc]
-  address = "{d}/containerd.sock.ttrpc"
-"#
-        );
+        let config = containerd::Config {
+            dir: &rt.dir,
+            log_level: "info",
+            cri: None,
+        }
+        .render();
         rt.containerd = Some(spawn_containerd(&rt.dir, &config));
         let deadline = Instant::now() + Duration::from_secs(20);
         while !rt
@@ -122,7 +110,7 @@ disabled_plugins = [
     /// `ctr` talking to this containerd.
     fn ctr(&self) -> Command {
         let mut c = Command::new("ctr");
-        c.arg("--address").arg(self.dir.join("containerd.sock"));
+        c.arg("--address").arg(containerd::socket(&self.dir));
         c
     }
 
@@ -220,11 +208,10 @@ impl Drop for Runtime {
 }
 
 fn mounted(path: &Path) -> bool {
-    let p = path.display().to_string();
-    fs::read_to_string("/proc/self/mountinfo")
+    mountinfo::read_self()
         .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(4) == Some(p.as_str()))
+        .iter()
+        .any(|m| m.mount_point == path)
 }
 
 fn sh(cmd: &mut Command) {

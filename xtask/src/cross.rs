@@ -18,7 +18,7 @@ use anyhow::{Context, bail, ensure};
 
 use crate::{
     host::{Apt, have, package_installed},
-    kernels::{download_deb, private_apt_for},
+    private_apt::{codename, download_deb, private_apt_for},
     run::{checked, output, workspace_root},
 };
 
@@ -84,16 +84,6 @@ pub fn arm64() -> anyhow::Result<Toolchain> {
         sysroot,
         linker: LINKER,
     })
-}
-
-/// The machine's Debian release (`VERSION_CODENAME`): where its rustc-web came from.
-pub(crate) fn codename() -> anyhow::Result<String> {
-    let os = fs::read_to_string("/etc/os-release").context("cannot read /etc/os-release")?;
-    os.lines()
-        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
-        .map(|v| v.trim_matches('"').to_string())
-        .filter(|v| !v.is_empty())
-        .context("no VERSION_CODENAME in /etc/os-release (not Debian?)")
 }
 
 /// `libstd-rust-web-dev:arm64` at `version`, unpacked into `dir/sysroot`.

@@ -14,8 +14,7 @@ use std::{
 use anyhow::{Context, bail};
 
 use crate::{
-    cross::codename,
-    kernels::{download_deb, private_apt_for},
+    private_apt::{codename, download_deb, private_apt_for},
     run::{checked, output},
 };
 

@@ -7,9 +7,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use sidecar_race_mountinfo as mountinfo;
 use thiserror::Error;
-
-use crate::mountinfo;
 
 pub const DEFAULT_TRACEFS: &str = "/sys/kernel/tracing";
 

@@ -16,7 +16,10 @@ use aya_ebpf::{
 };
 use sidecar_race_ebpf::layout::{RefusalBudget, budget_entry};
 
-use super::{atomic_add, compare_exchange, count};
+use super::{
+    helpers::{atomic_add, compare_exchange},
+    maps::count,
+};
 
 /// The maps and counter slots of one class of records.
 pub struct Ledger {

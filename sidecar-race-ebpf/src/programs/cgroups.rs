@@ -12,7 +12,12 @@ use sidecar_race_ebpf::{
     layout::CgroupDir,
 };
 
-use super::{CONTROL, charge, config, control_admitted, count, field, now_boot_ns};
+use super::{
+    charge,
+    helpers::{field, now_boot_ns},
+    ledgers::control_admitted,
+    maps::{CONTROL, config, count},
+};
 
 #[tracepoint]
 pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {

@@ -11,7 +11,7 @@
 use aya_ebpf::helpers::{bpf_probe_read_kernel, generated};
 use sidecar_race_ebpf::{abi::CHARGE_MAX_LEVEL, layout::MISSING};
 
-use super::{CHARGE_POINTS, config};
+use super::maps::{CHARGE_POINTS, config};
 
 /// Where a charge was found.
 pub struct Charge {

@@ -14,9 +14,11 @@ use aya_ebpf::{
 use sidecar_race_ebpf::abi::counter;
 
 use super::{
-    IPPROTO_TCP, TCP_CLOSE, TCP_LISTEN, TCP_SYN_SENT, config, connecting, count,
+    connecting,
     ctx_load::{load_i32, load_u64},
-    current_owner, listen,
+    helpers::{IPPROTO_TCP, TCP_CLOSE, TCP_LISTEN, TCP_SYN_SENT, current_owner},
+    listen,
+    maps::{config, count},
     set_state::{SetStateSource, Sock},
 };
 

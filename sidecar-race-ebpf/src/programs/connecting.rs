@@ -15,7 +15,7 @@ use aya_ebpf::{
 };
 use sidecar_race_ebpf::abi::Owner;
 
-use super::compare_exchange;
+use super::helpers::compare_exchange;
 
 /// Slots in the array: a power of two. A node has few sockets in SYN_SENT at once;
 /// a collision only sends one of them to the LRU hash.

@@ -12,7 +12,7 @@
 use aya_ebpf::{EbpfContext, programs::TracePointContext};
 use sidecar_race_ebpf::layout::MISSING;
 
-use super::field;
+use super::helpers::field;
 
 macro_rules! direct {
     ($name:ident, $t:ty, $width:literal, [$($off:literal)*]) => {

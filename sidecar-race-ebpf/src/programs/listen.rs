@@ -3,7 +3,10 @@
 use sidecar_race_ebpf::abi::{SocketEvent, counter, flags, kind};
 
 use super::{
-    CONTROL, LISTENING, ListenOwner, charge, control_admitted, count, current_owner, now_boot_ns,
+    charge,
+    helpers::{current_owner, now_boot_ns},
+    ledgers::control_admitted,
+    maps::{CONTROL, LISTENING, ListenOwner, count},
     set_state::SetStateSource,
 };
 

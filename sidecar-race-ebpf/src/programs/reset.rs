@@ -11,8 +11,12 @@ use sidecar_race_ebpf::{
 };
 
 use super::{
-    EVENTS, LOCAL_REFUSALS, LocalRefusal, TCP_SYN_SENT, budget, charge, config, connecting, count,
-    ctx_load::load_u64, field, now_boot_ns, refusals, set_state::Sock,
+    budget, charge, connecting,
+    ctx_load::load_u64,
+    helpers::{TCP_SYN_SENT, field, now_boot_ns},
+    ledgers::refusals,
+    maps::{EVENTS, LOCAL_REFUSALS, LocalRefusal, config, count},
+    set_state::Sock,
 };
 
 /// A local refusal older than this is not the one a reset just delivered.

@@ -10,7 +10,7 @@ use sidecar_race_ebpf::{
     layout::{MISSING, port_to_host},
 };
 
-use super::{config, ctx_load::load_u16, field};
+use super::{ctx_load::load_u16, helpers::field, maps::config};
 
 /// The socket's local end: family, address (v6 form), host-order port.
 pub struct End {

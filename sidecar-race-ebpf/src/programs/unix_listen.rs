@@ -13,7 +13,9 @@ use sidecar_race_ebpf::{
 };
 
 use super::{
-    LISTENING, ListenOwner, TCP_LISTEN, charge, count, current_owner, now_boot_ns,
+    charge,
+    helpers::{TCP_LISTEN, current_owner, now_boot_ns},
+    maps::{LISTENING, ListenOwner, count},
     unix_sock::{self, Details, PathSource, read},
 };
 

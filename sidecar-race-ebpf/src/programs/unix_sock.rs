@@ -13,7 +13,10 @@ use sidecar_race_ebpf::{
 };
 
 use super::{
-    EVENTS, budget, charge, config, control_admitted, count, current_owner, now_boot_ns, refusals,
+    budget, charge,
+    helpers::{current_owner, now_boot_ns},
+    ledgers::{control_admitted, refusals},
+    maps::{EVENTS, config, count},
 };
 
 /// Filled by the agent at load time: BTF offsets for the `fexit` hooks, tracefs
@@ -127,7 +130,7 @@ pub fn listener(
         return Ok(0);
     }
     send(
-        &super::CONTROL,
+        &super::maps::CONTROL,
         k,
         event_flags,
         owner,

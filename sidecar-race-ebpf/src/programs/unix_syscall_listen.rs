@@ -16,7 +16,8 @@ use sidecar_race_ebpf::{
 };
 
 use super::{
-    charge, current_owner, field, now_boot_ns,
+    charge,
+    helpers::{current_owner, field, now_boot_ns},
     unix_sock::{self, Details, PathSource},
 };
 

@@ -3,7 +3,6 @@
 //! and real processes started inside both.
 
 use std::{
-    ffi::CString,
     fs,
     os::{fd::AsRawFd, unix::process::CommandExt},
     path::{Path, PathBuf},
@@ -13,6 +12,7 @@ use std::{
 
 use anyhow::{Context, bail};
 use sidecar_race_agent::cgroups;
+use sidecar_race_testbed::cgroup;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -102,23 +102,13 @@ impl SimPod {
     /// Starts `cmd` inside the pod's network namespace and the container's cgroup.
     pub fn spawn(&mut self, container: &SimContainer, mut cmd: Command) -> anyhow::Result<u32> {
         let netns = fs::File::open(format!("/run/netns/{}", self.netns))?;
-        let procs = CString::new(
-            container
-                .cgroup_dir
-                .join("cgroup.procs")
-                .into_os_string()
-                .into_encoded_bytes(),
-        )?;
+        // The cgroup first (pre_exec hooks run in order), then the network namespace.
+        cgroup::start_in(&mut cmd, &container.cgroup_dir)?;
         let fd = netns.as_raw_fd();
-        // SAFETY: only async-signal-safe syscalls (open, write, close, setns) between
-        // fork and exec; the netns file stays open in the parent until spawn returns.
+        // SAFETY: only an async-signal-safe syscall (setns) between fork and exec; the
+        // netns file stays open in the parent until spawn returns.
         unsafe {
             cmd.pre_exec(move || {
-                let f = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                if f < 0 || libc::write(f, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::close(f);
                 if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }

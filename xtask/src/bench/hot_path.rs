@@ -7,12 +7,12 @@
 use std::{collections::BTreeMap, path::Path};
 
 use super::{
-    Plan,
     agent::Agent,
     bpf_stats::{ProgStats, Stats},
     loops::{self, Run, Workload},
     null_prog::{HOOKS, NullProgram},
     peer::Bpftrace,
+    plan::Plan,
 };
 
 /// The samples of one loop shape, one per round.

@@ -7,8 +7,8 @@ use std::{path::Path, time::Duration};
 use anyhow::{Context, bail};
 
 use super::{
-    Plan,
     agent::Agent,
+    plan::Plan,
     refuse,
     scale::{self, SimulatedPods},
     sidecar_pod::SidecarPod,

@@ -1,8 +1,9 @@
 //! `cargo xtask bench`: what the agent costs, as ratios measured side by side in one
 //! run, written to `BENCHMARKS.md`; `--smoke` runs the same harness in seconds with
 //! debug builds and asserts nothing (the test suite runs it so it does not rot).
-//! Nothing here is a timed assertion. `measure.rs` runs the parts, `report.rs` renders
-//! the report.
+//! Nothing here is a timed assertion. `plan.rs` says how much to measure and the
+//! targets, `measure.rs` runs the parts, `report.rs` renders the report (its prose in
+//! `report_text.rs`).
 
 mod agent;
 mod bpf_stats;
@@ -15,68 +16,25 @@ mod measure;
 mod null_prog;
 mod parts;
 mod peer;
+mod plan;
 mod refuse;
 mod report;
+mod report_text;
 mod scale;
 mod sidecar_pod;
 mod stats;
 
-use std::{path::Path, time::Duration};
+use std::path::Path;
 
 use anyhow::{Context, bail};
 
 pub use self::parts::{Part, Parts};
-use self::{loops::Workload, peer::Bpftrace, report::Report};
-
-/// How much to measure.
-struct Plan {
-    smoke: bool,
-    connects: u32,
-    rounds: usize,
-    /// Rounds of the successful-connect rows, and how long each run in them lasts.
-    success_rounds: usize,
-    round: Duration,
-    scale_pods: usize,
-    scale: Duration,
-    index_cgroups: usize,
-    latency_races: usize,
-    /// How long the neighbour refuses in the storm row.
-    storm: Duration,
-}
-
-const FULL: Plan = Plan {
-    smoke: false,
-    connects: 20_000,
-    rounds: 7,
-    success_rounds: 9,
-    round: Duration::from_secs(2),
-    scale_pods: 110,
-    scale: Duration::from_secs(60),
-    index_cgroups: 1_000,
-    latency_races: 300,
-    storm: Duration::from_secs(30),
+use self::{
+    loops::Workload,
+    peer::Bpftrace,
+    plan::{FULL, SMOKE},
+    report::Report,
 };
-
-const SMOKE: Plan = Plan {
-    smoke: true,
-    connects: 300,
-    rounds: 1,
-    success_rounds: 2,
-    round: Duration::from_millis(200),
-    scale_pods: 5,
-    scale: Duration::from_secs(1),
-    index_cgroups: 20,
-    latency_races: 3,
-    storm: Duration::from_secs(2),
-};
-
-/// Successful connects: bare CPU / (bare CPU + the programs' run time), per loop.
-const TARGET_SUCCESS_RATIO: f64 = 0.98;
-const TARGET_US_PER_REFUSAL: f64 = 1.0;
-const TARGET_SCALE_CPU_PERCENT: f64 = 0.5;
-const TARGET_SCALE_RSS_MIB: f64 = 40.0;
-/// The agent's default reorder window; p99 detection latency may exceed it by 100 ms.
-const REORDER_WINDOW_MS: f64 = 200.0;
 
 /// Runs the table's `parts` with the binaries in `bin` and writes the report to `out`.
 pub fn bench(bin: &Path, smoke: bool, parts: &Parts, out: &Path) -> anyhow::Result<()> {

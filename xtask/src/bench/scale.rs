@@ -2,7 +2,7 @@
 //! systemd layout under the real cgroup2 hierarchy, and a pods file naming them, as
 //! `kubectl get pods -o json` would. Removed again on drop.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 
@@ -118,15 +118,9 @@ impl Drop for BareCgroups {
 
 /// The cgroup2 mount showing the whole hierarchy (unified or hybrid hosts).
 fn cgroup2_mount() -> anyhow::Result<PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
-    mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let f: Vec<&str> = pre.split_whitespace().collect();
-            (post.split_whitespace().next()? == "cgroup2" && f.get(3) == Some(&"/"))
-                .then(|| Path::new(f[4]).to_path_buf())
-        })
-        .next()
+    sidecar_race_mountinfo::read_self()?
+        .into_iter()
+        .find(|m| m.fs_type == "cgroup2" && m.root == "/")
+        .map(|m| m.mount_point)
         .context("no cgroup2 mount in /proc/self/mountinfo")
 }

@@ -5,15 +5,10 @@
 //! cgroup, so each refusal takes the agent's whole path: attribution to the pod and
 //! container, the detector, and the pod's incident.
 
-use std::{
-    ffi::CString,
-    net::TcpListener,
-    os::unix::{net::UnixListener, process::CommandExt as _},
-    path::PathBuf,
-    process::Command,
-};
+use std::{net::TcpListener, os::unix::net::UnixListener, path::PathBuf, process::Command};
 
 use anyhow::Context;
+use sidecar_race_testbed::cgroup;
 
 use super::scale::PodCgroups;
 
@@ -94,23 +89,7 @@ impl SidecarPod {
 
     /// Makes `cmd` start in the app container's cgroup.
     pub fn in_app(&self, cmd: &mut Command) -> anyhow::Result<()> {
-        let app = self.cgroups.container(&self.app_id);
-        let procs = CString::new(
-            app.join("cgroup.procs")
-                .into_os_string()
-                .into_encoded_bytes(),
-        )?;
-        // SAFETY: only async-signal-safe calls (open, write, close) between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                let f = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                if f < 0 || libc::write(f, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::close(f);
-                Ok(())
-            });
-        }
+        cgroup::start_in(cmd, &self.cgroups.container(&self.app_id))?;
         Ok(())
     }
 }

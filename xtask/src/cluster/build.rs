@@ -29,7 +29,9 @@ use std::{
 
 use anyhow::{Context, bail};
 
-use super::{ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, OPERATOR_VERSION, PROMETHEUS_VERSION};
+use super::versions::{
+    ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, OPERATOR_VERSION, PROMETHEUS_VERSION,
+};
 use crate::run::{checked, output};
 
 pub const KUBERNETES_BINARIES: [&str; 6] = [

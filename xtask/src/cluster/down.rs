@@ -13,13 +13,18 @@ use std::{
 
 use anyhow::bail;
 
-use super::{STATE_DIR, host, procs, up};
+use super::{
+    clients::ctr,
+    host,
+    node::{BRIDGE, LOG_DIR, STATE_DIR, containerd_socket},
+    operator, procs,
+};
 use crate::run::output;
 
 /// In stopping order: the operator (a client only), then the kubelet, so that it
 /// restarts nothing.
 const COMPONENTS: [&str; 7] = [
-    super::operator::NAME,
+    operator::NAME,
     "kubelet",
     "kube-proxy",
     "kube-scheduler",
@@ -46,7 +51,7 @@ pub fn teardown() -> anyhow::Result<()> {
     let (netns, pod_uids) = remove_containers();
     procs::stop("containerd", Duration::from_secs(10));
     // Shims outlive containerd: they were started with its socket's path.
-    let sock = up::containerd_socket().display().to_string();
+    let sock = containerd_socket().display().to_string();
     for pid in procs::pids_with_arg(&sock) {
         procs::stop_pid(pid, Duration::from_secs(2));
     }
@@ -82,7 +87,7 @@ pub fn teardown() -> anyhow::Result<()> {
         problems.push(format!("mounts left: {mounts_left:?}"));
     }
     if host::bridge_exists() {
-        problems.push(format!("the bridge {} is still there", super::BRIDGE));
+        problems.push(format!("the bridge {} is still there", BRIDGE));
     }
     if !problems.is_empty() {
         bail!(
@@ -92,7 +97,7 @@ pub fn teardown() -> anyhow::Result<()> {
     }
     eprintln!(
         "xtask: cluster down, nothing left behind (logs kept in {})",
-        super::LOG_DIR
+        LOG_DIR
     );
     Ok(())
 }
@@ -104,9 +109,9 @@ fn remove_containers() -> (Vec<String>, Vec<String>) {
     if procs::running("containerd").is_none() {
         return (netns, pods);
     }
-    let ids = output(up::ctr().args(["containers", "ls", "-q"])).unwrap_or_default();
+    let ids = output(ctr().args(["containers", "ls", "-q"])).unwrap_or_default();
     for id in ids.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        if let Some(info) = output(up::ctr().args(["containers", "info", id]))
+        if let Some(info) = output(ctr().args(["containers", "info", id]))
             .and_then(|i| serde_json::from_str::<serde_json::Value>(&i).ok())
         {
             let namespaces = info["Spec"]["linux"]["namespaces"].as_array().cloned();
@@ -125,11 +130,11 @@ fn remove_containers() -> (Vec<String>, Vec<String>) {
                 pods.push(uid.to_string());
             }
         }
-        let _ = up::ctr()
+        let _ = ctr()
             .args(["tasks", "kill", "--signal", "SIGKILL", id])
             .output();
-        let _ = up::ctr().args(["tasks", "delete", "--force", id]).output();
-        let _ = up::ctr().args(["containers", "delete", id]).output();
+        let _ = ctr().args(["tasks", "delete", "--force", id]).output();
+        let _ = ctr().args(["containers", "delete", id]).output();
     }
     (netns, pods)
 }

@@ -11,8 +11,13 @@ use std::{
 };
 
 use anyhow::{Context, bail};
+use sidecar_race_mountinfo::{self as mountinfo, Mount};
+use sidecar_race_testbed::containerd::CNI_BIN_DIR;
 
-use super::{BRIDGE, CGROUP_ROOT, NODE_IP, POD_CIDR, SERVICE_CIDR, STATE_DIR};
+use super::{
+    node::{BRIDGE, CGROUP_ROOT, NODE_IP, POD_CIDR, SERVICE_CIDR, STATE_DIR},
+    operator,
+};
 use crate::run::{checked, output, succeeds};
 
 /// Ports the components listen on, with who listens: `up` refuses to start when one is
@@ -27,7 +32,7 @@ pub const PORTS: [(&str, u16, &str); 10] = [
     ("127.0.0.1", 10256, "kube-proxy (healthz)"),
     (NODE_IP, 10250, "kubelet"),
     ("127.0.0.1", 10248, "kubelet (healthz)"),
-    ("127.0.0.1", super::operator::PORT, "prometheus-operator"),
+    ("127.0.0.1", operator::PORT, "prometheus-operator"),
 ];
 
 /// Sysctls the kubelet (kernel tunables) and kube-proxy set; saved at `up`, restored
@@ -66,9 +71,11 @@ pub fn preflight() -> anyhow::Result<()> {
             bail!("{tool} is missing (Debian package {package}; `cargo xtask setup` installs it)");
         }
     }
-    if !Path::new("/usr/lib/cni/bridge").exists() {
+    let bridge = Path::new(CNI_BIN_DIR).join("bridge");
+    if !bridge.exists() {
         bail!(
-            "the CNI bridge plugin is missing (/usr/lib/cni/bridge: Debian's containernetworking-plugins)"
+            "the CNI bridge plugin is missing ({}: Debian's containernetworking-plugins)",
+            bridge.display()
         );
     }
     kernel_features()?;
@@ -108,8 +115,8 @@ fn kernel_features() -> anyhow::Result<()> {
             );
         }
     }
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    if !mountinfo.contains(" - cgroup2 ") {
+    let mounts = mountinfo::read_self().unwrap_or_default();
+    if !mounts.iter().any(|m| m.fs_type == "cgroup2") {
         bail!(
             "missing kernel feature: no cgroup2 hierarchy is mounted (the agent names pods from cgroup v2 ids)"
         );
@@ -201,15 +208,11 @@ pub fn delete_bridge() {
 
 /// Every cgroup hierarchy's mount point.
 fn cgroup_mounts() -> Vec<PathBuf> {
-    fs::read_to_string("/proc/self/mountinfo")
+    mountinfo::read_self()
         .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let fstype = post.split_whitespace().next()?;
-            let mnt = pre.split_whitespace().nth(4)?;
-            (fstype == "cgroup" || fstype == "cgroup2").then(|| PathBuf::from(mnt))
-        })
+        .into_iter()
+        .filter(Mount::is_cgroup)
+        .map(|m| m.mount_point)
         .collect()
 }
 
@@ -387,17 +390,9 @@ fn shell_words(s: &str) -> Vec<String> {
     words
 }
 
-/// Mount points under `dir`, deepest first.
-pub fn mounts_under(dir: &str) -> Vec<String> {
-    let mut m: Vec<String> = fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4).map(|m| m.replace("\\040", " ")))
-        .filter(|m| m == dir || m.starts_with(&format!("{dir}/")))
-        .collect();
-    m.sort_by_key(|m| std::cmp::Reverse(m.len()));
-    m.dedup();
-    m
+/// Mount points at or below `dir`, deepest first.
+pub fn mounts_under(dir: &str) -> Vec<PathBuf> {
+    mountinfo::mount_points_under(&mountinfo::read_self().unwrap_or_default(), Path::new(dir))
 }
 
 pub fn unmount_all_under(dir: &str) {

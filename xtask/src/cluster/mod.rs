@@ -9,64 +9,24 @@
 //! route. See docs/cluster.md.
 
 pub mod build;
+mod clients;
+mod containerd;
 mod down;
 mod host;
-mod images;
+mod install;
+mod node;
 mod operator;
 mod pki;
 mod procs;
 mod status;
 mod up;
-
-use std::path::PathBuf;
+mod versions;
 
 use clap::Subcommand;
 
 pub use build::ensure as build_binaries;
 pub use down::down;
 pub use up::up;
-
-/// Kubernetes 1.34: the last minor that accepts both Debian 12's containerd 1.6 and a
-/// hybrid cgroup host without overrides (docs/cluster.md).
-pub const KUBERNETES_VERSION: &str = "v1.34.4";
-/// What kube-apiserver 1.34 requires and kubeadm 1.34 ships.
-pub const ETCD_VERSION: &str = "v3.6.16";
-/// The chart's tests (deploy/helm/, tests/tests/helm_chart.rs and the cluster tier).
-pub const HELM_VERSION: &str = "v3.22.0";
-/// Its CRDs (example/prometheus-operator-crd/) before `kubectl apply -k deploy/monitoring`,
-/// and the operator itself (cmd/operator), built by setup.
-pub const OPERATOR_VERSION: &str = "v0.87.1";
-/// The Prometheus the cluster tier runs on the operator's generated configuration
-/// (Debian's 2.42 is built without `kubernetes_sd_configs`). 3.10 is the first release
-/// whose service discoveries can be left out by build tags (`remove_all_sd`); the
-/// operator generates for any version at or above its matrix's last (v3.7.3).
-pub const PROMETHEUS_VERSION: &str = "v3.10.0";
-
-/// The node's bridge: the CNI bridge plugin's, created with its address before the
-/// API server starts so that the address can be the node IP.
-pub const BRIDGE: &str = "srk8s0";
-pub const NODE_NAME: &str = "sr-node";
-pub const NODE_IP: &str = "10.238.0.1";
-pub const POD_CIDR: &str = "10.238.0.0/24";
-/// Virtual: kube-proxy translates it; routed to the bridge so nothing leaves the host.
-pub const SERVICE_CIDR: &str = "10.239.0.0/24";
-/// The `kubernetes` Service's cluster IP (the first of the Service CIDR).
-pub const KUBERNETES_SERVICE_IP: &str = "10.239.0.1";
-/// The kubelet's cgroup root: its `kubepods` tree lives below this, apart from the
-/// `/kubepods` tree of the CRI test tier, whose pods this kubelet would otherwise take
-/// for orphans and kill.
-pub const CGROUP_ROOT: &str = "sidecar-race-cluster";
-
-/// The cluster's state: PKI, kubeconfigs, etcd's data, containerd's root, the kubelet's
-/// root dir, pid files. `down` removes it.
-pub const STATE_DIR: &str = "/var/lib/sidecar-race-cluster";
-/// The components' logs, kept after `down` (overwritten by the next `up`).
-pub const LOG_DIR: &str = "/var/log/sidecar-race-cluster";
-
-/// The kubeconfig `up` prints (cluster-admin).
-pub fn admin_kubeconfig() -> PathBuf {
-    PathBuf::from(STATE_DIR).join("admin.kubeconfig")
-}
 
 #[derive(Subcommand)]
 pub enum Action {

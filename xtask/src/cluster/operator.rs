@@ -9,7 +9,7 @@
 
 use std::{process::Command, time::Duration};
 
-use super::{build::operator_bin, procs};
+use super::{build::operator_bin, clients::http_get, node::admin_kubeconfig, procs};
 
 pub const NAME: &str = "prometheus-operator";
 /// Its /metrics and /healthz, on loopback (the default :8080 is every address).
@@ -20,7 +20,7 @@ pub fn start() -> anyhow::Result<()> {
     procs::spawn(
         NAME,
         Command::new(operator_bin())
-            .env("KUBECONFIG", super::admin_kubeconfig())
+            .env("KUBECONFIG", admin_kubeconfig())
             .args([
                 &format!("--web.listen-address={listen}"),
                 "--prometheus-default-base-image=sr-test.local/prometheus",
@@ -30,6 +30,6 @@ pub fn start() -> anyhow::Result<()> {
             ]),
     )?;
     procs::wait_ready(NAME, Duration::from_secs(60), || {
-        super::up::http_get(&listen, "/healthz").is_some()
+        http_get(&listen, "/healthz").is_some()
     })
 }

@@ -10,7 +10,7 @@ use std::{fs, path::Path, process::Command};
 
 use anyhow::Context;
 
-use super::{KUBERNETES_SERVICE_IP, NODE_IP, NODE_NAME};
+use super::node::{KUBERNETES_SERVICE_IP, NODE_IP, NODE_NAME};
 use crate::run::checked;
 
 /// A client identity: file stem, CN, O.

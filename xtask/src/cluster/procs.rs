@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::Context;
 
-use super::{LOG_DIR, STATE_DIR};
+use super::node::{LOG_DIR, STATE_DIR};
 
 fn pid_file(name: &str) -> PathBuf {
     Path::new(STATE_DIR)

@@ -3,7 +3,14 @@
 
 use std::path::Path;
 
-use super::{STATE_DIR, host, procs, up};
+use sidecar_race_testbed::agent;
+
+use super::{
+    clients::kubectl,
+    host,
+    node::{BRIDGE, STATE_DIR, admin_kubeconfig},
+    operator, procs,
+};
 use crate::run::output;
 
 const COMPONENTS: [&str; 8] = [
@@ -14,7 +21,7 @@ const COMPONENTS: [&str; 8] = [
     "kube-scheduler",
     "kube-proxy",
     "kubelet",
-    super::operator::NAME,
+    operator::NAME,
 ];
 
 /// Why a cluster counts as up (a component runs, or its state is still there).
@@ -29,7 +36,7 @@ pub fn already_up() -> Option<String> {
     if Path::new(STATE_DIR).exists() || host::bridge_exists() {
         return Some(format!(
             "{STATE_DIR} or the bridge {} is left from an earlier run",
-            super::BRIDGE
+            BRIDGE
         ));
     }
     None
@@ -47,15 +54,15 @@ pub fn print() -> anyhow::Result<()> {
         }
     }
     if procs::running("kube-apiserver").is_some() {
-        let ready = output(up::kubectl().args(["get", "--raw", "/readyz"]))
+        let ready = output(kubectl().args(["get", "--raw", "/readyz"]))
             .unwrap_or_else(|| "not ready".into());
         println!("{:<24} {ready}", "API server /readyz");
-        let node = output(up::kubectl().args(["get", "nodes", "-o", "wide", "--no-headers"]))
+        let node = output(kubectl().args(["get", "nodes", "-o", "wide", "--no-headers"]))
             .unwrap_or_default();
         println!("{:<24} {node}", "node");
-        let pods = output(up::kubectl().args([
+        let pods = output(kubectl().args([
             "-n",
-            up::AGENT_NAMESPACE,
+            agent::NAMESPACE,
             "get",
             "pods",
             "-o",
@@ -64,11 +71,7 @@ pub fn print() -> anyhow::Result<()> {
         ]))
         .unwrap_or_default();
         println!("{:<24} {pods}", "agent pods");
-        println!(
-            "{:<24} {}",
-            "kubeconfig",
-            super::admin_kubeconfig().display()
-        );
+        println!("{:<24} {}", "kubeconfig", admin_kubeconfig().display());
     }
     Ok(())
 }

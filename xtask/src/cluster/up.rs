@@ -4,8 +4,6 @@
 
 use std::{
     fs,
-    io::{Read, Write},
-    net::TcpStream,
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
@@ -14,51 +12,26 @@ use std::{
 use anyhow::{Context, bail};
 
 use super::{
-    BRIDGE, CGROUP_ROOT, LOG_DIR, NODE_IP, NODE_NAME, POD_CIDR, SERVICE_CIDR, STATE_DIR,
-    build::{etcd_bin, kubernetes_bin},
-    down, host, images, pki, procs,
+    build::{self, etcd_bin, kubernetes_bin},
+    clients::{http_get, kubectl},
+    containerd, down, host,
+    install::install_agent,
+    node::{
+        CGROUP_ROOT, LOG_DIR, NODE_IP, NODE_NAME, POD_CIDR, SERVICE_CIDR, STATE_DIR,
+        admin_kubeconfig, containerd_socket, state,
+    },
+    pki, procs, status,
 };
-use crate::run::{checked, workspace_root};
-
-/// The overlay `up` applies: deploy/base with only the image set, through the
-/// documented knob (kustomize `images:`), to the name the archive is imported as.
-pub const OVERLAY: &str = "deploy/overlays/local-cluster";
-/// What the imported agent image is tagged as (the overlay's `newName`).
-pub const LOCAL_AGENT_REPOSITORY: &str = "sr-test.local/sidecar-race-agent";
-pub const AGENT_NAMESPACE: &str = "sidecar-race";
-
-pub fn state(sub: &str) -> PathBuf {
-    Path::new(STATE_DIR).join(sub)
-}
-
-pub fn containerd_socket() -> PathBuf {
-    state("containerd/containerd.sock")
-}
-
-/// `kubectl` (the cached v1.34 build) as cluster-admin.
-pub fn kubectl() -> Command {
-    let mut c = Command::new(kubernetes_bin("kubectl"));
-    c.arg("--kubeconfig").arg(super::admin_kubeconfig());
-    c
-}
-
-/// `ctr` in containerd's `k8s.io` namespace (the CRI plugin's).
-pub fn ctr() -> Command {
-    let mut c = Command::new("ctr");
-    c.arg("--address")
-        .arg(containerd_socket())
-        .args(["--namespace", "k8s.io"]);
-    c
-}
+use crate::run::{checked, output};
 
 /// Starts the cluster and installs the agent; the admin kubeconfig's path. On failure
 /// everything started is taken down again (SR_CLUSTER_KEEP=1 keeps it for a look).
 pub fn up() -> anyhow::Result<PathBuf> {
-    if let Some(why) = super::status::already_up() {
+    if let Some(why) = status::already_up() {
         bail!("a cluster is already up ({why}): run `cargo xtask cluster down` first");
     }
     host::preflight()?;
-    let missing = super::build::missing();
+    let missing = build::missing();
     if !missing.is_empty() {
         bail!(
             "the cluster binaries are not built ({}): run `cargo xtask setup`",
@@ -77,7 +50,7 @@ pub fn up() -> anyhow::Result<PathBuf> {
                 "xtask: cluster up in {} s; logs in {LOG_DIR}",
                 started.elapsed().as_secs()
             );
-            Ok(super::admin_kubeconfig())
+            Ok(admin_kubeconfig())
         }
         Err(e) if std::env::var_os("SR_CLUSTER_KEEP").is_some() => Err(e),
         Err(e) => {
@@ -112,7 +85,7 @@ fn start() -> anyhow::Result<()> {
         }
     }
     host::create_cgroups()?;
-    start_containerd()?;
+    containerd::start()?;
     start_etcd()?;
     start_apiserver(&pki_dir)?;
     start_controllers(&pki_dir)?;
@@ -132,94 +105,6 @@ fn start() -> anyhow::Result<()> {
         )
     })?;
     Ok(())
-}
-
-fn start_containerd() -> anyhow::Result<()> {
-    let d = state("containerd");
-    let cni = state("cni");
-    for sub in ["conf", "ipam"] {
-        fs::create_dir_all(cni.join(sub))?;
-    }
-    fs::create_dir_all(&d)?;
-    let cni_dir = cni.display();
-    // isDefaultGateway: pods route everything to the node (the Service CIDR goes
-    // through kube-proxy's DNAT there); no masquerade, so nothing is forwarded out.
-    fs::write(
-        cni.join("conf/10-sidecar-race.conflist"),
-        serde_json::json!({
-            "cniVersion": "0.4.0",
-            "name": "sidecar-race-cluster",
-            "plugins": [{
-                "type": "bridge", "bridge": BRIDGE, "isGateway": true, "isDefaultGateway": true,
-                "ipMasq": false, "hairpinMode": true,
-                "ipam": {"type": "host-local", "dataDir": format!("{cni_dir}/ipam"),
-                         "ranges": [[{"subnet": POD_CIDR, "gateway": NODE_IP}]]},
-            }, {"type": "loopback"}],
-        })
-        .to_string(),
-    )?;
-    let dd = d.display();
-    let config = format!(
-        r#"version = 2
-root = "{dd}/root"
-state = "{dd}/state"
-disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp"]
-[grpc]
-  address = "{dd}/containerd.sock"
-[ttrpc]
-  address = "{dd}/containerd.sock.ttrpc"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{sandbox}"
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  disable_apparmor = true
-  # Lowering oom_score_adj needs CAP_SYS_RESOURCE, which root may lack in a VM
-  # sandbox: keep containerd's own.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "{cni_dir}/conf"
-    max_conf_num = 1
-"#,
-        sandbox = images::SANDBOX_IMAGE
-    );
-    fs::write(d.join("config.toml"), config)?;
-    procs::spawn(
-        "containerd",
-        Command::new("containerd")
-            .arg("--config")
-            .arg(d.join("config.toml")),
-    )?;
-    procs::wait_ready("containerd", Duration::from_secs(30), || {
-        crate::run::succeeds(ctr().args(["version"]))
-    })?;
-    for (archive, reference) in images::write(&state("images"))? {
-        checked(ctr().args(["images", "import"]).arg(&archive))
-            .with_context(|| format!("cannot import {reference}"))?;
-    }
-    Ok(())
-}
-
-/// A plain-HTTP GET on loopback; the body when the status is 200.
-pub(super) fn http_get(addr: &str, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let (head, body) = out.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200")
-        .then(|| body.to_string())
-        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
 }
 
 fn start_etcd() -> anyhow::Result<()> {
@@ -273,7 +158,7 @@ fn start_apiserver(pki: &Path) -> anyhow::Result<()> {
         ]),
     )?;
     procs::wait_ready("kube-apiserver", Duration::from_secs(90), || {
-        crate::run::output(kubectl().args(["get", "--raw", "/readyz"])).is_some_and(|o| o == "ok")
+        output(kubectl().args(["get", "--raw", "/readyz"])).is_some_and(|o| o == "ok")
     })
 }
 
@@ -398,53 +283,5 @@ serializeImagePulls: false
     )?;
     procs::wait_ready("kubelet", Duration::from_secs(60), || {
         http_get("127.0.0.1:10248", "/healthz").is_some()
-    })
-}
-
-/// The agent as the README installs it, then deploy/monitoring on the operator's CRDs,
-/// and the operator to reconcile it.
-fn install_agent() -> anyhow::Result<()> {
-    let built = crate::image::image(None, &[])?;
-    checked(ctr().args(["images", "import"]).arg(&built.archive))?;
-    let local = format!("{LOCAL_AGENT_REPOSITORY}:{}", crate::image::VERSION);
-    checked(ctr().args(["images", "tag", "--force", &built.reference, &local]))?;
-    let root = workspace_root();
-    checked(kubectl().arg("apply").arg("-k").arg(root.join(OVERLAY)))?;
-    let crds = super::build::operator_source()?.join("example/prometheus-operator-crd");
-    checked(kubectl().args(["apply", "--server-side", "-f"]).arg(&crds))?;
-    // `kubectl wait` fails at once on a CRD that has no conditions yet: retry.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !crate::run::succeeds(kubectl().args([
-        "wait",
-        "--for=condition=Established",
-        "--timeout=10s",
-        "crd/podmonitors.monitoring.coreos.com",
-        "crd/servicemonitors.monitoring.coreos.com",
-        "crd/prometheusrules.monitoring.coreos.com",
-    ])) {
-        if Instant::now() > deadline {
-            bail!("the Prometheus Operator's CRDs were not Established within 60 s");
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    checked(
-        kubectl()
-            .arg("apply")
-            .arg("-k")
-            .arg(root.join("deploy/monitoring")),
-    )?;
-    super::operator::start()?;
-    checked(kubectl().args([
-        "-n",
-        AGENT_NAMESPACE,
-        "rollout",
-        "status",
-        "daemonset/sidecar-race-agent",
-        "--timeout=180s",
-    ]))
-    .with_context(|| {
-        let pods = crate::run::output(kubectl().args(["-n", AGENT_NAMESPACE, "describe", "pods"]))
-            .unwrap_or_default();
-        format!("the agent's DaemonSet pod did not become Ready:\n{pods}")
     })
 }

@@ -1,6 +1,6 @@
 //! The agent's software bill of materials: CycloneDX 1.6 JSON of the crates built into
 //! the binary for one target, written beside the image and attached to it as an OCI
-//! referrer (`image.rs`).
+//! referrer (`layout.rs`).
 //!
 //! The crates come from `cargo tree -e normal` (what `cargo build -p sidecar-race-agent
 //! --target <triple>` links, with its features resolved alone, not unified with the test
@@ -18,6 +18,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use sha1::{Digest, Sha1};
 
+use super::release::VERSION;
 use crate::run::{cargo, workspace_root};
 
 pub const MEDIA_TYPE: &str = "application/vnd.cyclonedx+json";
@@ -251,7 +252,7 @@ fn document(
             "tools": {"components": [{
                 "type": "application",
                 "name": "cargo xtask image",
-                "version": crate::image::VERSION,
+                "version": VERSION,
             }]},
             "component": component(&crates[&agent.root], lock, &[agent_label.as_str()]),
             "properties": [{"name": "sidecar-race:target", "value": triple}],

@@ -1,7 +1,12 @@
 //! `/proc/self/mountinfo`: where cgroup2 and tracefs really are (hybrid hosts have
-//! cgroup2 at `/sys/fs/cgroup/unified`, so nothing may assume `/sys/fs/cgroup`).
+//! cgroup2 at `/sys/fs/cgroup/unified`, so nothing may assume `/sys/fs/cgroup`), and
+//! what is mounted below a directory. The one parser of the agent, the test kit and
+//! xtask (which must not depend on the agent), with mountinfo's octal escapes undone.
 
-use std::{io, path::PathBuf};
+use std::{
+    io,
+    path::{Path, PathBuf},
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
@@ -9,6 +14,13 @@ pub struct Mount {
     pub fs_type: String,
     /// The path inside the filesystem that is mounted (`/` for a whole cgroup2).
     pub root: String,
+}
+
+impl Mount {
+    /// A cgroup hierarchy: a v1 controller's or the v2 one.
+    pub fn is_cgroup(&self) -> bool {
+        self.fs_type == "cgroup" || self.fs_type == "cgroup2"
+    }
 }
 
 pub fn read_self() -> io::Result<Vec<Mount>> {
@@ -32,6 +44,20 @@ fn parse_line(line: &str) -> Option<Mount> {
         fs_type,
         root,
     })
+}
+
+/// Mount points at or below `dir` (whole path components), deepest first and each
+/// once: the order to unmount them in.
+pub fn mount_points_under(mounts: &[Mount], dir: &Path) -> Vec<PathBuf> {
+    let mut m: Vec<PathBuf> = mounts
+        .iter()
+        .filter(|m| m.mount_point.starts_with(dir))
+        .map(|m| m.mount_point.clone())
+        .collect();
+    // Longest first; equal lengths by name, so that dedup sees every repeat.
+    m.sort_by(|a, b| (b.as_os_str().len().cmp(&a.as_os_str().len())).then_with(|| a.cmp(b)));
+    m.dedup();
+    m
 }
 
 /// mountinfo escapes space, tab, newline and backslash as octal `\040` etc.
@@ -79,6 +105,42 @@ mod tests {
         assert!(
             m.iter()
                 .any(|m| m.mount_point.as_path() == std::path::Path::new("/mnt/with space"))
+        );
+    }
+
+    #[test]
+    fn cgroup_hierarchies_are_v1_and_v2() {
+        let m = parse(HYBRID);
+        let cgroups: Vec<&Path> = m
+            .iter()
+            .filter(|m| m.is_cgroup())
+            .map(|m| m.mount_point.as_path())
+            .collect();
+        assert_eq!(
+            cgroups,
+            [
+                Path::new("/sys/fs/cgroup/unified"),
+                Path::new("/sys/fs/cgroup/systemd")
+            ]
+        );
+    }
+
+    #[test]
+    fn mount_points_under_a_dir_deepest_first_by_components() {
+        let m = parse(
+            "1 0 0:1 / /tmp/sr-cri-12 rw - tmpfs tmpfs rw\n\
+             2 1 0:2 / /tmp/sr-cri-12/root/a\\040b rw - overlay overlay rw\n\
+             3 1 0:3 / /tmp/sr-cri-12/state rw - tmpfs tmpfs rw\n\
+             4 0 0:4 / /tmp/sr-cri-123 rw - tmpfs tmpfs rw\n\
+             5 1 0:3 / /tmp/sr-cri-12/state rw - tmpfs tmpfs rw\n",
+        );
+        assert_eq!(
+            mount_points_under(&m, Path::new("/tmp/sr-cri-12")),
+            [
+                PathBuf::from("/tmp/sr-cri-12/root/a b"),
+                PathBuf::from("/tmp/sr-cri-12/state"),
+                PathBuf::from("/tmp/sr-cri-12"),
+            ]
         );
     }
 

@@ -1,0 +1,19 @@
+//! The pinned versions of what the cluster runs and `cargo xtask setup` builds
+//! (`build.rs`); the tests' defaults name the same (tests/src/manifests.rs,
+//! tests/src/operator_prometheus.rs, tests/tests/krew_plugin.rs).
+
+/// Kubernetes 1.34: the last minor that accepts both Debian 12's containerd 1.6 and a
+/// hybrid cgroup host without overrides (docs/cluster.md).
+pub const KUBERNETES_VERSION: &str = "v1.34.4";
+/// What kube-apiserver 1.34 requires and kubeadm 1.34 ships.
+pub const ETCD_VERSION: &str = "v3.6.16";
+/// The chart's tests (deploy/helm/, tests/tests/helm_chart.rs and the cluster tier).
+pub const HELM_VERSION: &str = "v3.22.0";
+/// Its CRDs (example/prometheus-operator-crd/) before `kubectl apply -k deploy/monitoring`,
+/// and the operator itself (cmd/operator), built by setup.
+pub const OPERATOR_VERSION: &str = "v0.87.1";
+/// The Prometheus the cluster tier runs on the operator's generated configuration
+/// (Debian's 2.42 is built without `kubernetes_sd_configs`). 3.10 is the first release
+/// whose service discoveries can be left out by build tags (`remove_all_sd`); the
+/// operator generates for any version at or above its matrix's last (v3.7.3).
+pub const PROMETHEUS_VERSION: &str = "v3.10.0";
