@@ -33,7 +33,8 @@ pub fn test_tier(args: &[String], extra: &[String], tally: &mut Tally) -> anyhow
         Profile::Dev,
         &[
             ("sidecar-race-agent", &["sidecar-race-agent"]),
-            ("sidecar-race-tests", &["sr-app", "sr-proxy", "sr-uds"]),
+            ("sidecar-race-kit", &["sr-app", "sr-proxy"]),
+            ("sidecar-race-tests", &["sr-uds"]),
         ],
     )?;
     let dir = built[0].parent().expect("a directory").to_path_buf();
