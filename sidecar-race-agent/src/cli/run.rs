@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use clap::Args;
 
 use super::{
-    KernelArgs,
+    kernel::KernelArgs,
     values::{parse_duration, parse_seconds},
 };
 use crate::detect::DetectorConfig;
@@ -153,7 +153,7 @@ mod tests {
     use clap::Parser;
 
     use crate::{
-        cli::{Cli, Command},
+        cli::command::{Cli, Command},
         inventory::sources::PodSourceSpec,
     };
 

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use clap::Args;
 
-use super::KernelArgs;
+use super::kernel::KernelArgs;
 use crate::events::Kind;
 
 #[derive(Debug, Args)]
@@ -69,7 +69,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::cli::{Cli, Command};
+    use crate::cli::command::{Cli, Command};
 
     #[test]
     fn kinds_parse_and_default_to_all() {

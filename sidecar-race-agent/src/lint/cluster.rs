@@ -18,7 +18,12 @@ use kube::{Api, Client, Resource, api::ListParams};
 use serde::{Serialize, de::DeserializeOwned};
 use thiserror::Error;
 
-use super::{KubeVersion, Options, injection::NamespaceMeta, mesh_config, node::Node, workload};
+use super::{
+    mesh_config,
+    node::Node,
+    options::{KubeVersion, Options},
+    workload::{self, NamespaceMeta},
+};
 
 #[derive(Debug, Error)]
 pub enum ClusterError {

@@ -17,10 +17,13 @@
 //!   native-sidecar annotation, where it has one.
 
 use super::{
-    Options, injection, known,
+    finding::Rule,
+    injection, known,
     node::Node,
+    options::Options,
+    outcome::ignores,
     refs,
-    rules::{self, ProbePlan, ProbeSpec, Rule},
+    rules::{self, ProbePlan, ProbeSpec},
     sockets,
     workload::Workload,
 };
@@ -35,7 +38,7 @@ pub fn fix(w: &Workload, opts: &Options) -> Option<Node> {
     for s in sidecars_to_move(w) {
         changed |= move_to_init(w, s, opts, spec);
     }
-    if !super::ignores(w, Rule::InitWaitsForContainer) {
+    if !ignores(w, Rule::InitWaitsForContainer) {
         for s in w
             .info
             .containers
@@ -59,13 +62,13 @@ pub fn fix(w: &Workload, opts: &Options) -> Option<Node> {
         }
     }
     for inj in injection::injections(w, opts) {
-        if inj.injector.id == "linkerd" && !super::ignores(w, Rule::PreStopSleep) {
+        if inj.injector.id == "linkerd" && !ignores(w, Rule::PreStopSleep) {
             changed |= drop_linkerd_wait(template);
         }
         let native = &inj.injector.native;
         if let (Some(key), Some(value)) = (&native.annotation, &native.value)
             && !inj.mode.native()
-            && !super::ignores(w, Rule::MeshNativeSidecarMode)
+            && !ignores(w, Rule::MeshNativeSidecarMode)
         {
             set_annotation(template, key, value);
             changed = true;
@@ -81,7 +84,7 @@ fn sidecars_to_move(w: &Workload) -> Vec<&ContainerInfo> {
         .containers
         .iter()
         .filter(|c| c.role == Role::Init)
-        .filter_map(|c| rules::container(w, &c.name))
+        .filter_map(|c| w.container(&c.name))
         .flat_map(refs::dialed_ports)
         .collect();
     w.info
@@ -91,7 +94,7 @@ fn sidecars_to_move(w: &Workload) -> Vec<&ContainerInfo> {
         .filter(|c| {
             let served = rules::served_ports(w, c);
             let serves = !served.is_empty() || known::sidecar(c).is_some_and(known::serves_app);
-            let wanted = |rule: Rule| !super::ignores(w, rule);
+            let wanted = |rule: Rule| !ignores(w, rule);
             (serves && wanted(Rule::ClassicSidecarServesPort))
                 || (!sockets::shared(w, c).is_empty() && wanted(Rule::ClassicSidecarServesSocket))
                 || (w.is_job() && wanted(Rule::JobWithClassicSidecar))
@@ -155,9 +158,7 @@ fn move_to_init(w: &Workload, s: &ContainerInfo, opts: &Options, spec: &mut Node
     if c.get("startupProbe").is_none() {
         give_probe(&mut c, rules::probe_for(w, s, opts));
     }
-    if rules::container(w, &s.name)
-        .and_then(refs::prestop_sleep)
-        .is_some()
+    if w.container(&s.name).and_then(refs::prestop_sleep).is_some()
         && let Some(lifecycle) = c.get_mut("lifecycle")
     {
         lifecycle.remove("preStop");
@@ -178,7 +179,7 @@ fn first_waiter(w: &Workload, s: &ContainerInfo, inits: &[Node]) -> Option<usize
     inits.iter().position(|init| {
         let name = init.get("name").and_then(Node::as_str).unwrap_or_default();
         w.info.role(name) == Some(Role::Init)
-            && rules::container(w, name)
+            && w.container(name)
                 .is_some_and(|t| refs::dialed_ports(t).iter().any(|p| served.contains(p)))
     })
 }
@@ -209,9 +210,9 @@ fn probe_native(w: &Workload, s: &ContainerInfo, opts: &Options, spec: &mut Node
     }
     let wrong_port = s.startup_probe.as_ref().is_some_and(|p| {
         p.port().is_some()
-            && rules::check(w, opts).iter().any(|f| {
-                f.rule == rules::Rule::StartupProbeWrongPort && f.containers.contains(&s.name)
-            })
+            && rules::check(w, opts)
+                .iter()
+                .any(|f| f.rule == Rule::StartupProbeWrongPort && f.containers.contains(&s.name))
     });
     if s.startup_probe.is_some() && !wrong_port {
         return false;
@@ -250,7 +251,7 @@ fn give_probe(c: &mut Node, plan: ProbePlan) -> bool {
 }
 
 fn unwrap_sleep(w: &Workload, app: &str, spec: &mut Node) -> bool {
-    let Some((command, args)) = rules::container(w, app).and_then(refs::unwrapped) else {
+    let Some((command, args)) = w.container(app).and_then(refs::unwrapped) else {
         return false;
     };
     let Some(containers) = spec.get_mut("containers").and_then(Node::as_seq_mut) else {

@@ -7,45 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use super::{Options, workload::Workload};
+use super::{options::Options, workload::Workload};
 use crate::{
     catalog::{CATALOG, Injector, switched},
     inventory::pod_info::Role,
 };
-
-/// A namespace's labels and annotations (from a Namespace object in the input, or
-/// the live cluster's).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NamespaceMeta {
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-}
-
-/// A mesh-wide default for native injection, and where it was learnt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MeshDefault {
-    pub native: bool,
-    /// `istiod 1.27.2 (ENABLE_NATIVE_SIDECARS unset)`, `--assume-native-mesh` …
-    pub source: String,
-}
-
-/// An injector that injects every pod of the namespaces it covers unless the pod
-/// opts out (its `disable` switch), and where that was learnt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DefaultInjection {
-    /// `consul/consul-connect-injector: -default-inject=true`.
-    pub source: String,
-    /// Namespaces it covers (`*`: all) and those it leaves out.
-    pub allow: Vec<String>,
-    pub deny: Vec<String>,
-}
-
-impl DefaultInjection {
-    pub fn covers(&self, namespace: Option<&str>) -> bool {
-        let ns = namespace.unwrap_or("default");
-        (self.allow.iter().any(|a| a == "*" || a == ns)) && !self.deny.iter().any(|d| d == ns)
-    }
-}
 
 /// How the injected sidecar will run.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use k8s_openapi::api::{
 };
 use kube::{Api, Client, api::ListParams};
 
-use super::injection::{DefaultInjection, MeshDefault};
+use super::options::{DefaultInjection, MeshDefault};
 
 /// Namespaces consul-k8s never injects, whatever its flags.
 const CONSUL_NEVER_INJECTS: [&str; 2] = ["kube-system", "kube-public"];

@@ -1,7 +1,7 @@
 //! `lint` output: a table for people, JSON for programs, and GitHub Actions workflow
 //! commands (`::error file=…,line=…::…`) that CI annotates the manifest with.
 
-use super::{Outcome, Severity};
+use super::{finding::Severity, outcome::Outcome};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {

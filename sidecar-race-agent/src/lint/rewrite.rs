@@ -2,9 +2,10 @@
 //! their text, comments included), or kustomize patches.
 
 use super::{
-    Options, fix,
+    fix,
     input::{self, InputError, Source},
     node::Node,
+    options::Options,
     workload::{self, Workload},
 };
 

@@ -10,7 +10,7 @@
 
 use k8s_openapi::api::core::v1::{Container, VolumeMount};
 
-use super::{known, rules::container, workload::Workload};
+use super::{known, workload::Workload};
 use crate::inventory::pod_info::{ContainerInfo, Role};
 
 /// A Unix socket `sidecar` serves to app containers that mount its volume.
@@ -49,7 +49,7 @@ impl SharedSocket {
 /// The Unix sockets `sidecar` serves that an app container can reach (it mounts the
 /// same volume), the sidecar's own first.
 pub fn shared(w: &Workload, sidecar: &ContainerInfo) -> Vec<SharedSocket> {
-    let Some(t) = container(w, &sidecar.name) else {
+    let Some(t) = w.container(&sidecar.name) else {
         return Vec::new();
     };
     let apps: Vec<&Container> = w
@@ -57,7 +57,7 @@ pub fn shared(w: &Workload, sidecar: &ContainerInfo) -> Vec<SharedSocket> {
         .containers
         .iter()
         .filter(|c| c.role == Role::App)
-        .filter_map(|c| container(w, &c.name))
+        .filter_map(|c| w.container(&c.name))
         .collect();
     // (volume, path relative to its mount, in_dir), in the sidecar's terms.
     let mut found: Vec<(String, String, bool)> = Vec::new();

@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use thiserror::Error;
 
-use super::{injection::NamespaceMeta, input::Location, node::Node};
+use super::{input::Location, node::Node};
 use crate::inventory::pod_info::{PodInfo, Workload as WorkloadName};
 
 #[derive(Debug, Error)]
@@ -17,6 +17,14 @@ pub struct TemplateError {
     pub kind: String,
     pub name: String,
     pub message: String,
+}
+
+/// A namespace's labels and annotations (from a Namespace object in the input, or
+/// the live cluster's).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceMeta {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// Where the pod template sits in an object of `kind` (`[]`: the object is a Pod).
@@ -72,6 +80,16 @@ impl Workload {
 
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations.get(key).map(String::as_str)
+    }
+
+    /// The typed container `name` of the template (any list).
+    pub fn container(&self, name: &str) -> Option<&Container> {
+        let spec = self.pod.spec.as_ref()?;
+        spec.init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .find(|c| c.name == name)
     }
 }
 

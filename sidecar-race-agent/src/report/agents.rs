@@ -7,8 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Deserialize;
 
 use super::{
-    Evidence, Fleet, IncidentCount, RefusalCount, ReportError, Source, WorkloadKey,
-    client::Endpoint, parse_kind, parse_pattern,
+    client::Endpoint,
+    error::ReportError,
+    fleet::{
+        Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey, parse_kind,
+        parse_pattern,
+    },
 };
 use crate::detect::{
     Kind, Phase,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use http_body_util::BodyExt;
 use kube::client::Body;
 
-use super::ReportError;
+use super::error::ReportError;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Range queries over a week of a large fleet can take a while.

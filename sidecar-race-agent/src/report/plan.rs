@@ -9,7 +9,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::{Report, WorkloadReport, render};
+use super::{
+    rank::{Report, WorkloadReport},
+    render,
+};
 use crate::lint::{self, Finding, Severity, Workload, rewrite};
 
 /// Lint's findings for one workload that has not raced.

@@ -9,8 +9,12 @@ use std::{
 use serde::Deserialize;
 
 use super::{
-    Evidence, Fleet, IncidentCount, RefusalCount, ReportError, Source, WorkloadKey,
-    client::Endpoint, parse_kind, parse_pattern,
+    client::Endpoint,
+    error::ReportError,
+    fleet::{
+        Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey, parse_kind,
+        parse_pattern,
+    },
 };
 use crate::detect::Phase;
 

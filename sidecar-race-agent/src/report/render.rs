@@ -5,7 +5,11 @@ use std::fmt::Write as _;
 
 use clap::ValueEnum;
 
-use super::{Fix, Report, Source, WorkloadReport};
+use super::{
+    fixes::Fix,
+    fleet::Source,
+    rank::{Report, WorkloadReport},
+};
 use crate::detect::{Phase, processes::summary};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -17,7 +17,7 @@ use kube::{
     api::{ListParams, PostParams},
 };
 
-use super::{Fleet, ReportError, agents};
+use super::{agents, error::ReportError, fleet::Fleet};
 
 /// The agents' pod label (deploy/base/daemonset.yaml).
 pub const AGENT_SELECTOR: &str = "app.kubernetes.io/name=sidecar-race-agent";

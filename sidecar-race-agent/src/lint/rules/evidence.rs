@@ -1,11 +1,9 @@
-//! What several rules share: the template's containers, the ports a container serves
+//! What several rules share: the ports a container serves
 //! and who dials them, the startupProbe a fix gives, and how findings name them.
-
-use k8s_openapi::api::core::v1::Container;
 
 use crate::{
     inventory::pod_info::{ContainerInfo, Role},
-    lint::{Options, known, refs, sockets, workload::Workload},
+    lint::{known, options::Options, refs, sockets, workload::Workload},
 };
 
 /// A startupProbe `lint --fix` gives a sidecar.
@@ -64,22 +62,12 @@ impl ProbePlan {
     }
 }
 
-/// The typed container `name` of the template (any list).
-pub fn container<'a>(w: &'a Workload, name: &str) -> Option<&'a Container> {
-    let spec = w.pod.spec.as_ref()?;
-    spec.init_containers
-        .iter()
-        .flatten()
-        .chain(&spec.containers)
-        .find(|c| c.name == name)
-}
-
 /// Ports `c` serves: declared, the ports a known proxy gets by redirect, and those a
 /// known sidecar's own flags name.
 pub fn served_ports(w: &Workload, c: &ContainerInfo) -> Vec<u16> {
     let mut ports = c.ports.clone();
     let mut more: Vec<u16> = known::redirect_ports(c).to_vec();
-    if let (Some(s), Some(t)) = (known::sidecar(c), container(w, &c.name)) {
+    if let (Some(s), Some(t)) = (known::sidecar(c), w.container(&c.name)) {
         more.extend(known::flag_ports(s, t));
     }
     for p in more {
@@ -111,7 +99,7 @@ pub fn dialers(w: &Workload, server: &str, port: u16) -> Vec<String> {
                 .flatten()
                 .any(|p| p.port() == Some(port));
             probes
-                || container(w, &c.name).is_some_and(|t| {
+                || w.container(&c.name).is_some_and(|t| {
                     refs::dialed_ports(t).contains(&port)
                         || (known_server && c.role == Role::App && refs::names_loopback_host(t))
                 })
@@ -133,7 +121,7 @@ pub(super) fn dialed(w: &Workload, sidecar: &ContainerInfo) -> Vec<u16> {
 /// socket it serves through a shared volume, else its first port. A TCP connect is no
 /// probe for a sidecar that listens on loopback only.
 pub fn probe_for(w: &Workload, sidecar: &ContainerInfo, opts: &Options) -> ProbePlan {
-    let typed = container(w, &sidecar.name);
+    let typed = w.container(&sidecar.name);
     if let Some(e) = known::ready_endpoint(sidecar, typed) {
         return ProbePlan::Add(
             ProbeSpec::Http {

@@ -4,13 +4,14 @@
 
 use std::collections::BTreeSet;
 
-use super::{
-    Finding, Rule, Severity,
-    evidence::{container, served_ports},
-};
+use super::evidence::served_ports;
 use crate::{
     inventory::pod_info::{ContainerInfo, Role},
-    lint::{refs, workload::Workload},
+    lint::{
+        finding::{Finding, Rule, Severity},
+        refs,
+        workload::Workload,
+    },
 };
 
 /// The position of `name` in the template's `initContainers`.
@@ -32,7 +33,7 @@ fn starts_after(w: &Workload, c: &ContainerInfo, init: &str) -> bool {
 
 pub(super) fn init_waits(w: &Workload, out: &mut Vec<Finding>) {
     for init in w.info.containers.iter().filter(|c| c.role == Role::Init) {
-        let Some(typed) = container(w, &init.name) else {
+        let Some(typed) = w.container(&init.name) else {
             continue;
         };
         let ports = refs::dialed_ports(typed);

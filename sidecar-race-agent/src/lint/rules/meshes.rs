@@ -3,13 +3,14 @@
 //! (an injector that can inject a native sidecar is not asked to), SR011 (one that
 //! cannot, whose sidecar the app uses).
 
-use super::{Finding, Rule, Severity, evidence::dialers};
+use super::evidence::dialers;
 use crate::{
     catalog::CATALOG,
     lint::{
-        Options,
+        finding::{Finding, Rule, Severity},
         injection::{self, Injection},
         known,
+        options::Options,
         workload::Workload,
     },
 };

@@ -2,14 +2,13 @@
 //! Job's pod running), and native sidecars whose startupProbe is missing or checks
 //! the wrong port.
 
-use super::{
-    Finding, Rule, Severity,
-    evidence::{ProbePlan, container, dialed, dialers, list, names, probe_plan, served_ports},
-};
+use super::evidence::{ProbePlan, dialed, dialers, list, names, probe_plan, served_ports};
 use crate::{
     inventory::pod_info::{ContainerInfo, ProbeTarget},
     lint::{
-        Options, known,
+        finding::{Finding, Rule, Severity},
+        known,
+        options::Options,
         sockets::{self, SharedSocket},
         workload::Workload,
     },
@@ -177,7 +176,7 @@ pub(super) fn native_sidecar(
         return;
     };
     // The documented readiness endpoint, asked over HTTP, is right whatever the port.
-    let endpoint = known::ready_endpoint(s, container(w, &s.name));
+    let endpoint = known::ready_endpoint(s, w.container(&s.name));
     let ready_endpoint = matches!(
         (probe, &endpoint),
         (ProbeTarget::HttpGet { port: Some(p), path: Some(path) }, Some(e))

@@ -1,13 +1,14 @@
 //! SR005, SR006: sleeps that guess at ordering: before the app's own command, and in
 //! preStop hooks next to classic sidecars.
 
-use super::{
-    Finding, Rule, Severity,
-    evidence::{container, names},
-};
+use super::evidence::names;
 use crate::{
     inventory::pod_info::{ContainerInfo, Role},
-    lint::{refs, workload::Workload},
+    lint::{
+        finding::{Finding, Rule, Severity},
+        refs,
+        workload::Workload,
+    },
 };
 
 pub(super) fn sleep_hacks(w: &Workload, classic: &[&ContainerInfo], out: &mut Vec<Finding>) {
@@ -22,7 +23,7 @@ pub(super) fn sleep_hacks(w: &Workload, classic: &[&ContainerInfo], out: &mut Ve
         return;
     }
     for app in w.info.containers.iter().filter(|c| c.role == Role::App) {
-        let Some(typed) = container(w, &app.name) else {
+        let Some(typed) = w.container(&app.name) else {
             continue;
         };
         if let Some(wrap) = refs::sleep_wrap(typed) {
@@ -47,7 +48,7 @@ pub(super) fn sleep_hacks(w: &Workload, classic: &[&ContainerInfo], out: &mut Ve
     }
     let classic_names: Vec<String> = classic.iter().map(|c| c.name.clone()).collect();
     for c in w.info.containers.iter().filter(|c| c.role.in_containers()) {
-        let Some(sleep) = container(w, &c.name).and_then(refs::prestop_sleep) else {
+        let Some(sleep) = w.container(&c.name).and_then(refs::prestop_sleep) else {
             continue;
         };
         let (reason, fix) = if c.role == Role::ClassicSidecar {

@@ -1,9 +1,13 @@
 //! SR010: the target cluster's version and native sidecars.
 
-use super::{Finding, Rule, Severity, evidence::names};
+use super::evidence::names;
 use crate::{
     inventory::pod_info::Role,
-    lint::{KubeVersion, workload::Workload},
+    lint::{
+        finding::{Finding, Rule, Severity},
+        options::KubeVersion,
+        workload::Workload,
+    },
 };
 
 pub(super) fn cluster_version(

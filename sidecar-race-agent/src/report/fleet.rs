@@ -1,0 +1,99 @@
+//! The evidence every source fills in ([`Fleet`]), before ranking, and how the
+//! sources' label values and counts are read.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::{
+    detect::{Kind, Phase, processes::ProcessCount},
+    inventory::pod_info::Pattern,
+};
+
+/// Where a report's evidence came from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Source {
+    Prometheus { url: String, range: String },
+    Agents { urls: Vec<String> },
+}
+
+/// A workload as the metrics label it; "" is unknown (no pod metadata).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WorkloadKey {
+    pub namespace: String,
+    pub kind: String,
+    pub name: String,
+}
+
+/// Incidents of one sidecar, phase and pattern. Counts are f64: Prometheus'
+/// `increase()` extrapolates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncidentCount {
+    /// `sidecar_race` or `init_deadlock` (never `app_not_ready`).
+    pub kind: Kind,
+    pub sidecar: String,
+    pub phase: Phase,
+    pub pattern: Pattern,
+    pub count: f64,
+}
+
+/// Refused connections of one client container to one sidecar port, in one phase.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefusalCount {
+    pub container: String,
+    pub sidecar: String,
+    pub port: u16,
+    pub phase: Phase,
+    pub count: f64,
+    /// The refused processes, as incidents show them (none from Prometheus).
+    pub processes: Vec<ProcessCount>,
+    /// Every incident behind these refusals was `guarded`.
+    pub guarded: bool,
+}
+
+/// What a source knows about one workload.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Evidence {
+    /// `None` when the source cannot know (agents keep no pod-start history).
+    pub pod_starts: Option<f64>,
+    pub affected_pod_starts: f64,
+    pub incidents: Vec<IncidentCount>,
+    pub refusals: Vec<RefusalCount>,
+    pub window_p50: Option<f64>,
+    pub window_p95: Option<f64>,
+    /// Job pods kept running by a classic sidecar, by sidecar name.
+    pub stuck_job_pods: BTreeMap<String, f64>,
+}
+
+/// Everything a source collected, before ranking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fleet {
+    pub source: Source,
+    pub workloads: BTreeMap<WorkloadKey, Evidence>,
+}
+/// Counts are whole in reality; `increase()`'s extrapolation is not evidence.
+pub(super) fn whole(x: f64) -> u64 {
+    x.max(0.0).round() as u64
+}
+
+/// A label value, `None` when the agent did not know it ("" from older agents).
+pub(super) fn known(s: &str) -> Option<String> {
+    (!s.is_empty() && s != "unknown").then(|| s.to_string())
+}
+/// An incident kind label; older agents had none (sidecar races only).
+pub fn parse_kind(s: &str) -> Option<Kind> {
+    match s {
+        "" => Some(Kind::SidecarRace),
+        other => Kind::parse(other),
+    }
+}
+
+pub fn parse_pattern(s: &str) -> Pattern {
+    match s {
+        "classic" => Pattern::Classic,
+        "native" => Pattern::Native,
+        "native_probed" => Pattern::NativeProbed,
+        _ => Pattern::Unknown,
+    }
+}
