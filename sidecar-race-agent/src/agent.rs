@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     cgroups::CgroupIndex,
+    ingest::stream::EventStream,
     inventory::{
         Inventory,
         sources::{self, PodSourceSpec, PodUpdate, SourceOptions, SourceStats},
@@ -18,7 +19,6 @@ use crate::{
         probes::{ProbeError, ProbeOptions, Probes, ProcessNames, SetStateHook},
         requirements::{self, Environment, Locations, MissingRequirements},
     },
-    stream::EventStream,
 };
 
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use super::{
     evicted::{Evicted, Made},
     probes::{KindCounts, ProbeError},
 };
-use crate::events::Kind;
+use crate::ingest::events::Kind;
 
 /// The LRU tables whose evictions are told from what the kernel made, used and still
 /// holds (see [`Evicted`]).

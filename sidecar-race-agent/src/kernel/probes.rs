@@ -24,7 +24,7 @@ use super::{
     layout::{KernelLayout, TRACEPOINTS, Tracepoint},
     unix_hooks::{self, UnixCoverage, UnixHookChoice},
 };
-use crate::events::Kind;
+use crate::ingest::events::Kind;
 
 /// The object built by `build.rs` from `sidecar-race-ebpf`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sidecar-race.bpf.o"));

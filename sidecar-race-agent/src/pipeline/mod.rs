@@ -24,7 +24,7 @@ use crate::{
         render::{Filter, IncidentView, view},
         reorder::Reorder,
     },
-    events::KernelEvent,
+    ingest::events::KernelEvent,
     inventory::{Inventory, sources::PodUpdate},
     kernel::probes::SuppressedCounts,
     outcome::Outcome,

@@ -20,12 +20,12 @@ use crate::{
     cli::AuthMode,
     clock,
     detect::DetectorConfig,
-    events::Kind,
     http::{
         self, HttpState,
         auth::{Authenticator, CacheTtls, KubeReviewer, NoClient, Reviewer},
     },
     incident_logs::IncidentLogs,
+    ingest::events::Kind,
     k8s_events::EventPublisher,
     metrics::Metrics,
     pipeline::Pipeline,
@@ -310,7 +310,7 @@ async fn start_events(opts: &AgentOptions, per_minute: u32) -> Option<EventPubli
 
 fn log_counts(
     probes: &crate::kernel::probes::Probes,
-    stream: &crate::stream::EventStream,
+    stream: &crate::ingest::stream::EventStream,
     p: &Pipeline,
     sources: &crate::inventory::sources::SourceStats,
 ) {
