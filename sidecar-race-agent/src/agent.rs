@@ -16,8 +16,12 @@ use crate::{
         store::PodStore,
     },
     kernel::{
-        probes::{ProbeError, ProbeOptions, Probes, ProcessNames, SetStateHook},
+        attach::ProbeError,
+        globals::ProcessNames,
+        options::ProbeOptions,
+        probes::Probes,
         requirements::{self, Environment, Locations, MissingRequirements},
+        tracepoints::SetStateHook,
     },
 };
 

@@ -26,7 +26,7 @@ use crate::{
     },
     ingest::events::KernelEvent,
     inventory::{Inventory, sources::PodUpdate},
-    kernel::probes::SuppressedCounts,
+    kernel::counters::SuppressedCounts,
     outcome::Outcome,
     suppressed::{Reading, Suppressed},
 };
