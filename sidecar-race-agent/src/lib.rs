@@ -5,7 +5,6 @@ pub mod admission;
 pub mod agent;
 pub mod catalog;
 pub mod cgroups;
-pub(crate) mod charge_points;
 pub mod cli;
 pub mod clock;
 pub mod commands;

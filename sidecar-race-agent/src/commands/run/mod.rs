@@ -16,7 +16,6 @@ use tokio::sync::Notify;
 
 use crate::{
     agent::{self, AgentOptions},
-    charge_points::ChargePoints,
     cli::AuthMode,
     clock,
     detect::DetectorConfig,
@@ -27,6 +26,7 @@ use crate::{
     incident_logs::IncidentLogs,
     ingest::events::Kind,
     k8s_events::EventPublisher,
+    kernel::charge_points::ChargePoints,
     metrics::Metrics,
     pipeline::Pipeline,
     shutdown,
