@@ -9,16 +9,20 @@ use tokio::sync::mpsc;
 
 use crate::{
     cgroups::CgroupIndex,
+    ingest::stream::EventStream,
     inventory::{
         Inventory,
         sources::{self, PodSourceSpec, PodUpdate, SourceOptions, SourceStats},
         store::PodStore,
     },
     kernel::{
-        probes::{ProbeError, ProbeOptions, Probes, ProcessNames, SetStateHook},
+        attach::ProbeError,
+        globals::ProcessNames,
+        options::ProbeOptions,
+        probes::Probes,
         requirements::{self, Environment, Locations, MissingRequirements},
+        tracepoints::SetStateHook,
     },
-    stream::EventStream,
 };
 
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::{
     cgroups::id_of,
     detect::{DetectorConfig, Phase, State, render::Filter},
-    events::KernelEvent,
+    ingest::events::KernelEvent,
     inventory::sources::PodUpdate,
     metrics::Metrics,
     pipeline::Pipeline,

@@ -3,18 +3,15 @@
 
 pub mod admission;
 pub mod agent;
-pub(crate) mod batches;
 pub mod catalog;
 pub mod cgroups;
-pub(crate) mod charge_points;
 pub mod cli;
 pub mod clock;
-pub mod comm;
 pub mod commands;
 pub mod detect;
-pub mod events;
 pub mod http;
 pub(crate) mod incident_logs;
+pub mod ingest;
 pub mod inventory;
 pub mod k8s_events;
 pub mod kernel;
@@ -26,12 +23,10 @@ pub mod outcome;
 pub mod pipeline;
 pub mod report;
 pub(crate) mod shutdown;
-pub mod stream;
 pub(crate) mod suppressed;
 pub(crate) mod token_bucket;
 pub(crate) mod trace_record;
 pub mod trace_view;
-pub mod unix_events;
 
 #[cfg(test)]
 mod bounds_tests;

@@ -15,7 +15,7 @@ use crate::{
         Inventory, PodOwner,
         cgroup_path::{self, PathInfo},
     },
-    kernel::probes::SuppressedCounts,
+    kernel::counters::SuppressedCounts,
 };
 
 /// Who suppressed refusals belong to; `None` where unknown.

@@ -10,7 +10,7 @@ use std::{
 use crate::{
     cgroups::CgroupIndex,
     detect::DetectorConfig,
-    events::{CgroupFact, KernelEvent, Owner, SocketFact},
+    ingest::events::{CgroupFact, KernelEvent, Owner, SocketFact},
     inventory::{Inventory, pod_info::PodInfo, store::PodStore},
     pipeline::Pipeline,
 };

@@ -5,9 +5,8 @@ use serde::Serialize;
 
 use crate::{
     clock,
-    events::{KernelEvent, Kind, SocketFact},
+    ingest::events::{KernelEvent, Kind, SocketFact, UnixRefusal},
     inventory::Attribution,
-    unix_events::UnixRefusal,
 };
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -143,7 +142,7 @@ impl TraceRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{CgroupFact, Owner};
+    use crate::ingest::events::{CgroupFact, Owner};
 
     fn refused(local: Option<&str>) -> KernelEvent {
         KernelEvent::Refused(SocketFact {

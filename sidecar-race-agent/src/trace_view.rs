@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use crate::{events::Kind, trace_record::TraceRecord};
+use crate::{ingest::events::Kind, trace_record::TraceRecord};
 
 /// `trace --format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

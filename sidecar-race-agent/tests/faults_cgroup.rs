@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use sidecar_race_agent::{
     cgroups::{CgroupIndex, id_of},
     detect::DetectorConfig,
-    events::{CgroupFact, KernelEvent, Owner, SocketFact},
+    ingest::events::{CgroupFact, KernelEvent, Owner, SocketFact},
     inventory::{Inventory, store::PodStore},
     pipeline::Pipeline,
 };

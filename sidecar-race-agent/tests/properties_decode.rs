@@ -6,9 +6,9 @@
 use std::net::SocketAddr;
 
 use proptest::prelude::*;
-use sidecar_race_agent::unix_events::UnixName;
+use sidecar_race_agent::ingest::events::UnixName;
 use sidecar_race_agent::{
-    events::{DecodeError, KernelEvent, decode},
+    ingest::events::{DecodeError, KernelEvent, decode},
     kernel::{
         layout::{TRACEPOINTS, build},
         tracefs::{EventFormat, TracefsError, parse_format},

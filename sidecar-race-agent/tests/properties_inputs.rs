@@ -13,6 +13,7 @@ use sidecar_race_agent::{
     cgroups::CgroupIndex,
     detect::{Client, DetectorConfig, Fact},
     http::{HttpState, Limits, router},
+    ingest::stream::StreamStats,
     inventory::{
         Inventory,
         cgroup_path::{PathInfo, parse},
@@ -22,7 +23,6 @@ use sidecar_race_agent::{
     lint::input::{Source, objects},
     metrics::Metrics,
     pipeline::Pipeline,
-    stream::StreamStats,
 };
 use tower::ServiceExt;
 

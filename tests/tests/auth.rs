@@ -22,10 +22,10 @@ use sidecar_race_agent::{
         self, HttpState, Limits,
         auth::{AuthCounts, Authenticator, CacheTtls, KubeReviewer},
     },
+    ingest::stream::StreamStats,
     inventory::{Inventory, store::PodStore},
     metrics::{Metrics, Totals, TotalsSource},
     pipeline::Pipeline,
-    stream::StreamStats,
 };
 use sidecar_race_tests::{
     fake_api::{FakeApi, Mode},

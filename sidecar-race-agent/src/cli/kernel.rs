@@ -8,7 +8,7 @@ use super::values::{clean_names, parse_poll_seconds};
 use crate::{
     agent::AgentOptions,
     inventory::sources::{PodSourceSpec, SourceOptions},
-    kernel::{probes::ProbeOptions, unix_hooks::UnixHookChoice},
+    kernel::{options::ProbeOptions, unix_hooks::UnixHookChoice},
 };
 
 #[derive(Debug, Args)]

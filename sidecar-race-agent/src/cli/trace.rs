@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use clap::Args;
 
 use super::kernel::KernelArgs;
-use crate::events::Kind;
+use crate::ingest::events::Kind;
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {

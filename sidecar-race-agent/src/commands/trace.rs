@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::{
     agent::{self, AgentOptions},
     clock,
-    events::{KernelEvent, Kind},
+    ingest::events::{KernelEvent, Kind},
     inventory::{Attribution, pending::Pending},
     shutdown,
     trace_record::TraceRecord,

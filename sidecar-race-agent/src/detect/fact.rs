@@ -3,7 +3,7 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
-use crate::{comm::Comm, unix_events::UnixName};
+use crate::ingest::events::{Comm, UnixName};
 
 /// Which client made a refused connect: its container, or its cgroup when the cgroup
 /// is not a container (a process in the pod cgroup itself). The id is shared with

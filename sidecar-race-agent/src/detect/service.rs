@@ -3,8 +3,8 @@
 //! name, or the path itself when no volume is known).
 
 use crate::{
+    ingest::events::UnixName,
     inventory::{mounts, pod_info::ContainerInfo},
-    unix_events::UnixName,
 };
 
 /// The identity of a Unix socket in a pod.

@@ -26,7 +26,7 @@ use self::{
     cgroup_path::{PathInfo, Runtime},
     store::PodStore,
 };
-use crate::{cgroups::CgroupIndex, events::KernelEvent};
+use crate::{cgroups::CgroupIndex, ingest::events::KernelEvent};
 
 /// Who a kernel event belongs to. Unknown values are `None` (`null` in JSON).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

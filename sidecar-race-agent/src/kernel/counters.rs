@@ -1,5 +1,6 @@
 //! The kernel's exact per-CPU counters, shared: the daemon's loop reads them for its
-//! stats line and the metrics read them at scrape time.
+//! stats line and the metrics read them at scrape time; and the counts they make up
+//! (per kind of event, and the refusals suppressed per cgroup).
 
 use std::collections::BTreeMap;
 
@@ -8,10 +9,29 @@ use parking_lot::Mutex;
 use sidecar_race_ebpf::abi::{counter, kind};
 
 use super::{
+    attach::ProbeError,
     evicted::{Evicted, Made},
-    probes::{KindCounts, ProbeError},
 };
-use crate::events::Kind;
+use crate::ingest::events::Kind;
+
+/// Kernel-side counts for one kind of event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KindCounts {
+    /// Every event the kernel saw (for `refused`: every refusal).
+    pub seen: u64,
+    /// Those the full ring buffer could not take.
+    pub lost: u64,
+    /// Events over their container's budget: counted in the kernel, not sent.
+    pub suppressed: u64,
+}
+
+/// Refusals the kernel counted instead of sending, per cgroup id (monotonic while the
+/// entry lives), and those it had no per-cgroup room for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SuppressedCounts {
+    pub by_cgroup: Vec<(u64, u64)>,
+    pub unkeyed: u64,
+}
 
 /// The LRU tables whose evictions are told from what the kernel made, used and still
 /// holds (see [`Evicted`]).

@@ -6,13 +6,10 @@ use std::fmt;
 use sidecar_race_ebpf::layout::{
     CgroupDir, Config, InetSockSetState, MISSING, TcpReceiveReset, TcpSendReset,
 };
-
 use sidecar_race_ebpf::unix::SyscallArgs;
+use thiserror::Error;
 
-use super::{
-    tracefs::{EventFormat, Tracefs, TracefsError},
-    unix_hooks,
-};
+use super::tracefs::{EventFormat, Tracefs, TracefsError};
 
 /// A tracepoint the agent attaches to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,7 +109,7 @@ impl KernelLayout {
 /// Reads every tracepoint's format and fills in the offsets.
 pub fn from_tracefs(tracefs: &Tracefs) -> KernelLayout {
     KernelLayout {
-        unix_syscalls: unix_hooks::syscall_args(tracefs).map_err(|e| e.to_string()),
+        unix_syscalls: syscall_args(tracefs).map_err(|e| e.to_string()),
         ..build(|tp| tracefs.format(tp.category, tp.name))
     }
 }
@@ -215,10 +212,81 @@ fn offset(fmt: &EventFormat, name: &str, sizes: &[u16]) -> Result<u16, String> {
     Ok(field.offset)
 }
 
+/// Why the syscall tracepoints cannot serve the Unix socket fallback.
+#[derive(Debug, Error)]
+pub enum SyscallArgsError {
+    #[error("{0}")]
+    Tracefs(#[from] TracefsError),
+    #[error("syscall tracepoint {event}: {reason}")]
+    Field { event: &'static str, reason: String },
+}
+
+/// The syscall tracepoints' offsets, from tracefs.
+pub fn syscall_args(tracefs: &Tracefs) -> Result<SyscallArgs, SyscallArgsError> {
+    let field = |event: &'static str, name: &str| -> Result<u16, SyscallArgsError> {
+        let fmt = tracefs.format("syscalls", event)?;
+        let f = fmt.field(name).ok_or_else(|| SyscallArgsError::Field {
+            event,
+            reason: format!("no field `{name}`"),
+        })?;
+        if f.size != 8 {
+            return Err(SyscallArgsError::Field {
+                event,
+                reason: format!("field `{name}` has {} bytes, expected 8", f.size),
+            });
+        }
+        Ok(f.offset)
+    };
+    let exit_ret = field("sys_exit_connect", "ret")?;
+    for exit in ["sys_exit_sendto", "sys_exit_bind", "sys_exit_listen"] {
+        if field(exit, "ret")? != exit_ret {
+            return Err(SyscallArgsError::Field {
+                event: exit,
+                reason: "`ret` is not where sys_exit_connect has it".into(),
+            });
+        }
+    }
+    let fd = field("sys_enter_bind", "fd")?;
+    if field("sys_enter_listen", "fd")? != fd {
+        return Err(SyscallArgsError::Field {
+            event: "sys_enter_listen",
+            reason: "`fd` is not where sys_enter_bind has it".into(),
+        });
+    }
+    let regs = |n: usize| SYSCALL_ARG_REGS.map_or(MISSING, |r| r[n]);
+    Ok(SyscallArgs {
+        regs_connect_addr: regs(1),
+        regs_connect_addrlen: regs(2),
+        regs_sendto_addr: regs(4),
+        regs_sendto_addrlen: regs(5),
+        connect_addr: field("sys_enter_connect", "uservaddr")?,
+        connect_addrlen: field("sys_enter_connect", "addrlen")?,
+        sendto_addr: field("sys_enter_sendto", "addr")?,
+        sendto_addrlen: field("sys_enter_sendto", "addr_len")?,
+        exit_ret,
+        bind_addr: field("sys_enter_bind", "umyaddr")?,
+        bind_addrlen: field("sys_enter_bind", "addrlen")?,
+        fd,
+    })
+}
+
+/// Offsets in `struct pt_regs` of a syscall's six arguments as the task entered it
+/// (the architecture's syscall convention; stable kernel ABI), for the agent's own
+/// architecture, which is the kernel's.
+const SYSCALL_ARG_REGS: Option<[u16; 6]> = if cfg!(target_arch = "x86_64") {
+    // di, si, dx, r10, r8, r9
+    Some([112, 104, 96, 56, 72, 64])
+} else if cfg!(target_arch = "aarch64") {
+    // regs[0..6]; regs[0] is the return value by the exit, the others are kept.
+    Some([0, 8, 16, 24, 32, 40])
+} else {
+    None
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::tracefs::parse_format;
+    use crate::kernel::{btf::Btf, tracefs::parse_format};
 
     /// Fixtures: tracefs formats as kernels of several versions print them.
     fn fixtures(kernel: &str) -> impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError> {
@@ -318,5 +386,23 @@ mod tests {
             .find(|u| u.tracepoint.name == "tcp_receive_reset")
             .unwrap();
         assert!(u.reason.contains("daddr_v6"), "{}", u.reason);
+    }
+
+    /// The registers table agrees with this kernel's own `struct pt_regs`.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn syscall_argument_registers_match_this_kernels_pt_regs() {
+        let Ok(data) = std::fs::read(crate::kernel::btf::VMLINUX) else {
+            eprintln!("skipped: this kernel has no BTF");
+            return;
+        };
+        let btf = Btf::parse(&data).unwrap();
+        let want = SYSCALL_ARG_REGS.unwrap();
+        for (n, reg) in ["di", "si", "dx", "r10", "r8", "r9"]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(btf.offset("pt_regs", reg).unwrap(), want[n], "{reg}");
+        }
     }
 }

@@ -1,11 +1,22 @@
 //! Everything that touches the kernel: tracefs formats, the layout handed to the
 //! programs, loading/attaching, and start-up requirements.
+//!
+//! Loading reads as its steps, each a module: the [`options`], the programs'
+//! [`globals`] (from the [`layout`] and [`btf`] offsets), the [`tracepoints`] and
+//! [`unix_hooks`] attached, then the maps [`probes`] keeps. [`attach`] holds what goes
+//! wrong on the way; [`counters`] what the kernel counts; [`charge_points`] which
+//! cgroups it charges budgets to, kept in line with the cgroup index.
 
+pub mod attach;
 pub mod btf;
+pub mod charge_points;
 pub mod counters;
 mod evicted;
+pub mod globals;
 pub mod layout;
+pub mod options;
 pub mod probes;
 pub mod requirements;
 pub mod tracefs;
+pub mod tracepoints;
 pub mod unix_hooks;

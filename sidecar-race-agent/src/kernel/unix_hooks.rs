@@ -1,7 +1,8 @@
-//! Unix domain socket hooks: which ones this kernel can take, their offsets, and
-//! attaching them. `fexit`/`fentry` on the AF_UNIX operations where the kernel has
-//! BTF; else the `connect`/`sendto` syscall tracepoints filtered to AF_UNIX, which see
-//! refusals but not listeners; else the capability is missing, said in one sentence.
+//! Unix domain socket hooks: which ones this kernel can take, their BTF offsets, and
+//! attaching them (the syscall tracepoints' offsets are the layout's). `fexit`/`fentry`
+//! on the AF_UNIX operations where the kernel has BTF; else the `connect`/`sendto`
+//! syscall tracepoints filtered to AF_UNIX, which see refusals but not listeners; else
+//! the capability is missing, said in one sentence.
 
 use aya::{
     Btf as AyaBtf, Ebpf,
@@ -11,12 +12,10 @@ use sidecar_race_ebpf::{
     layout::MISSING,
     unix::{SyscallArgs, UnixFields},
 };
-use thiserror::Error;
 
 use super::{
+    attach::{chain, verifier_gist},
     btf::{Btf, BtfError},
-    probes::{chain, verifier_gist},
-    tracefs::{Tracefs, TracefsError},
 };
 
 /// Which Unix socket hooks to use (`--unix-hooks`).
@@ -71,22 +70,12 @@ impl UnixCoverage {
     }
 }
 
-#[derive(Debug, Error)]
-pub enum UnixHookError {
-    #[error("{0}")]
-    Btf(#[from] BtfError),
-    #[error("{0}")]
-    Tracefs(#[from] TracefsError),
-    #[error("syscall tracepoint {event}: {reason}")]
-    Field { event: &'static str, reason: String },
-}
-
 /// The BTF offsets the `fexit`/`fentry` programs read.
-pub fn unix_fields(btf: &Btf) -> Result<UnixFields, UnixHookError> {
+pub fn unix_fields(btf: &Btf) -> Result<UnixFields, BtfError> {
     let common = btf.offset("sock", "__sk_common")?;
     let c = |m| Ok::<_, BtfError>(common + btf.offset("sock_common", m)?);
     if btf.offset("unix_sock", "sk")? != 0 {
-        return Err(BtfError::NoMember("unix_sock", "sk").into());
+        return Err(BtfError::NoMember("unix_sock", "sk"));
     }
     Ok(UnixFields {
         socket_sk: btf.offset("socket", "sk")?,
@@ -105,68 +94,6 @@ pub fn unix_fields(btf: &Btf) -> Result<UnixFields, UnixHookError> {
         _pad: 0,
     })
 }
-
-/// The syscall tracepoints' offsets, from tracefs.
-pub fn syscall_args(tracefs: &Tracefs) -> Result<SyscallArgs, UnixHookError> {
-    let field = |event: &'static str, name: &str| -> Result<u16, UnixHookError> {
-        let fmt = tracefs.format("syscalls", event)?;
-        let f = fmt.field(name).ok_or_else(|| UnixHookError::Field {
-            event,
-            reason: format!("no field `{name}`"),
-        })?;
-        if f.size != 8 {
-            return Err(UnixHookError::Field {
-                event,
-                reason: format!("field `{name}` has {} bytes, expected 8", f.size),
-            });
-        }
-        Ok(f.offset)
-    };
-    let exit_ret = field("sys_exit_connect", "ret")?;
-    for exit in ["sys_exit_sendto", "sys_exit_bind", "sys_exit_listen"] {
-        if field(exit, "ret")? != exit_ret {
-            return Err(UnixHookError::Field {
-                event: exit,
-                reason: "`ret` is not where sys_exit_connect has it".into(),
-            });
-        }
-    }
-    let fd = field("sys_enter_bind", "fd")?;
-    if field("sys_enter_listen", "fd")? != fd {
-        return Err(UnixHookError::Field {
-            event: "sys_enter_listen",
-            reason: "`fd` is not where sys_enter_bind has it".into(),
-        });
-    }
-    let regs = |n: usize| SYSCALL_ARG_REGS.map_or(MISSING, |r| r[n]);
-    Ok(SyscallArgs {
-        regs_connect_addr: regs(1),
-        regs_connect_addrlen: regs(2),
-        regs_sendto_addr: regs(4),
-        regs_sendto_addrlen: regs(5),
-        connect_addr: field("sys_enter_connect", "uservaddr")?,
-        connect_addrlen: field("sys_enter_connect", "addrlen")?,
-        sendto_addr: field("sys_enter_sendto", "addr")?,
-        sendto_addrlen: field("sys_enter_sendto", "addr_len")?,
-        exit_ret,
-        bind_addr: field("sys_enter_bind", "umyaddr")?,
-        bind_addrlen: field("sys_enter_bind", "addrlen")?,
-        fd,
-    })
-}
-
-/// Offsets in `struct pt_regs` of a syscall's six arguments as the task entered it
-/// (the architecture's syscall convention; stable kernel ABI), for the agent's own
-/// architecture, which is the kernel's.
-const SYSCALL_ARG_REGS: Option<[u16; 6]> = if cfg!(target_arch = "x86_64") {
-    // di, si, dx, r10, r8, r9
-    Some([112, 104, 96, 56, 72, 64])
-} else if cfg!(target_arch = "aarch64") {
-    // regs[0..6]; regs[0] is the return value by the exit, the others are kept.
-    Some([0, 8, 16, 24, 32, 40])
-} else {
-    None
-};
 
 /// (program, kernel function) of the `fexit` hooks, then the `fentry` one.
 const FEXITS: [(&str, &str); 4] = [
@@ -320,24 +247,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The registers table agrees with this kernel's own `struct pt_regs`.
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn syscall_argument_registers_match_this_kernels_pt_regs() {
-        let Ok(data) = std::fs::read(crate::kernel::btf::VMLINUX) else {
-            eprintln!("skipped: this kernel has no BTF");
-            return;
-        };
-        let btf = Btf::parse(&data).unwrap();
-        let want = SYSCALL_ARG_REGS.unwrap();
-        for (n, reg) in ["di", "si", "dx", "r10", "r8", "r9"]
-            .into_iter()
-            .enumerate()
-        {
-            assert_eq!(btf.offset("pt_regs", reg).unwrap(), want[n], "{reg}");
-        }
-    }
 
     #[test]
     fn a_refused_load_is_told_by_its_verifier_verdict_not_its_whole_log() {

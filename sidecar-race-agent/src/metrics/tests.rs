@@ -12,7 +12,7 @@ use std::{
 use super::*;
 use crate::{
     detect::DetectorConfig,
-    events::{KernelEvent, Kind},
+    ingest::events::{KernelEvent, Kind},
     inventory::{pod_info::PodInfo, sources::PodUpdate},
     outcome::Outcome,
     pipeline::Pipeline,

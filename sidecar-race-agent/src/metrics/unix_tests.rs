@@ -6,10 +6,9 @@ use std::time::Instant;
 use super::*;
 use crate::{
     detect::DetectorConfig,
-    events::{KernelEvent, Owner, UnixFact},
+    ingest::events::{KernelEvent, Owner, UnixFact, UnixName, UnixRefusal},
     inventory::pod_info::PodInfo,
     test_facts::{CHECKOUT as UID, MS, container_path, created, pipeline, pod_path, temp_dir},
-    unix_events::{UnixName, UnixRefusal},
 };
 
 /// The checkout fixture with one emptyDir mounted at /var/run/dapr in `app` and at

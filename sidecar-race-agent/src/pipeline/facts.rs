@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::Pipeline;
 use crate::{
     detect::{Client, Fact},
-    events::{KernelEvent, Owner},
+    ingest::events::{KernelEvent, Owner},
     inventory::{
         PodOwner,
         cgroup_path::{self, PathInfo},

@@ -24,9 +24,9 @@ use crate::{
         render::{Filter, IncidentView, view},
         reorder::Reorder,
     },
-    events::KernelEvent,
+    ingest::events::KernelEvent,
     inventory::{Inventory, sources::PodUpdate},
-    kernel::probes::SuppressedCounts,
+    kernel::counters::SuppressedCounts,
     outcome::Outcome,
     suppressed::{Reading, Suppressed},
 };

@@ -3,7 +3,7 @@
 
 use crate::{
     detect::{DetectorConfig, processes::REST, render::Filter},
-    events::{Comm, KernelEvent},
+    ingest::events::{Comm, KernelEvent},
     pipeline::Pipeline,
     test_facts::{CHECKOUT, MS, checkout_pod, container_path, created, pipeline, pod_path, socket},
 };

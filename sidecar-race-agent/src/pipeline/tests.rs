@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use crate::{
     detect::{DetectorConfig, Kind},
-    events::KernelEvent,
+    ingest::events::KernelEvent,
     inventory::{pod_info::PodInfo, sources::PodUpdate},
     outcome::Outcome,
     test_facts::{CHECKOUT, MS, container_path, created, pipeline, pod_path, socket, temp_dir},

@@ -18,12 +18,12 @@ use sidecar_race_agent::{
     cgroups::CgroupIndex,
     clock,
     detect::DetectorConfig,
-    events::{CgroupFact, KernelEvent, Owner, SocketFact},
     http::{self, HttpState, Limits},
+    ingest::events::{CgroupFact, KernelEvent, Owner, SocketFact},
+    ingest::stream::StreamStats,
     inventory::{Inventory, store::PodStore},
     metrics::Metrics,
     pipeline::Pipeline,
-    stream::StreamStats,
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},

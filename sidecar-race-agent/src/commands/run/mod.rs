@@ -16,17 +16,17 @@ use tokio::sync::Notify;
 
 use crate::{
     agent::{self, AgentOptions},
-    charge_points::ChargePoints,
     cli::AuthMode,
     clock,
     detect::DetectorConfig,
-    events::Kind,
     http::{
         self, HttpState,
         auth::{Authenticator, CacheTtls, KubeReviewer, NoClient, Reviewer},
     },
     incident_logs::IncidentLogs,
+    ingest::events::Kind,
     k8s_events::EventPublisher,
+    kernel::charge_points::ChargePoints,
     metrics::Metrics,
     pipeline::Pipeline,
     shutdown,
@@ -310,7 +310,7 @@ async fn start_events(opts: &AgentOptions, per_minute: u32) -> Option<EventPubli
 
 fn log_counts(
     probes: &crate::kernel::probes::Probes,
-    stream: &crate::stream::EventStream,
+    stream: &crate::ingest::stream::EventStream,
     p: &Pipeline,
     sources: &crate::inventory::sources::SourceStats,
 ) {

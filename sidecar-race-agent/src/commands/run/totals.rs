@@ -10,12 +10,12 @@ use parking_lot::Mutex;
 
 use crate::{
     http::auth::AuthCounts,
+    ingest::stream::StreamStats,
     inventory::sources::SourceStats,
     k8s_events::PublisherStats,
     kernel::counters::KernelCounters,
     metrics::{BoundsTotals, KernelTotals, Totals, TotalsSource},
     pipeline::Pipeline,
-    stream::StreamStats,
 };
 
 pub(super) struct NodeTotals {

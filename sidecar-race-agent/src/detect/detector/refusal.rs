@@ -9,12 +9,12 @@ use super::{
     instances::Instance,
 };
 use crate::{
-    comm::Comm,
     detect::{
         fact::Client,
         incident::{Episode, Hidden, Incident, Phase},
         listeners::{Listener, canonical, covers, is_loopback},
     },
+    ingest::events::Comm,
     inventory::{pod_info::PodInfo, pod_meta::PodMeta},
 };
 

@@ -10,14 +10,13 @@ use super::{
     Change, Detector, Key, NotARace, Service, refusal::count_refusal, refusal::not_a_race,
 };
 use crate::{
-    comm::Comm,
     detect::{
         fact::Client,
         incident::{Episode, Hidden, Incident, Phase},
         service::UnixSocket,
     },
+    ingest::events::{Comm, UnixName},
     inventory::{pod_info::ContainerInfo, pod_meta::PodMeta},
-    unix_events::UnixName,
 };
 
 impl Detector {

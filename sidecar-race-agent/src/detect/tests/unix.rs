@@ -3,8 +3,8 @@
 use super::*;
 use crate::{
     detect::{service::SocketKey, socket_view::SocketView},
+    ingest::events::UnixName,
     inventory::mounts::Mount,
-    unix_events::UnixName,
 };
 
 /// checkout with daprd's socket volume: the app mounts it at /var/run/dapr, the

@@ -14,11 +14,11 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use tokio::{io::unix::AsyncFd, sync::watch, task::JoinHandle};
 
-use crate::{
+use super::{
     batches::{self, BatchReceiver, BatchSender},
-    clock,
-    events::{self, KernelEvent, Kind},
+    events::{Decoder, KernelEvent, Kind},
 };
+use crate::clock;
 
 /// How often the reader wakes without events, to prove it is alive.
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -85,7 +85,7 @@ impl EventStream {
         let reader_stats = stats.clone();
         let reader = tokio::spawn(async move {
             let mut fd = fd;
-            let mut decoder = events::Decoder::default();
+            let mut decoder = Decoder::default();
             // Each ring's last batch size, for the next to reserve.
             let (mut batch, mut control_batch) = (0, 0);
             loop {
@@ -158,7 +158,7 @@ const MAX_BATCH: usize = 4096;
 /// storm's batch of hundreds is allocated once rather than grown by doubling.
 fn drain(
     ring: &mut RingBuf<MapData>,
-    decoder: &mut events::Decoder,
+    decoder: &mut Decoder,
     last_batch: &mut usize,
     tx: &BatchSender,
     stats: &StreamStats,

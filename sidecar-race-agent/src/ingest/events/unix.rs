@@ -1,11 +1,11 @@
 //! Decoding the kernel's Unix socket records (`unix_refused`, `unix_listen`,
-//! `unix_listen_closed`) into typed facts; called from `events::decode`.
+//! `unix_listen_closed`) into typed facts; called from [`super::decode`].
 
 use std::sync::Arc;
 
 use sidecar_race_ebpf::unix::{ECONNREFUSED, ENOENT, UnixEvent, hook};
 
-use crate::events::{Owner, until_nul};
+use super::{c_string::until_nul, owner::Owner};
 
 /// A Unix socket's name as bound or dialed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

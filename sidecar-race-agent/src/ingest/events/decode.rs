@@ -1,18 +1,19 @@
-//! Decoding ring-buffer records into typed kernel facts: the one place that knows
-//! the byte layout, with length checks.
-
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+//! Decoding one ring-buffer record: its header says the kind, its length must be that
+//! kind's record size, and the fact is read from the bytes as the kernel laid them out.
 
 use sidecar_race_ebpf::abi::{
-    self, AF_INET, AF_INET6, CGROUP_EVENT_SIZE, CgroupEvent, Header, SOCKET_EVENT_SIZE,
-    SocketEvent, flags, kind,
+    self, CGROUP_EVENT_SIZE, CgroupEvent, Header, SOCKET_EVENT_SIZE, SocketEvent, kind,
 };
 use sidecar_race_ebpf::unix::{UNIX_EVENT_SIZE, UnixEvent};
 use thiserror::Error;
 
-pub use crate::comm::Comm;
-pub use crate::unix_events::UnixFact;
-use crate::unix_events::{RecentNames, unix_fact};
+use super::{
+    cgroup::cgroup_fact,
+    kernel_event::KernelEvent,
+    owner::Owner,
+    socket::socket_fact,
+    unix::{RecentNames, unix_fact},
+};
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -26,155 +27,6 @@ pub enum DecodeError {
         len: usize,
         expected: usize,
     },
-}
-
-/// The kinds of kernel event, with the names users see (`trace --kinds`, JSON `kind`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    serde::Serialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum Kind {
-    Refused,
-    Listen,
-    ListenClosed,
-    CgroupCreated,
-    CgroupRemoved,
-    UnixRefused,
-    UnixListen,
-    UnixListenClosed,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 8] = [
-        Kind::Refused,
-        Kind::Listen,
-        Kind::ListenClosed,
-        Kind::CgroupCreated,
-        Kind::CgroupRemoved,
-        Kind::UnixRefused,
-        Kind::UnixListen,
-        Kind::UnixListenClosed,
-    ];
-
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-
-    pub fn from_name(name: &str) -> Option<Kind> {
-        name.parse().ok()
-    }
-
-    /// The ABI code of this kind.
-    pub fn code(self) -> u8 {
-        match self {
-            Kind::Refused => kind::REFUSED,
-            Kind::Listen => kind::LISTEN,
-            Kind::ListenClosed => kind::LISTEN_CLOSED,
-            Kind::CgroupCreated => kind::CGROUP_CREATED,
-            Kind::CgroupRemoved => kind::CGROUP_REMOVED,
-            Kind::UnixRefused => kind::UNIX_REFUSED,
-            Kind::UnixListen => kind::UNIX_LISTEN,
-            Kind::UnixListenClosed => kind::UNIX_LISTEN_CLOSED,
-        }
-    }
-}
-
-/// The task behind a socket event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
-    pub cgroup_id: u64,
-    pub pid: u32,
-    pub tgid: u32,
-    pub comm: Comm,
-}
-
-/// `refused`, `listen`, `listen_closed`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SocketFact {
-    pub ts_boot_ns: u64,
-    pub owner: Owner,
-    pub ipv6: bool,
-    /// The client end for `refused`; the listening address for listeners.
-    pub src: SocketAddr,
-    /// The destination as dialed (`refused` only).
-    pub dst: Option<SocketAddr>,
-    /// Where the local stack refused the SYN, when that differs from `dst` (a NAT redirect).
-    pub local_dst: Option<SocketAddr>,
-    /// When the listen started, boot ns; 0 when unknown, and for refusals.
-    pub start_boot_ns: u64,
-}
-
-/// `cgroup_created`, `cgroup_removed`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CgroupFact {
-    pub ts_boot_ns: u64,
-    pub cgroup_id: u64,
-    pub level: u32,
-    /// Relative to the cgroup2 mount, starting with `/`.
-    pub path: String,
-    pub truncated: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KernelEvent {
-    Refused(SocketFact),
-    Listen(SocketFact),
-    ListenClosed(SocketFact),
-    CgroupCreated(CgroupFact),
-    CgroupRemoved(CgroupFact),
-    UnixRefused(UnixFact),
-    UnixListen(UnixFact),
-    UnixListenClosed(UnixFact),
-}
-
-impl KernelEvent {
-    pub fn kind(&self) -> Kind {
-        match self {
-            KernelEvent::Refused(_) => Kind::Refused,
-            KernelEvent::Listen(_) => Kind::Listen,
-            KernelEvent::ListenClosed(_) => Kind::ListenClosed,
-            KernelEvent::CgroupCreated(_) => Kind::CgroupCreated,
-            KernelEvent::CgroupRemoved(_) => Kind::CgroupRemoved,
-            KernelEvent::UnixRefused(_) => Kind::UnixRefused,
-            KernelEvent::UnixListen(_) => Kind::UnixListen,
-            KernelEvent::UnixListenClosed(_) => Kind::UnixListenClosed,
-        }
-    }
-
-    pub fn ts_boot_ns(&self) -> u64 {
-        match self {
-            KernelEvent::Refused(s) | KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
-                s.ts_boot_ns
-            }
-            KernelEvent::CgroupCreated(c) | KernelEvent::CgroupRemoved(c) => c.ts_boot_ns,
-            KernelEvent::UnixRefused(u)
-            | KernelEvent::UnixListen(u)
-            | KernelEvent::UnixListenClosed(u) => u.ts_boot_ns,
-        }
-    }
-
-    pub fn cgroup_id(&self) -> u64 {
-        match self {
-            KernelEvent::Refused(s) | KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
-                s.owner.cgroup_id
-            }
-            KernelEvent::CgroupCreated(c) | KernelEvent::CgroupRemoved(c) => c.cgroup_id,
-            KernelEvent::UnixRefused(u)
-            | KernelEvent::UnixListen(u)
-            | KernelEvent::UnixListenClosed(u) => u.owner.cgroup_id,
-        }
-    }
 }
 
 /// Decodes one ring-buffer record.
@@ -227,7 +79,7 @@ impl Decoder {
             kind::UNIX_REFUSED | kind::UNIX_LISTEN | kind::UNIX_LISTEN_CLOSED => {
                 expect(UNIX_EVENT_SIZE)?;
                 let ev = read::<UnixEvent>(bytes);
-                let fact = unix_fact(&ev, owner(&ev.owner), &mut self.names);
+                let fact = unix_fact(&ev, Owner::from(&ev.owner), &mut self.names);
                 Ok(match header.kind {
                     kind::UNIX_REFUSED => KernelEvent::UnixRefused(fact),
                     kind::UNIX_LISTEN => KernelEvent::UnixListen(fact),
@@ -247,74 +99,12 @@ fn read<T: Copy>(bytes: &[u8]) -> T {
     unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
 }
 
-fn socket_fact(ev: &SocketEvent) -> SocketFact {
-    let ipv6 = match ev.family {
-        AF_INET6 => true,
-        AF_INET => false,
-        // Kernel without a family field: v4-mapped addresses are IPv4 sockets.
-        _ => Ipv6Addr::from(ev.src_addr).to_ipv4_mapped().is_none(),
-    };
-    let addr = |a: [u8; 16], port: u16| SocketAddr::new(ip(a, ipv6), port);
-    let is_refused = ev.header.kind == kind::REFUSED;
-    let dst = is_refused.then(|| addr(ev.dst_addr, ev.dst_port));
-    let local_dst = (is_refused && ev.header.flags & flags::HAS_LOCAL_DST != 0)
-        .then(|| addr(ev.local_dst_addr, ev.local_dst_port))
-        .filter(|local| Some(*local) != dst);
-    SocketFact {
-        ts_boot_ns: ev.header.ts_boot_ns,
-        owner: owner(&ev.owner),
-        ipv6,
-        src: addr(ev.src_addr, ev.src_port),
-        dst,
-        local_dst,
-        start_boot_ns: ev.start_boot_ns,
-    }
-}
-
-fn owner(o: &abi::Owner) -> Owner {
-    Owner {
-        cgroup_id: o.cgroup_id,
-        pid: o.pid,
-        tgid: o.tgid,
-        comm: Comm::from_c_bytes(&o.comm),
-    }
-}
-
-/// IPv4 sockets carry v4-mapped addresses; IPv6 sockets keep theirs as they are
-/// (a v4-mapped destination dialed from an IPv6 socket stays `::ffff:a.b.c.d`).
-fn ip(a: [u8; 16], ipv6: bool) -> IpAddr {
-    let v6 = Ipv6Addr::from(a);
-    match (ipv6, v6.to_ipv4_mapped()) {
-        (false, Some(v4)) => IpAddr::V4(v4),
-        (false, None) => IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])),
-        (true, _) => IpAddr::V6(v6),
-    }
-}
-
-fn cgroup_fact(ev: &CgroupEvent) -> CgroupFact {
-    let len = (ev.path_len as usize).min(ev.path.len());
-    CgroupFact {
-        ts_boot_ns: ev.header.ts_boot_ns,
-        cgroup_id: ev.cgroup_id,
-        level: ev.level,
-        path: c_string(&ev.path[..len]),
-        truncated: ev.header.flags & flags::PATH_TRUNCATED != 0,
-    }
-}
-
-fn c_string(b: &[u8]) -> String {
-    String::from_utf8_lossy(until_nul(b)).into_owned()
-}
-
-/// A kernel string field's bytes up to its first NUL (all of them when it has none).
-pub(crate) fn until_nul(b: &[u8]) -> &[u8] {
-    &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())]
-}
-
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv6Addr;
+
     use super::*;
-    use sidecar_race_ebpf::abi::{Owner as AbiOwner, v4_mapped};
+    use sidecar_race_ebpf::abi::{AF_INET, AF_INET6, Owner as AbiOwner, flags, v4_mapped};
 
     fn bytes_of<T: Copy>(v: &T) -> Vec<u8> {
         // SAFETY: plain-data repr(C) value; reading its bytes is fine.
@@ -481,13 +271,5 @@ mod tests {
         let mut cg = ev.clone();
         cg[0] = kind::CGROUP_CREATED;
         assert!(matches!(decode(&cg), Err(DecodeError::WrongSize { .. })));
-    }
-
-    #[test]
-    fn kind_names_round_trip() {
-        for k in Kind::ALL {
-            assert_eq!(Kind::from_name(k.name()), Some(k));
-        }
-        assert_eq!(Kind::from_name("nope"), None);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::{fmt, ops::Deref};
 
-use crate::events::until_nul;
+use super::c_string::until_nul;
 
 /// The kernel's `comm` field: at most 15 bytes and a NUL (16 when filled to the end).
 const CAPACITY: usize = 16;

@@ -10,7 +10,7 @@ use std::sync::{
 
 use tokio::sync::mpsc;
 
-use crate::events::KernelEvent;
+use super::events::KernelEvent;
 
 /// The records sent and not yet taken, shared by both ends.
 #[derive(Debug)]

@@ -15,7 +15,7 @@ pub trait Marks {
     fn unmark(&mut self, cgroup_id: u64);
 }
 
-impl Marks for crate::kernel::probes::Probes {
+impl Marks for super::probes::Probes {
     fn mark(&mut self, cgroup_id: u64) -> Result<(), String> {
         self.mark_charge_point(cgroup_id).map_err(|e| e.to_string())
     }

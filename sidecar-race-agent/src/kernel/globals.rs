@@ -1,0 +1,144 @@
+//! The programs' globals (`CONFIG`, `TASK`, `UNIX`): this kernel's layout and the
+//! options, with the struct offsets read from its BTF where it has them. What a
+//! missing offset costs is kept, to be said once the programs run.
+
+use aya::EbpfLoader;
+use sidecar_race_ebpf::{
+    layout::{CgroupFields, Config, SockFields, TaskFields},
+    unix::{SyscallArgs, UnixConfig, UnixFields},
+};
+
+use super::{btf, layout::KernelLayout, options::ProbeOptions, unix_hooks};
+
+/// The globals as bytes to override, and what their offsets allow.
+pub(super) struct Globals {
+    config: [u8; size_of::<Config>()],
+    task: [u8; size_of::<TaskFields>()],
+    unix: [u8; size_of::<UnixConfig>()],
+    /// The socket offsets the BTF tracepoint needs, or why they are missing.
+    pub sock: Result<(), String>,
+    /// The Unix socket offsets the `fexit` hooks need, or why they are missing.
+    pub unix_fields: Result<UnixFields, String>,
+    /// Why budgets are charged per cgroup rather than per container, if they are.
+    pub per_cgroup_budgets: Option<String>,
+    pub process_names: ProcessNames,
+}
+
+impl Globals {
+    /// The layout's config with the options and the BTF offsets filled in.
+    pub(super) fn new(layout: &KernelLayout, opts: &ProbeOptions) -> Self {
+        let mut config = layout.config;
+        config.cgroup2_hierarchy = opts.cgroup2_hierarchy;
+        config.refusal_budget = opts.refusal_budget;
+        config.control_budget = opts.control_budget;
+        let offsets = BtfOffsets::read(opts.set_state_btf);
+        let per_cgroup_budgets = match offsets.cgroup {
+            Ok(fields) => {
+                config.cgroup = fields;
+                None
+            }
+            Err(why) => Some(why),
+        };
+        let sock = offsets.sock;
+        if let Ok(fields) = sock {
+            config.sock = fields;
+        }
+        let task = offsets.task;
+        let process_names = match &task {
+            Ok(_) => ProcessNames::Leader,
+            Err(why) => ProcessNames::Thread {
+                why_not_leader: why.clone(),
+            },
+        };
+        let unix_fields = offsets.unix;
+        let unix_config = UnixConfig {
+            fields: unix_fields.clone().unwrap_or(UnixFields::UNSET),
+            syscalls: layout.unix_syscalls.clone().unwrap_or(SyscallArgs::UNSET),
+        };
+        Globals {
+            config: config_bytes(&config),
+            task: task_bytes(&task.unwrap_or(TaskFields::UNSET)),
+            unix: plain_bytes(&unix_config),
+            sock: sock.map(|_| ()),
+            unix_fields,
+            per_cgroup_budgets,
+            process_names,
+        }
+    }
+
+    /// Sets them for the object `loader` loads.
+    pub(super) fn set<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        loader
+            .override_global("CONFIG", &self.config, true)
+            .override_global("TASK", &self.task, true)
+            .override_global("UNIX", &self.unix, true);
+    }
+}
+
+/// Whose `comm` the kernel records as a socket owner's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessNames {
+    /// The thread-group leader's: the process name.
+    Leader,
+    /// The connecting thread's own (no BTF offsets for `task_struct`), and why.
+    Thread { why_not_leader: String },
+}
+
+/// The config as the bytes of the `CONFIG` global (a byte array is `aya::Pod`).
+fn config_bytes(config: &Config) -> [u8; size_of::<Config>()] {
+    // SAFETY: Config is repr(C) plain data with explicit padding fields.
+    unsafe { std::mem::transmute_copy(config) }
+}
+
+/// The offsets the agent reads from the kernel's BTF itself (aya does not expose
+/// member offsets), each set or why it is missing.
+struct BtfOffsets {
+    cgroup: Result<CgroupFields, String>,
+    sock: Result<SockFields, String>,
+    task: Result<TaskFields, String>,
+    unix: Result<UnixFields, String>,
+}
+
+impl BtfOffsets {
+    /// Reads and parses vmlinux once for every set (the socket's only with
+    /// `set_state_btf`). The file and the parse are freed on return, before aya parses
+    /// the BTF again, so the two are never held at once.
+    fn read(set_state_btf: bool) -> Self {
+        let vmlinux = std::fs::read(btf::VMLINUX).map_err(|e| format!("{}: {e}", btf::VMLINUX));
+        let parsed = vmlinux
+            .as_deref()
+            .map_err(Clone::clone)
+            .and_then(|data| btf::Btf::parse(data).map_err(|e| e.to_string()));
+        BtfOffsets {
+            cgroup: from_btf(&parsed, btf::cgroup_fields),
+            sock: if set_state_btf {
+                from_btf(&parsed, btf::sock_fields)
+            } else {
+                Err("turned off".to_string())
+            },
+            task: from_btf(&parsed, btf::task_fields),
+            unix: from_btf(&parsed, unix_hooks::unix_fields),
+        }
+    }
+}
+
+/// One set of offsets from the parsed BTF, or why there is none.
+fn from_btf<T, E: ToString>(
+    parsed: &Result<btf::Btf, String>,
+    fields: impl Fn(&btf::Btf) -> Result<T, E>,
+) -> Result<T, String> {
+    let btf = parsed.as_ref().map_err(Clone::clone)?;
+    fields(btf).map_err(|e| e.to_string())
+}
+
+/// A plain-data global (`UNIX`) as bytes (a byte array is `aya::Pod`).
+fn plain_bytes(config: &UnixConfig) -> [u8; size_of::<UnixConfig>()] {
+    // SAFETY: UnixConfig is repr(C) plain data with explicit padding fields.
+    unsafe { std::mem::transmute_copy(config) }
+}
+
+/// The task offsets as the bytes of the `TASK` global.
+fn task_bytes(task: &TaskFields) -> [u8; size_of::<TaskFields>()] {
+    // SAFETY: TaskFields is repr(C) plain data without padding.
+    unsafe { std::mem::transmute_copy(task) }
+}
