@@ -5,6 +5,7 @@ mod arm64_tier;
 mod bench;
 mod cluster;
 mod cross;
+mod demo;
 mod guest_userland;
 mod host;
 mod image;
@@ -63,7 +64,12 @@ enum Task {
     },
     /// Set up, build, then make a real startup race in a simulated pod and show what
     /// the agent saw.
-    Demo,
+    Demo {
+        /// On a throwaway cluster instead (`cluster up`, root): the Event, the metric
+        /// through Prometheus, `report` and `lint --fix`; then `cluster down`.
+        #[arg(long)]
+        cluster: bool,
+    },
     /// A throwaway single-node Kubernetes (built by setup) with the agent installed
     /// from deploy/ (root): `up`, `down`, `status`. See docs/cluster.md.
     Cluster {
@@ -177,13 +183,8 @@ fn main() -> anyhow::Result<()> {
             setup::ensure(Tier::Demo)?;
             soak::soak(minutes, out)
         }
-        Task::Demo => {
-            setup::ensure(Tier::Demo)?;
-            build()?;
-            run::checked(&mut std::process::Command::new(
-                run::workspace_root().join("target/debug/sr-demo"),
-            ))
-        }
+        Task::Demo { cluster: false } => demo::simulated(),
+        Task::Demo { cluster: true } => demo::on_cluster(),
     }
 }
 
