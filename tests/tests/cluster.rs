@@ -1295,3 +1295,57 @@ fn case11_lints_fix_of_the_corpus_examples_runs_without_the_races_the_originals_
         );
     }
 }
+
+/// `cargo xtask demo --cluster`'s program, run against the tier's cluster as the demo
+/// runs it: what it prints names the Event, the metric read through Prometheus, the
+/// report's ranking of the racing workload and lint's patch (so the demo cannot rot).
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case12_the_cluster_demo_shows_the_event_the_metric_the_report_and_the_patch() {
+    cluster();
+    let out = sidecar_race_tests::tools::run(
+        &mut std::process::Command::new(sidecar_race_tests::pod::require_binary(
+            &sidecar_race_tests::pod::sibling_binary("sr-cluster-demo"),
+        )),
+        None,
+    );
+    eprintln!("{out}");
+    let has = |want: &str| assert!(out.contains(want), "no `{want}` in:\n{out}");
+    has("Warning SidecarStartupRace pod/checkout-");
+    has("== on the fixed pod demo-fixed/checkout-");
+    has(": no Event");
+    has("demo-fixed's 0 times");
+    let metric = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("sidecar_race_incidents_total{"))
+        .unwrap_or_else(|| panic!("no incident series in:\n{out}"));
+    for label in [
+        "namespace=\"demo-race\"",
+        "workload_kind=\"Deployment\"",
+        "workload=\"checkout\"",
+        "sidecar=\"proxy\"",
+        "phase=\"startup\"",
+        "job=\"sidecar-race-agent\"",
+    ] {
+        assert!(metric.contains(label), "no {label} in `{metric}`");
+    }
+    assert!(metric.ends_with("} 1"), "one incident: `{metric}`");
+    let report = out
+        .split("== sidecar-race-agent report --agents-via-api")
+        .nth(1)
+        .and_then(|r| r.split("\n== ").next())
+        .unwrap_or_else(|| panic!("no report in:\n{out}"));
+    assert!(
+        report
+            .lines()
+            .any(|l| l.contains("demo-race") && l.contains("checkout")),
+        "the report does not rank demo-race/checkout:\n{report}"
+    );
+    let patch = out
+        .split("lint --fix=patch")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no patch in:\n{out}"));
+    for want in ["initContainers", "restartPolicy: Always", "startupProbe"] {
+        assert!(patch.contains(want), "no `{want}` in the patch:\n{patch}");
+    }
+}
