@@ -7,7 +7,7 @@ use std::{process::Command, time::Instant};
 
 use crate::{
     cluster,
-    run::{checked, workspace_root},
+    run::{cargo, checked, workspace_root},
     setup::{self, Tier},
 };
 
@@ -28,7 +28,7 @@ xtask: the cluster demo: a throwaway single-node Kubernetes on this machine, a r
 /// The simulated-pod demo.
 pub fn simulated() -> anyhow::Result<()> {
     setup::ensure(Tier::Demo)?;
-    crate::build()?;
+    build()?;
     checked(&mut Command::new(
         workspace_root().join("target/debug/sr-demo"),
     ))
@@ -39,7 +39,7 @@ pub fn on_cluster() -> anyhow::Result<()> {
     eprintln!("{CLUSTER_INTRO}\n");
     let started = Instant::now();
     setup::ensure(Tier::Cluster)?;
-    crate::build()?;
+    build()?;
     eprintln!(
         "xtask: set-up and build took {} s",
         started.elapsed().as_secs()
@@ -64,4 +64,17 @@ pub fn on_cluster() -> anyhow::Result<()> {
         started.elapsed().as_secs()
     );
     demo.and(down)
+}
+
+/// The agent and the simulated pod kit (the demo's programs): not the test suite's
+/// crate, whose CRI bindings need protoc and a longer build.
+pub fn build() -> anyhow::Result<()> {
+    checked(cargo().args([
+        "build",
+        "-p",
+        "sidecar-race-agent",
+        "-p",
+        "sidecar-race-kit",
+        "--bins",
+    ]))
 }

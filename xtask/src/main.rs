@@ -103,7 +103,7 @@ fn main() -> anyhow::Result<()> {
         Task::Setup => setup::ensure(Tier::Test),
         Task::Build => {
             setup::ensure(Tier::Build)?;
-            build()
+            demo::build()
         }
         Task::Image { name, arch } => {
             ensure_for_arches(&arch)?;
@@ -186,19 +186,6 @@ fn main() -> anyhow::Result<()> {
         Task::Demo { cluster: false } => demo::simulated(),
         Task::Demo { cluster: true } => demo::on_cluster(),
     }
-}
-
-/// The agent and the simulated pod kit (the demo's programs): not the test suite's
-/// crate, whose CRI bindings need protoc and a longer build.
-fn build() -> anyhow::Result<()> {
-    run::checked(run::cargo().args([
-        "build",
-        "-p",
-        "sidecar-race-agent",
-        "-p",
-        "sidecar-race-kit",
-        "--bins",
-    ]))
 }
 
 /// Every binary of the workspace (the test tiers run the test kit's too).
