@@ -8,7 +8,6 @@
 
 pub mod bench_verdicts;
 pub mod bpf;
-pub mod cluster;
 pub mod cri;
 pub mod docs;
 pub mod fake_api;
@@ -16,12 +15,12 @@ pub mod house;
 pub mod manifests;
 pub mod metrics_text;
 pub mod operator;
-pub mod operator_prometheus;
-pub mod prometheus;
 pub mod soak;
 pub mod tools;
 pub mod vm;
 pub mod vm_arch;
 
-// The simulated pod kit, where the tests have always found it.
-pub use sidecar_race_kit::{agent, http, pod, root, scenario};
+// The simulated pod kit and the cluster's view, where the tests have always found them.
+pub use sidecar_race_kit::{
+    agent, cluster, http, operator_prometheus, pod, prometheus, root, scenario, stand_in,
+};

@@ -1,6 +1,6 @@
 //! The `cluster` tier: real pods run by a real kubelet (Kubernetes 1.34 built from
 //! source, containerd 1.6, the CNI bridge), the agent installed from deploy/ as the
-//! README says, through `cargo xtask cluster up` (see tests/src/cluster.rs).
+//! README says, through `cargo xtask cluster up` (see tests/kit/src/cluster.rs).
 //!
 //! Ignored by a plain `cargo test`: `cargo xtask test` runs them after starting the
 //! cluster (one for all cases, `--test-threads=1`) and takes it down after. Without a
@@ -14,11 +14,16 @@ use sidecar_race_tests::{
     agent::{agent_binary, incidents_at_as},
     bpf::{bpf_ids_of, bpftool_ids},
     cluster::{
-        AGENT_NAMESPACE, AGENT_SELECTOR, BUSYBOX_IMAGE, TestNamespace, cluster, condition,
-        container_id, container_pids, container_status, wait_until,
+        AGENT_NAMESPACE, AGENT_SELECTOR, TestNamespace, cluster, condition, container_id,
+        container_pids, container_status, name, refused_printed, running_pod, running_pod_matching,
+        uid, wait_event, wait_until,
     },
     http::{get, get_as},
-    operator_prometheus::{self, generated_config},
+    operator_prometheus::{
+        self, POD_MONITOR_JOB, SERVICE_MONITOR_JOB, cleanup_scraper_rbac, generated_config,
+        prometheus_resource, scraper_rbac,
+    },
+    stand_in::{LATE_S, deployment, dialer, late_listener, listen, listener, shell},
 };
 
 /// A namespace of this run (the agent's counters are per namespace and workload, so
@@ -32,24 +37,6 @@ fn fresh_namespace(base: &str) -> TestNamespace {
 /// IDs from its next poll of /pods, up to --pods-poll-seconds after the race).
 fn named_and_resolved(i: &Value) -> bool {
     i["state"] == "resolved" && i["container"].is_string()
-}
-
-/// The Event with `reason` on pod `pod` in `ns`, as `kubectl get events` lists it.
-fn wait_event(ns: &str, pod: &str, reason: &str) -> Value {
-    let c = cluster();
-    wait_until(
-        &format!("the {reason} Event on {ns}/{pod}"),
-        Duration::from_secs(30),
-        || {
-            let selector = format!("involvedObject.name={pod}");
-            c.json(&["-n", ns, "get", "events", "--field-selector", &selector])["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|e| e["reason"] == reason)
-                .cloned()
-        },
-    )
 }
 
 /// The agent's incidents for one pod UID (read with the scraper's token: the
@@ -66,106 +53,6 @@ fn metrics(addr: &str) -> String {
         .expect("the agent's /metrics answers");
     assert_eq!(status, 200, "{body}");
     body
-}
-
-fn uid(pod: &Value) -> String {
-    pod["metadata"]["uid"].as_str().unwrap().to_string()
-}
-
-fn name(pod: &Value) -> String {
-    pod["metadata"]["name"].as_str().unwrap().to_string()
-}
-
-/// A busybox container running `script`.
-fn shell(name: &str, script: &str) -> Value {
-    json!({
-        "name": name, "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-        "command": ["/bin/sh", "-c", script],
-    })
-}
-
-/// A Deployment of one pod with `spec`'s containers (and init containers).
-fn deployment(ns: &str, name: &str, pod_spec: Value) -> String {
-    let mut spec = pod_spec;
-    if spec["terminationGracePeriodSeconds"].is_null() {
-        spec["terminationGracePeriodSeconds"] = json!(5);
-    }
-    json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
-        },
-    })
-    .to_string()
-}
-
-/// Dials 127.0.0.1:`port` every 100 ms until it answers, counting the refusals, prints
-/// `refused <n>`, then keeps a request a second going.
-fn dialer(port: u16) -> String {
-    format!(
-        "n=0; until nc -w 1 127.0.0.1 {port} </dev/null >/dev/null 2>&1; do n=$((n+1)); sleep 0.1; done; \
-         echo \"refused $n\"; while :; do nc -w 1 127.0.0.1 {port} </dev/null >/dev/null 2>&1; sleep 1; done"
-    )
-}
-
-/// How late a stand-in sidecar starts to listen, in seconds. The kubelet starts the
-/// app of a native sidecar only once a later sync sees the sidecar running, which
-/// took about 1.7 s on a busy CI node (3 dials in a 2 s window): 4 s still leaves
-/// the app a race window of 2 s or more, dials 100 ms apart, whatever the declaration.
-const LATE_S: u32 = 4;
-
-/// Starts, in the background, a listener on `port` that accepts every connection.
-fn listen(port: u16) -> String {
-    format!("nc -ll -p {port} -e /bin/true & ")
-}
-
-/// Listens on `port` at once; exits at once on SIGTERM.
-fn listener(port: u16) -> String {
-    format!("trap 'exit 0' TERM; {}wait", listen(port))
-}
-
-/// Listens on `port` after `LATE_S` seconds; exits at once on SIGTERM.
-fn late_listener(port: u16) -> String {
-    format!("trap 'exit 0' TERM; sleep {LATE_S}; {}wait", listen(port))
-}
-
-/// The count a dialer printed.
-fn refused_printed(ns: &str, pod: &str, container: &str) -> u64 {
-    let c = cluster();
-    let line = wait_until(
-        "the app's refusal count in its log",
-        Duration::from_secs(60),
-        || {
-            c.logs(ns, pod, container)
-                .lines()
-                .find_map(|l| l.strip_prefix("refused ").map(str::to_string))
-        },
-    );
-    line.trim().parse().expect("a count")
-}
-
-/// The Running pod of a Deployment, with every container's ID known.
-fn running_pod(ns: &str, app: &str) -> Value {
-    running_pod_matching(ns, &format!("app={app}"))
-}
-
-/// The Running pod `selector` matches, with every container's ID known.
-fn running_pod_matching(ns: &str, selector: &str) -> Value {
-    cluster().wait_pod(
-        ns,
-        selector,
-        &format!("{ns}/{selector}'s pod running"),
-        Duration::from_secs(90),
-        |p| {
-            p["status"]["phase"] == "Running"
-                && p["status"]["containerStatuses"]
-                    .as_array()
-                    .is_some_and(|cs| cs.iter().all(|c| c["containerID"].is_string()))
-        },
-    )
 }
 
 #[test]
@@ -1033,73 +920,6 @@ fn case7_report_via_the_api_servers_pod_proxy_lint_cluster_and_the_kubectl_plugi
     let _ = std::fs::remove_dir_all(&bin);
 }
 
-/// The scrape job names the operator gives the shipped PodMonitor and ServiceMonitor.
-const POD_MONITOR_JOB: &str = "podMonitor/sidecar-race/sidecar-race-agent/0";
-const SERVICE_MONITOR_JOB: &str = "serviceMonitor/sidecar-race/sidecar-race-agent/0";
-
-/// ServiceAccount `prometheus` in `ns` with what a Prometheus needs to discover and
-/// scrape the agent: list and watch pods, Services and their endpoints, and `get` on
-/// the non-resource URL /metrics (for an agent that checks the scraper's token).
-/// Cluster-scoped objects are named after `ns`; `cleanup_scraper_rbac` removes them.
-fn scraper_rbac(ns: &str) {
-    let c = cluster();
-    c.kubectl(&["-n", ns, "create", "serviceaccount", "prometheus"]);
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": ns},
-        "rules": [
-            {"apiGroups": [""], "resources": ["pods", "services", "endpoints"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
-            {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
-        ],
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ns},
-        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": ns}],
-    });
-    c.apply(&role.to_string());
-    c.apply(&binding.to_string());
-}
-
-fn cleanup_scraper_rbac(ns: &str) {
-    let _ = cluster()
-        .cmd()
-        .args([
-            "delete",
-            "clusterrolebinding,clusterrole",
-            ns,
-            "--ignore-not-found",
-        ])
-        .output();
-}
-
-/// A Prometheus resource for the operator: Prometheus `version` (the operator
-/// generates for that version), no pods (`replicas: 0`: no image is pulled here; the
-/// operator generates the configuration all the same), ServiceAccount `prometheus`,
-/// and `select`ing the agent's monitors and rules in the agent's namespace.
-fn prometheus_resource(ns: &str, name: &str, version: &str, select: &[&str]) -> String {
-    let agent = json!({"matchLabels": {"app.kubernetes.io/name": "sidecar-race-agent"}});
-    let agent_ns = json!({"matchLabels": {"kubernetes.io/metadata.name": AGENT_NAMESPACE}});
-    let mut spec = json!({
-        "version": version,
-        "replicas": 0,
-        "serviceAccountName": "prometheus",
-        "ruleSelector": agent, "ruleNamespaceSelector": agent_ns,
-    });
-    for kind in select {
-        spec[format!("{kind}Selector")] = agent.clone();
-        spec[format!("{kind}NamespaceSelector")] = agent_ns.clone();
-    }
-    json!({
-        "apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": spec,
-    })
-    .to_string()
-}
-
 /// `curl` of the agent's /metrics without a token: its HTTP status.
 fn unauthenticated_curl_status(addr: &str) -> String {
     sidecar_race_tests::tools::run(
@@ -1473,5 +1293,59 @@ fn case11_lints_fix_of_the_corpus_examples_runs_without_the_races_the_originals_
             "{}: the fixed pod got incidents: {none:#?}",
             shape.file
         );
+    }
+}
+
+/// `cargo xtask demo --cluster`'s program, run against the tier's cluster as the demo
+/// runs it: what it prints names the Event, the metric read through Prometheus, the
+/// report's ranking of the racing workload and lint's patch (so the demo cannot rot).
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case12_the_cluster_demo_shows_the_event_the_metric_the_report_and_the_patch() {
+    cluster();
+    let out = sidecar_race_tests::tools::run(
+        &mut std::process::Command::new(sidecar_race_tests::pod::require_binary(
+            &sidecar_race_tests::pod::sibling_binary("sr-cluster-demo"),
+        )),
+        None,
+    );
+    eprintln!("{out}");
+    let has = |want: &str| assert!(out.contains(want), "no `{want}` in:\n{out}");
+    has("Warning SidecarStartupRace pod/checkout-");
+    has("== on the fixed pod demo-fixed/checkout-");
+    has(": no Event");
+    has("demo-fixed's 0 times");
+    let metric = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("sidecar_race_incidents_total{"))
+        .unwrap_or_else(|| panic!("no incident series in:\n{out}"));
+    for label in [
+        "namespace=\"demo-race\"",
+        "workload_kind=\"Deployment\"",
+        "workload=\"checkout\"",
+        "sidecar=\"proxy\"",
+        "phase=\"startup\"",
+        "job=\"sidecar-race-agent\"",
+    ] {
+        assert!(metric.contains(label), "no {label} in `{metric}`");
+    }
+    assert!(metric.ends_with("} 1"), "one incident: `{metric}`");
+    let report = out
+        .split("== sidecar-race-agent report --agents-via-api")
+        .nth(1)
+        .and_then(|r| r.split("\n== ").next())
+        .unwrap_or_else(|| panic!("no report in:\n{out}"));
+    assert!(
+        report
+            .lines()
+            .any(|l| l.contains("demo-race") && l.contains("checkout")),
+        "the report does not rank demo-race/checkout:\n{report}"
+    );
+    let patch = out
+        .split("lint --fix=patch")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no patch in:\n{out}"));
+    for want in ["initContainers", "restartPolicy: Always", "startupProbe"] {
+        assert!(patch.contains(want), "no `{want}` in the patch:\n{patch}");
     }
 }

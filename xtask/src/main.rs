@@ -5,6 +5,7 @@ mod arm64_tier;
 mod bench;
 mod cluster;
 mod cross;
+mod demo;
 mod guest_userland;
 mod host;
 mod image;
@@ -63,7 +64,12 @@ enum Task {
     },
     /// Set up, build, then make a real startup race in a simulated pod and show what
     /// the agent saw.
-    Demo,
+    Demo {
+        /// On a throwaway cluster instead (`cluster up`, root): the Event, the metric
+        /// through Prometheus, `report` and `lint --fix`; then `cluster down`.
+        #[arg(long)]
+        cluster: bool,
+    },
     /// A throwaway single-node Kubernetes (built by setup) with the agent installed
     /// from deploy/ (root): `up`, `down`, `status`. See docs/cluster.md.
     Cluster {
@@ -97,7 +103,7 @@ fn main() -> anyhow::Result<()> {
         Task::Setup => setup::ensure(Tier::Test),
         Task::Build => {
             setup::ensure(Tier::Build)?;
-            build()
+            demo::build()
         }
         Task::Image { name, arch } => {
             ensure_for_arches(&arch)?;
@@ -177,27 +183,9 @@ fn main() -> anyhow::Result<()> {
             setup::ensure(Tier::Demo)?;
             soak::soak(minutes, out)
         }
-        Task::Demo => {
-            setup::ensure(Tier::Demo)?;
-            build()?;
-            run::checked(&mut std::process::Command::new(
-                run::workspace_root().join("target/debug/sr-demo"),
-            ))
-        }
+        Task::Demo { cluster: false } => demo::simulated(),
+        Task::Demo { cluster: true } => demo::on_cluster(),
     }
-}
-
-/// The agent and the simulated pod kit (the demo's programs): not the test suite's
-/// crate, whose CRI bindings need protoc and a longer build.
-fn build() -> anyhow::Result<()> {
-    run::checked(run::cargo().args([
-        "build",
-        "-p",
-        "sidecar-race-agent",
-        "-p",
-        "sidecar-race-kit",
-        "--bins",
-    ]))
 }
 
 /// Every binary of the workspace (the test tiers run the test kit's too).

@@ -2,9 +2,19 @@
 //! out as the kubelet lays them out, real processes), the stand-in `sr-proxy` and
 //! `sr-app`, and the agent binary run as a user runs it. `cargo xtask demo` builds
 //! this crate and the agent alone; the test suite (`sidecar-race-tests`) builds on it.
+//!
+//! And the view of the real cluster of `cargo xtask cluster up` (`cluster`: kubectl,
+//! pods, the agent's pod; `stand_in`: busybox pods; `operator_prometheus`: the real
+//! Prometheus on the Prometheus Operator's configuration), which the cluster tier and
+//! `cargo xtask demo --cluster` (`sr-cluster-demo`) share. Nothing here needs protoc.
 
 pub mod agent;
+pub mod cluster;
+pub mod command;
 pub mod http;
+pub mod operator_prometheus;
 pub mod pod;
+pub mod prometheus;
 pub mod root;
 pub mod scenario;
+pub mod stand_in;

@@ -28,12 +28,12 @@ use std::{
     time::Duration,
 };
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::{
-    cluster::{cluster, wait_until},
+    cluster::{AGENT_NAMESPACE, cluster, wait_until},
+    command::run,
     prometheus::Prometheus,
-    tools::run,
 };
 
 /// Where client-go's in-cluster configuration reads the token and the CA.
@@ -48,7 +48,7 @@ const DEFAULT_PROMETHEUS: &str = ".cache/sidecar-race/go/prometheus-v3.10.0/bin/
 /// The Prometheus binary: `SIDECAR_RACE_PROMETHEUS_BIN` (not `SIDECAR_RACE_PROMETHEUS`: `report --prometheus` reads that), or the one `cargo xtask setup`
 /// built.
 pub fn binary() -> PathBuf {
-    crate::tools::go_tool("SIDECAR_RACE_PROMETHEUS_BIN", DEFAULT_PROMETHEUS)
+    crate::command::go_tool("SIDECAR_RACE_PROMETHEUS_BIN", DEFAULT_PROMETHEUS)
 }
 
 /// The binary's version, `vX.Y.Z`: what the Prometheus resource names, so that the
@@ -183,4 +183,71 @@ pub fn series(prom: &Prometheus, promql: &str, count: usize, timeout: Duration) 
             (found.len() == count).then_some(found)
         },
     )
+}
+
+/// The scrape job names the operator gives the shipped PodMonitor and ServiceMonitor.
+pub const POD_MONITOR_JOB: &str = "podMonitor/sidecar-race/sidecar-race-agent/0";
+pub const SERVICE_MONITOR_JOB: &str = "serviceMonitor/sidecar-race/sidecar-race-agent/0";
+
+/// ServiceAccount `prometheus` in `ns` with what a Prometheus needs to discover and
+/// scrape the agent: list and watch pods, Services and their endpoints, and `get` on
+/// the non-resource URL /metrics (for an agent that checks the scraper's token).
+/// Cluster-scoped objects are named after `ns`; `cleanup_scraper_rbac` removes them.
+pub fn scraper_rbac(ns: &str) {
+    let c = cluster();
+    c.kubectl(&["-n", ns, "create", "serviceaccount", "prometheus"]);
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": ns},
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods", "services", "endpoints"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+            {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+        ],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ns},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": ns}],
+    });
+    c.apply(&role.to_string());
+    c.apply(&binding.to_string());
+}
+
+pub fn cleanup_scraper_rbac(ns: &str) {
+    let _ = cluster()
+        .cmd()
+        .args([
+            "delete",
+            "clusterrolebinding,clusterrole",
+            ns,
+            "--ignore-not-found",
+        ])
+        .output();
+}
+
+/// A Prometheus resource for the operator: Prometheus `version` (the operator
+/// generates for that version), no pods (`replicas: 0`: no image is pulled here; the
+/// operator generates the configuration all the same), ServiceAccount `prometheus`,
+/// and `select`ing the agent's monitors and rules in the agent's namespace.
+pub fn prometheus_resource(ns: &str, name: &str, version: &str, select: &[&str]) -> String {
+    let agent = json!({"matchLabels": {"app.kubernetes.io/name": "sidecar-race-agent"}});
+    let agent_ns = json!({"matchLabels": {"kubernetes.io/metadata.name": AGENT_NAMESPACE}});
+    let mut spec = json!({
+        "version": version,
+        "replicas": 0,
+        "serviceAccountName": "prometheus",
+        "ruleSelector": agent, "ruleNamespaceSelector": agent_ns,
+    });
+    for kind in select {
+        spec[format!("{kind}Selector")] = agent.clone();
+        spec[format!("{kind}NamespaceSelector")] = agent_ns.clone();
+    }
+    json!({
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    })
+    .to_string()
 }

@@ -24,9 +24,10 @@ impl Prometheus {
     /// `scrape_configs` entry).
     pub fn start(scrape: &Value) -> Self {
         let dir = Self::fresh_dir("");
-        let rules =
-            std::fs::read_to_string(crate::tools::workspace().join("deploy/monitoring/rules.yaml"))
-                .unwrap();
+        let rules = std::fs::read_to_string(
+            crate::command::workspace().join("deploy/monitoring/rules.yaml"),
+        )
+        .unwrap();
         assert!(
             rules.contains("  interval: 1m\n"),
             "rules.yaml evaluates every minute"

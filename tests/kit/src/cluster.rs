@@ -18,7 +18,7 @@ use std::{
 use serde_json::Value;
 use sidecar_race_testbed::agent;
 
-use crate::tools::run;
+use crate::command::run;
 
 /// Where `cargo xtask cluster up` writes the admin kubeconfig (xtask/src/cluster).
 const DEFAULT_KUBECONFIG: &str = "/var/lib/sidecar-race-cluster/admin.kubeconfig";
@@ -147,8 +147,7 @@ impl Cluster {
     pub fn scraper_token(&self) -> &'static str {
         static TOKEN: OnceLock<String> = OnceLock::new();
         TOKEN.get_or_init(|| {
-            let scraper =
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/monitoring/scraper.yaml");
+            let scraper = crate::command::workspace().join("deploy/monitoring/scraper.yaml");
             self.kubectl(&["apply", "-f", scraper.to_str().unwrap()]);
             wait_until(
                 "the scraper token Secret filled in",
@@ -300,4 +299,68 @@ pub fn container_pids(container_id: &str) -> Vec<u32> {
         (!pids.is_empty()).then_some(pids)
     })
     .unwrap_or_default()
+}
+
+/// The Event with `reason` on pod `pod` in `ns`, as `kubectl get events` lists it.
+pub fn wait_event(ns: &str, pod: &str, reason: &str) -> Value {
+    let c = cluster();
+    wait_until(
+        &format!("the {reason} Event on {ns}/{pod}"),
+        Duration::from_secs(30),
+        || {
+            let selector = format!("involvedObject.name={pod}");
+            c.json(&["-n", ns, "get", "events", "--field-selector", &selector])["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|e| e["reason"] == reason)
+                .cloned()
+        },
+    )
+}
+
+/// A pod's UID.
+pub fn uid(pod: &Value) -> String {
+    pod["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+/// A pod's name.
+pub fn name(pod: &Value) -> String {
+    pod["metadata"]["name"].as_str().unwrap().to_string()
+}
+
+/// The count a dialer printed.
+pub fn refused_printed(ns: &str, pod: &str, container: &str) -> u64 {
+    let c = cluster();
+    let line = wait_until(
+        "the app's refusal count in its log",
+        Duration::from_secs(60),
+        || {
+            c.logs(ns, pod, container)
+                .lines()
+                .find_map(|l| l.strip_prefix("refused ").map(str::to_string))
+        },
+    );
+    line.trim().parse().expect("a count")
+}
+
+/// The Running pod of a Deployment, with every container's ID known.
+pub fn running_pod(ns: &str, app: &str) -> Value {
+    running_pod_matching(ns, &format!("app={app}"))
+}
+
+/// The Running pod `selector` matches, with every container's ID known.
+pub fn running_pod_matching(ns: &str, selector: &str) -> Value {
+    cluster().wait_pod(
+        ns,
+        selector,
+        &format!("{ns}/{selector}'s pod running"),
+        Duration::from_secs(90),
+        |p| {
+            p["status"]["phase"] == "Running"
+                && p["status"]["containerStatuses"]
+                    .as_array()
+                    .is_some_and(|cs| cs.iter().all(|c| c["containerID"].is_string()))
+        },
+    )
 }
