@@ -9,7 +9,7 @@ use std::{
 
 use serde_json::{Value, json};
 
-use sidecar_race_kit::http::{free_port, get};
+use crate::http::{free_port, get};
 
 /// A Prometheus server of its own, on a free loopback port, removed on drop.
 pub struct Prometheus {
