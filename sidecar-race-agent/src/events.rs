@@ -90,9 +90,10 @@ impl Kind {
     }
 }
 
-/// The task behind a socket event.
+/// The task behind a socket event, as the kernel saw it: its process and cgroup (who
+/// the event belongs to, pod and container, is the inventory's `Attribution`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
+pub struct Sender {
     pub cgroup_id: u64,
     pub pid: u32,
     pub tgid: u32,
@@ -103,7 +104,7 @@ pub struct Owner {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketFact {
     pub ts_boot_ns: u64,
-    pub owner: Owner,
+    pub owner: Sender,
     pub ipv6: bool,
     /// The client end for `refused`; the listening address for listeners.
     pub src: SocketAddr,
@@ -271,8 +272,8 @@ fn socket_fact(ev: &SocketEvent) -> SocketFact {
     }
 }
 
-fn owner(o: &abi::Owner) -> Owner {
-    Owner {
+fn owner(o: &abi::Owner) -> Sender {
+    Sender {
         cgroup_id: o.cgroup_id,
         pid: o.pid,
         tgid: o.tgid,
@@ -375,7 +376,7 @@ mod tests {
         };
         assert_eq!(
             f.owner,
-            Owner {
+            Sender {
                 cgroup_id: 4242,
                 pid: 77,
                 tgid: 70,

@@ -143,12 +143,12 @@ impl TraceRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{CgroupFact, Owner};
+    use crate::events::{CgroupFact, Sender};
 
     fn refused(local: Option<&str>) -> KernelEvent {
         KernelEvent::Refused(SocketFact {
             ts_boot_ns: 1,
-            owner: Owner {
+            owner: Sender {
                 cgroup_id: 7,
                 pid: 10,
                 tgid: 9,
