@@ -3,7 +3,7 @@
 //! about, so no sink filters the detector's changes again or reaches back into the
 //! pipeline, the detector or the inventory.
 
-use crate::detect::render::IncidentView;
+use crate::{detect::render::IncidentView, inventory::Attribution};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -20,7 +20,7 @@ pub enum Outcome {
     /// A pod start the agent saw, once its names are known or the wait for them is over.
     PodStarted {
         pod_uid: String,
-        names: PodNames,
+        who: Attribution,
     },
     StuckJob(StuckJob),
 }
@@ -47,13 +47,4 @@ pub enum StuckJob {
     Found(Box<IncidentView>),
     /// Incident `id` ended: the sidecar stopped or the pod went away.
     Ended(u64),
-}
-
-/// The names of a pod as its pod source reports them; `None` while unknown.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodNames {
-    pub namespace: Option<String>,
-    pub workload_kind: Option<String>,
-    pub workload: Option<String>,
-    pub pod: Option<String>,
 }

@@ -12,27 +12,17 @@ use std::{
 use crate::{
     detect::Client,
     inventory::{
-        Inventory, PodOwner,
+        Attribution, Inventory, PodOwner,
         cgroup_path::{self, PathInfo},
     },
     kernel::probes::SuppressedCounts,
 };
 
-/// Who suppressed refusals belong to; `None` where unknown.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Owner {
-    pub namespace: Option<String>,
-    pub workload_kind: Option<String>,
-    pub workload: Option<String>,
-    pub pod: Option<String>,
-    pub container: Option<String>,
-}
-
-/// What one reading adds: counts per owner, and the cgroups whose kernel entries may
-/// now be deleted (removed cgroups whose final value was just read).
+/// What one reading adds: counts per pod and container, and the cgroups whose kernel
+/// entries may now be deleted (removed cgroups whose final value was just read).
 #[derive(Debug, Default)]
 pub struct Reading {
-    pub deltas: Vec<(Owner, u64)>,
+    pub deltas: Vec<(Attribution, u64)>,
     pub forget: Vec<u64>,
 }
 
@@ -68,7 +58,7 @@ impl Suppressed {
         let unkeyed = counts.unkeyed.saturating_sub(self.unkeyed);
         self.unkeyed = self.unkeyed.max(counts.unkeyed);
         if unkeyed > 0 {
-            out.deltas.push((Owner::default(), unkeyed));
+            out.deltas.push((Attribution::default(), unkeyed));
         }
         for &(cgroup_id, value) in &counts.by_cgroup {
             let t = self.cgroups.entry(cgroup_id).or_insert(Tracked {
@@ -83,11 +73,9 @@ impl Suppressed {
                 .resolve(cgroup_id)
                 .map_or(PathInfo::Unknown, cgroup_path::parse);
             let names = inventory.names(info.clone());
-            let pod = names
-                .pod_uid
-                .as_deref()
-                .and_then(|uid| inventory.pods.pod(uid));
-            let named = pod.is_some() && !names.lacks_container_name();
+            // Named: the pod source reported the pod and, for a container's cgroup,
+            // the container.
+            let named = names.pod.is_some() && !names.lacks_container_name();
             let may_wait = inventory.has_pod_source
                 && !last
                 && now.duration_since(t.first_seen) < wait
@@ -97,14 +85,7 @@ impl Suppressed {
                     let e = self.by_client.entry(key).or_insert((0, now));
                     *e = (e.0 + t.held, now);
                 }
-                let owner = Owner {
-                    namespace: names.namespace.clone(),
-                    workload_kind: pod.map(|p| p.workload.kind.clone()),
-                    workload: pod.map(|p| p.workload.name.clone()),
-                    pod: names.pod.clone(),
-                    container: names.container.clone(),
-                };
-                out.deltas.push((owner, t.held));
+                out.deltas.push((names, t.held));
                 t.held = 0;
             }
             if t.held == 0 && inventory.cgroups.is_removed(cgroup_id) {

@@ -28,7 +28,7 @@ pub use self::{
     cap::{DEFAULT_MAX_SERIES, DEFAULT_SERIES_TTL},
     totals::{BoundsTotals, KernelTotals, Totals, TotalsSource},
 };
-use crate::{outcome::Outcome, suppressed::Owner};
+use crate::{inventory::Attribution, outcome::Outcome};
 
 pub struct Metrics {
     registry: Registry,
@@ -87,7 +87,7 @@ impl Metrics {
     }
 
     /// Adds suppressed refusals, per owner (already deltas).
-    pub fn add_suppressed(&mut self, deltas: &[(Owner, u64)], now: Instant) {
+    pub fn add_suppressed(&mut self, deltas: &[(Attribution, u64)], now: Instant) {
         self.sink.add_suppressed(deltas, now);
     }
 }

@@ -13,7 +13,11 @@ use super::*;
 use crate::{
     detect::DetectorConfig,
     events::{KernelEvent, Kind},
-    inventory::{pod_info::PodInfo, sources::PodUpdate},
+    inventory::{
+        Attribution,
+        pod_info::{PodInfo, Workload},
+        sources::PodUpdate,
+    },
     outcome::Outcome,
     pipeline::Pipeline,
     test_facts::{
@@ -123,12 +127,15 @@ fn golden_exposition() {
         ]),
     })));
     let mut m = m;
-    let app = crate::suppressed::Owner {
+    let app = Attribution {
         namespace: Some("shop".into()),
-        workload_kind: Some("Deployment".into()),
-        workload: Some("checkout".into()),
+        workload: Some(Workload {
+            kind: "Deployment".into(),
+            name: "checkout".into(),
+        }),
         pod: Some("checkout-7d4b9c8f5-x2k8q".into()),
         container: Some("app".into()),
+        ..Attribution::default()
     };
     m.add_suppressed(
         &[(app.clone(), 300), (Default::default(), 2), (app, 20)],
@@ -289,23 +296,23 @@ fn thirty_thousand_job_runs_keep_new_workloads_labelled() {
     let runs = 30_000u64;
     for run in 0..runs {
         let now = t0 + Duration::from_secs(run * 90);
-        let names = crate::outcome::PodNames {
+        let who = Attribution {
             namespace: Some("batch".into()),
-            workload_kind: Some("Job".into()),
-            workload: Some(format!("report-{run}")),
+            workload: Some(Workload {
+                kind: "Job".into(),
+                name: format!("report-{run}"),
+            }),
             pod: Some(format!("report-{run}-x7k2p")),
+            ..Attribution::default()
         };
-        let app = crate::suppressed::Owner {
-            namespace: names.namespace.clone(),
-            workload_kind: names.workload_kind.clone(),
-            workload: names.workload.clone(),
-            pod: names.pod.clone(),
+        let app = Attribution {
             container: Some("app".into()),
+            ..who.clone()
         };
         m.consume(
             &[Outcome::PodStarted {
                 pod_uid: format!("uid-{run}"),
-                names,
+                who,
             }],
             now,
         );
