@@ -22,6 +22,13 @@ pub enum Outcome {
         pod_uid: String,
         who: Attribution,
     },
+    /// Refusals the kernel counted instead of sending since its last reading (their
+    /// container was over its refusal budget), once their container is named or the
+    /// wait for its name is over.
+    Suppressed {
+        who: Attribution,
+        refusals: u64,
+    },
     StuckJob(StuckJob),
 }
 

@@ -16,13 +16,15 @@ use crate::{
         cgroup_path::{self, PathInfo},
     },
     kernel::probes::SuppressedCounts,
+    outcome::Outcome,
 };
 
-/// What one reading adds: counts per pod and container, and the cgroups whose kernel
-/// entries may now be deleted (removed cgroups whose final value was just read).
+/// What one reading adds: counts per pod and container, as outcomes for the sinks,
+/// and the cgroups whose kernel entries may now be deleted (removed cgroups whose
+/// final value was just read).
 #[derive(Debug, Default)]
 pub struct Reading {
-    pub deltas: Vec<(Attribution, u64)>,
+    pub outcomes: Vec<Outcome>,
     pub forget: Vec<u64>,
 }
 
@@ -58,7 +60,10 @@ impl Suppressed {
         let unkeyed = counts.unkeyed.saturating_sub(self.unkeyed);
         self.unkeyed = self.unkeyed.max(counts.unkeyed);
         if unkeyed > 0 {
-            out.deltas.push((Attribution::default(), unkeyed));
+            out.outcomes.push(Outcome::Suppressed {
+                who: Attribution::default(),
+                refusals: unkeyed,
+            });
         }
         for &(cgroup_id, value) in &counts.by_cgroup {
             let t = self.cgroups.entry(cgroup_id).or_insert(Tracked {
@@ -85,7 +90,10 @@ impl Suppressed {
                     let e = self.by_client.entry(key).or_insert((0, now));
                     *e = (e.0 + t.held, now);
                 }
-                out.deltas.push((names, t.held));
+                out.outcomes.push(Outcome::Suppressed {
+                    who: names,
+                    refusals: t.held,
+                });
                 t.held = 0;
             }
             if t.held == 0 && inventory.cgroups.is_removed(cgroup_id) {
@@ -143,6 +151,17 @@ mod tests {
         Inventory::new(cgroups, PodStore::new(Duration::from_secs(600)), false)
     }
 
+    /// The refusals a reading tells the sinks about.
+    fn total(r: &Reading) -> u64 {
+        r.outcomes
+            .iter()
+            .map(|o| match o {
+                Outcome::Suppressed { refusals, .. } => *refusals,
+                _ => 0,
+            })
+            .sum()
+    }
+
     fn counts(by_cgroup: &[(u64, u64)], unkeyed: u64) -> SuppressedCounts {
         SuppressedCounts {
             by_cgroup: by_cgroup.to_vec(),
@@ -157,19 +176,19 @@ mod tests {
         let now = Instant::now();
         let wait = Duration::from_secs(10);
         let r = s.read(&counts(&[(11, 500)], 2), &mut inv, now, wait, false);
-        assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 502);
+        assert_eq!(total(&r), 502);
         assert!(r.forget.is_empty(), "a live cgroup keeps its entry");
         let r = s.read(&counts(&[(11, 800)], 2), &mut inv, now, wait, false);
-        assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 300);
+        assert_eq!(total(&r), 300);
         inv.cgroups.removed(11, "", 1);
         let r = s.read(&counts(&[(11, 801)], 2), &mut inv, now, wait, false);
-        assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 1);
+        assert_eq!(total(&r), 1);
         assert_eq!(r.forget, vec![11], "read its final value, then delete");
         let client = Client::Container("a".repeat(64).into());
         assert_eq!(s.of_client(UID, &client), 801);
         // An entry the kernel makes again after the delete counts from zero.
         let r = s.read(&counts(&[(11, 3)], 2), &mut inv, now, wait, false);
-        assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 3);
+        assert_eq!(total(&r), 3);
         assert_eq!(s.of_client(UID, &client), 804);
     }
 }

@@ -1,7 +1,7 @@
 //! The pipeline's outcomes counted into the families: incidents at their final
 //! accounting, with the names known by then (the kubelet names a container only some
 //! time after it starts, which is exactly when startup races happen), refusals that
-//! come later, pod starts, and the stuck-Job gauge.
+//! come later, pod starts, refusals the kernel suppressed, and the stuck-Job gauge.
 
 use std::{
     collections::HashMap,
@@ -65,6 +65,7 @@ impl Sink {
             Outcome::Settled(a) => self.settle(a, now),
             Outcome::LateRefusals(a) => self.count_refusals(a, now),
             Outcome::PodStarted { pod_uid, who } => self.pod_started(pod_uid, who, now),
+            Outcome::Suppressed { who, refusals } => self.count_suppressed(who, *refusals, now),
             Outcome::StuckJob(StuckJob::Found(v)) if !self.stuck.contains_key(&v.id) => {
                 let mut labels = self.workload_labels(v);
                 labels.push(("sidecar", name(&v.sidecar)));
@@ -206,17 +207,15 @@ impl Sink {
         );
     }
 
-    /// Adds suppressed refusals, per owner (already deltas).
-    pub(super) fn add_suppressed(&mut self, deltas: &[(Attribution, u64)], now: Instant) {
-        for (o, n) in deltas {
-            let mut l = self.owner_labels(&o.namespace, o.workload.as_ref(), &o.pod);
-            l.push(("container", name(&o.container)));
-            let l = self.series.labels("refusals_suppressed", l, now);
-            self.families
-                .refusals_suppressed
-                .get_or_create(&l)
-                .inc_by(*n);
-        }
+    /// Adds refusals the kernel counted instead of sending (a delta).
+    fn count_suppressed(&mut self, who: &Attribution, refusals: u64, now: Instant) {
+        let mut l = self.owner_labels(&who.namespace, who.workload.as_ref(), &who.pod);
+        l.push(("container", name(&who.container)));
+        let l = self.series.labels("refusals_suppressed", l, now);
+        self.families
+            .refusals_suppressed
+            .get_or_create(&l)
+            .inc_by(refusals);
     }
 
     fn workload_labels(&self, v: &IncidentView) -> Labels {

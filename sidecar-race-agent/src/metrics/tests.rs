@@ -18,6 +18,7 @@ use crate::{
         pod_info::{PodInfo, Workload},
         sources::PodUpdate,
     },
+    kernel::probes::SuppressedCounts,
     outcome::Outcome,
     pipeline::Pipeline,
     test_facts::{
@@ -137,8 +138,16 @@ fn golden_exposition() {
         container: Some("app".into()),
         ..Attribution::default()
     };
-    m.add_suppressed(
-        &[(app.clone(), 300), (Default::default(), 2), (app, 20)],
+    let suppressed = |who: &Attribution, refusals| Outcome::Suppressed {
+        who: who.clone(),
+        refusals,
+    };
+    m.consume(
+        &[
+            suppressed(&app, 300),
+            suppressed(&Attribution::default(), 2),
+            suppressed(&app, 20),
+        ],
         Instant::now(),
     );
     let got = m.encode();
@@ -151,6 +160,46 @@ fn golden_exposition() {
         normalized(&got),
         normalized(&std::fs::read_to_string(&golden).unwrap()),
         "run with UPDATE_GOLDEN=1 after a deliberate change"
+    );
+}
+
+/// Refusals the kernel suppressed reach the metrics as outcomes of the pipeline, like
+/// every other count: a named container's at once, an unnamed one's once the wait for
+/// its name is over (here: the final reading).
+#[test]
+fn suppressed_refusals_reach_the_metrics_as_outcomes() {
+    let (mut p, step) = scenario();
+    let mut m = Metrics::new(false, "0.1.0", "k");
+    let now = Instant::now();
+    m.consume(&step, now);
+    let mut counts = SuppressedCounts {
+        by_cgroup: vec![(101, 500), (201, 40)],
+        unkeyed: 2,
+    };
+    let reading = p.read_suppressed(&counts, false);
+    m.consume(&reading.outcomes, now);
+    // The kernel's entries the reading let go are deleted (the test's cgroup tree has
+    // no directories: the pipeline's tick took its cgroups for removed).
+    counts.by_cgroup.retain(|(id, _)| !reading.forget.contains(id));
+    let om = m.encode();
+    assert!(
+        om.contains(r#"sidecar_race_refusals_suppressed_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="app"} 500"#),
+        "{om}"
+    );
+    assert!(
+        om.contains(r#"sidecar_race_refusals_suppressed_total{namespace="unknown",workload_kind="unknown",workload="unknown",container="unknown"} 2"#),
+        "the unnamed container's refusals wait for its name: {om}"
+    );
+    let reading = p.read_suppressed(&counts, true);
+    m.consume(&reading.outcomes, now);
+    let om = m.encode();
+    assert!(
+        om.contains(r#"sidecar_race_refusals_suppressed_total{namespace="unknown",workload_kind="unknown",workload="unknown",container="unknown"} 42"#),
+        "{om}"
+    );
+    assert!(
+        om.contains(r#"sidecar_race_refusals_suppressed_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="app"} 500"#),
+        "counted once: {om}"
     );
 }
 
@@ -310,13 +359,18 @@ fn thirty_thousand_job_runs_keep_new_workloads_labelled() {
             ..who.clone()
         };
         m.consume(
-            &[Outcome::PodStarted {
-                pod_uid: format!("uid-{run}"),
-                who,
-            }],
+            &[
+                Outcome::PodStarted {
+                    pod_uid: format!("uid-{run}"),
+                    who,
+                },
+                Outcome::Suppressed {
+                    who: app,
+                    refusals: 1,
+                },
+            ],
             now,
         );
-        m.add_suppressed(&[(app, 1)], now);
     }
     let om = m.encode();
     let last = runs - 1;

@@ -240,7 +240,8 @@ impl Pipeline {
     }
 
     /// Takes a reading of the kernel's suppressed-refusal counts (`last`: the final
-    /// one, nothing waits for names any more).
+    /// one, nothing waits for names any more): its outcomes for the sinks, and the
+    /// kernel entries that may be deleted.
     pub fn read_suppressed(&mut self, counts: &SuppressedCounts, last: bool) -> Reading {
         let wait = Duration::from_nanos(self.metadata_wait_ns);
         let now = Instant::now();

@@ -28,6 +28,7 @@ use crate::{
     incident_logs::IncidentLogs,
     k8s_events::EventPublisher,
     metrics::Metrics,
+    outcome::Outcome,
     pipeline::Pipeline,
     shutdown,
 };
@@ -196,7 +197,8 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
             _ = suppressed.tick() => {
                 logs.summary(Instant::now());
                 charge_points.sync(&lock().inventory.cgroups, &mut probes);
-                read_suppressed(&mut probes, &pipeline, &metrics, false);
+                let outcomes = read_suppressed(&mut probes, &pipeline, false);
+                account(&outcomes, &metrics, events.as_ref(), &mut logs);
             }
             _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),
             _ = &mut signal, if !stopping => {
@@ -207,44 +209,43 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
             }
         }
     }
-    let outcomes = lock().flush(clock::boot_now_ns());
+    let mut outcomes = lock().flush(clock::boot_now_ns());
+    outcomes.extend(read_suppressed(&mut probes, &pipeline, true));
     account(&outcomes, &metrics, None, &mut logs);
-    read_suppressed(&mut probes, &pipeline, &metrics, true);
     log_counts(&probes, &stream, &lock(), &source_stats);
     stop_http.notify_one();
     server.await??;
     Ok(())
 }
 
-/// Adds what the kernel counted instead of sending since the last reading, and
-/// deletes the entries of removed cgroups once their final value is in.
+/// What the kernel counted instead of sending since the last reading, as outcomes for
+/// the sinks; deletes the entries of removed cgroups once their final value is in.
+/// The kernel's map is read before the pipeline's lock is taken.
 fn read_suppressed(
     probes: &mut crate::kernel::probes::Probes,
     pipeline: &Mutex<Pipeline>,
-    metrics: &Mutex<Metrics>,
     last: bool,
-) {
+) -> Vec<Outcome> {
     match probes.suppressed() {
         Ok(counts) => {
-            // Not both locks at once: a scrape takes the metrics lock, then the pipeline's.
             let reading = pipeline.lock().read_suppressed(&counts, last);
-            metrics
-                .lock()
-                .add_suppressed(&reading.deltas, Instant::now());
             reading
                 .forget
                 .iter()
                 .for_each(|id| probes.forget_suppressed(*id));
+            reading.outcomes
         }
-        Err(e) => tracing::warn!("cannot read suppressed refusal counts: {e}"),
+        Err(e) => {
+            tracing::warn!("cannot read suppressed refusal counts: {e}");
+            Vec::new()
+        }
     }
 }
 
 /// What one step of the pipeline came to, told to the sinks beside it: logs, metrics
-/// and Kubernetes Events (the pipeline lock is not held: a scrape takes the metrics
-/// lock, then the pipeline's).
+/// and Kubernetes Events.
 fn account(
-    outcomes: &[crate::outcome::Outcome],
+    outcomes: &[Outcome],
     metrics: &Mutex<Metrics>,
     events: Option<&EventPublisher>,
     logs: &mut IncidentLogs,
