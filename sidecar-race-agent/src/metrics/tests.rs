@@ -180,7 +180,9 @@ fn suppressed_refusals_reach_the_metrics_as_outcomes() {
     m.consume(&reading.outcomes, now);
     // The kernel's entries the reading let go are deleted (the test's cgroup tree has
     // no directories: the pipeline's tick took its cgroups for removed).
-    counts.by_cgroup.retain(|(id, _)| !reading.forget.contains(id));
+    counts
+        .by_cgroup
+        .retain(|(id, _)| !reading.forget.contains(id));
     let om = m.encode();
     assert!(
         om.contains(r#"sidecar_race_refusals_suppressed_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="app"} 500"#),

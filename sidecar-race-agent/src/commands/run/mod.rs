@@ -1,7 +1,6 @@
 //! `sidecar-race-agent run`: the long-running daemon.
 
 use std::{
-    collections::BTreeMap,
     net::SocketAddr,
     sync::{
         Arc,
@@ -20,7 +19,6 @@ use crate::{
     cli::AuthMode,
     clock,
     detect::DetectorConfig,
-    events::Kind,
     http::{
         self, HttpState,
         auth::{Authenticator, CacheTtls, KubeReviewer, NoClient, Reviewer},
@@ -114,7 +112,7 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
     };
     let mut logs = IncidentLogs::new(Instant::now());
     let totals = totals::NodeTotals {
-        pipeline: pipeline.clone(),
+        pipeline: pipeline.lock().totals(),
         kernel: probes.counters(),
         stream: stream.stats.clone(),
         source: source_name,
@@ -131,7 +129,7 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
         )
         .with_max_series(opts.max_series_per_metric)
         .with_series_ttl(opts.series_ttl)
-        .with_totals(Box::new(totals)),
+        .with_totals(Box::new(totals.clone())),
     ));
     let ready = Arc::new(AtomicBool::new(false));
     let stop_http = Arc::new(Notify::new());
@@ -200,7 +198,7 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
                 let outcomes = read_suppressed(&mut probes, &pipeline, false);
                 account(&outcomes, &metrics, events.as_ref(), &mut logs);
             }
-            _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),
+            _ = stats.tick() => totals.log(),
             _ = &mut signal, if !stopping => {
                 tracing::info!("stopping");
                 stopping = true;
@@ -212,7 +210,7 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
     let mut outcomes = lock().flush(clock::boot_now_ns());
     outcomes.extend(read_suppressed(&mut probes, &pipeline, true));
     account(&outcomes, &metrics, None, &mut logs);
-    log_counts(&probes, &stream, &lock(), &source_stats);
+    totals.log();
     stop_http.notify_one();
     server.await??;
     Ok(())
@@ -306,40 +304,6 @@ async fn start_events(opts: &AgentOptions, per_minute: u32) -> Option<EventPubli
             tracing::warn!("Kubernetes Events are off: no client configuration ({e})");
             None
         }
-    }
-}
-
-fn log_counts(
-    probes: &crate::kernel::probes::Probes,
-    stream: &crate::stream::EventStream,
-    p: &Pipeline,
-    sources: &crate::inventory::sources::SourceStats,
-) {
-    match probes.counts() {
-        Ok(counts) => {
-            let stats = &stream.stats;
-            let seen: BTreeMap<&str, u64> =
-                counts.iter().map(|(k, c)| (k.name(), c.seen)).collect();
-            let lost: u64 = counts.values().map(|c| c.lost).sum();
-            let suppressed: u64 = counts.values().map(|c| c.suppressed).sum();
-            let delivered: u64 = Kind::ALL.iter().map(|k| stats.delivered(*k)).sum();
-            tracing::info!(
-                ?seen,
-                lost_in_kernel = lost,
-                suppressed_in_kernel = suppressed,
-                delivered,
-                dropped_in_agent = stats.dropped_in_agent.load(Relaxed),
-                cgroups = p.inventory.cgroups.len(),
-                pods = p.inventory.pods.len(),
-                incidents = p.detector.incidents().len(),
-                refusals_other = p.counts.refusals_other,
-                self_refusals = p.counts.self_refusals,
-                unattributed = p.inventory.unattributed_events(),
-                pod_source_errors = sources.errors(),
-                "kernel event counts"
-            );
-        }
-        Err(e) => tracing::warn!("cannot read kernel counters: {e}"),
     }
 }
 
