@@ -183,26 +183,25 @@ fn suppressed_refusals_reach_the_metrics_as_outcomes() {
     counts
         .by_cgroup
         .retain(|(id, _)| !reading.forget.contains(id));
+    let app = r#"namespace="shop",workload_kind="Deployment",workload="checkout",container="app""#;
+    let unknown =
+        r#"namespace="unknown",workload_kind="unknown",workload="unknown",container="unknown""#;
+    let count = |om: &str, labels: &str, n: u64| {
+        om.contains(&format!(
+            "sidecar_race_refusals_suppressed_total{{{labels}}} {n}\n"
+        ))
+    };
     let om = m.encode();
+    assert!(count(&om, app, 500), "{om}");
     assert!(
-        om.contains(r#"sidecar_race_refusals_suppressed_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="app"} 500"#),
-        "{om}"
-    );
-    assert!(
-        om.contains(r#"sidecar_race_refusals_suppressed_total{namespace="unknown",workload_kind="unknown",workload="unknown",container="unknown"} 2"#),
+        count(&om, unknown, 2),
         "the unnamed container's refusals wait for its name: {om}"
     );
     let reading = p.read_suppressed(&counts, true);
     m.consume(&reading.outcomes, now);
     let om = m.encode();
-    assert!(
-        om.contains(r#"sidecar_race_refusals_suppressed_total{namespace="unknown",workload_kind="unknown",workload="unknown",container="unknown"} 42"#),
-        "{om}"
-    );
-    assert!(
-        om.contains(r#"sidecar_race_refusals_suppressed_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="app"} 500"#),
-        "counted once: {om}"
-    );
+    assert!(count(&om, unknown, 42), "{om}");
+    assert!(count(&om, app, 500), "counted once: {om}");
 }
 
 /// Totals that never change.
