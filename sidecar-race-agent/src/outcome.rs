@@ -3,7 +3,7 @@
 //! about, so no sink filters the detector's changes again or reaches back into the
 //! pipeline, the detector or the inventory.
 
-use crate::detect::render::IncidentView;
+use crate::{detect::render::IncidentView, inventory::Attribution};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -20,7 +20,14 @@ pub enum Outcome {
     /// A pod start the agent saw, once its names are known or the wait for them is over.
     PodStarted {
         pod_uid: String,
-        names: PodNames,
+        who: Attribution,
+    },
+    /// Refusals the kernel counted instead of sending since its last reading (their
+    /// container was over its refusal budget), once their container is named or the
+    /// wait for its name is over.
+    Suppressed {
+        who: Attribution,
+        refusals: u64,
     },
     StuckJob(StuckJob),
 }
@@ -47,13 +54,4 @@ pub enum StuckJob {
     Found(Box<IncidentView>),
     /// Incident `id` ended: the sidecar stopped or the pod went away.
     Ended(u64),
-}
-
-/// The names of a pod as its pod source reports them; `None` while unknown.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodNames {
-    pub namespace: Option<String>,
-    pub workload_kind: Option<String>,
-    pub workload: Option<String>,
-    pub pod: Option<String>,
 }

@@ -12,27 +12,19 @@ use std::{
 use crate::{
     detect::Client,
     inventory::{
-        Inventory, PodOwner,
+        Attribution, Inventory, PodOwner,
         cgroup_path::{self, PathInfo},
     },
     kernel::counters::SuppressedCounts,
+    outcome::Outcome,
 };
 
-/// Who suppressed refusals belong to; `None` where unknown.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Owner {
-    pub namespace: Option<String>,
-    pub workload_kind: Option<String>,
-    pub workload: Option<String>,
-    pub pod: Option<String>,
-    pub container: Option<String>,
-}
-
-/// What one reading adds: counts per owner, and the cgroups whose kernel entries may
-/// now be deleted (removed cgroups whose final value was just read).
+/// What one reading adds: counts per pod and container, as outcomes for the sinks,
+/// and the cgroups whose kernel entries may now be deleted (removed cgroups whose
+/// final value was just read).
 #[derive(Debug, Default)]
 pub struct Reading {
-    pub deltas: Vec<(Owner, u64)>,
+    pub outcomes: Vec<Outcome>,
     pub forget: Vec<u64>,
 }
 
@@ -68,7 +60,10 @@ impl Suppressed {
         let unkeyed = counts.unkeyed.saturating_sub(self.unkeyed);
         self.unkeyed = self.unkeyed.max(counts.unkeyed);
         if unkeyed > 0 {
-            out.deltas.push((Owner::default(), unkeyed));
+            out.outcomes.push(Outcome::Suppressed {
+                who: Attribution::default(),
+                refusals: unkeyed,
+            });
         }
         for &(cgroup_id, value) in &counts.by_cgroup {
             let t = self.cgroups.entry(cgroup_id).or_insert(Tracked {
@@ -83,11 +78,9 @@ impl Suppressed {
                 .resolve(cgroup_id)
                 .map_or(PathInfo::Unknown, cgroup_path::parse);
             let names = inventory.names(info.clone());
-            let pod = names
-                .pod_uid
-                .as_deref()
-                .and_then(|uid| inventory.pods.pod(uid));
-            let named = pod.is_some() && !names.lacks_container_name();
+            // Named: the pod source reported the pod and, for a container's cgroup,
+            // the container.
+            let named = names.pod.is_some() && !names.lacks_container_name();
             let may_wait = inventory.has_pod_source
                 && !last
                 && now.duration_since(t.first_seen) < wait
@@ -97,14 +90,10 @@ impl Suppressed {
                     let e = self.by_client.entry(key).or_insert((0, now));
                     *e = (e.0 + t.held, now);
                 }
-                let owner = Owner {
-                    namespace: names.namespace.clone(),
-                    workload_kind: pod.map(|p| p.workload.kind.clone()),
-                    workload: pod.map(|p| p.workload.name.clone()),
-                    pod: names.pod.clone(),
-                    container: names.container.clone(),
-                };
-                out.deltas.push((owner, t.held));
+                out.outcomes.push(Outcome::Suppressed {
+                    who: names,
+                    refusals: t.held,
+                });
                 t.held = 0;
             }
             if t.held == 0 && inventory.cgroups.is_removed(cgroup_id) {
@@ -162,6 +151,17 @@ mod tests {
         Inventory::new(cgroups, PodStore::new(Duration::from_secs(600)), false)
     }
 
+    /// The refusals a reading tells the sinks about.
+    fn total(r: &Reading) -> u64 {
+        r.outcomes
+            .iter()
+            .map(|o| match o {
+                Outcome::Suppressed { refusals, .. } => *refusals,
+                _ => 0,
+            })
+            .sum()
+    }
+
     fn counts(by_cgroup: &[(u64, u64)], unkeyed: u64) -> SuppressedCounts {
         SuppressedCounts {
             by_cgroup: by_cgroup.to_vec(),
@@ -176,19 +176,19 @@ mod tests {
         let now = Instant::now();
         let wait = Duration::from_secs(10);
         let r = s.read(&counts(&[(11, 500)], 2), &mut inv, now, wait, false);
-        assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 502);
+        assert_eq!(total(&r), 502);
         assert!(r.forget.is_empty(), "a live cgroup keeps its entry");
         let r = s.read(&counts(&[(11, 800)], 2), &mut inv, now, wait, false);
-        assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 300);
+        assert_eq!(total(&r), 300);
         inv.cgroups.removed(11, "", 1);
         let r = s.read(&counts(&[(11, 801)], 2), &mut inv, now, wait, false);
-        assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 1);
+        assert_eq!(total(&r), 1);
         assert_eq!(r.forget, vec![11], "read its final value, then delete");
         let client = Client::Container("a".repeat(64).into());
         assert_eq!(s.of_client(UID, &client), 801);
         // An entry the kernel makes again after the delete counts from zero.
         let r = s.read(&counts(&[(11, 3)], 2), &mut inv, now, wait, false);
-        assert_eq!(r.deltas.iter().map(|(_, n)| n).sum::<u64>(), 3);
+        assert_eq!(total(&r), 3);
         assert_eq!(s.of_client(UID, &client), 804);
     }
 }

@@ -10,7 +10,7 @@ use std::{
 use crate::{
     cgroups::CgroupIndex,
     detect::DetectorConfig,
-    ingest::events::{CgroupFact, KernelEvent, Owner, SocketFact},
+    ingest::events::{CgroupFact, KernelEvent, Sender, SocketFact},
     inventory::{Inventory, pod_info::PodInfo, store::PodStore},
     pipeline::Pipeline,
 };
@@ -45,7 +45,7 @@ pub fn created(ts: u64, id: u64, path: String) -> KernelEvent {
 pub fn socket(ts: u64, cgroup: u64, src: &str, dst: Option<&str>) -> SocketFact {
     SocketFact {
         ts_boot_ns: ts,
-        owner: Owner {
+        owner: Sender {
             cgroup_id: cgroup,
             pid: 7,
             tgid: 7,

@@ -142,12 +142,12 @@ impl TraceRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::events::{CgroupFact, Owner};
+    use crate::ingest::events::{CgroupFact, Sender};
 
     fn refused(local: Option<&str>) -> KernelEvent {
         KernelEvent::Refused(SocketFact {
             ts_boot_ns: 1,
-            owner: Owner {
+            owner: Sender {
                 cgroup_id: 7,
                 pid: 10,
                 tgid: 9,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use sidecar_race_agent::{
     cgroups::{CgroupIndex, id_of},
     detect::DetectorConfig,
-    ingest::events::{CgroupFact, KernelEvent, Owner, SocketFact},
+    ingest::events::{CgroupFact, KernelEvent, Sender, SocketFact},
     inventory::{Inventory, store::PodStore},
     pipeline::Pipeline,
 };
@@ -46,7 +46,7 @@ fn pipeline(index: CgroupIndex) -> Pipeline {
 fn refused(ts: u64, cgroup_id: u64) -> KernelEvent {
     KernelEvent::Refused(SocketFact {
         ts_boot_ns: ts,
-        owner: Owner {
+        owner: Sender {
             cgroup_id,
             pid: 4242,
             tgid: 4242,

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use http_kit::{Server, get, pipeline_with_races, reset_peak_rss, rss};
 use sidecar_race_agent::{
     http::Limits,
+    inventory::{Attribution, pod_info::Workload},
     metrics::{DEFAULT_MAX_SERIES, Metrics},
-    outcome::{Outcome, PodNames},
+    outcome::Outcome,
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -31,11 +32,14 @@ fn metrics_near_the_cap() -> Metrics {
     let outcomes: Vec<Outcome> = (0..DEFAULT_MAX_SERIES)
         .map(|i| Outcome::PodStarted {
             pod_uid: format!("uid-{i}"),
-            names: PodNames {
+            who: Attribution {
                 namespace: Some("batch-reports".into()),
-                workload_kind: Some("Job".into()),
-                workload: Some(format!("nightly-report-{i:05}")),
+                workload: Some(Workload {
+                    kind: "Job".into(),
+                    name: format!("nightly-report-{i:05}"),
+                }),
                 pod: Some(format!("nightly-report-{i:05}-x7k2p")),
+                ..Attribution::default()
             },
         })
         .collect();

@@ -24,11 +24,14 @@ use serde::Serialize;
 use self::sources::PodUpdate;
 use self::{
     cgroup_path::{PathInfo, Runtime},
+    pod_info::Workload,
     store::PodStore,
 };
 use crate::{cgroups::CgroupIndex, ingest::events::KernelEvent};
 
-/// Who a kernel event belongs to. Unknown values are `None` (`null` in JSON).
+/// Which pod, container and workload a fact belongs to: a kernel event, a pod start,
+/// refusals the kernel counted instead of sending. Unknown values are `None` (`null`
+/// in JSON).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Attribution {
     pub pod_uid: Option<String>,
@@ -36,6 +39,9 @@ pub struct Attribution {
     pub namespace: Option<String>,
     pub pod: Option<String>,
     pub container: Option<String>,
+    /// Not in JSON: trace records name pods and containers only, as they always did.
+    #[serde(skip)]
+    pub workload: Option<Workload>,
     #[serde(skip)]
     pub runtime: Option<Runtime>,
 }
@@ -201,8 +207,16 @@ impl Inventory {
         if let Some(pod) = a.pod_uid.as_deref().and_then(|uid| self.pods.pod(uid)) {
             a.namespace = Some(pod.namespace.clone());
             a.pod = Some(pod.name.clone());
+            a.workload = Some(pod.workload.clone());
         }
         a
+    }
+
+    /// A pod's attribution (no container), with names from the pod store.
+    pub fn pod_names(&self, pod_uid: &str) -> Attribution {
+        self.names(PathInfo::Pod {
+            pod_uid: pod_uid.to_string(),
+        })
     }
 
     /// Fills in names that arrived since `a` was made.
@@ -215,6 +229,7 @@ impl Inventory {
         if let Some(pod) = a.pod_uid.as_deref().and_then(|uid| self.pods.pod(uid)) {
             a.namespace.get_or_insert_with(|| pod.namespace.clone());
             a.pod.get_or_insert_with(|| pod.name.clone());
+            a.workload.get_or_insert_with(|| pod.workload.clone());
         }
     }
 

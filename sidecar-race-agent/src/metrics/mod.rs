@@ -28,7 +28,7 @@ pub use self::{
     cap::{DEFAULT_MAX_SERIES, DEFAULT_SERIES_TTL},
     totals::{BoundsTotals, KernelTotals, Totals, TotalsSource},
 };
-use crate::{outcome::Outcome, suppressed::Owner};
+use crate::outcome::Outcome;
 
 pub struct Metrics {
     registry: Registry,
@@ -84,11 +84,6 @@ impl Metrics {
             self.sink.consume(o, now);
         }
         self.sink.prune(now);
-    }
-
-    /// Adds suppressed refusals, per owner (already deltas).
-    pub fn add_suppressed(&mut self, deltas: &[(Owner, u64)], now: Instant) {
-        self.sink.add_suppressed(deltas, now);
     }
 }
 

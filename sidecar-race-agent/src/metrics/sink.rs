@@ -1,7 +1,7 @@
 //! The pipeline's outcomes counted into the families: incidents at their final
 //! accounting, with the names known by then (the kubelet names a container only some
 //! time after it starts, which is exactly when startup races happen), refusals that
-//! come later, pod starts, and the stuck-Job gauge.
+//! come later, pod starts, refusals the kernel suppressed, and the stuck-Job gauge.
 
 use std::{
     collections::HashMap,
@@ -14,8 +14,8 @@ use super::{
 };
 use crate::{
     detect::{Kind, Phase, render::IncidentView},
-    outcome::{Accounting, Outcome, PodNames, StuckJob},
-    suppressed::Owner,
+    inventory::{Attribution, pod_info::Workload},
+    outcome::{Accounting, Outcome, StuckJob},
 };
 
 /// The label value of a name the agent does not know (never empty).
@@ -64,7 +64,8 @@ impl Sink {
         match outcome {
             Outcome::Settled(a) => self.settle(a, now),
             Outcome::LateRefusals(a) => self.count_refusals(a, now),
-            Outcome::PodStarted { pod_uid, names } => self.pod_started(pod_uid, names, now),
+            Outcome::PodStarted { pod_uid, who } => self.pod_started(pod_uid, who, now),
+            Outcome::Suppressed { who, refusals } => self.count_suppressed(who, *refusals, now),
             Outcome::StuckJob(StuckJob::Found(v)) if !self.stuck.contains_key(&v.id) => {
                 let mut labels = self.workload_labels(v);
                 labels.push(("sidecar", name(&v.sidecar)));
@@ -182,16 +183,11 @@ impl Sink {
 
     /// Counts a pod start (once), and as affected when a startup incident of the pod
     /// was settled before.
-    fn pod_started(&mut self, pod_uid: &str, names: &PodNames, now: Instant) {
+    fn pod_started(&mut self, pod_uid: &str, who: &Attribution, now: Instant) {
         if self.starts.contains_key(pod_uid) {
             return;
         }
-        let labels = self.owner_labels(
-            &names.namespace,
-            &names.workload_kind,
-            &names.workload,
-            &names.pod,
-        );
+        let labels = self.owner_labels(&who.namespace, who.workload.as_ref(), &who.pod);
         let l = self.series.labels("pod_starts", labels.clone(), now);
         self.families.pod_starts.get_or_create(&l).inc();
         let affected = self.affected_early.remove(pod_uid).is_some();
@@ -211,41 +207,32 @@ impl Sink {
         );
     }
 
-    /// Adds suppressed refusals, per owner (already deltas).
-    pub(super) fn add_suppressed(&mut self, deltas: &[(Owner, u64)], now: Instant) {
-        for (o, n) in deltas {
-            let mut l = self.owner_labels(&o.namespace, &o.workload_kind, &o.workload, &o.pod);
-            l.push(("container", name(&o.container)));
-            let l = self.series.labels("refusals_suppressed", l, now);
-            self.families
-                .refusals_suppressed
-                .get_or_create(&l)
-                .inc_by(*n);
-        }
+    /// Adds refusals the kernel counted instead of sending (a delta).
+    fn count_suppressed(&mut self, who: &Attribution, refusals: u64, now: Instant) {
+        let mut l = self.owner_labels(&who.namespace, who.workload.as_ref(), &who.pod);
+        l.push(("container", name(&who.container)));
+        let l = self.series.labels("refusals_suppressed", l, now);
+        self.families
+            .refusals_suppressed
+            .get_or_create(&l)
+            .inc_by(refusals);
     }
 
     fn workload_labels(&self, v: &IncidentView) -> Labels {
-        let workload = v.workload.as_ref();
-        self.owner_labels(
-            &v.namespace,
-            &workload.map(|w| w.kind.clone()),
-            &workload.map(|w| w.name.clone()),
-            &v.pod,
-        )
+        self.owner_labels(&v.namespace, v.workload.as_ref(), &v.pod)
     }
 
     /// `namespace`, `workload_kind`, `workload`, and `pod` with `--metrics-pod-label`.
     fn owner_labels(
         &self,
         namespace: &Option<String>,
-        workload_kind: &Option<String>,
-        workload: &Option<String>,
+        workload: Option<&Workload>,
         pod: &Option<String>,
     ) -> Labels {
         let mut l = vec![
             ("namespace", name(namespace)),
-            ("workload_kind", name(workload_kind)),
-            ("workload", name(workload)),
+            ("workload_kind", name(&workload.map(|w| w.kind.clone()))),
+            ("workload", name(&workload.map(|w| w.name.clone()))),
         ];
         if self.pod_label {
             l.push(("pod", name(pod)));

@@ -13,7 +13,12 @@ use super::*;
 use crate::{
     detect::DetectorConfig,
     ingest::events::{KernelEvent, Kind},
-    inventory::{pod_info::PodInfo, sources::PodUpdate},
+    inventory::{
+        Attribution,
+        pod_info::{PodInfo, Workload},
+        sources::PodUpdate,
+    },
+    kernel::counters::SuppressedCounts,
     outcome::Outcome,
     pipeline::Pipeline,
     test_facts::{
@@ -123,15 +128,26 @@ fn golden_exposition() {
         ]),
     })));
     let mut m = m;
-    let app = crate::suppressed::Owner {
+    let app = Attribution {
         namespace: Some("shop".into()),
-        workload_kind: Some("Deployment".into()),
-        workload: Some("checkout".into()),
+        workload: Some(Workload {
+            kind: "Deployment".into(),
+            name: "checkout".into(),
+        }),
         pod: Some("checkout-7d4b9c8f5-x2k8q".into()),
         container: Some("app".into()),
+        ..Attribution::default()
     };
-    m.add_suppressed(
-        &[(app.clone(), 300), (Default::default(), 2), (app, 20)],
+    let suppressed = |who: &Attribution, refusals| Outcome::Suppressed {
+        who: who.clone(),
+        refusals,
+    };
+    m.consume(
+        &[
+            suppressed(&app, 300),
+            suppressed(&Attribution::default(), 2),
+            suppressed(&app, 20),
+        ],
         Instant::now(),
     );
     let got = m.encode();
@@ -145,6 +161,47 @@ fn golden_exposition() {
         normalized(&std::fs::read_to_string(&golden).unwrap()),
         "run with UPDATE_GOLDEN=1 after a deliberate change"
     );
+}
+
+/// Refusals the kernel suppressed reach the metrics as outcomes of the pipeline, like
+/// every other count: a named container's at once, an unnamed one's once the wait for
+/// its name is over (here: the final reading).
+#[test]
+fn suppressed_refusals_reach_the_metrics_as_outcomes() {
+    let (mut p, step) = scenario();
+    let mut m = Metrics::new(false, "0.1.0", "k");
+    let now = Instant::now();
+    m.consume(&step, now);
+    let mut counts = SuppressedCounts {
+        by_cgroup: vec![(101, 500), (201, 40)],
+        unkeyed: 2,
+    };
+    let reading = p.read_suppressed(&counts, false);
+    m.consume(&reading.outcomes, now);
+    // The kernel's entries the reading let go are deleted (the test's cgroup tree has
+    // no directories: the pipeline's tick took its cgroups for removed).
+    counts
+        .by_cgroup
+        .retain(|(id, _)| !reading.forget.contains(id));
+    let app = r#"namespace="shop",workload_kind="Deployment",workload="checkout",container="app""#;
+    let unknown =
+        r#"namespace="unknown",workload_kind="unknown",workload="unknown",container="unknown""#;
+    let count = |om: &str, labels: &str, n: u64| {
+        om.contains(&format!(
+            "sidecar_race_refusals_suppressed_total{{{labels}}} {n}\n"
+        ))
+    };
+    let om = m.encode();
+    assert!(count(&om, app, 500), "{om}");
+    assert!(
+        count(&om, unknown, 2),
+        "the unnamed container's refusals wait for its name: {om}"
+    );
+    let reading = p.read_suppressed(&counts, true);
+    m.consume(&reading.outcomes, now);
+    let om = m.encode();
+    assert!(count(&om, unknown, 42), "{om}");
+    assert!(count(&om, app, 500), "counted once: {om}");
 }
 
 /// Totals that never change.
@@ -289,27 +346,32 @@ fn thirty_thousand_job_runs_keep_new_workloads_labelled() {
     let runs = 30_000u64;
     for run in 0..runs {
         let now = t0 + Duration::from_secs(run * 90);
-        let names = crate::outcome::PodNames {
+        let who = Attribution {
             namespace: Some("batch".into()),
-            workload_kind: Some("Job".into()),
-            workload: Some(format!("report-{run}")),
+            workload: Some(Workload {
+                kind: "Job".into(),
+                name: format!("report-{run}"),
+            }),
             pod: Some(format!("report-{run}-x7k2p")),
+            ..Attribution::default()
         };
-        let app = crate::suppressed::Owner {
-            namespace: names.namespace.clone(),
-            workload_kind: names.workload_kind.clone(),
-            workload: names.workload.clone(),
-            pod: names.pod.clone(),
+        let app = Attribution {
             container: Some("app".into()),
+            ..who.clone()
         };
         m.consume(
-            &[Outcome::PodStarted {
-                pod_uid: format!("uid-{run}"),
-                names,
-            }],
+            &[
+                Outcome::PodStarted {
+                    pod_uid: format!("uid-{run}"),
+                    who,
+                },
+                Outcome::Suppressed {
+                    who: app,
+                    refusals: 1,
+                },
+            ],
             now,
         );
-        m.add_suppressed(&[(app, 1)], now);
     }
     let om = m.encode();
     let last = runs - 1;

@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::*;
 use crate::{
     detect::DetectorConfig,
-    ingest::events::{KernelEvent, Owner, UnixFact, UnixName, UnixRefusal},
+    ingest::events::{KernelEvent, Sender, UnixFact, UnixName, UnixRefusal},
     inventory::pod_info::PodInfo,
     test_facts::{CHECKOUT as UID, MS, container_path, created, pipeline, pod_path, temp_dir},
 };
@@ -29,7 +29,7 @@ fn pod_with_socket_volume() -> PodInfo {
 fn unix(kind: fn(UnixFact) -> KernelEvent, ts: u64, cgroup: u64, path: &str) -> KernelEvent {
     kind(UnixFact {
         ts_boot_ns: ts,
-        owner: Owner {
+        owner: Sender {
             cgroup_id: cgroup,
             pid: 7,
             tgid: 7,

@@ -9,7 +9,7 @@ use crate::{
     detect::{
         Change, Incident, PodMeta, incident::Subject, render::IncidentView, service::SocketKey,
     },
-    outcome::{Accounting, Outcome, PodNames, StuckJob},
+    outcome::{Accounting, Outcome, StuckJob},
 };
 
 /// Pod starts whose workload is still unknown are counted after this, unnamed.
@@ -185,22 +185,16 @@ impl Pipeline {
     /// Pod starts whose names are known now, or whose wait for them is over (at once
     /// without a pod source).
     fn named_starts(&mut self, now: u64) -> Vec<Outcome> {
-        let pods = &self.inventory.pods;
-        let may_learn = self.inventory.has_pod_source;
+        let inventory = &self.inventory;
         let mut named = Vec::new();
         self.accounts.starts.retain(|(uid, deadline)| {
-            let pod = pods.pod(uid);
-            if pod.is_none() && may_learn && now < *deadline {
+            let known = inventory.pods.pod(uid).is_some();
+            if !known && inventory.has_pod_source && now < *deadline {
                 return true;
             }
             named.push(Outcome::PodStarted {
                 pod_uid: uid.clone(),
-                names: PodNames {
-                    namespace: pod.map(|p| p.namespace.clone()),
-                    workload_kind: pod.map(|p| p.workload.kind.clone()),
-                    workload: pod.map(|p| p.workload.name.clone()),
-                    pod: pod.map(|p| p.name.clone()),
-                },
+                who: inventory.pod_names(uid),
             });
             false
         });

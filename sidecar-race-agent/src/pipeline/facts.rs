@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::Pipeline;
 use crate::{
     detect::{Client, Fact},
-    ingest::events::{KernelEvent, Owner},
+    ingest::events::{KernelEvent, Sender},
     inventory::{
         PodOwner,
         cgroup_path::{self, PathInfo},
@@ -119,7 +119,7 @@ impl Pipeline {
     }
 
     /// The pod and client of a socket event; counted when there is no pod.
-    fn pod_client(&mut self, owner: &Owner) -> Option<(Arc<str>, Client)> {
+    fn pod_client(&mut self, owner: &Sender) -> Option<(Arc<str>, Client)> {
         // Only the path's pod and container are needed here: names come later.
         let Some(PodOwner {
             pod_uid,

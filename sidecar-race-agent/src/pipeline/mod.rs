@@ -1,5 +1,7 @@
 //! From kernel events to incidents: attribution, facts, the reorder window, the
-//! detector. Owned by the daemon's loop and read by the HTTP API under one lock.
+//! detector. Owned by the daemon's loop and read by the HTTP API under one lock; its
+//! totals are published after each step for the metrics and logs, which never wait
+//! for that lock.
 
 mod accounting;
 mod facts;
@@ -7,6 +9,7 @@ mod facts;
 mod process_tests;
 #[cfg(test)]
 mod tests;
+pub mod totals;
 
 use std::{
     collections::HashSet,
@@ -32,6 +35,7 @@ use crate::{
 };
 
 pub use self::accounting::POD_START_NAME_WAIT_NS;
+use self::totals::{PipelineTotals, PublishedTotals};
 
 /// Counts of what did not become an incident, for logs and metrics.
 #[derive(Debug, Default, Clone, Copy)]
@@ -72,6 +76,8 @@ pub struct Pipeline {
     last_refresh: Option<Instant>,
     /// Refusals the kernel counted instead of sending, per cgroup and client.
     pub suppressed: Suppressed,
+    /// The totals as of the last step, for readers that must not take this lock.
+    published: PublishedTotals,
 }
 
 impl Pipeline {
@@ -79,7 +85,7 @@ impl Pipeline {
         if !inventory.has_pod_source {
             config.metadata_wait_ns = 0; // no names or IPs will ever come
         }
-        Self {
+        let pipeline = Self {
             inventory,
             detector: Detector::new(config),
             reorder: Reorder::new(reorder_window_ns),
@@ -92,7 +98,31 @@ impl Pipeline {
             refresh: None,
             last_refresh: None,
             suppressed: Suppressed::default(),
-        }
+            published: PublishedTotals::default(),
+        };
+        pipeline.publish();
+        pipeline
+    }
+
+    /// The totals this pipeline publishes at the end of each step (a handle: reading
+    /// it never takes the pipeline's lock).
+    pub fn totals(&self) -> PublishedTotals {
+        self.published.clone()
+    }
+
+    fn publish(&self) {
+        let incidents = self.detector.incidents();
+        self.published.publish(PipelineTotals {
+            refusals_other: self.counts.refusals_other,
+            self_refusals: self.counts.self_refusals,
+            unattributed: self.inventory.unattributed_events(),
+            incidents_evicted: incidents.evicted(),
+            facts_out_of_order: self.facts_out_of_order(),
+            listeners_dropped: self.detector.listeners_dropped(),
+            cgroups: self.inventory.cgroups.len(),
+            pods: self.inventory.pods.len(),
+            incidents: incidents.len(),
+        });
     }
 
     /// Final accounting of incidents whose names are unknown waits up to `wait` (with
@@ -147,6 +177,7 @@ impl Pipeline {
         if facts.capacity() <= RELEASED_KEPT {
             self.released = facts;
         }
+        self.publish();
         outcomes
     }
 
@@ -184,7 +215,9 @@ impl Pipeline {
     /// Everything still held, at shutdown: accounted for now, named or not.
     pub fn flush(&mut self, now_boot_ns: u64) -> Vec<Outcome> {
         let facts = self.reorder.drain();
-        self.detect(facts, now_boot_ns, true, Vec::new())
+        let outcomes = self.detect(facts, now_boot_ns, true, Vec::new());
+        self.publish();
+        outcomes
     }
 
     fn detect(
@@ -240,7 +273,8 @@ impl Pipeline {
     }
 
     /// Takes a reading of the kernel's suppressed-refusal counts (`last`: the final
-    /// one, nothing waits for names any more).
+    /// one, nothing waits for names any more): its outcomes for the sinks, and the
+    /// kernel entries that may be deleted.
     pub fn read_suppressed(&mut self, counts: &SuppressedCounts, last: bool) -> Reading {
         let wait = Duration::from_nanos(self.metadata_wait_ns);
         let now = Instant::now();

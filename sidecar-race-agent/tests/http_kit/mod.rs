@@ -19,7 +19,7 @@ use sidecar_race_agent::{
     clock,
     detect::DetectorConfig,
     http::{self, HttpState, Limits},
-    ingest::events::{CgroupFact, KernelEvent, Owner, SocketFact},
+    ingest::events::{CgroupFact, KernelEvent, Sender, SocketFact},
     ingest::stream::StreamStats,
     inventory::{Inventory, store::PodStore},
     metrics::Metrics,
@@ -50,7 +50,7 @@ fn created(ts: u64, cgroup_id: u64, path: String) -> KernelEvent {
 fn socket(ts: u64, cgroup_id: u64, src: &str, dst: Option<&str>) -> SocketFact {
     SocketFact {
         ts_boot_ns: ts,
-        owner: Owner {
+        owner: Sender {
             cgroup_id,
             pid: 7,
             tgid: 7,

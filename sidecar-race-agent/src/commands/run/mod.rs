@@ -1,7 +1,6 @@
 //! `sidecar-race-agent run`: the long-running daemon.
 
 use std::{
-    collections::BTreeMap,
     net::SocketAddr,
     sync::{
         Arc,
@@ -24,10 +23,10 @@ use crate::{
         auth::{Authenticator, CacheTtls, KubeReviewer, NoClient, Reviewer},
     },
     incident_logs::IncidentLogs,
-    ingest::events::Kind,
     k8s_events::EventPublisher,
     kernel::charge_points::ChargePoints,
     metrics::Metrics,
+    outcome::Outcome,
     pipeline::Pipeline,
     shutdown,
 };
@@ -113,7 +112,7 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
     };
     let mut logs = IncidentLogs::new(Instant::now());
     let totals = totals::NodeTotals {
-        pipeline: pipeline.clone(),
+        pipeline: pipeline.lock().totals(),
         kernel: probes.counters(),
         stream: stream.stats.clone(),
         source: source_name,
@@ -130,7 +129,7 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
         )
         .with_max_series(opts.max_series_per_metric)
         .with_series_ttl(opts.series_ttl)
-        .with_totals(Box::new(totals)),
+        .with_totals(Box::new(totals.clone())),
     ));
     let ready = Arc::new(AtomicBool::new(false));
     let stop_http = Arc::new(Notify::new());
@@ -196,9 +195,10 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
             _ = suppressed.tick() => {
                 logs.summary(Instant::now());
                 charge_points.sync(&lock().inventory.cgroups, &mut probes);
-                read_suppressed(&mut probes, &pipeline, &metrics, false);
+                let outcomes = read_suppressed(&mut probes, &pipeline, false);
+                account(&outcomes, &metrics, events.as_ref(), &mut logs);
             }
-            _ = stats.tick() => log_counts(&probes, &stream, &lock(), &source_stats),
+            _ = stats.tick() => totals.log(),
             _ = &mut signal, if !stopping => {
                 tracing::info!("stopping");
                 stopping = true;
@@ -207,44 +207,43 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
             }
         }
     }
-    let outcomes = lock().flush(clock::boot_now_ns());
+    let mut outcomes = lock().flush(clock::boot_now_ns());
+    outcomes.extend(read_suppressed(&mut probes, &pipeline, true));
     account(&outcomes, &metrics, None, &mut logs);
-    read_suppressed(&mut probes, &pipeline, &metrics, true);
-    log_counts(&probes, &stream, &lock(), &source_stats);
+    totals.log();
     stop_http.notify_one();
     server.await??;
     Ok(())
 }
 
-/// Adds what the kernel counted instead of sending since the last reading, and
-/// deletes the entries of removed cgroups once their final value is in.
+/// What the kernel counted instead of sending since the last reading, as outcomes for
+/// the sinks; deletes the entries of removed cgroups once their final value is in.
+/// The kernel's map is read before the pipeline's lock is taken.
 fn read_suppressed(
     probes: &mut crate::kernel::probes::Probes,
     pipeline: &Mutex<Pipeline>,
-    metrics: &Mutex<Metrics>,
     last: bool,
-) {
+) -> Vec<Outcome> {
     match probes.suppressed() {
         Ok(counts) => {
-            // Not both locks at once: a scrape takes the metrics lock, then the pipeline's.
             let reading = pipeline.lock().read_suppressed(&counts, last);
-            metrics
-                .lock()
-                .add_suppressed(&reading.deltas, Instant::now());
             reading
                 .forget
                 .iter()
                 .for_each(|id| probes.forget_suppressed(*id));
+            reading.outcomes
         }
-        Err(e) => tracing::warn!("cannot read suppressed refusal counts: {e}"),
+        Err(e) => {
+            tracing::warn!("cannot read suppressed refusal counts: {e}");
+            Vec::new()
+        }
     }
 }
 
 /// What one step of the pipeline came to, told to the sinks beside it: logs, metrics
-/// and Kubernetes Events (the pipeline lock is not held: a scrape takes the metrics
-/// lock, then the pipeline's).
+/// and Kubernetes Events.
 fn account(
-    outcomes: &[crate::outcome::Outcome],
+    outcomes: &[Outcome],
     metrics: &Mutex<Metrics>,
     events: Option<&EventPublisher>,
     logs: &mut IncidentLogs,
@@ -305,40 +304,6 @@ async fn start_events(opts: &AgentOptions, per_minute: u32) -> Option<EventPubli
             tracing::warn!("Kubernetes Events are off: no client configuration ({e})");
             None
         }
-    }
-}
-
-fn log_counts(
-    probes: &crate::kernel::probes::Probes,
-    stream: &crate::ingest::stream::EventStream,
-    p: &Pipeline,
-    sources: &crate::inventory::sources::SourceStats,
-) {
-    match probes.counts() {
-        Ok(counts) => {
-            let stats = &stream.stats;
-            let seen: BTreeMap<&str, u64> =
-                counts.iter().map(|(k, c)| (k.name(), c.seen)).collect();
-            let lost: u64 = counts.values().map(|c| c.lost).sum();
-            let suppressed: u64 = counts.values().map(|c| c.suppressed).sum();
-            let delivered: u64 = Kind::ALL.iter().map(|k| stats.delivered(*k)).sum();
-            tracing::info!(
-                ?seen,
-                lost_in_kernel = lost,
-                suppressed_in_kernel = suppressed,
-                delivered,
-                dropped_in_agent = stats.dropped_in_agent.load(Relaxed),
-                cgroups = p.inventory.cgroups.len(),
-                pods = p.inventory.pods.len(),
-                incidents = p.detector.incidents().len(),
-                refusals_other = p.counts.refusals_other,
-                self_refusals = p.counts.self_refusals,
-                unattributed = p.inventory.unattributed_events(),
-                pod_source_errors = sources.errors(),
-                "kernel event counts"
-            );
-        }
-        Err(e) => tracing::warn!("cannot read kernel counters: {e}"),
     }
 }
 

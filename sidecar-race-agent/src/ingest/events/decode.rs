@@ -10,7 +10,7 @@ use thiserror::Error;
 use super::{
     cgroup::cgroup_fact,
     kernel_event::KernelEvent,
-    owner::Owner,
+    sender::Sender,
     socket::socket_fact,
     unix::{RecentNames, unix_fact},
 };
@@ -79,7 +79,7 @@ impl Decoder {
             kind::UNIX_REFUSED | kind::UNIX_LISTEN | kind::UNIX_LISTEN_CLOSED => {
                 expect(UNIX_EVENT_SIZE)?;
                 let ev = read::<UnixEvent>(bytes);
-                let fact = unix_fact(&ev, Owner::from(&ev.owner), &mut self.names);
+                let fact = unix_fact(&ev, Sender::from(&ev.owner), &mut self.names);
                 Ok(match header.kind {
                     kind::UNIX_REFUSED => KernelEvent::UnixRefused(fact),
                     kind::UNIX_LISTEN => KernelEvent::UnixListen(fact),
@@ -165,7 +165,7 @@ mod tests {
         };
         assert_eq!(
             f.owner,
-            Owner {
+            Sender {
                 cgroup_id: 4242,
                 pid: 77,
                 tgid: 70,

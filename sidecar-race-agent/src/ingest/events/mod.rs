@@ -9,7 +9,7 @@ pub mod comm;
 pub mod decode;
 pub mod kernel_event;
 pub mod kind;
-pub mod owner;
+pub mod sender;
 pub mod socket;
 pub mod unix;
 
@@ -18,6 +18,6 @@ pub use comm::Comm;
 pub use decode::{DecodeError, Decoder, decode};
 pub use kernel_event::KernelEvent;
 pub use kind::Kind;
-pub use owner::Owner;
+pub use sender::Sender;
 pub use socket::SocketFact;
 pub use unix::{UnixFact, UnixHook, UnixName, UnixRefusal};

@@ -5,13 +5,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use sidecar_race_ebpf::abi::{AF_INET, AF_INET6, SocketEvent, flags, kind};
 
-use super::owner::Owner;
+use super::sender::Sender;
 
 /// `refused`, `listen`, `listen_closed`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketFact {
     pub ts_boot_ns: u64,
-    pub owner: Owner,
+    pub owner: Sender,
     pub ipv6: bool,
     /// The client end for `refused`; the listening address for listeners.
     pub src: SocketAddr,
@@ -38,7 +38,7 @@ pub fn socket_fact(ev: &SocketEvent) -> SocketFact {
         .filter(|local| Some(*local) != dst);
     SocketFact {
         ts_boot_ns: ev.header.ts_boot_ns,
-        owner: Owner::from(&ev.owner),
+        owner: Sender::from(&ev.owner),
         ipv6,
         src: addr(ev.src_addr, ev.src_port),
         dst,

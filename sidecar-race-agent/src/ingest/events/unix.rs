@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use sidecar_race_ebpf::unix::{ECONNREFUSED, ENOENT, UnixEvent, hook};
 
-use super::{c_string::until_nul, owner::Owner};
+use super::{c_string::until_nul, sender::Sender};
 
 /// A Unix socket's name as bound or dialed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -129,7 +129,7 @@ impl UnixHook {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnixFact {
     pub ts_boot_ns: u64,
-    pub owner: Owner,
+    pub owner: Sender,
     pub name: UnixName,
     /// `unix_refused` only.
     pub refusal: Option<UnixRefusal>,
@@ -144,7 +144,7 @@ pub struct UnixFact {
     pub start_boot_ns: u64,
 }
 
-pub fn unix_fact(ev: &UnixEvent, owner: Owner, names: &mut RecentNames) -> UnixFact {
+pub fn unix_fact(ev: &UnixEvent, owner: Sender, names: &mut RecentNames) -> UnixFact {
     let len = usize::from(ev.path_len).min(ev.path.len());
     UnixFact {
         ts_boot_ns: ev.header.ts_boot_ns,

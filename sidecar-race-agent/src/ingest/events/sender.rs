@@ -7,16 +7,16 @@ use super::comm::Comm;
 
 /// The task behind a socket event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
+pub struct Sender {
     pub cgroup_id: u64,
     pub pid: u32,
     pub tgid: u32,
     pub comm: Comm,
 }
 
-impl From<&abi::Owner> for Owner {
-    fn from(o: &abi::Owner) -> Owner {
-        Owner {
+impl From<&abi::Owner> for Sender {
+    fn from(o: &abi::Owner) -> Sender {
+        Sender {
             cgroup_id: o.cgroup_id,
             pid: o.pid,
             tgid: o.tgid,
