@@ -60,8 +60,11 @@ impl Crate {
             ) {
                 path.pop();
             }
-            // A binary's own root (src/bin/x.rs) is a crate of its own.
-            if path.first().is_some_and(|p| p == "bin") {
+            // A binary's own root (src/bin/x.rs, or main.rs beside a lib.rs) is a
+            // crate of its own: the library's tree is the one read.
+            if path.first().is_some_and(|p| p == "bin")
+                || rel == Path::new("main.rs") && src.join("lib.rs").exists()
+            {
                 continue;
             }
             all.insert(path, file);

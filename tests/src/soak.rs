@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{
+use sidecar_race_kit::{
     agent::RunAgent,
     pod::{Declared, SimPod, empty_pods_file, write_pod_list},
     scenario::{app, app_done, proxy},

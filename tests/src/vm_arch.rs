@@ -18,12 +18,13 @@ use std::{
 
 use anyhow::Context;
 
-use crate::{
+use sidecar_race_kit::{
     agent::agent_binary,
-    cri::is_static_elf,
     pod::{require_binary, sibling_binary},
     root::have,
 };
+
+use crate::cri::is_static_elf;
 
 pub use sidecar_race_testbed::images::BUSYBOX;
 /// The stand-ins the scenario runs, beside the agent.
