@@ -16,7 +16,12 @@ use std::{
 };
 
 use serde_json::Value;
-use sidecar_race_tests::{agent::RunAgent, http::get, pod::SimPod, root::is_root_or_skip};
+use sidecar_race_tests::{
+    agent::RunAgent,
+    http::{get, get_within},
+    pod::SimPod,
+    root::is_root_or_skip,
+};
 
 /// Ports the app is refused on, one incident each.
 const PORTS: u16 = 2_000;
@@ -149,7 +154,7 @@ fn fifty_clients_reading_the_history_lose_no_kernel_event() {
     let clients: Vec<_> = (0..CLIENTS)
         .map(|_| {
             let (addr, path) = (agent.addr.clone(), path.clone());
-            std::thread::spawn(move || get(&addr, &path))
+            std::thread::spawn(move || get_within(&addr, &path, None, Duration::from_secs(60)))
         })
         .collect();
     assert_eq!(

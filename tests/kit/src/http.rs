@@ -13,8 +13,19 @@ pub fn get(addr: &str, path: &str) -> Option<(u16, String)> {
 
 /// `GET path` on `addr` with `Authorization: Bearer <token>` when given.
 pub fn get_as(addr: &str, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    get_within(addr, path, token, Duration::from_secs(10))
+}
+
+/// `GET path` giving up on a read that waits longer than `patience`: a guard against
+/// a hung agent, not a measure of its speed.
+pub fn get_within(
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+    patience: Duration,
+) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.set_read_timeout(Some(patience)).ok()?;
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
