@@ -342,7 +342,10 @@ fn named_paths(code: &str) -> Vec<Vec<String>> {
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
                 .collect();
-            // `crate::{…}` opens a use tree, read above.
+            // `crate::{…}` or `crate::a::{…}` opens a use tree, read above.
+            if path.ends_with("::") {
+                continue;
+            }
             let path = split_path(&path);
             if path.len() > 1 {
                 out.push(path);
@@ -494,6 +497,15 @@ mod tests {
             !paths
                 .iter()
                 .any(|p| p.last().is_some_and(|l| l == "b" || l == "c"))
+        );
+    }
+
+    #[test]
+    fn a_nested_use_tree_names_its_leaves_not_its_prefix() {
+        let paths = named_paths("use crate::a::{b::C, d::E};\n");
+        assert_eq!(
+            paths,
+            [split_path("crate::a::b::C"), split_path("crate::a::d::E")]
         );
     }
 

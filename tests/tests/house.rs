@@ -34,46 +34,6 @@ fn members() -> Vec<String> {
 /// their parent's `mod.rs` defines. Their moves into leaf modules are the next
 /// merge of #36; this list only shrinks: an entry that no longer holds fails too.
 const BACK_UP_LEFT: &[(&str, &str, &str)] = &[
-    (
-        "sidecar-race-agent",
-        "detect::detector::hidden",
-        "detect::detector",
-    ),
-    (
-        "sidecar-race-agent",
-        "detect::detector::incidents",
-        "detect",
-    ),
-    (
-        "sidecar-race-agent",
-        "detect::detector::incidents",
-        "detect::detector",
-    ),
-    (
-        "sidecar-race-agent",
-        "detect::detector::instances",
-        "detect::detector",
-    ),
-    (
-        "sidecar-race-agent",
-        "detect::detector::lifecycle",
-        "detect::detector",
-    ),
-    (
-        "sidecar-race-agent",
-        "detect::detector::listener",
-        "detect::detector",
-    ),
-    (
-        "sidecar-race-agent",
-        "detect::detector::refusal",
-        "detect::detector",
-    ),
-    (
-        "sidecar-race-agent",
-        "detect::detector::unix",
-        "detect::detector",
-    ),
     ("sidecar-race-agent", "http::auth::cache", "http::auth"),
     ("sidecar-race-agent", "http::auth::review", "http::auth"),
     ("sidecar-race-agent", "inventory::pending", "inventory"),

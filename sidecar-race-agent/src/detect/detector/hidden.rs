@@ -1,7 +1,10 @@
 //! Incidents hidden until the pod source tells more: shown once it does (or its wait
 //! is over), merged into an earlier instance's incident, or found to be no race.
 
-use super::{Change, Detector, NotARace};
+use super::{
+    change::{Change, NotARace},
+    state::Detector,
+};
 use crate::{
     detect::{
         incident::{Hidden, State},

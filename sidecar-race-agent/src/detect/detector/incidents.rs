@@ -3,11 +3,14 @@
 //! through `insert`, which drops the victims from the index in the same call, so an
 //! index never names an incident the log no longer holds.
 
-use super::Key;
 use crate::detect::{
     fact::Client,
     incident::{Hidden, Incident, IncidentLog},
+    service::Service,
 };
+
+/// What an incident is open under: its client and the port or socket refused.
+pub(super) type Key = (Client, Service);
 
 pub(super) struct Incidents {
     log: IncidentLog,

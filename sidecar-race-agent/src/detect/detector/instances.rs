@@ -1,7 +1,8 @@
 //! A client container's instances: a new instance of a crash-looping container
 //! continues the startup incident of its torn-down predecessor, matched by name only.
 
-use super::{Detector, Service};
+use super::state::Detector;
+use crate::detect::service::Service;
 use crate::{
     detect::{
         fact::Client,

@@ -4,7 +4,11 @@
 
 use std::net::SocketAddr;
 
-use super::{Change, Detector, NotARace, SECOND};
+use super::{
+    change::{Change, NotARace},
+    config::SECOND,
+    state::Detector,
+};
 use crate::{
     detect::{
         fact::Client,

@@ -4,7 +4,11 @@
 
 use std::net::SocketAddr;
 
-use super::{Change, Detector, NotARace, Service};
+use super::{
+    change::{Change, NotARace},
+    state::Detector,
+};
+use crate::detect::service::Service;
 use crate::{
     detect::{
         fact::Client,

@@ -5,9 +5,13 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use super::{
-    Change, Detector, Key, NotARace, PodState, Service, hidden::TARGETS_PER_INCIDENT,
+    change::{Change, NotARace},
+    hidden::TARGETS_PER_INCIDENT,
+    incidents::Key,
     instances::Instance,
+    state::{Detector, PodState},
 };
+use crate::detect::service::Service;
 use crate::{
     detect::{
         fact::Client,

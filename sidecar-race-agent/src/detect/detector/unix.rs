@@ -7,8 +7,12 @@
 use std::sync::Arc;
 
 use super::{
-    Change, Detector, Key, NotARace, Service, refusal::count_refusal, refusal::not_a_race,
+    change::{Change, NotARace},
+    last_socket::ResolvedSocket,
+    refusal::{count_refusal, not_a_race},
+    state::Detector,
 };
+use crate::detect::service::Service;
 use crate::{
     detect::{
         fact::Client,
@@ -161,16 +165,6 @@ impl Detector {
         let ps = self.pod_state(pod_uid);
         ps.unix_listeners.down(&socket.key, container_id, ts);
     }
-}
-
-/// The socket a client's last Unix refusal resolved to, with its incident key.
-pub(super) struct ResolvedSocket {
-    /// The pod metadata's generation it was resolved under (`None`: not tracked).
-    generation: Option<u64>,
-    pod_uid: Arc<str>,
-    name: UnixName,
-    key: Key,
-    socket: UnixSocket,
 }
 
 /// Socket `name` as container `id` of the pod sees it (through its mounts, when the
