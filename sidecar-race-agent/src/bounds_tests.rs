@@ -219,6 +219,7 @@ impl crate::metrics::TotalsSource for Bounds {
                 incidents_evicted: 3,
                 facts_out_of_order: 2,
                 listeners_dropped: 1,
+                unix_facts_dropped: 4,
                 log_lines_suppressed: self.0.load(std::sync::atomic::Ordering::Relaxed),
             },
             ..Default::default()
@@ -239,6 +240,7 @@ fn what_the_bounds_dropped_is_exported() {
         "sidecar_race_incidents_evicted_total 3".to_string(),
         "sidecar_race_facts_out_of_order_total 2".to_string(),
         "sidecar_race_listeners_dropped_total 1".to_string(),
+        "sidecar_race_unix_facts_dropped_total 4".to_string(),
         format!("sidecar_race_log_lines_suppressed_total {}", 100 - logged),
     ] {
         assert!(om.lines().any(|l| l == line), "{line} in {om}");

@@ -141,6 +141,14 @@ pub enum Hidden {
     /// A new instance of a client container not named yet, while an earlier instance's
     /// incident is open on the port: merged into it once named the same, else shown.
     ClientUnnamed,
+    /// A Unix socket path no sidecar is known to serve while the client's metadata is
+    /// unknown: shown once a listener in the pod serves it (unless the client's own),
+    /// else counted as `other` when its wait for a listener is over.
+    SocketUnproven,
+    /// Resolved by a listener whose container is not named yet, after the refusing
+    /// container instance went away: a container the kubelet replaced may be refused by
+    /// its own earlier instance (a self-refusal). Decided once the listener is named.
+    ListenerUnnamed,
     /// Turned out not to be a race (a container refused by itself, or not pod-local).
     Discarded,
     /// Its refusals were merged into an earlier instance's incident (a crash loop).
@@ -152,7 +160,10 @@ impl Hidden {
     pub fn awaits_metadata(self) -> bool {
         matches!(
             self,
-            Hidden::PodIpUnknown | Hidden::PodUnknown | Hidden::ClientUnnamed
+            Hidden::PodIpUnknown
+                | Hidden::PodUnknown
+                | Hidden::ClientUnnamed
+                | Hidden::ListenerUnnamed
         )
     }
 }

@@ -37,8 +37,13 @@ pub struct Processes {
 impl Processes {
     /// Counts one refused connect of process `name`.
     pub fn record(&mut self, name: &str) {
+        self.record_n(name, 1);
+    }
+
+    /// Counts `count` refused connects of process `name`.
+    pub fn record_n(&mut self, name: &str, count: u64) {
         if let Some((_, n)) = self.counts.iter_mut().find(|(known, _)| known == name) {
-            *n += 1;
+            *n += count;
             return;
         }
         // A name new to the incident: the only time it is looked up in the catalog.
@@ -46,9 +51,9 @@ impl Processes {
             self.wait_tool = Some(name.to_string());
         }
         if self.counts.len() < TRACKED {
-            self.counts.push((name.to_string(), 1));
+            self.counts.push((name.to_string(), count));
         } else {
-            self.untracked += 1;
+            self.untracked += count;
         }
     }
 

@@ -47,6 +47,7 @@ pub struct BoundsTotals {
     pub incidents_evicted: u64,
     pub facts_out_of_order: u64,
     pub listeners_dropped: u64,
+    pub unix_facts_dropped: u64,
     pub log_lines_suppressed: u64,
 }
 
@@ -101,13 +102,13 @@ impl Collector for TotalsCollector {
         counter(
             &mut encoder,
             "refusals_other",
-            "Refusals that are not pod-local: never incidents.",
+            "Refusals that can be no sidecar race, never incidents: not pod-local (another pod, the node), or Unix-socket refusals on a path no other container of the pod reaches (the container's own files, the nscd socket, /dev/log, a hostPath only it mounts).",
             t.refusals_other,
         )?;
         counter(
             &mut encoder,
             "self_refusals",
-            "Refusals of a container on a port it serves itself (its own probes): never incidents.",
+            "Refusals of a container on a port or socket it serves itself (its own probes, its own control socket before it binds, an earlier instance of it): never incidents.",
             t.self_refusals,
         )?;
         counter(
@@ -174,6 +175,11 @@ impl Collector for TotalsCollector {
                 "listeners_dropped",
                 "Listeners not tracked because their pod already had the maximum of open listeners.",
                 b.listeners_dropped,
+            ),
+            (
+                "unix_facts_dropped",
+                "Unix-socket refusals, binds and closes dropped while their pod waited for its metadata, because it held its maximum (256 runs of facts).",
+                b.unix_facts_dropped,
             ),
             (
                 "log_lines_suppressed",

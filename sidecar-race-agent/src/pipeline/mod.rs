@@ -119,6 +119,7 @@ impl Pipeline {
             incidents_evicted: incidents.evicted(),
             facts_out_of_order: self.facts_out_of_order(),
             listeners_dropped: self.detector.listeners_dropped(),
+            unix_facts_dropped: self.detector.held_dropped(),
             cgroups: self.inventory.cgroups.len(),
             pods: self.inventory.pods.len(),
             incidents: incidents.len(),

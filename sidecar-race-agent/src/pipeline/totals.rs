@@ -18,6 +18,7 @@ pub struct PipelineTotals {
     pub incidents_evicted: u64,
     pub facts_out_of_order: u64,
     pub listeners_dropped: u64,
+    pub unix_facts_dropped: u64,
     /// Cgroups, pods and incidents known.
     pub cgroups: usize,
     pub pods: usize,

@@ -99,6 +99,7 @@ impl NodeTotals {
                 incidents_evicted: p.incidents_evicted,
                 facts_out_of_order: p.facts_out_of_order,
                 listeners_dropped: p.listeners_dropped,
+                unix_facts_dropped: p.unix_facts_dropped,
                 log_lines_suppressed: self.log_lines_suppressed.load(Relaxed),
             },
             auth: self.auth.as_ref().map(|a| a.read().to_vec()),

@@ -3,6 +3,7 @@
 
 use super::{
     change::{Change, NotARace},
+    listener::same_container,
     state::Detector,
 };
 use crate::{
@@ -94,7 +95,26 @@ impl Detector {
                     None => self.show(uid, id),
                 }
             }
-            Hidden::HostNetworkPort | Hidden::Discarded | Hidden::Merged => vec![],
+            Hidden::ListenerUnnamed => {
+                let timed_out = last
+                    || now.saturating_sub(inc.resolved_at.unwrap_or(now))
+                        >= self.cfg.metadata_wait_ns;
+                let client = inc.client_container_id().map(str::to_string);
+                let Some(server) = inc.listener_container_id.clone() else {
+                    return self.unhide_resolved(uid, id);
+                };
+                match (meta.container_name(&server), client) {
+                    (Some(_), Some(c)) if same_container(&c, &server, meta) => {
+                        self.discard(uid, id, NotARace::SelfRefusal)
+                    }
+                    (None, _) if !timed_out => vec![],
+                    _ => self.unhide_resolved(uid, id),
+                }
+            }
+            Hidden::HostNetworkPort
+            | Hidden::SocketUnproven
+            | Hidden::Discarded
+            | Hidden::Merged => vec![],
         }
     }
 
@@ -110,6 +130,17 @@ impl Detector {
             changes.push(Change::Resolved(id));
         }
         changes
+    }
+
+    /// Incident `id`, shown before and hidden while its listener was unnamed, is shown
+    /// again as resolved (its opening was reported already).
+    fn unhide_resolved(&mut self, uid: &str, id: u64) -> Vec<Change> {
+        self.incidents.stop_awaiting(uid, id);
+        let Some(inc) = self.incidents.get_mut(id) else {
+            return vec![];
+        };
+        inc.hidden = None;
+        vec![Change::Resolved(id)]
     }
 
     /// Hidden incident `from` joins incident `into` (the same container's earlier

@@ -212,6 +212,14 @@ impl Incidents {
         }
     }
 
+    /// Incident `id` waits for metadata (hidden for it after it was stored).
+    pub(super) fn start_awaiting(&mut self, pod: &str, id: u64) {
+        let index = self.pods.entry(pod.to_string()).or_default();
+        if !index.awaiting.contains(&id) {
+            index.awaiting.push(id);
+        }
+    }
+
     /// Incident `id` no longer waits for metadata.
     pub(super) fn stop_awaiting(&mut self, pod: &str, id: u64) {
         if let Some(index) = self.pods.get_mut(pod) {

@@ -42,7 +42,7 @@ impl Detector {
             Episode::AfterClose { closed_at } => closed_at,
         };
         match inc.hidden {
-            Some(Hidden::HostNetworkPort)
+            Some(Hidden::HostNetworkPort | Hidden::SocketUnproven)
                 if now.saturating_sub(since) >= self.cfg.unresolved_after_ns =>
             {
                 return self.discard(uid, id, NotARace::Other);
@@ -59,6 +59,9 @@ impl Detector {
             }
             _ => {}
         }
+        let deleted_within_wait = self
+            .deletion_began(uid, meta)
+            .is_some_and(|d| d <= since.saturating_add(self.cfg.unresolved_after_ns));
         let Some(inc) = self.incidents.get_mut(id) else {
             return changes;
         };
@@ -67,8 +70,11 @@ impl Detector {
             // A listener that went away never makes an `unresolved`: the port was served.
             Episode::AfterClose { .. } if drain => Phase::Drain,
             Episode::AfterClose { .. } => from,
+            // A deletion that began within the wait cuts the startup short: no listener
+            // was owed any more (its end comes with the client's or the pod's removal).
             Episode::BeforeListener
-                if now.saturating_sub(since) >= self.cfg.unresolved_after_ns =>
+                if now.saturating_sub(since) >= self.cfg.unresolved_after_ns
+                    && !deleted_within_wait =>
             {
                 Phase::Unresolved
             }
@@ -116,13 +122,17 @@ impl Detector {
         if !self.pods.contains_key(pod_uid) {
             return vec![];
         }
+        // Facts still held for the pod's metadata happened before it went.
+        let mut changes = match client {
+            None => self.release_held(pod_uid, ts, meta, true),
+            Some(_) => Vec::new(),
+        };
         // When the deletion began is unknown (no metadata, or a deletion reported
         // without its timestamp), a teardown soon after the sidecar's container went
         // (else its listener) is a drain.
         let deletion_known = self.deletion_began(pod_uid, meta).is_some();
         let (ids, unconfirmed) = self.incidents.ending_with(pod_uid, client);
         let grace = self.cfg.drain_grace_ns;
-        let mut changes = Vec::new();
         if client.is_none() {
             // Whatever still waits for metadata is decided with what is known now.
             for id in ids.iter().chain(&unconfirmed) {
@@ -146,6 +156,9 @@ impl Detector {
             }
             if client.is_some() {
                 match inc.episode {
+                    // A client gone while its pod is deleted does not dial again: a startup
+                    // cut short (a rollout undone) ends with its refusals.
+                    Episode::BeforeListener if deletion_known => {}
                     // A crashed client's startup incident still ends when the listener comes.
                     Episode::BeforeListener => continue,
                     // A client leaving while the pod is not being deleted does not end an

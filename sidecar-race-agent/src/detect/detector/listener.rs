@@ -15,7 +15,7 @@ use crate::{
         incident::{Episode, Hidden, Phase, State},
         listeners::covers,
     },
-    inventory::pod_meta::PodMeta,
+    inventory::{pod_info::Role, pod_meta::PodMeta},
 };
 
 impl Detector {
@@ -99,11 +99,16 @@ impl Detector {
                 meta,
             );
         let drain = self.drain_condition(pod_uid, id, meta);
+        let replaced = self.may_be_replaced(pod_uid, &inc.client, container_id.as_deref(), meta);
+        let defer = replaced && inc.is_shown() && !inc.is_final();
         let Some(inc) = self.incidents.get_mut(id) else {
             return vec![];
         };
         let mut changes = Vec::new();
-        if inc.hidden == Some(Hidden::HostNetworkPort) {
+        if matches!(
+            inc.hidden,
+            Some(Hidden::HostNetworkPort | Hidden::SocketUnproven)
+        ) {
             inc.hidden = None;
             changes.push(Change::Opened(id));
         }
@@ -120,11 +125,44 @@ impl Detector {
         inc.state = State::Resolved;
         inc.resolved_at = Some(ts);
         let key = (inc.client.clone(), inc.service());
-        if inc.is_shown() {
+        if defer {
+            // Decided once the listener is named (see `Hidden::ListenerUnnamed`).
+            inc.hidden = Some(Hidden::ListenerUnnamed);
+            self.incidents.start_awaiting(pod_uid, id);
+        } else if inc.is_shown() {
             changes.push(Change::Resolved(id));
         }
         self.incidents.resolved_by(pod_uid, id, key);
         changes
+    }
+
+    /// Whether listener container `server` may be a new instance of the refusing
+    /// `client` container: the instance that refused is gone, it is a sidecar (or not
+    /// named: an app is not refused by its own port in a race), and the pod source has
+    /// not named the listener yet (it names a new instance some time after it starts).
+    fn may_be_replaced(
+        &self,
+        pod_uid: &str,
+        client: &Client,
+        server: Option<&str>,
+        meta: &dyn PodMeta,
+    ) -> bool {
+        let (Client::Container(client), Some(server)) = (client, server) else {
+            return false;
+        };
+        let sidecar = || {
+            let name = meta.container_name(client)?;
+            let role = meta.pod(pod_uid)?.container(name)?.role;
+            Some(role != Role::App)
+        };
+        self.cfg.metadata_wait_ns > 0
+            && meta.has_source()
+            && meta.container_name(server).is_none()
+            && sidecar().unwrap_or(true)
+            && self
+                .pods
+                .get(pod_uid)
+                .is_some_and(|p| p.removed_at(client).is_some())
     }
 
     pub(super) fn listener_down(
@@ -141,7 +179,7 @@ impl Detector {
 
 /// Whether two container ids are the same container of the pod: the same instance, or
 /// instances the pod source names the same (a container the kubelet restarted).
-fn same_container(a: &str, b: &str, meta: &dyn PodMeta) -> bool {
+pub(super) fn same_container(a: &str, b: &str, meta: &dyn PodMeta) -> bool {
     a == b
         || meta
             .container_name(a)

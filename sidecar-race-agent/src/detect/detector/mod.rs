@@ -8,6 +8,7 @@
 
 mod change;
 mod config;
+mod held;
 mod hidden;
 mod incidents;
 mod instances;
@@ -18,6 +19,7 @@ mod observe;
 mod refusal;
 mod state;
 mod unix;
+mod unix_wait;
 
 pub use self::{
     change::{Change, NotARace},

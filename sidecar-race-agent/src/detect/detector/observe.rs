@@ -23,6 +23,7 @@ impl Detector {
             pods: foldhash::HashMap::default(),
             incidents: Incidents::new(cfg.history, cfg.history_per_pod),
             listeners_dropped: 0,
+            held_dropped: 0,
             last_socket: None,
         }
     }
@@ -56,28 +57,9 @@ impl Detector {
                 self.listener_down(ts, &pod_uid, container_id, addr);
                 Vec::new()
             }
-            Fact::UnixRefused {
-                ts,
-                pod_uid,
-                client,
-                name,
-                process,
-            } => self.unix_refused(ts, pod_uid, client, &name, process, meta),
-            Fact::UnixListenerUp {
-                ts,
-                pod_uid,
-                container_id,
-                name,
-            } => self.unix_listener_up(ts, &pod_uid, container_id, &name, meta),
-            Fact::UnixListenerDown {
-                ts,
-                pod_uid,
-                container_id,
-                name,
-            } => {
-                self.unix_listener_down(ts, &pod_uid, container_id, &name, meta);
-                Vec::new()
-            }
+            Fact::UnixRefused { .. }
+            | Fact::UnixListenerUp { .. }
+            | Fact::UnixListenerDown { .. } => self.unix_fact(fact, meta),
             Fact::PodStarted { ts, pod_uid } => {
                 let ps = self.pod_state(&pod_uid);
                 if ps.started_at.is_some() {
@@ -134,6 +116,7 @@ impl Detector {
             {
                 ps.source_gone_at.get_or_insert(now);
             }
+            changes.extend(self.release_held(&uid, now, meta, false));
             for id in self.incidents.pending_in(&uid) {
                 changes.extend(self.advance_incident(now, &uid, id, meta));
             }
@@ -177,5 +160,11 @@ impl Detector {
     /// (`sidecar_race_listeners_dropped_total`).
     pub fn listeners_dropped(&self) -> u64 {
         self.listeners_dropped
+    }
+
+    /// Unix-socket facts dropped while their pod waited for its metadata, because it
+    /// held its maximum (`sidecar_race_unix_facts_dropped_total`).
+    pub fn held_dropped(&self) -> u64 {
+        self.held_dropped
     }
 }

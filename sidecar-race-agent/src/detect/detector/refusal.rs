@@ -6,6 +6,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use super::{
     change::{Change, NotARace},
+    held::Burst,
     hidden::TARGETS_PER_INCIDENT,
     incidents::Key,
     instances::Instance,
@@ -90,7 +91,7 @@ impl Detector {
         let wait_for_ips = !loopback && !ips_known && !host_network && may_wait;
         let pod_local = loopback || (own_ip && !host_network);
         if !pod_local && !wait_for_ips {
-            return vec![not_a_race(NotARace::Other)];
+            return vec![not_a_race(NotARace::Other, 1)];
         }
         if !loopback {
             self.pods.entry(pod_uid.clone()).or_default();
@@ -106,7 +107,7 @@ impl Detector {
         if let (Some(p), Some(name)) = (pod, client_name)
             && p.declaring(port).is_some_and(|c| c.name == name)
         {
-            return vec![not_a_race(NotARace::SelfRefusal)];
+            return vec![not_a_race(NotARace::SelfRefusal, 1)];
         }
         let dialed_before = self
             .incidents
@@ -117,7 +118,7 @@ impl Detector {
         let ps = self.pod_state(&pod_uid);
         let history = match listener_history(ps, &r, loopback, &dialed_before, late_refusal_ns) {
             Ok(history) => history,
-            Err(why) => return vec![not_a_race(why)],
+            Err(why) => return vec![not_a_race(why, 1)],
         };
         let mut instance_unnamed = false;
         if history.episode == Episode::BeforeListener {
@@ -354,8 +355,8 @@ fn container_start(
         })
 }
 
-pub(super) fn not_a_race(why: NotARace) -> Change {
-    Change::NotARace { why, refused: 1 }
+pub(super) fn not_a_race(why: NotARace, refused: u64) -> Change {
+    Change::NotARace { why, refused }
 }
 
 /// Counts refusal `r` into incident `id`: a change when it is shown.
@@ -370,10 +371,15 @@ fn counted(inc: &mut Incident, id: u64, r: &Refusal) -> Vec<Change> {
 /// Counts a refusal at `ts` by `process` into incident `id` (a port's or a Unix
 /// socket's): a change when it is shown.
 pub(super) fn count_refusal(inc: &mut Incident, id: u64, ts: u64, process: &str) -> Vec<Change> {
-    inc.refused_count += 1;
-    inc.processes.record(process);
-    inc.first_refused_at = inc.first_refused_at.min(ts);
-    inc.last_refused_at = inc.last_refused_at.max(ts);
+    count_burst(inc, id, Burst::one(ts), process)
+}
+
+/// Counts `burst` refusals by `process` into incident `id`: a change when it is shown.
+pub(super) fn count_burst(inc: &mut Incident, id: u64, burst: Burst, process: &str) -> Vec<Change> {
+    inc.refused_count += burst.count;
+    inc.processes.record_n(process, burst.count);
+    inc.first_refused_at = inc.first_refused_at.min(burst.first);
+    inc.last_refused_at = inc.last_refused_at.max(burst.last);
     if inc.is_shown() {
         vec![Change::Refused(id)]
     } else {

@@ -6,7 +6,9 @@ use std::{
     sync::Arc,
 };
 
-use super::{config::DetectorConfig, incidents::Incidents, last_socket::ResolvedSocket};
+use super::{
+    config::DetectorConfig, held::Held, incidents::Incidents, last_socket::ResolvedSocket,
+};
 use crate::detect::{listener_table::ListenerTable, unix_listeners::UnixListeners};
 
 /// Removed container ids remembered per pod, to merge a crash loop's instances.
@@ -25,6 +27,8 @@ pub(super) struct PodState {
     pub(super) source_gone_at: Option<u64>,
     pub(super) listeners: ListenerTable,
     pub(super) unix_listeners: UnixListeners,
+    /// Unix-socket facts waiting for the pod's metadata.
+    pub(super) held: Held,
 }
 
 pub struct Detector {
@@ -34,6 +38,9 @@ pub struct Detector {
     pub(super) incidents: Incidents,
     /// Listeners not tracked: their pod had the maximum of open listeners.
     pub(super) listeners_dropped: u64,
+    /// Unix-socket facts dropped because their pod held its maximum while it waited
+    /// for its metadata.
+    pub(super) held_dropped: u64,
     /// The socket the last Unix refusal resolved to.
     pub(super) last_socket: Option<ResolvedSocket>,
 }

@@ -8,8 +8,10 @@ use std::sync::Arc;
 
 use super::{
     change::{Change, NotARace},
+    held::Burst,
     last_socket::ResolvedSocket,
-    refusal::{count_refusal, not_a_race},
+    listener::same_container,
+    refusal::{count_burst, not_a_race},
     state::Detector,
 };
 use crate::detect::service::Service;
@@ -17,38 +19,48 @@ use crate::{
     detect::{
         fact::Client,
         incident::{Episode, Hidden, Incident, Phase},
-        service::UnixSocket,
+        service::{SocketKey, UnixSocket},
+        socket_view::served_path,
     },
     ingest::events::{Comm, UnixName},
     inventory::{pod_info::ContainerInfo, pod_meta::PodMeta},
 };
 
 impl Detector {
+    /// `burst` refusals of `client` on socket `name`, as one: counted into the client's
+    /// incident on that socket, a new incident when a sidecar could serve it, else
+    /// counted as no race.
     pub(super) fn unix_refused(
         &mut self,
-        ts: u64,
+        burst: Burst,
         pod_uid: Arc<str>,
         client: Client,
         name: &UnixName,
         process: Comm,
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
+        let ts = burst.first;
         self.resolve_socket(meta, &pod_uid, client, name);
         let Some(resolved) = &self.last_socket else {
-            return vec![not_a_race(NotARace::Other)];
+            return vec![not_a_race(NotARace::Other, burst.count)];
         };
         if let Some((id, inc)) = self.incidents.open(&pod_uid, &resolved.key) {
-            return count_refusal(inc, id, ts, &process);
+            return count_burst(inc, id, burst, &process);
         }
         let late = self.cfg.late_refusal_ns;
         if let Some((id, inc)) = self.incidents.resolved_by_listener(&pod_uid, &resolved.key) {
             let ready = inc.listener_ready_at.unwrap_or(0);
             if ts <= ready.saturating_add(late) && ts >= inc.first_refused_at {
-                return count_refusal(inc, id, ts, &process);
+                return count_burst(inc, id, burst, &process);
             }
         }
         let (key, socket) = (resolved.key.clone(), resolved.socket.clone());
         let client = key.0.clone();
+        let hidden = match self.candidate(&pod_uid, &client, &socket, meta) {
+            Candidate::Yes => None,
+            Candidate::Unproven => Some(Hidden::SocketUnproven),
+            Candidate::No(why) => return vec![not_a_race(why, burst.count)],
+        };
         let ps = self.pod_state(&pod_uid);
         let listener = ps.unix_listeners.get(&socket.key).cloned();
         let episode = match &listener {
@@ -72,7 +84,6 @@ impl Detector {
             }
             _ => Phase::Steady,
         };
-        let may_wait = self.cfg.metadata_wait_ns > 0 && meta.has_source();
         let mut incident = Incident::opened(
             pod_uid.to_string(),
             client,
@@ -80,10 +91,70 @@ impl Detector {
             (ts, &process),
             server,
         );
-        incident.hidden =
-            (meta.pod(&incident.pod_uid).is_none() && may_wait).then_some(Hidden::PodUnknown);
+        incident.hidden = hidden;
         incident.socket = Some(socket);
-        self.insert_refusals(incident, key, meta).1
+        let (id, changes) = self.insert_refusals(incident, key, meta);
+        if burst.count > 1
+            && let Some(inc) = self.incidents.get_mut(id)
+        {
+            let rest = Burst {
+                first: burst.last,
+                last: burst.last,
+                count: burst.count - 1,
+            };
+            count_burst(inc, id, rest, &process);
+        }
+        changes
+    }
+
+    /// Whether a sidecar of the pod could serve `socket` to `client`: a socket some
+    /// container of the pod was seen listening on (the client's own: a self-refusal),
+    /// an abstract name in the pod's network namespace, a path on a volume another
+    /// container mounts. A path on the client's own filesystem or on a volume only it
+    /// mounts (the nscd socket, `/dev/log`, a hostPath shared with the node alone) is
+    /// none. Without the client's metadata (no pod source, or its wait is over), a path
+    /// is unproven until a listener in the pod serves it.
+    fn candidate(
+        &self,
+        pod_uid: &str,
+        client: &Client,
+        socket: &UnixSocket,
+        meta: &dyn PodMeta,
+    ) -> Candidate {
+        let client_id = client.container_id();
+        let seen = self
+            .pods
+            .get(pod_uid)
+            .and_then(|p| p.unix_listeners.get(&socket.key));
+        if let Some(l) = seen {
+            return match (client_id, l.container_id.as_deref()) {
+                (Some(c), Some(s)) if same_container(c, s, meta) => {
+                    Candidate::No(NotARace::SelfRefusal)
+                }
+                _ => Candidate::Yes,
+            };
+        }
+        let pod = meta.pod(pod_uid);
+        let Some((pod, info)) = pod.zip(container(meta, pod_uid, client_id)) else {
+            return match socket.key {
+                SocketKey::Abstract(_) if !pod.is_some_and(|p| p.host_network) => Candidate::Yes,
+                _ => Candidate::Unproven,
+            };
+        };
+        match &socket.key {
+            // A hostNetwork pod's abstract names are the node's.
+            SocketKey::Abstract(_) if pod.host_network => Candidate::Unproven,
+            SocketKey::Abstract(_) => Candidate::Yes,
+            SocketKey::OnVolume { .. }
+                if pod
+                    .containers
+                    .iter()
+                    .any(|c| c.name != info.name && served_path(socket, c).is_some()) =>
+            {
+                Candidate::Yes
+            }
+            SocketKey::OnVolume { .. } | SocketKey::Path(_) => Candidate::No(NotARace::Other),
+        }
     }
 
     /// Leaves in `last_socket` the socket `name` as `client` sees it, with its
@@ -176,6 +247,14 @@ fn served(
     name: &UnixName,
 ) -> Option<UnixSocket> {
     UnixSocket::resolve(name, container(meta, pod_uid, id))
+}
+
+/// Whether a sidecar could serve a socket.
+enum Candidate {
+    Yes,
+    /// Not until a listener in the pod serves it: hidden till then.
+    Unproven,
+    No(NotARace),
 }
 
 fn container<'a>(

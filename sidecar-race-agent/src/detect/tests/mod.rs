@@ -1482,5 +1482,6 @@ fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
     assert_eq!((v.kind, v.pattern), (Kind::SidecarRace, Pattern::Classic));
 }
 
+mod background;
 mod kubelet;
 mod unix;

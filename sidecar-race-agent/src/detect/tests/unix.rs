@@ -9,7 +9,7 @@ use crate::{
 
 /// checkout with daprd's socket volume: the app mounts it at /var/run/dapr, the
 /// sidecar (istio-proxy here, a classic sidecar) at /sockets.
-fn with_socket_volume() -> PodInfo {
+pub(super) fn with_socket_volume() -> PodInfo {
     let mut pod = checkout(Role::ClassicSidecar, None);
     for c in &mut pod.containers {
         let at = match c.name.as_str() {
@@ -26,7 +26,7 @@ fn with_socket_volume() -> PodInfo {
     pod
 }
 
-fn unix_refused(ts: u64, path: &str) -> Fact {
+pub(super) fn unix_refused(ts: u64, path: &str) -> Fact {
     Fact::UnixRefused {
         ts,
         pod_uid: POD.into(),
@@ -36,7 +36,7 @@ fn unix_refused(ts: u64, path: &str) -> Fact {
     }
 }
 
-fn unix_up(ts: u64, path: &str) -> Fact {
+pub(super) fn unix_up(ts: u64, path: &str) -> Fact {
     Fact::UnixListenerUp {
         ts,
         pod_uid: POD.into(),
@@ -45,7 +45,7 @@ fn unix_up(ts: u64, path: &str) -> Fact {
     }
 }
 
-fn name(path: &str) -> UnixName {
+pub(super) fn name(path: &str) -> UnixName {
     match path.strip_prefix('@') {
         Some(abs) => UnixName::Abstract(abs.into()),
         None => UnixName::Path(path.into()),
@@ -172,12 +172,15 @@ fn an_abstract_name_matches_across_containers_and_is_reported_as_such() {
 }
 
 /// The socket a refusal resolved to is reused for the next refusal of the same client
-/// and name only while the pod metadata's generation holds: refusals made before the
-/// pod's mounts were known name the path as dialed; once the metadata changes, they
-/// name the volume, and the sidecar's bind on its own path resolves them.
+/// and name only while the pod metadata's generation holds. Refusals made before the
+/// client's container was named wait for it (they are not keyed by the path as
+/// dialed): with the metadata, all of them name the volume, and the sidecar's bind on
+/// its own path resolves one incident with every refusal (it was two before #32).
 #[test]
-fn a_socket_resolved_before_the_mounts_were_known_is_resolved_again_after() {
-    let mut meta = meta_with(checkout(Role::ClassicSidecar, None));
+fn refusals_before_and_after_the_containers_are_named_are_one_incident() {
+    let mut unnamed = with_socket_volume();
+    unnamed.statuses.clear();
+    let mut meta = meta_with(unnamed);
     meta.generation = Some(1);
     let mut d = Detector::new(DetectorConfig::default());
     for f in [
@@ -191,16 +194,8 @@ fn a_socket_resolved_before_the_mounts_were_known_is_resolved_again_after() {
     for n in 0..3 {
         d.observe(unix_refused(S + n * 100 * MS, dialed), &meta);
     }
-    let socket = |d: &Detector| {
-        let i = all(d)[0];
-        (i.socket.as_ref().map(|s| s.key.clone()), i.refused_count)
-    };
-    assert_eq!(
-        socket(&d),
-        (Some(SocketKey::Path(dialed.into())), 3),
-        "no mounts known: the path as dialed"
-    );
-    // The pod source now tells the mounts.
+    assert!(d.incidents().is_empty(), "held until the client is named");
+    // The pod source now names the containers.
     meta = meta_with(with_socket_volume());
     meta.generation = Some(2);
     for n in 3..6 {
@@ -210,16 +205,20 @@ fn a_socket_resolved_before_the_mounts_were_known_is_resolved_again_after() {
         volume: "dapr-socket".into(),
         relative: "app.sock".into(),
     };
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1, "{incs:#?}");
     assert_eq!(
-        socket(&d),
-        (Some(on_volume), 3),
-        "a new incident, on the volume"
+        (
+            incs[0].socket.as_ref().map(|s| s.key.clone()),
+            incs[0].refused_count
+        ),
+        (Some(on_volume), 6),
     );
     d.observe(unix_up(2 * S, "/sockets/app.sock"), &meta);
-    let i = all(&d)[0];
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1);
     assert_eq!(
-        (i.state, i.phase),
-        (State::Resolved, Phase::Startup),
-        "{i:?}"
+        (incs[0].state, incs[0].phase, incs[0].refused_count),
+        (State::Resolved, Phase::Startup, 6),
     );
 }
