@@ -6,9 +6,9 @@ use std::{path::PathBuf, time::Duration};
 use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::RunAgent,
-    pod::{Declared, SimContainer, SimPod, empty_pods_file, sibling_binary, write_pod_list},
+    pod::{Decl, Declared, SimContainer, SimPod, empty_pods_file, sibling_binary, write_pod_list},
     root::{have, is_root_or_skip},
-    scenario::{CountedApp, app, app_done, app_named, proxy},
+    scenario::{CountedApp, app, app_done, app_named, app_refused, proxy},
 };
 
 const SETTLE: Duration = Duration::from_secs(10);
@@ -377,4 +377,141 @@ fn the_incident_names_the_refused_processes_and_a_wait_tool_guards_it() {
         "the log line names them: {log:#?}"
     );
     std::fs::remove_file(pods_file).unwrap();
+}
+
+/// The pod `shop/checkout` with `app` (port 8080) and the native sidecar instance
+/// `proxy`, which declares no port (its exec probe dials 15001).
+fn with_native_proxy(pod: &SimPod, a: &SimContainer, proxy: &SimContainer) -> Value {
+    let decl = |container, declared, ports| Decl {
+        container,
+        declared,
+        ports,
+        with_status: true,
+    };
+    pod.manifest(
+        "shop",
+        Some("checkout"),
+        &[
+            decl(a, Declared::App, &[8080]),
+            decl(proxy, Declared::NativeSidecar, &[]),
+        ],
+    )
+}
+
+/// `sidecar_race_self_refusals_total` as the agent exports it.
+fn self_refusals(agent: &RunAgent) -> u64 {
+    agent
+        .metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("sidecar_race_self_refusals_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("sidecar_race_self_refusals_total")
+}
+
+/// #19 round 2 (#32): a native sidecar's exec probe is refused by its own first
+/// instance; the kubelet replaces the container, and the new instance listens before
+/// the pod source names it. Its own probe: no incident, counted as a self-refusal.
+#[test]
+fn a_replaced_native_sidecars_own_probe_is_no_incident() {
+    if !is_root_or_skip("a_replaced_native_sidecars_own_probe_is_no_incident") {
+        return;
+    }
+    let (pods_file, source) = empty_pods_file("scn-replaced");
+    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
+    let mut pod = SimPod::new("replaced").unwrap();
+    let first = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    write_pod_list(&pods_file, &[with_native_proxy(&pod, &a, &first)]);
+    std::thread::sleep(Duration::from_millis(300));
+    // The startupProbe's exec, in the sidecar's own container, before it listens.
+    let probe = [
+        "--connect",
+        "127.0.0.1:15001",
+        "--interval-ms",
+        "100",
+        "--attempts",
+        "8",
+    ];
+    let refused =
+        CountedApp::start(&mut pod, &first, &sibling_binary("sr-app"), &probe).refused(&mut pod);
+    assert_eq!(refused, 8);
+    // The kubelet kills the first instance and starts a second, which serves at once;
+    // the pod source names it half a second later.
+    pod.remove_container(&first).unwrap();
+    let second = pod.container("proxy").unwrap();
+    proxy(&mut pod, &second, &["--listen", "0.0.0.0:15001"]);
+    std::thread::sleep(Duration::from_millis(500));
+    write_pod_list(&pods_file, &[with_native_proxy(&pod, &a, &second)]);
+    std::thread::sleep(SETTLE / 2);
+    assert_eq!(agent.incidents_of(&pod.uid), Vec::<Value>::new());
+    assert!(self_refusals(&agent) >= refused, "{}", agent.metrics());
+}
+
+/// #19 round 2 (#32): a rollout undone while the proxy has not listened yet. The API
+/// server writes `deletionTimestamp` in the future (the deletion plus the grace
+/// period), the containers stop a second later, the pod leaves the source, and its
+/// cgroup stays past the unresolved timeout. A startup race, with its refusals.
+#[test]
+fn a_startup_cut_short_by_a_graceful_deletion_is_a_startup_incident() {
+    if !is_root_or_skip("a_startup_cut_short_by_a_graceful_deletion_is_a_startup_incident") {
+        return;
+    }
+    let (pods_file, source) = empty_pods_file("scn-undone");
+    let agent = RunAgent::start(&[
+        "--pods-from",
+        &source,
+        "--pods-poll-seconds",
+        "0.1",
+        "--unresolved-after-seconds",
+        "4",
+    ]);
+    let mut pod = SimPod::new("undone").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let mut m = pod.app_and_proxy_manifest("shop", "checkout", &a, &p, Declared::App);
+    write_pod_list(&pods_file, &[m.clone()]);
+    let slow = proxy(
+        &mut pod,
+        &p,
+        &["--listen", "127.0.0.1:15001", "--delay-ms", "60000"],
+    );
+    let args = [
+        "--connect",
+        "127.0.0.1:15001",
+        "--interval-ms",
+        "100",
+        "--attempts",
+        "15",
+    ];
+    let refused =
+        CountedApp::start(&mut pod, &a, &sibling_binary("sr-app"), &args).refused(&mut pod);
+    assert_eq!(refused, 15);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128;
+    m["metadata"]["deletionTimestamp"] = json!(sidecar_race_agent::clock::rfc3339_nanos(
+        now + 30_000_000_000
+    ));
+    m["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+    write_pod_list(&pods_file, &[m]);
+    std::thread::sleep(Duration::from_secs(1));
+    pod.terminate(slow);
+    let _ = pod.wait(slow);
+    pod.remove_container(&a).unwrap();
+    pod.remove_container(&p).unwrap();
+    write_pod_list(&pods_file, &[]);
+    // Past the unresolved timeout, the pod's cgroup still there.
+    std::thread::sleep(Duration::from_secs(6));
+    let i = one(agent.incidents_of(&pod.uid));
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["state"].as_str(),
+            i["refused_count"].as_u64()
+        ),
+        (Some("startup"), Some("resolved"), Some(refused)),
+        "{i:#}"
+    );
+    assert_eq!(i["sidecar"], "proxy", "{i:#}");
 }

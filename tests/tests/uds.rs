@@ -431,3 +431,207 @@ fn a_datagram_sender_to_an_absent_socket_is_counted_in_an_open_incident() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The agent reading an empty pods file, with the Unix hooks forced to the syscall
+/// fallback (what `auto` picks on a kernel that refuses `fexit`).
+fn agent_on_syscalls(name: &str) -> (RunAgent, PathBuf) {
+    let (pods_file, source) = empty_pods_file(&format!("uds-{name}"));
+    let agent = RunAgent::start(&[
+        "--pods-from",
+        &source,
+        "--pods-poll-seconds",
+        "0.1",
+        "--unix-hooks",
+        "syscalls",
+    ]);
+    (agent, pods_file)
+}
+
+/// `sidecar_race_refusals_other_total` as the agent exports it.
+fn refusals_other(agent: &RunAgent) -> u64 {
+    agent
+        .metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("sidecar_race_refusals_other_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("sidecar_race_refusals_other_total")
+}
+
+/// Runs `program args` in container `c` to its end (its exit status is not ours).
+fn run_in(pod: &mut SimPod, c: &SimContainer, program: &str, args: &[&str]) {
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let pid = pod.spawn(c, cmd).expect(program);
+    pod.wait(pid).expect(program);
+}
+
+/// #32: glibc's own Unix probes beside a real race. `getent` tries the nscd socket
+/// before DNS, `logger` connects to `/dev/log`, and neither exists here: refusals on
+/// the app's own files, counted as `other`, never an incident. The race is one.
+#[test]
+fn glibc_lookups_and_syslog_beside_a_late_bind_leave_one_incident() {
+    if !is_root_or_skip("glibc_lookups_and_syslog_beside_a_late_bind_leave_one_incident") {
+        return;
+    }
+    assert!(
+        !std::path::Path::new("/var/run/nscd/socket").exists()
+            && !std::path::Path::new("/dev/log").exists(),
+        "this test needs a host without nscd and /dev/log"
+    );
+    let dir = volume_dir("glibc");
+    let (agent, pods_file) = agent_on_syscalls("glibc");
+    let mut pod = SimPod::new("uds-glibc").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let vol_s = dir.join("vol").to_str().unwrap().to_string();
+    write_pod_list(&pods_file, &[manifest(&pod, &a, &p, &vol_s, &vol_s)]);
+    let path = format!("{vol_s}/app.sock");
+    spawn(&mut pod, &p, &["listen", &path, "--delay-ms", "1500"]);
+    for _ in 0..3 {
+        run_in(&mut pod, &a, "getent", &["hosts", "sr-test.invalid"]);
+        run_in(&mut pod, &a, "logger", &["sidecar-race test"]);
+    }
+    let refused = client(&mut pod, &a, &["connect", &path, "--interval-ms", "50"]);
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["refused_count"].as_u64(),
+            i["sidecar"].as_str()
+        ),
+        (Some("startup"), Some(refused), Some("proxy")),
+        "{i:#}"
+    );
+    let other = refusals_other(&agent);
+    assert!(other >= 6, "nscd and /dev/log refusals counted: {other}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// #32: the kubelet starts containers before their ids and mounts reach the agent. The
+/// pod source lists the pod only after the app's first refusals; the app and the
+/// sidecar see the volume at different paths. One startup incident, the app's count.
+#[test]
+fn refusals_before_the_pod_metadata_and_after_it_are_one_incident() {
+    if !is_root_or_skip("refusals_before_the_pod_metadata_and_after_it_are_one_incident") {
+        return;
+    }
+    let dir = volume_dir("late-meta");
+    let (vol, view) = (dir.join("vol"), dir.join("app-view"));
+    std::os::unix::fs::symlink(&vol, &view).expect("the app's view of the volume");
+    let (vol_s, view_s) = (vol.to_str().unwrap(), view.to_str().unwrap());
+    let (agent, pods_file) = agent_on_syscalls("late-meta");
+    let mut pod = SimPod::new("uds-late-meta").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    spawn(
+        &mut pod,
+        &p,
+        &["listen", &format!("{vol_s}/app.sock"), "--delay-ms", "2000"],
+    );
+    let dialed = format!("{view_s}/app.sock");
+    let app = CountedApp::start(
+        &mut pod,
+        &a,
+        &sr_uds(),
+        &["connect", &dialed, "--interval-ms", "50"],
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    write_pod_list(&pods_file, &[manifest(&pod, &a, &p, view_s, vol_s)]);
+    let refused = app.refused(&mut pod);
+    assert!(
+        refused >= 25,
+        "refused while the sidecar was late: {refused}"
+    );
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["state"].as_str(),
+            i["refused_count"].as_u64()
+        ),
+        (Some("startup"), Some("resolved"), Some(refused)),
+        "{i:#}"
+    );
+    assert_eq!(
+        i["socket"],
+        json!({"path": dialed, "volume": "sock", "abstract": false})
+    );
+    assert_eq!(i["sidecar"], "proxy");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// #32: the sidecar bound its socket before the pod source listed the pod (the usual
+/// order); at deletion it unlinks it and the app still dials. One drain, not a startup
+/// race with no metadata.
+#[test]
+fn a_socket_bound_before_the_metadata_and_unlinked_at_deletion_is_a_drain() {
+    if !is_root_or_skip("a_socket_bound_before_the_metadata_and_unlinked_at_deletion_is_a_drain") {
+        return;
+    }
+    let dir = volume_dir("early-bind");
+    let (vol, view) = (dir.join("vol"), dir.join("app-view"));
+    std::os::unix::fs::symlink(&vol, &view).expect("the app's view of the volume");
+    let (vol_s, view_s) = (vol.to_str().unwrap(), view.to_str().unwrap());
+    let (agent, pods_file) = agent_on_syscalls("early-bind");
+    let mut pod = SimPod::new("uds-early-bind").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let served = format!("{vol_s}/app.sock");
+    let sidecar = spawn(
+        &mut pod,
+        &p,
+        &["listen", &served, "--unlink-on-term", "--linger-ms", "3000"],
+    );
+    wait_for_file(&served);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut m = manifest(&pod, &a, &p, view_s, vol_s);
+    write_pod_list(&pods_file, &[m.clone()]);
+    std::thread::sleep(Duration::from_millis(500));
+    let dialed = format!("{view_s}/app.sock");
+    let app = CountedApp::start(
+        &mut pod,
+        &a,
+        &sr_uds(),
+        &[
+            "connect",
+            &dialed,
+            "--interval-ms",
+            "100",
+            "--attempts",
+            "25",
+            "--keep-dialing",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    // The API server's deletion: the deadline is now plus the grace period.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128;
+    m["metadata"]["deletionTimestamp"] = json!(sidecar_race_agent::clock::rfc3339_nanos(
+        now + 30_000_000_000
+    ));
+    m["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+    write_pod_list(&pods_file, &[m]);
+    std::thread::sleep(Duration::from_millis(300));
+    pod.terminate(sidecar);
+    let refused = app.refused(&mut pod);
+    assert!(refused >= 8, "refused after the unlink: {refused}");
+    let uid = pod.uid.clone();
+    drop(pod);
+    let i = agent.one_resolved_holding(&uid, refused, SETTLE);
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["state"].as_str(),
+            i["refused_count"].as_u64()
+        ),
+        (Some("drain"), Some("resolved"), Some(refused)),
+        "{i:#}"
+    );
+    assert_eq!(i["socket"]["volume"], "sock", "{i:#}");
+    assert_eq!(i["sidecar"], "proxy", "{i:#}");
+    let _ = std::fs::remove_dir_all(dir);
+}
