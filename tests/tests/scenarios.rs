@@ -6,7 +6,7 @@ use std::{path::PathBuf, time::Duration};
 use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::RunAgent,
-    pod::{Decl, Declared, SimContainer, SimPod, empty_pods_file, sibling_binary, write_pod_list},
+    pod::{Decl, Declared, SimContainer, SimPod, mark_deleting, sibling_binary, write_pod_list},
     root::{have, is_root_or_skip},
     scenario::{CountedApp, app, app_done, app_named, app_refused, proxy},
 };
@@ -27,8 +27,7 @@ fn one(incidents: Vec<Value>) -> Value {
 /// The agent watches before the pod starts (it would not call a race in a pod it
 /// found running a startup race). Returns the agent, the pod, `p`, `a` and the file.
 fn late_proxy_pod(name: &str) -> (RunAgent, SimPod, SimContainer, SimContainer, PathBuf) {
-    let (pods_file, source) = empty_pods_file(&format!("scn-{name}"));
-    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
+    let (agent, pods_file) = RunAgent::start_with_pods_file(&format!("scn-{name}"), &[]);
     let mut pod = SimPod::new(name).unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
@@ -398,16 +397,6 @@ fn with_native_proxy(pod: &SimPod, a: &SimContainer, proxy: &SimContainer) -> Va
     )
 }
 
-/// `sidecar_race_self_refusals_total` as the agent exports it.
-fn self_refusals(agent: &RunAgent) -> u64 {
-    agent
-        .metrics()
-        .lines()
-        .find_map(|l| l.strip_prefix("sidecar_race_self_refusals_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("sidecar_race_self_refusals_total")
-}
-
 /// #19 round 2 (#32): a native sidecar's exec probe is refused by its own first
 /// instance; the kubelet replaces the container, and the new instance listens before
 /// the pod source names it. Its own probe: no incident, counted as a self-refusal.
@@ -416,8 +405,7 @@ fn a_replaced_native_sidecars_own_probe_is_no_incident() {
     if !is_root_or_skip("a_replaced_native_sidecars_own_probe_is_no_incident") {
         return;
     }
-    let (pods_file, source) = empty_pods_file("scn-replaced");
-    let agent = RunAgent::start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
+    let (agent, pods_file) = RunAgent::start_with_pods_file("scn-replaced", &[]);
     let mut pod = SimPod::new("replaced").unwrap();
     let first = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
@@ -432,8 +420,7 @@ fn a_replaced_native_sidecars_own_probe_is_no_incident() {
         "--attempts",
         "8",
     ];
-    let refused =
-        CountedApp::start(&mut pod, &first, &sibling_binary("sr-app"), &probe).refused(&mut pod);
+    let refused = app_refused(&mut pod, &first, &probe);
     assert_eq!(refused, 8);
     // The kubelet kills the first instance and starts a second, which serves at once;
     // the pod source names it half a second later.
@@ -444,7 +431,7 @@ fn a_replaced_native_sidecars_own_probe_is_no_incident() {
     write_pod_list(&pods_file, &[with_native_proxy(&pod, &a, &second)]);
     std::thread::sleep(SETTLE / 2);
     assert_eq!(agent.incidents_of(&pod.uid), Vec::<Value>::new());
-    assert!(self_refusals(&agent) >= refused, "{}", agent.metrics());
+    assert!(agent.counter("self_refusals") >= refused);
 }
 
 /// #19 round 2 (#32): a rollout undone while the proxy has not listened yet. The API
@@ -456,15 +443,8 @@ fn a_startup_cut_short_by_a_graceful_deletion_is_a_startup_incident() {
     if !is_root_or_skip("a_startup_cut_short_by_a_graceful_deletion_is_a_startup_incident") {
         return;
     }
-    let (pods_file, source) = empty_pods_file("scn-undone");
-    let agent = RunAgent::start(&[
-        "--pods-from",
-        &source,
-        "--pods-poll-seconds",
-        "0.1",
-        "--unresolved-after-seconds",
-        "4",
-    ]);
+    let (agent, pods_file) =
+        RunAgent::start_with_pods_file("scn-undone", &["--unresolved-after-seconds", "4"]);
     let mut pod = SimPod::new("undone").unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
@@ -483,17 +463,9 @@ fn a_startup_cut_short_by_a_graceful_deletion_is_a_startup_incident() {
         "--attempts",
         "15",
     ];
-    let refused =
-        CountedApp::start(&mut pod, &a, &sibling_binary("sr-app"), &args).refused(&mut pod);
+    let refused = app_refused(&mut pod, &a, &args);
     assert_eq!(refused, 15);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i128;
-    m["metadata"]["deletionTimestamp"] = json!(sidecar_race_agent::clock::rfc3339_nanos(
-        now + 30_000_000_000
-    ));
-    m["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+    mark_deleting(&mut m, 30);
     write_pod_list(&pods_file, &[m]);
     std::thread::sleep(Duration::from_secs(1));
     pod.terminate(slow);

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::RunAgent,
     pod::{
-        Declared, SimContainer, SimPod, empty_pods_file, require_binary, sibling_binary,
-        write_pod_list,
+        Declared, SimContainer, SimPod, empty_pods_file, mark_deleting, require_binary,
+        sibling_binary, write_pod_list,
     },
     root::is_root_or_skip,
     scenario::CountedApp,
@@ -65,7 +65,7 @@ fn manifest(
 
 /// The agent reading a pods file that lists `pod` (watching before the pod starts).
 fn agent_with(name: &str) -> (RunAgent, PathBuf) {
-    agent_started_by(name, RunAgent::start)
+    RunAgent::start_with_pods_file(&format!("uds-{name}"), &[])
 }
 
 /// [`agent_with`], the agent started by `start` with its arguments.
@@ -144,11 +144,9 @@ fn a_socket_bound_late_on_a_shared_volume_is_one_startup_race_naming_both_contai
     ) {
         return;
     }
-    let dir = volume_dir("startup");
-    let (vol, view) = (dir.join("vol"), dir.join("app-view"));
-    std::os::unix::fs::symlink(&vol, &view).expect("the app's view of the volume");
+    let (dir, vol_s, view_s) = volume_with_view("startup");
     let (agent, pods_file) = agent_with("startup");
-    let (vol_s, view_s) = (vol.to_str().unwrap(), view.to_str().unwrap());
+    let (vol_s, view_s) = (vol_s.as_str(), view_s.as_str());
     let LateBind {
         pod: _pod,
         app: a,
@@ -432,29 +430,21 @@ fn a_datagram_sender_to_an_absent_socket_is_counted_in_an_open_incident() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The agent reading an empty pods file, with the Unix hooks forced to the syscall
-/// fallback (what `auto` picks on a kernel that refuses `fexit`).
+/// The agent reading the pods file of `name`, with the Unix hooks forced to the
+/// syscall fallback (what `auto` picks on a kernel that refuses `fexit`).
 fn agent_on_syscalls(name: &str) -> (RunAgent, PathBuf) {
-    let (pods_file, source) = empty_pods_file(&format!("uds-{name}"));
-    let agent = RunAgent::start(&[
-        "--pods-from",
-        &source,
-        "--pods-poll-seconds",
-        "0.1",
-        "--unix-hooks",
-        "syscalls",
-    ]);
-    (agent, pods_file)
+    RunAgent::start_with_pods_file(&format!("uds-{name}"), &["--unix-hooks", "syscalls"])
 }
 
-/// `sidecar_race_refusals_other_total` as the agent exports it.
-fn refusals_other(agent: &RunAgent) -> u64 {
-    agent
-        .metrics()
-        .lines()
-        .find_map(|l| l.strip_prefix("sidecar_race_refusals_other_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("sidecar_race_refusals_other_total")
+/// A volume directory for `name` with a second view of it (a link: the kernel sees two
+/// paths, as two containers mounting one emptyDir at different paths do): the
+/// directory, the volume as the sidecar mounts it and as the app does.
+fn volume_with_view(name: &str) -> (PathBuf, String, String) {
+    let dir = volume_dir(name);
+    let (vol, view) = (dir.join("vol"), dir.join("app-view"));
+    std::os::unix::fs::symlink(&vol, &view).expect("the app's view of the volume");
+    let (vol, view) = (vol.display().to_string(), view.display().to_string());
+    (dir, vol, view)
 }
 
 /// Runs `program args` in container `c` to its end (its exit status is not ours).
@@ -504,7 +494,7 @@ fn glibc_lookups_and_syslog_beside_a_late_bind_leave_one_incident() {
         (Some("startup"), Some(refused), Some("proxy")),
         "{i:#}"
     );
-    let other = refusals_other(&agent);
+    let other = agent.counter("refusals_other");
     assert!(other >= 6, "nscd and /dev/log refusals counted: {other}");
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -517,10 +507,8 @@ fn refusals_before_the_pod_metadata_and_after_it_are_one_incident() {
     if !is_root_or_skip("refusals_before_the_pod_metadata_and_after_it_are_one_incident") {
         return;
     }
-    let dir = volume_dir("late-meta");
-    let (vol, view) = (dir.join("vol"), dir.join("app-view"));
-    std::os::unix::fs::symlink(&vol, &view).expect("the app's view of the volume");
-    let (vol_s, view_s) = (vol.to_str().unwrap(), view.to_str().unwrap());
+    let (dir, vol_s, view_s) = volume_with_view("late-meta");
+    let (vol_s, view_s) = (vol_s.as_str(), view_s.as_str());
     let (agent, pods_file) = agent_on_syscalls("late-meta");
     let mut pod = SimPod::new("uds-late-meta").unwrap();
     let p = pod.container("proxy").unwrap();
@@ -570,10 +558,8 @@ fn a_socket_bound_before_the_metadata_and_unlinked_at_deletion_is_a_drain() {
     if !is_root_or_skip("a_socket_bound_before_the_metadata_and_unlinked_at_deletion_is_a_drain") {
         return;
     }
-    let dir = volume_dir("early-bind");
-    let (vol, view) = (dir.join("vol"), dir.join("app-view"));
-    std::os::unix::fs::symlink(&vol, &view).expect("the app's view of the volume");
-    let (vol_s, view_s) = (vol.to_str().unwrap(), view.to_str().unwrap());
+    let (dir, vol_s, view_s) = volume_with_view("early-bind");
+    let (vol_s, view_s) = (vol_s.as_str(), view_s.as_str());
     let (agent, pods_file) = agent_on_syscalls("early-bind");
     let mut pod = SimPod::new("uds-early-bind").unwrap();
     let p = pod.container("proxy").unwrap();
@@ -605,15 +591,7 @@ fn a_socket_bound_before_the_metadata_and_unlinked_at_deletion_is_a_drain() {
         ],
     );
     std::thread::sleep(Duration::from_millis(800));
-    // The API server's deletion: the deadline is now plus the grace period.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i128;
-    m["metadata"]["deletionTimestamp"] = json!(sidecar_race_agent::clock::rfc3339_nanos(
-        now + 30_000_000_000
-    ));
-    m["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+    mark_deleting(&mut m, 30);
     write_pod_list(&pods_file, &[m]);
     std::thread::sleep(Duration::from_millis(300));
     pod.terminate(sidecar);

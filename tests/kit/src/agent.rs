@@ -12,7 +12,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::pod::{require_binary, sibling_binary};
+use crate::pod::{empty_pods_file, require_binary, sibling_binary};
 
 /// Log message the agent prints once its probes are attached.
 pub const READY_MESSAGE: &str = "watching the kernel";
@@ -279,6 +279,26 @@ impl RunAgent {
 
     pub fn stderr(&self) -> Vec<String> {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// The agent reading the pods file of `name` (empty until `write_pod_list` fills
+    /// it, polled every 0.1 s), with `extra` arguments; and that file.
+    pub fn start_with_pods_file(name: &str, extra: &[&str]) -> (RunAgent, PathBuf) {
+        let (pods_file, source) = empty_pods_file(name);
+        let mut args = vec!["--pods-from", &source, "--pods-poll-seconds", "0.1"];
+        args.extend_from_slice(extra);
+        (RunAgent::start(&args), pods_file)
+    }
+
+    /// The value of counter `sidecar_race_<name>_total` (unlabelled) on `/metrics`.
+    pub fn counter(&self, name: &str) -> u64 {
+        let prefix = format!("sidecar_race_{name}_total ");
+        let metrics = self.metrics();
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix}in {metrics}"))
     }
 
     /// `GET /metrics`: the body of a 200 answer.

@@ -378,6 +378,19 @@ pub fn empty_pods_file(name: &str) -> (PathBuf, String) {
     (path, source)
 }
 
+/// Marks `manifest` as the API server does on a graceful deletion: `deletionTimestamp`
+/// is the deadline (now plus the grace period), `deletionGracePeriodSeconds` the grace.
+pub fn mark_deleting(manifest: &mut serde_json::Value, grace_seconds: u32) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as i128;
+    let deadline = now + i128::from(grace_seconds) * 1_000_000_000;
+    manifest["metadata"]["deletionTimestamp"] =
+        serde_json::json!(sidecar_race_agent::clock::rfc3339_nanos(deadline));
+    manifest["metadata"]["deletionGracePeriodSeconds"] = serde_json::json!(grace_seconds);
+}
+
 pub fn write_pod_list(path: &Path, pods: &[serde_json::Value]) {
     let list =
         serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods});
