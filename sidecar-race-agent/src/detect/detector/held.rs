@@ -169,12 +169,15 @@ impl Held {
         force: bool,
     ) -> Option<VecDeque<HeldFact>> {
         let oldest = self.facts.front()?.first_ts();
+        // The pod first (one lookup: a storm from a pod not yet listed stops here), then
+        // its containers, up to the first one not named.
         let due = force
             || now.saturating_sub(oldest) >= wait
-            || self
-                .facts
-                .iter()
-                .all(|f| named(meta, pod_uid, f.container_id()));
+            || (meta.pod(pod_uid).is_some()
+                && self.facts.iter().all(|f| {
+                    f.container_id()
+                        .is_none_or(|id| meta.container_name(id).is_some())
+                }));
         due.then(|| std::mem::take(&mut self.facts))
     }
 }
