@@ -25,8 +25,7 @@ pub mod report;
 pub(crate) mod shutdown;
 pub(crate) mod suppressed;
 pub(crate) mod token_bucket;
-pub(crate) mod trace_record;
-pub mod trace_view;
+pub mod trace;
 
 #[cfg(test)]
 mod bounds_tests;

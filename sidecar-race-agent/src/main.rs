@@ -26,7 +26,7 @@ async fn main() -> anyhow::Result<()> {
                 Duration::from_millis(args.attribution_wait_ms),
                 commands::trace::View {
                     filter: args.filter(),
-                    format: sidecar_race_agent::trace_view::TraceFormat::resolve(
+                    format: sidecar_race_agent::trace::view::TraceFormat::resolve(
                         args.format,
                         std::io::stdout().is_terminal(),
                     ),

@@ -1,7 +1,7 @@
 //! `trace` for a person at a terminal, on the real kernel: `--port` keeps only the
 //! events on that port, and `--format table` prints a header and aligned rows with the
 //! refusal's addresses. (Name filters and column layout are unit-tested in
-//! `sidecar-race-agent/src/trace_view.rs`.)
+//! `sidecar-race-agent/src/trace/view.rs`.)
 
 use std::{
     io::{BufRead, BufReader},

@@ -33,14 +33,14 @@ pub struct TraceArgs {
     /// Output: `json` lines or an aligned `table` with local times (default: table on
     /// a terminal, JSON lines otherwise).
     #[arg(long, env = "SIDECAR_RACE_TRACE_FORMAT", value_enum)]
-    pub format: Option<crate::trace_view::TraceFormat>,
+    pub format: Option<crate::trace::view::TraceFormat>,
     #[command(flatten)]
     pub kernel: KernelArgs,
 }
 
 impl TraceArgs {
-    pub fn filter(&self) -> crate::trace_view::TraceFilter {
-        crate::trace_view::TraceFilter {
+    pub fn filter(&self) -> crate::trace::view::TraceFilter {
+        crate::trace::view::TraceFilter {
             namespaces: self.namespace.clone(),
             pods: self.pod.clone(),
             containers: self.container.clone(),

@@ -16,8 +16,10 @@ use crate::{
     ingest::events::{KernelEvent, Kind},
     inventory::{Attribution, pending::Pending},
     shutdown,
-    trace_record::TraceRecord,
-    trace_view::{self, TraceFilter, TraceFormat},
+    trace::{
+        record::TraceRecord,
+        view::{self as trace_view, TraceFilter, TraceFormat},
+    },
 };
 
 /// How often waiting events are re-checked for names.

@@ -4,7 +4,8 @@
 
 use std::net::SocketAddr;
 
-use crate::{ingest::events::Kind, trace_record::TraceRecord};
+use super::record::TraceRecord;
+use crate::ingest::events::Kind;
 
 /// `trace --format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
