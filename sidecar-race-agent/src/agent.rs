@@ -8,8 +8,8 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 
 use crate::{
-    cgroups::CgroupIndex,
     ingest::stream::EventStream,
+    inventory::cgroups::CgroupIndex,
     inventory::{
         Inventory,
         sources::{self, PodSourceSpec, PodUpdate, SourceOptions, SourceStats},

@@ -5,9 +5,9 @@
 use std::time::Instant;
 
 use crate::{
-    cgroups::id_of,
     detect::{DetectorConfig, Phase, State, render::Filter},
     ingest::events::KernelEvent,
+    inventory::cgroups::id_of,
     inventory::sources::PodUpdate,
     metrics::Metrics,
     pipeline::Pipeline,

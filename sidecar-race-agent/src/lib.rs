@@ -4,7 +4,6 @@
 pub mod admission;
 pub mod agent;
 pub mod catalog;
-pub mod cgroups;
 pub mod cli;
 pub mod clock;
 pub mod commands;

@@ -132,7 +132,7 @@ fn client_key(info: &PathInfo, cgroup_id: u64) -> Option<(String, Client)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{cgroups::CgroupIndex, inventory::store::PodStore};
+    use crate::inventory::{cgroups::CgroupIndex, store::PodStore};
 
     const UID: &str = "6f2c1a6e-8b0f-4d8e-9a53-3c1d2e4f5a6b";
 

@@ -8,9 +8,9 @@ use std::{
 };
 
 use crate::{
-    cgroups::CgroupIndex,
     detect::DetectorConfig,
     ingest::events::{CgroupFact, KernelEvent, Sender, SocketFact},
+    inventory::cgroups::CgroupIndex,
     inventory::{Inventory, pod_info::PodInfo, store::PodStore},
     pipeline::Pipeline,
 };

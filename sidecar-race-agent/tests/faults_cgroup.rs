@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use sidecar_race_agent::{
-    cgroups::{CgroupIndex, id_of},
     detect::DetectorConfig,
     ingest::events::{CgroupFact, KernelEvent, Sender, SocketFact},
+    inventory::cgroups::{CgroupIndex, id_of},
     inventory::{Inventory, store::PodStore},
     pipeline::Pipeline,
 };

@@ -10,10 +10,10 @@ use parking_lot::Mutex;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use sidecar_race_agent::{
-    cgroups::CgroupIndex,
     detect::{Client, DetectorConfig, Fact},
     http::{HttpState, Limits, router},
     ingest::stream::StreamStats,
+    inventory::cgroups::CgroupIndex,
     inventory::{
         Inventory,
         cgroup_path::{PathInfo, parse},

@@ -15,7 +15,6 @@ use std::{
 };
 
 use sidecar_race_agent::{
-    cgroups::CgroupIndex,
     clock,
     detect::DetectorConfig,
     http::{
@@ -23,6 +22,7 @@ use sidecar_race_agent::{
         auth::{AuthCounts, Authenticator, CacheTtls, KubeReviewer},
     },
     ingest::stream::StreamStats,
+    inventory::cgroups::CgroupIndex,
     inventory::{Inventory, store::PodStore},
     metrics::{Metrics, Totals, TotalsSource},
     pipeline::Pipeline,

@@ -36,22 +36,6 @@ fn members() -> Vec<String> {
 const BACK_UP_LEFT: &[(&str, &str, &str)] = &[
     ("sidecar-race-agent", "http::auth::cache", "http::auth"),
     ("sidecar-race-agent", "http::auth::review", "http::auth"),
-    ("sidecar-race-agent", "inventory::pending", "inventory"),
-    (
-        "sidecar-race-agent",
-        "inventory::sources::api",
-        "inventory::sources",
-    ),
-    (
-        "sidecar-race-agent",
-        "inventory::sources::file",
-        "inventory::sources",
-    ),
-    (
-        "sidecar-race-agent",
-        "inventory::sources::kubelet",
-        "inventory::sources",
-    ),
     ("sidecar-race-agent", "pipeline::accounting", "pipeline"),
     ("sidecar-race-agent", "pipeline::facts", "pipeline"),
 ];

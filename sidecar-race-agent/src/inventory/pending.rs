@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Attribution, Inventory};
+use super::{attribution::Attribution, node::Inventory};
 
 pub struct Pending<T> {
     queue: VecDeque<(T, Attribution, Instant)>,

@@ -4,9 +4,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::{
+use crate::inventory::{
+    cgroup_path::{self, PathInfo},
     cgroups::CgroupIndex,
-    inventory::cgroup_path::{self, PathInfo},
 };
 
 /// Where the marks go: the kernel map, or a set in tests.

@@ -6,7 +6,7 @@ use super::{
     layout::{self, KernelLayout},
     tracefs::Tracefs,
 };
-use crate::cgroups;
+use crate::inventory::cgroups;
 
 /// Oldest kernel with everything the programs use (ring buffer, boot-clock helper).
 pub const MIN_KERNEL: (u32, u32) = (5, 8);

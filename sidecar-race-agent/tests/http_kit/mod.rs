@@ -15,12 +15,12 @@ use std::{
 
 use parking_lot::Mutex;
 use sidecar_race_agent::{
-    cgroups::CgroupIndex,
     clock,
     detect::DetectorConfig,
     http::{self, HttpState, Limits},
     ingest::events::{CgroupFact, KernelEvent, Sender, SocketFact},
     ingest::stream::StreamStats,
+    inventory::cgroups::CgroupIndex,
     inventory::{Inventory, store::PodStore},
     metrics::Metrics,
     pipeline::Pipeline,

@@ -11,7 +11,7 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use sidecar_race_agent::cgroups;
+use sidecar_race_agent::inventory::cgroups;
 use sidecar_race_testbed::cgroup;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);

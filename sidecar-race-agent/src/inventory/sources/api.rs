@@ -14,7 +14,11 @@ use kube::{
 };
 use tokio::sync::mpsc;
 
-use super::{PodUpdate, SourceStats, full_list, pods_from_values};
+use super::{
+    health::{SourceStats, with_causes},
+    list::{full_list, pods_from_values},
+    update::PodUpdate,
+};
 
 /// The first list taking longer than this is logged (once).
 const FIRST_LIST_LATE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
@@ -101,7 +105,7 @@ pub async fn watch(
                 if !failing {
                     tracing::warn!(
                         "pod source api: {}; retrying with backoff, attribution by cgroup continues",
-                        super::with_causes(&e)
+                        with_causes(&e)
                     );
                 }
                 failing = true;

@@ -10,7 +10,7 @@ use std::{
 
 use tokio::sync::mpsc;
 
-use super::{Pacer, PodUpdate, SourceStats, full_list};
+use super::{health::SourceStats, list::full_list, pacer::Pacer, update::PodUpdate};
 
 /// Parses the file's text: JSON, or YAML when it is not JSON.
 pub fn parse(text: &str) -> Result<Vec<serde_json::Value>, String> {

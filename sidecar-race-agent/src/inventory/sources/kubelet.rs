@@ -7,7 +7,13 @@ use std::{sync::Arc, time::Duration};
 use kube::{Client, Config};
 use tokio::sync::mpsc;
 
-use super::{Pacer, PodUpdate, SourceOptions, SourceStats, full_list};
+use super::{
+    health::{SourceStats, with_causes},
+    list::full_list,
+    options::SourceOptions,
+    pacer::Pacer,
+    update::PodUpdate,
+};
 
 const DEFAULT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 const DEFAULT_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
@@ -138,7 +144,7 @@ async fn fetch(client: &Client) -> Result<Vec<serde_json::Value>, String> {
     let text = client
         .request_text(req)
         .await
-        .map_err(|e| format!("GET /pods: {}", super::with_causes(&e)))?;
+        .map_err(|e| format!("GET /pods: {}", with_causes(&e)))?;
     let list: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("/pods is not JSON: {e}"))?;
     match list.get("items") {
