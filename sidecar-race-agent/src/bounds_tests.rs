@@ -9,8 +9,8 @@ use crate::{
     ingest::events::KernelEvent,
     inventory::cgroups::id_of,
     inventory::sources::PodUpdate,
-    metrics::Metrics,
     pipeline::Pipeline,
+    sinks::metrics::Metrics,
     test_facts::*,
 };
 
@@ -212,10 +212,10 @@ fn series_beyond_the_cap_fold_into_overflow_and_are_counted() {
 #[derive(Debug)]
 struct Bounds(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
-impl crate::metrics::TotalsSource for Bounds {
-    fn totals(&self) -> crate::metrics::Totals {
-        crate::metrics::Totals {
-            bounds: crate::metrics::BoundsTotals {
+impl crate::sinks::metrics::TotalsSource for Bounds {
+    fn totals(&self) -> crate::sinks::metrics::Totals {
+        crate::sinks::metrics::Totals {
+            bounds: crate::sinks::metrics::BoundsTotals {
                 incidents_evicted: 3,
                 facts_out_of_order: 2,
                 listeners_dropped: 1,
@@ -229,7 +229,7 @@ impl crate::metrics::TotalsSource for Bounds {
 
 #[test]
 fn what_the_bounds_dropped_is_exported() {
-    use crate::log_budget::LogBudget;
+    use crate::sinks::log_budget::LogBudget;
     let t0 = Instant::now();
     let mut budget = LogBudget::new(t0);
     let m =

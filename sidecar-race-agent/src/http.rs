@@ -35,8 +35,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use crate::{
     detect::{Kind, Phase, State as IncidentState, render::Filter},
     ingest::stream::StreamStats,
-    metrics::Metrics,
     pipeline::Pipeline,
+    sinks::metrics::Metrics,
 };
 
 /// The reader wakes every second; three missed wake-ups means it is stuck.

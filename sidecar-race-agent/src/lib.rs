@@ -9,21 +9,17 @@ pub mod clock;
 pub mod commands;
 pub mod detect;
 pub mod http;
-pub(crate) mod incident_logs;
 pub mod ingest;
 pub mod inventory;
-pub mod k8s_events;
 pub mod kernel;
 pub mod lint;
-pub(crate) mod log_budget;
 pub mod logging;
-pub mod metrics;
 pub mod outcome;
 pub mod pipeline;
 pub mod report;
 pub(crate) mod shutdown;
+pub mod sinks;
 pub(crate) mod suppressed;
-pub(crate) mod token_bucket;
 pub mod trace;
 
 #[cfg(test)]

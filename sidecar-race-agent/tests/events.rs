@@ -23,7 +23,7 @@ use sidecar_race_agent::{
         render::{IncidentView, SocketView},
     },
     inventory::pod_info::{Pattern, Role, Workload},
-    k8s_events::{EventPublisher, notice_for},
+    sinks::k8s_events::{EventPublisher, notice_for},
 };
 
 /// The fake API server's requests, and the Events it stores (by namespace/name) as

@@ -21,8 +21,8 @@ use sidecar_race_agent::{
         store::PodStore,
     },
     lint::input::{Source, objects},
-    metrics::Metrics,
     pipeline::Pipeline,
+    sinks::metrics::Metrics,
 };
 use tower::ServiceExt;
 

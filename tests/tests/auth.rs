@@ -24,8 +24,8 @@ use sidecar_race_agent::{
     ingest::stream::StreamStats,
     inventory::cgroups::CgroupIndex,
     inventory::{Inventory, store::PodStore},
-    metrics::{Metrics, Totals, TotalsSource},
     pipeline::Pipeline,
+    sinks::metrics::{Metrics, Totals, TotalsSource},
 };
 use sidecar_race_tests::{
     fake_api::{FakeApi, Mode},

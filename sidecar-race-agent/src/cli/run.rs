@@ -101,7 +101,7 @@ pub struct RunArgs {
     #[arg(
         long,
         env = "SIDECAR_RACE_MAX_SERIES_PER_METRIC",
-        default_value_t = crate::metrics::DEFAULT_MAX_SERIES
+        default_value_t = crate::sinks::metrics::DEFAULT_MAX_SERIES
     )]
     pub max_series_per_metric: usize,
     /// Series of workloads not seen for this long (`90s`, `30m`, `1h`) are dropped and

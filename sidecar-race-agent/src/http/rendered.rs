@@ -10,7 +10,7 @@ use std::{
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::metrics::Metrics;
+use crate::sinks::metrics::Metrics;
 
 /// How long a rendered body is served again.
 pub const REUSE_FOR: Duration = Duration::from_secs(1);

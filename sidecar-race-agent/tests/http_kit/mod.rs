@@ -22,8 +22,8 @@ use sidecar_race_agent::{
     ingest::stream::StreamStats,
     inventory::cgroups::CgroupIndex,
     inventory::{Inventory, store::PodStore},
-    metrics::Metrics,
     pipeline::Pipeline,
+    sinks::metrics::Metrics,
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},

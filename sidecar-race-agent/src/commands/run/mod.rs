@@ -22,13 +22,13 @@ use crate::{
         self, HttpState,
         auth::{Authenticator, CacheTtls, KubeReviewer, NoClient, Reviewer},
     },
-    incident_logs::IncidentLogs,
-    k8s_events::EventPublisher,
     kernel::charge_points::ChargePoints,
-    metrics::Metrics,
     outcome::Outcome,
     pipeline::Pipeline,
     shutdown,
+    sinks::incident_logs::IncidentLogs,
+    sinks::k8s_events::EventPublisher,
+    sinks::metrics::Metrics,
 };
 
 mod totals;

@@ -16,10 +16,10 @@ use crate::{
     ingest::events::Kind,
     ingest::stream::StreamStats,
     inventory::sources::SourceStats,
-    k8s_events::PublisherStats,
     kernel::{attach::ProbeError, counters::KernelCounters},
-    metrics::{BoundsTotals, KernelTotals, Totals, TotalsSource},
     pipeline::totals::{PipelineTotals, PublishedTotals},
+    sinks::k8s_events::PublisherStats,
+    sinks::metrics::{BoundsTotals, KernelTotals, Totals, TotalsSource},
 };
 
 /// Where the kernel's totals are read: its per-CPU counters (fixed ones in tests).
@@ -162,7 +162,7 @@ mod tests {
     use crate::{
         detect::DetectorConfig,
         ingest::events::KernelEvent,
-        metrics::Metrics,
+        sinks::metrics::Metrics,
         test_facts::{
             MS, OTHER_POD, container_path, created, pipeline, pod_path, socket, temp_dir,
         },

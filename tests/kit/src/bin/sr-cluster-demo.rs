@@ -19,7 +19,7 @@
 use std::{path::Path, process::Command, time::Duration};
 
 use serde_json::{Value, json};
-use sidecar_race_agent::k8s_events::REPORTING_CONTROLLER;
+use sidecar_race_agent::sinks::k8s_events::REPORTING_CONTROLLER;
 use sidecar_race_kit::{
     agent::agent_binary,
     cluster::{TestNamespace, cluster, name, refused_printed, running_pod, wait_event, wait_until},

@@ -9,8 +9,8 @@ use crate::{
         processes::summary,
         render::{IncidentView, role_name},
     },
-    log_budget::LogBudget,
     outcome::{Outcome, StuckJob},
+    sinks::log_budget::LogBudget,
 };
 
 pub struct IncidentLogs {

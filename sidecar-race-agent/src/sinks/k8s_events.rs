@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use crate::{
     detect::{Phase, incident::Kind, render::IncidentView},
     outcome::{Outcome, StuckJob},
-    token_bucket::TokenBucket,
+    sinks::token_bucket::TokenBucket,
 };
 
 pub const REPORTING_CONTROLLER: &str = "sidecar-race.io/agent";

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::token_bucket::TokenBucket;
+use crate::sinks::token_bucket::TokenBucket;
 
 /// Lines one pod may log in a burst, and per second after it.
 pub const POD_BURST: f64 = 20.0;
