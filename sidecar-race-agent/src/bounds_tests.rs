@@ -87,17 +87,17 @@ fn detector_state_of_a_pod_whose_removal_was_lost_is_pruned() {
     p.kernel_event(&created(MS, cg, container_path(FLOODER, &container)));
     p.kernel_event(&refused(2 * MS, cg, "127.0.0.1:15001"));
     p.tick(3 * MS);
-    assert_eq!(p.detector.tracked_pods(), 1);
+    assert_eq!(p.detector().tracked_pods(), 1);
     // Still on the node: a rescan keeps it.
-    p.inventory.cgroups.scan_at(4 * MS).unwrap();
+    p.inventory_mut().cgroups.scan_at(4 * MS).unwrap();
     assert!(p.forget_gone_pods(4 * MS).is_empty());
-    assert_eq!(p.detector.tracked_pods(), 1);
+    assert_eq!(p.detector().tracked_pods(), 1);
     // The pod's cgroups go away and the rmdir events are lost.
     std::fs::remove_dir(&container_dir).unwrap();
     std::fs::remove_dir(&pod_dir).unwrap();
-    p.inventory.cgroups.scan_at(5 * MS).unwrap();
+    p.inventory_mut().cgroups.scan_at(5 * MS).unwrap();
     p.forget_gone_pods(5 * MS);
-    assert_eq!(p.detector.tracked_pods(), 0);
+    assert_eq!(p.detector().tracked_pods(), 0);
     // Cut short before any listener: the startup race it was, ended.
     let v = &p.incidents(&Filter::default(), usize::MAX).0[0];
     assert_eq!((v.state, v.phase), (State::Resolved, Phase::Startup));

@@ -14,12 +14,10 @@ pub mod inventory;
 pub mod kernel;
 pub mod lint;
 pub mod logging;
-pub mod outcome;
 pub mod pipeline;
 pub mod report;
 pub(crate) mod shutdown;
 pub mod sinks;
-pub(crate) mod suppressed;
 pub mod trace;
 
 #[cfg(test)]

@@ -73,7 +73,7 @@ fn cgroup(ts: u64, id: u64, path: &str) -> CgroupFact {
 /// The incidents' (pod uid, client container id) once every fact is in.
 fn incidents(p: &mut Pipeline) -> Vec<(String, Option<String>)> {
     p.flush(1000 * S);
-    p.detector
+    p.detector()
         .incidents()
         .newest_first()
         .map(|i| {
@@ -94,8 +94,8 @@ fn removed_before_the_agent_ever_saw_it_is_unattributed() {
     let mut p = pipeline(CgroupIndex::new(&root, 600 * S));
     p.kernel_event(&refused(S, id));
     assert!(incidents(&mut p).is_empty(), "no pod is guessed");
-    assert_eq!(p.inventory.unattributed_events(), 1);
-    assert_eq!(p.counts.events_without_pod, 1);
+    assert_eq!(p.inventory().unattributed_events(), 1);
+    assert_eq!(p.counts().events_without_pod, 1);
     std::fs::remove_dir_all(root).unwrap();
 }
 
@@ -114,7 +114,7 @@ fn removed_after_its_creation_event_is_attributed_from_the_index() {
         incidents(&mut p),
         [(UID.to_string(), Some(CID.to_string()))]
     );
-    assert_eq!(p.inventory.unattributed_events(), 0);
+    assert_eq!(p.inventory().unattributed_events(), 0);
     std::fs::remove_dir_all(root).unwrap();
 }
 

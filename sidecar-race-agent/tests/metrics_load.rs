@@ -11,7 +11,7 @@ use http_kit::{Server, get, pipeline_with_races, reset_peak_rss, rss};
 use sidecar_race_agent::{
     http::Limits,
     inventory::{Attribution, pod_info::Workload},
-    outcome::Outcome,
+    pipeline::outcome::Outcome,
     sinks::metrics::{DEFAULT_MAX_SERIES, Metrics},
 };
 use tokio::{

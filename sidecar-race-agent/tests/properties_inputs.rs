@@ -274,7 +274,7 @@ fn incidents_api() -> axum::Router {
         process: "app".into(),
     };
     let meta = sidecar_race_agent::detect::NoMeta;
-    let d = &mut pipeline.detector;
+    let d = pipeline.detector_mut();
     d.observe(
         Fact::PodStarted {
             ts: 0,

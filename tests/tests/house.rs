@@ -36,8 +36,6 @@ fn members() -> Vec<String> {
 const BACK_UP_LEFT: &[(&str, &str, &str)] = &[
     ("sidecar-race-agent", "http::auth::cache", "http::auth"),
     ("sidecar-race-agent", "http::auth::review", "http::auth"),
-    ("sidecar-race-agent", "pipeline::accounting", "pipeline"),
-    ("sidecar-race-agent", "pipeline::facts", "pipeline"),
 ];
 
 #[test]

@@ -9,13 +9,16 @@ pub(crate) mod listener_table;
 pub(crate) mod listeners;
 pub mod processes;
 pub mod render;
-pub(crate) mod reorder;
 pub mod service;
 pub(crate) mod socket_view;
 pub(crate) mod unix_listeners;
 
 #[cfg(test)]
 mod tests;
+
+// The tests run the reorder window (pipeline::reorder) with the detector.
+#[cfg(test)]
+use crate::pipeline::reorder;
 
 pub use crate::inventory::pod_meta::{NoMeta, PodMeta};
 pub use detector::{Change, Detector, DetectorConfig};

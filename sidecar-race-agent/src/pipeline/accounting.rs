@@ -4,36 +4,16 @@
 
 use std::collections::HashMap;
 
-use super::Pipeline;
-use crate::{
-    detect::{
-        Change, Incident, PodMeta, incident::Subject, render::IncidentView, service::SocketKey,
-    },
+use super::{
     outcome::{Accounting, Outcome, StuckJob},
+    state::Pipeline,
+};
+use crate::detect::{
+    Change, Incident, PodMeta, incident::Subject, render::IncidentView, service::SocketKey,
 };
 
 /// Pod starts whose workload is still unknown are counted after this, unnamed.
 pub const POD_START_NAME_WAIT_NS: u64 = 10_000_000_000;
-
-/// What the pipeline's sinks were told so far.
-#[derive(Debug, Default)]
-pub(super) struct Accounts {
-    /// Final incidents whose pod or client is not named yet, with the boot-clock time
-    /// their accounting stops waiting.
-    holding: Vec<(u64, u64)>,
-    /// Settled incidents and the refusals accounted for in each (looked up per refusal).
-    settled: foldhash::HashMap<u64, u64>,
-    /// The incident log's eviction count when `settled` was last pruned.
-    evicted_seen: u64,
-    /// Pod starts waiting for their names, with the boot-clock time the wait ends.
-    starts: Vec<(String, u64)>,
-}
-
-impl Accounts {
-    pub(super) fn is_settled(&self, id: u64) -> bool {
-        self.settled.contains_key(&id)
-    }
-}
 
 impl Pipeline {
     /// The outcomes of `changes` (one step of the detector), at boot ns `now`

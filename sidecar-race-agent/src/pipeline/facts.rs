@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::Pipeline;
+use super::state::Pipeline;
 use crate::{
     detect::{Client, Fact},
     ingest::events::{KernelEvent, Sender},

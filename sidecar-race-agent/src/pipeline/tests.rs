@@ -6,7 +6,7 @@ use crate::{
     detect::{DetectorConfig, Kind},
     ingest::events::KernelEvent,
     inventory::{pod_info::PodInfo, sources::PodUpdate},
-    outcome::Outcome,
+    pipeline::outcome::Outcome,
     test_facts::{CHECKOUT, MS, container_path, created, pipeline, pod_path, socket, temp_dir},
 };
 

@@ -9,7 +9,7 @@ use crate::{
         processes::summary,
         render::{IncidentView, role_name},
     },
-    outcome::{Outcome, StuckJob},
+    pipeline::outcome::{Outcome, StuckJob},
     sinks::log_budget::LogBudget,
 };
 

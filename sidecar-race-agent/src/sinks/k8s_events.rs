@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     detect::{Phase, incident::Kind, render::IncidentView},
-    outcome::{Outcome, StuckJob},
+    pipeline::outcome::{Outcome, StuckJob},
     sinks::token_bucket::TokenBucket,
 };
 

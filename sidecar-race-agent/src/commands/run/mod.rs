@@ -23,8 +23,8 @@ use crate::{
         auth::{Authenticator, CacheTtls, KubeReviewer, NoClient, Reviewer},
     },
     kernel::charge_points::ChargePoints,
-    outcome::Outcome,
     pipeline::Pipeline,
+    pipeline::outcome::Outcome,
     shutdown,
     sinks::incident_logs::IncidentLogs,
     sinks::k8s_events::EventPublisher,
@@ -163,7 +163,7 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
     let mut stopping = false;
     let lock = || pipeline.lock();
     let mut charge_points = ChargePoints::default();
-    charge_points.sync(&lock().inventory.cgroups, &mut probes);
+    charge_points.sync(&lock().inventory().cgroups, &mut probes);
     loop {
         let until_due = lock()
             .next_release_boot_ns()
@@ -179,7 +179,7 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
                     chunk.iter().for_each(|ev| p.kernel_event(ev));
                 }
                 // New containers are charged as such from their first refusal on.
-                charge_points.sync(&lock().inventory.cgroups, &mut probes);
+                charge_points.sync(&lock().inventory().cgroups, &mut probes);
             }
             Some(update) = pod_updates.recv() => lock().pod_update(update),
             _ = tick.tick() => {
@@ -194,7 +194,7 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
             }
             _ = suppressed.tick() => {
                 logs.summary(Instant::now());
-                charge_points.sync(&lock().inventory.cgroups, &mut probes);
+                charge_points.sync(&lock().inventory().cgroups, &mut probes);
                 let outcomes = read_suppressed(&mut probes, &pipeline, false);
                 account(&outcomes, &metrics, events.as_ref(), &mut logs);
             }

@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(s.totals.refusals_other, 1);
         assert_eq!(
             (s.pipeline.cgroups, s.pipeline.incidents),
-            (held.inventory.cgroups.len(), 0)
+            (held.inventory().cgroups.len(), 0)
         );
         drop(held);
     }

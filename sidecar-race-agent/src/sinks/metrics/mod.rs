@@ -28,7 +28,7 @@ pub use self::{
     cap::{DEFAULT_MAX_SERIES, DEFAULT_SERIES_TTL},
     totals::{BoundsTotals, KernelTotals, Totals, TotalsSource},
 };
-use crate::outcome::Outcome;
+use crate::pipeline::outcome::Outcome;
 
 pub struct Metrics {
     registry: Registry,

@@ -15,7 +15,7 @@ use super::{
 use crate::{
     detect::{Kind, Phase, render::IncidentView},
     inventory::{Attribution, pod_info::Workload},
-    outcome::{Accounting, Outcome, StuckJob},
+    pipeline::outcome::{Accounting, Outcome, StuckJob},
 };
 
 /// The label value of a name the agent does not know (never empty).

@@ -19,8 +19,8 @@ use crate::{
         sources::PodUpdate,
     },
     kernel::counters::SuppressedCounts,
-    outcome::Outcome,
     pipeline::Pipeline,
+    pipeline::outcome::Outcome,
     test_facts::{
         CHECKOUT as UID, MS, OTHER_POD as UID2, checkout_pod, container_path, created, pipeline,
         pod_path, socket, temp_dir,
@@ -97,7 +97,7 @@ fn golden_exposition() {
     // chance; its refusal to a non-loopback address never became pod-local.
     let step = p.tick(14_000 * MS);
     m.consume(&step, now + Duration::from_secs(11));
-    assert_eq!(p.counts.refusals_other, 1);
+    assert_eq!(p.counts().refusals_other, 1);
     let m = m.with_totals(Box::new(Fixed(Totals {
         kernel: Some(KernelTotals {
             seen: vec![(Kind::Refused.name(), 4), (Kind::Listen.name(), 2)],
@@ -111,8 +111,8 @@ fn golden_exposition() {
                 ("local_refusals", 12),
             ],
         }),
-        refusals_other: p.counts.refusals_other,
-        self_refusals: p.counts.self_refusals,
+        refusals_other: p.counts().refusals_other,
+        self_refusals: p.counts().self_refusals,
         unattributed: 3,
         pod_source: ("api", 2),
         dropped_in_agent: 5,

@@ -94,5 +94,5 @@ fn a_socket_on_a_pod_volume_is_its_own_series_and_arbitrary_paths_are_other() {
     );
     assert!(!om.contains("unresolved"), "{om}");
     assert!(!om.contains("random-1234"), "{om}");
-    assert_eq!(p.counts.refusals_other, 1);
+    assert_eq!(p.counts().refusals_other, 1);
 }

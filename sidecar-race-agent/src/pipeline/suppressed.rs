@@ -9,6 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use super::outcome::Outcome;
 use crate::{
     detect::Client,
     inventory::{
@@ -16,7 +17,6 @@ use crate::{
         cgroup_path::{self, PathInfo},
     },
     kernel::counters::SuppressedCounts,
-    outcome::Outcome,
 };
 
 /// What one reading adds: counts per pod and container, as outcomes for the sinks,

@@ -20,7 +20,7 @@ use std::{
     collections::{BinaryHeap, VecDeque},
 };
 
-use super::fact::Fact;
+use crate::detect::Fact;
 
 struct Held {
     ts: u64,
