@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::Decision;
+use super::decision::Decision;
 
 /// A SHA-256 digest of a bearer token (the token itself is not kept).
 pub type TokenDigest = [u8; 32];

@@ -6,6 +6,7 @@
 //! still holds; anything else is 503, never 200, and counted.
 
 mod cache;
+mod decision;
 mod review;
 
 use std::{
@@ -29,22 +30,13 @@ use tokio::sync::Semaphore;
 use self::cache::{DecisionCache, TokenDigest};
 pub use self::{
     cache::CacheTtls,
+    decision::Decision,
     review::{KubeReviewer, NoClient, Reviewer, Unreachable},
 };
 
 /// Reviews sent to the API server at once; further requests wait (a client sending
 /// new tokens in a loop cannot multiply its load on the API server).
 const REVIEWS_AT_ONCE: usize = 4;
-
-/// What the API server said of a token and a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    Allowed,
-    /// The token is not valid (401).
-    Unauthenticated,
-    /// Valid, but its user may not `get` the path (403).
-    Forbidden,
-}
 
 /// How each request to a protected path was answered, since the agent started.
 #[derive(Debug, Default)]

@@ -10,7 +10,7 @@ use k8s_openapi::api::{
 };
 use kube::{Api, Client, api::PostParams};
 
-use super::Decision;
+use super::decision::Decision;
 
 /// A review takes at most this long; past it the API server counts as unreachable.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);

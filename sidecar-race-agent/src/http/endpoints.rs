@@ -1,20 +1,10 @@
-//! The agent's HTTP endpoints: `/healthz` (the reader is alive), `/readyz` (programs
-//! attached and the cgroup index built), `/metrics`, `/api/v1/incidents` (with the
-//! others, on its own address, or off: `--api-listen`).
-
-mod answer_deadline;
-pub mod auth;
-mod rendered;
-pub mod server;
-mod write_deadline;
+//! The routes and their handlers: `/healthz` (the reader is alive), `/readyz`
+//! (programs attached and the cgroup index built), `/metrics` and
+//! `/api/v1/incidents`, each answer bounded by its slots.
 
 use std::{
     convert::Infallible,
-    net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering::Relaxed},
-    },
+    sync::{Arc, atomic::Ordering::Relaxed},
     time::Duration,
 };
 
@@ -26,18 +16,16 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use parking_lot::Mutex;
-use rendered::{Format, Rendered};
 use serde_json::json;
-pub use server::Limits;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{
-    detect::{Kind, Phase, State as IncidentState, render::Filter},
-    ingest::stream::StreamStats,
-    pipeline::Pipeline,
-    sinks::metrics::Metrics,
+use super::{
+    auth,
+    rendered::{Format, Rendered},
+    server::Limits,
+    state::HttpState,
 };
+use crate::detect::{Kind, Phase, State as IncidentState, render::Filter};
 
 /// The reader wakes every second; three missed wake-ups means it is stuck.
 const READER_STALE_AFTER: Duration = Duration::from_secs(3);
@@ -48,38 +36,6 @@ pub const MAX_LIMIT: usize = 10_000;
 
 /// Answers are sent in pieces of this size, holding their API slot until sent.
 const CHUNK: usize = 64 * 1024;
-
-#[derive(Clone)]
-pub struct HttpState {
-    pub ready: Arc<AtomicBool>,
-    pub stream: Arc<StreamStats>,
-    pub pipeline: Arc<Mutex<Pipeline>>,
-    pub metrics: Arc<Mutex<Metrics>>,
-    /// `--auth=kubernetes`: who may read `/metrics` and `/api/v1/incidents`.
-    pub auth: Option<Arc<auth::Authenticator>>,
-}
-
-/// Where `/api/v1/incidents` is served instead of the main address (`--api-listen`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApiListen {
-    /// Not at all.
-    Off,
-    /// Only on this address (e.g. 127.0.0.1:9966, for `kubectl port-forward`).
-    On(SocketAddr),
-}
-
-impl std::str::FromStr for ApiListen {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "off" {
-            return Ok(ApiListen::Off);
-        }
-        s.parse()
-            .map(ApiListen::On)
-            .map_err(|e| format!("`{s}` is neither `off` nor an address like 127.0.0.1:9966 ({e})"))
-    }
-}
 
 #[derive(Clone)]
 struct Shared {
@@ -282,55 +238,4 @@ async fn metrics(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Res
             .into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
-}
-
-/// Binds `addr` (and the API's own address, with `api`) and serves until `shutdown`
-/// completes.
-pub async fn serve(
-    addr: SocketAddr,
-    api: Option<ApiListen>,
-    state: HttpState,
-    limits: Limits,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let api_listener = match api {
-        Some(ApiListen::On(api_addr)) => {
-            Some((tokio::net::TcpListener::bind(api_addr).await?, api_addr))
-        }
-        _ => None,
-    };
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
-    let main = router(state.clone(), limits, api.is_none());
-    let main = tokio::spawn(server::serve(listener, main, limits, stopped()));
-    let second = api_listener.map(|(l, api_addr)| {
-        tracing::info!(%api_addr, "serving /api/v1/incidents");
-        tokio::spawn(server::serve(
-            l,
-            api_router(state, limits),
-            limits,
-            stopped(),
-        ))
-    });
-    match api {
-        None => tracing::info!(%addr, "serving /healthz, /readyz, /metrics, /api/v1/incidents"),
-        Some(_) => tracing::info!(%addr, "serving /healthz, /readyz, /metrics"),
-    }
-    if api == Some(ApiListen::Off) {
-        tracing::info!("/api/v1/incidents is off (--api-listen off)");
-    }
-    Ok(tokio::spawn(async move {
-        shutdown.await;
-        stop_tx.send_replace(true);
-        if let Some(second) = second {
-            second.await??;
-        }
-        main.await?
-    }))
 }
