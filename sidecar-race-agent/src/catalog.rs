@@ -144,6 +144,8 @@ impl Catalog {
         self.sidecars.iter().find(|s| s.id == id)
     }
 
+    /// The injector `id` (tests: every id the table names is one).
+    #[cfg(test)]
     pub fn injector(&self, id: &str) -> Option<&Injector> {
         self.injectors.iter().find(|i| i.id == id)
     }

@@ -2,8 +2,8 @@
 //! into evidence of sidecar startup and drain races.
 
 pub mod admission;
-pub mod agent;
-pub mod catalog;
+pub(crate) mod agent;
+pub(crate) mod catalog;
 pub mod cli;
 pub mod clock;
 pub mod commands;
