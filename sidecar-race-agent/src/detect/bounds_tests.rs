@@ -179,7 +179,7 @@ fn among_equal_holders_the_oldest_incident_leaves_first() {
 #[test]
 fn a_lagging_tick_does_not_release_a_listener_before_earlier_refusals_from_another_cpu() {
     let window = 200 * MS;
-    let mut r = super::reorder::Reorder::new(window);
+    let mut r = crate::pipeline::reorder::Reorder::new(window);
     let mut d = Detector::new(DetectorConfig::default());
     let feed = |facts: Vec<Fact>, d: &mut Detector| {
         for f in facts {

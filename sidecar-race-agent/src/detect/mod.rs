@@ -16,10 +16,6 @@ pub(crate) mod unix_listeners;
 #[cfg(test)]
 mod tests;
 
-// The tests run the reorder window (pipeline::reorder) with the detector.
-#[cfg(test)]
-use crate::pipeline::reorder;
-
 pub use crate::inventory::pod_meta::{NoMeta, PodMeta};
 pub use detector::{Change, Detector, DetectorConfig};
 pub use fact::{Client, Fact};

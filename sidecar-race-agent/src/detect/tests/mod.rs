@@ -6,13 +6,13 @@ use super::{
     detector::NotARace,
     incident::Kind,
     render::{Filter, view},
-    reorder::Reorder,
     *,
 };
 use crate::inventory::cgroup_path::Runtime;
 use crate::inventory::pod_info::{
     ContainerInfo, Pattern, PodInfo, ProbeTarget, Role, RunState, StatusInfo, Workload,
 };
+use crate::pipeline::reorder::Reorder;
 
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000 * MS;
