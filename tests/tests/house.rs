@@ -30,18 +30,9 @@ fn members() -> Vec<String> {
         .collect()
 }
 
-/// The daemon's arrows back up that are left: children that `impl` or use a type
-/// their parent's `mod.rs` defines. #36 moved the last ones into leaf modules; this
-/// list only shrinks: an entry that no longer holds fails too.
-const BACK_UP_LEFT: &[(&str, &str, &str)] = &[];
-
 #[test]
 fn no_crate_has_an_import_cycle_or_an_arrow_back_up() {
     let mut problems = Vec::new();
-    let mut left: BTreeSet<(String, String, String)> = BACK_UP_LEFT
-        .iter()
-        .map(|(c, f, t)| (c.to_string(), f.to_string(), t.to_string()))
-        .collect();
     for member in members() {
         let graph = Crate::read(&workspace().join(&member).join("src")).graph();
         for cycle in &graph.cycles {
@@ -49,19 +40,12 @@ fn no_crate_has_an_import_cycle_or_an_arrow_back_up() {
             problems.push(format!("{member}: cycle {}", names.join(" <-> ")));
         }
         for (from, to) in &graph.back_up {
-            if !left.remove(&(member.clone(), show(from), show(to))) {
-                problems.push(format!(
-                    "{member}: {} imports from its ancestor {}",
-                    show(from),
-                    show(to)
-                ));
-            }
+            problems.push(format!(
+                "{member}: {} imports from its ancestor {}",
+                show(from),
+                show(to)
+            ));
         }
-    }
-    for (member, from, to) in left {
-        problems.push(format!(
-            "{member}: {from} -> {to} no longer reaches up: take it off BACK_UP_LEFT"
-        ));
     }
     assert!(
         problems.is_empty(),
