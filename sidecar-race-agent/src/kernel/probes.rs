@@ -21,7 +21,8 @@ use super::{
 use crate::ingest::events::Kind;
 
 /// The object built by `build.rs` from `sidecar-race-ebpf`.
-pub(super) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sidecar-race.bpf.o"));
+pub(super) static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sidecar-race.bpf.o"));
 
 pub struct Probes {
     // Keeps programs and links alive.

@@ -149,10 +149,13 @@ pub fn choose(
                 why: format!("the syscall tracepoints cannot be used ({why})"),
             },
         },
-        UnixHookChoice::Kprobes => kprobes(sets, "--unix-hooks=kprobes".into())
-            .unwrap_or_else(|why| UnixCoverage::Missing {
-                why: format!("kprobes cannot be used ({why})"),
-            }),
+        UnixHookChoice::Kprobes => {
+            kprobes(sets, "--unix-hooks=kprobes".into()).unwrap_or_else(|why| {
+                UnixCoverage::Missing {
+                    why: format!("kprobes cannot be used ({why})"),
+                }
+            })
+        }
         UnixHookChoice::Auto => {
             let why_not_fexit = match &without_btf {
                 Some(why) => why.clone(),
@@ -298,7 +301,15 @@ pub fn attach(
     btf: &Result<AyaBtf, String>,
 ) -> UnixCoverage {
     let fields = fields.as_ref().map(|_| ()).map_err(String::as_str);
-    choose(choice, fields, &mut Kernel { ebpf, syscalls, btf })
+    choose(
+        choice,
+        fields,
+        &mut Kernel {
+            ebpf,
+            syscalls,
+            btf,
+        },
+    )
 }
 
 fn attach_kprobes(ebpf: &mut Ebpf) -> Result<(), String> {
@@ -465,7 +476,10 @@ mod tests {
 
     impl Fake {
         fn taking(ok: &'static [&'static str]) -> Self {
-            Fake { ok, tried: Vec::new() }
+            Fake {
+                ok,
+                tried: Vec::new(),
+            }
         }
 
         fn try_set(&mut self, set: &'static str) -> Result<(), String> {
@@ -495,7 +509,10 @@ mod tests {
     #[test]
     fn auto_takes_fexit_where_the_kernel_allows_it() {
         let mut k = Fake::taking(EVERY);
-        assert_eq!(choose(UnixHookChoice::Auto, Ok(()), &mut k), UnixCoverage::Fexit);
+        assert_eq!(
+            choose(UnixHookChoice::Auto, Ok(()), &mut k),
+            UnixCoverage::Fexit
+        );
         assert_eq!(k.tried, ["fexit"]);
     }
 
@@ -538,7 +555,11 @@ mod tests {
     #[test]
     fn auto_without_btf_skips_fexit_and_says_what_kprobes_then_miss() {
         let mut k = Fake::taking(EVERY);
-        let got = choose(UnixHookChoice::Auto, Err("no /sys/kernel/btf/vmlinux"), &mut k);
+        let got = choose(
+            UnixHookChoice::Auto,
+            Err("no /sys/kernel/btf/vmlinux"),
+            &mut k,
+        );
         assert_eq!(k.tried, ["kprobes"]);
         let sentence = got.degraded().unwrap();
         assert!(
@@ -576,17 +597,25 @@ mod tests {
              used (kprobes refused)"
         );
         let mut k = Fake::taking(EVERY);
-        assert_eq!(choose(UnixHookChoice::Off, Ok(()), &mut k).name(), "missing");
+        assert_eq!(
+            choose(UnixHookChoice::Off, Ok(()), &mut k).name(),
+            "missing"
+        );
         assert!(k.tried.is_empty());
     }
 
     #[test]
     fn explicit_syscalls_without_btf_say_what_is_missing() {
         let mut k = Fake::taking(EVERY);
-        let got = choose(UnixHookChoice::Syscalls, Err("no /sys/kernel/btf/vmlinux"), &mut k);
+        let got = choose(
+            UnixHookChoice::Syscalls,
+            Err("no /sys/kernel/btf/vmlinux"),
+            &mut k,
+        );
         let sentence = got.degraded().unwrap();
         assert!(
-            sentence.contains("(--unix-hooks=syscalls; no BTF offsets: no /sys/kernel/btf/vmlinux)"),
+            sentence
+                .contains("(--unix-hooks=syscalls; no BTF offsets: no /sys/kernel/btf/vmlinux)"),
             "{sentence}"
         );
     }
@@ -601,7 +630,11 @@ mod tests {
         };
         let btf = Btf::parse(&data).unwrap();
         for (n, reg) in ["di", "si", "dx"].into_iter().enumerate() {
-            assert_eq!(btf.offset("pt_regs", reg).unwrap(), KPROBE_REGS.args[n], "{reg}");
+            assert_eq!(
+                btf.offset("pt_regs", reg).unwrap(),
+                KPROBE_REGS.args[n],
+                "{reg}"
+            );
         }
         assert_eq!(btf.offset("pt_regs", "ax").unwrap(), KPROBE_REGS.ret);
     }
@@ -615,7 +648,10 @@ mod tests {
             assert!(object.programs.contains_key(program), "{program}");
         }
         let map = &object.maps["UNIX_KPROBE_CALLS"];
-        assert_eq!(map.max_entries(), sidecar_race_ebpf::unix::UNIX_KPROBE_CALLS);
+        assert_eq!(
+            map.max_entries(),
+            sidecar_race_ebpf::unix::UNIX_KPROBE_CALLS
+        );
         assert_eq!(
             map.map_type(),
             aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_LRU_HASH as u32

@@ -41,7 +41,13 @@ fn connected(ctx: &FExitContext) -> u32 {
     if !is_refusal(ret) {
         return 0;
     }
-    send_refused(ctx.arg(0), ctx.arg(1), ctx.arg::<i32>(2).into(), ret, hook::CONNECT)
+    send_refused(
+        ctx.arg(0),
+        ctx.arg(1),
+        ctx.arg::<i32>(2).into(),
+        ret,
+        hook::CONNECT,
+    )
 }
 
 /// The address a datagram send named (`msghdr.msg_name`, the kernel's copy), if any.

@@ -103,9 +103,13 @@ pub fn unix_kprobe_enter_sendmsg(ctx: ProbeContext) -> u32 {
 #[kretprobe]
 pub fn unix_kretprobe_connect(ctx: RetProbeContext) -> u32 {
     match returned(ctx.regs as u64) {
-        Some((c, r)) if is_refusal(r) => {
-            send_refused(c.args[0], c.args[1], i64::from(c.args[2] as i32), r, hook::CONNECT)
-        }
+        Some((c, r)) if is_refusal(r) => send_refused(
+            c.args[0],
+            c.args[1],
+            i64::from(c.args[2] as i32),
+            r,
+            hook::CONNECT,
+        ),
         _ => 0,
     }
 }
