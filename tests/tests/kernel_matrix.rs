@@ -649,6 +649,13 @@ fn assert_unix(run: &GuestRun, label: &str, traits: Traits) {
             .find(|l| l["message"] == "watching the kernel")
             .unwrap_or_else(|| panic!("{label} {key}: never watched the kernel: {messages:?}"));
         assert_eq!(ready["unix_hooks"], hooks, "{label} {key}: {messages:?}");
+        if hooks != "syscalls" {
+            // With BTF, kprobes see what fexit sees: nothing degraded.
+            assert!(
+                !messages.iter().any(|m| m.starts_with("degraded: Unix")),
+                "{label} {key}: {messages:?}"
+            );
+        }
         let events = run.json(&format!("{key}_out"));
         let of =
             |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["kind"] == kind).collect() };
