@@ -113,6 +113,9 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
     if let Some(sentence) = probes.unix.degraded() {
         tracing::warn!("degraded: {sentence}");
     }
+    if let Some(sentence) = probes.unix.note() {
+        tracing::info!("{sentence}");
+    }
     if let SetStateHook::Tracepoint { why_not_btf } = &probes.set_state_hook {
         tracing::info!("inet_sock_set_state through tracefs, not tp_btf: {why_not_btf}");
     }

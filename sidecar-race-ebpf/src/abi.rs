@@ -67,7 +67,10 @@ pub const AF_INET6: u16 = 10;
 /// The other LRU tables cannot tell an eviction where it happens, so the kernel
 /// counts the entries it makes (`*_MADE`) and, for `LOCAL_REFUSALS`, those it used
 /// and removed (`LOCAL_REFUSALS_USED`); the agent subtracts the entries still in
-/// the table, and what is left was evicted.
+/// the table, and what is left was evicted. The Unix kprobes' calls in progress are
+/// told the same way (`UNIX_KPROBE_CALLS_MADE` at a call's entry, `_USED` at its
+/// return): an entry whose return never came (the kernel's kretprobe instances were
+/// all taken) is replaced by the thread's next call or evicted, and counted so.
 pub mod counter {
     use super::kind;
     pub const SUPPRESSED: u32 = 2 * kind::COUNT as u32;
@@ -81,7 +84,9 @@ pub mod counter {
     pub const CONTROL_BUDGET_MADE: u32 = BUDGET_MADE + 1;
     pub const LOCAL_REFUSALS_MADE: u32 = CONTROL_BUDGET_MADE + 1;
     pub const LOCAL_REFUSALS_USED: u32 = LOCAL_REFUSALS_MADE + 1;
-    pub const SLOTS: u32 = LOCAL_REFUSALS_USED + 1;
+    pub const UNIX_KPROBE_CALLS_MADE: u32 = LOCAL_REFUSALS_USED + 1;
+    pub const UNIX_KPROBE_CALLS_USED: u32 = UNIX_KPROBE_CALLS_MADE + 1;
+    pub const SLOTS: u32 = UNIX_KPROBE_CALLS_USED + 1;
     pub const fn seen(kind: u8) -> u32 {
         kind as u32
     }

@@ -1,6 +1,7 @@
 //! Unix domain sockets: the record the kernel sends for a refused connect or send to
 //! a socket path and for a Unix listener, and the offsets the programs read (from the
-//! kernel's BTF for the `fexit` hooks, from tracefs for the syscall fallback).
+//! kernel's BTF for the `fexit` and kprobe hooks, the registers of this architecture's
+//! calling convention for the kprobes, from tracefs for the syscall fallback).
 
 use core::mem::size_of;
 
@@ -14,15 +15,16 @@ pub const UNIX_PATH_MAX: usize = 108;
 
 /// Which hook saw a record ([`UnixEvent::hook`]).
 pub mod hook {
-    /// `fexit` on `unix_stream_connect` / `unix_dgram_connect`.
+    /// `fexit` (or a kretprobe) on `unix_stream_connect` / `unix_dgram_connect`.
     pub const CONNECT: u8 = 1;
-    /// `fexit` on `unix_dgram_sendmsg`: a datagram sent to a path without connecting.
+    /// `fexit` (or a kretprobe) on `unix_dgram_sendmsg`: a datagram sent to a path
+    /// without connecting.
     pub const SENDMSG: u8 = 2;
     /// The `connect` syscall tracepoints (no BTF, or the fallback forced).
     pub const SYSCALL_CONNECT: u8 = 3;
     /// The `sendto` syscall tracepoints.
     pub const SYSCALL_SENDTO: u8 = 4;
-    /// `fexit` on `unix_listen` / `fentry` on `unix_release`.
+    /// `fexit` on `unix_listen` / `fentry` on `unix_release` (or their kprobes).
     pub const LISTENER: u8 = 5;
     /// The `bind` and `listen` syscall tracepoints (listeners up, no close).
     pub const SYSCALL_LISTEN: u8 = 6;
@@ -160,20 +162,44 @@ impl SyscallArgs {
     };
 }
 
+/// Where a kprobe's `struct pt_regs` keeps a kernel function's first three arguments
+/// and, at its return, the return value: the calling convention of the kernel's
+/// architecture, which the agent (built for it) knows and the eBPF object (built once,
+/// for any) does not.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KprobeRegs {
+    pub args: [u16; 3],
+    pub ret: u16,
+}
+
+impl KprobeRegs {
+    pub const UNSET: KprobeRegs = KprobeRegs {
+        args: [MISSING; 3],
+        ret: MISSING,
+    };
+}
+
+/// Entries of the kprobes' per-thread table of calls in progress (`UNIX_KPROBE_CALLS`,
+/// an LRU): a call's arguments from its entry until its return.
+pub const UNIX_KPROBE_CALLS: u32 = 4_096;
+
 /// The `UNIX` global, apart from the TCP programs' `Config`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnixConfig {
     pub fields: UnixFields,
     pub syscalls: SyscallArgs,
+    pub kprobe: KprobeRegs,
 }
 
-const _: () = assert!(size_of::<UnixConfig>() == 52);
+const _: () = assert!(size_of::<UnixConfig>() == 60);
 
 impl UnixConfig {
     pub const UNSET: UnixConfig = UnixConfig {
         fields: UnixFields::UNSET,
         syscalls: SyscallArgs::UNSET,
+        kprobe: KprobeRegs::UNSET,
     };
 }
 

@@ -263,7 +263,9 @@ uds() {
     emit "${key}_err" /tmp/$key.err
 }
 uds uds_auto
+uds uds_kprobes --unix-hooks kprobes
 uds uds_syscalls --unix-hooks syscalls
+say kprobe_pmu "$(cat /sys/bus/event_source/devices/kprobe/type 2>/dev/null || echo none)"
 
 say done
 sync

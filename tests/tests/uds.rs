@@ -63,16 +63,23 @@ fn manifest(
     m
 }
 
+/// The Unix hooks every agent here runs with. This host's kernel refuses `fexit` and
+/// has no kprobes, so `auto` attaches no Unix hook at all: the tests ask for the
+/// syscall tracepoints, which see the same races (the kernel tier proves `fexit` and
+/// kprobes on the LTS kernels).
+const UNIX_HOOKS: [&str; 2] = ["--unix-hooks", "syscalls"];
+
 /// The agent reading a pods file that lists `pod` (watching before the pod starts).
 fn agent_with(name: &str) -> (RunAgent, PathBuf) {
-    RunAgent::start_with_pods_file(&format!("uds-{name}"), &[])
+    RunAgent::start_with_pods_file(&format!("uds-{name}"), &UNIX_HOOKS)
 }
 
 /// [`agent_with`], the agent started by `start` with its arguments.
 fn agent_started_by(name: &str, start: fn(&[&str]) -> RunAgent) -> (RunAgent, PathBuf) {
     let (pods_file, source) = empty_pods_file(&format!("uds-{name}"));
-    let agent = start(&["--pods-from", &source, "--pods-poll-seconds", "0.1"]);
-    (agent, pods_file)
+    let mut args = vec!["--pods-from", &source, "--pods-poll-seconds", "0.1"];
+    args.extend_from_slice(&UNIX_HOOKS);
+    (start(&args), pods_file)
 }
 
 /// A late bind, as the pod's two containers see it.
@@ -198,9 +205,10 @@ fn a_socket_bound_late_on_a_shared_volume_is_one_startup_race_naming_both_contai
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A kernel without BTF (hidden from the agent): no `fexit`, and the syscall fallback
-/// pairs each call's entry with its exit. The start line says so in one degraded
-/// sentence, and a late bind on a shared volume is still one startup race, exact.
+/// A kernel without BTF (hidden from the agent): no `fexit`, and the syscall
+/// tracepoints (asked for) pair each call's entry with its exit. The start line says
+/// so in one degraded sentence, and a late bind on a shared volume is still one
+/// startup race, exact.
 #[test]
 fn without_btf_the_syscall_fallback_still_sees_a_late_bind_exactly() {
     if !is_root_or_skip("without_btf_the_syscall_fallback_still_sees_a_late_bind_exactly") {
@@ -252,6 +260,40 @@ fn without_btf_the_syscall_fallback_still_sees_a_late_bind_exactly() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `auto` on a kernel that refuses `fexit` and has no kprobes (this host's): no Unix
+/// hook at all rather than the syscall tracepoints (they slow every syscall on the
+/// node), and one `degraded:` sentence naming `--unix-hooks=syscalls` and its cost.
+#[test]
+fn auto_without_fexit_or_kprobes_attaches_no_unix_hook_and_names_the_opt_in() {
+    let name = "auto_without_fexit_or_kprobes_attaches_no_unix_hook_and_names_the_opt_in";
+    if !is_root_or_skip(name) {
+        return;
+    }
+    if std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists() {
+        eprintln!("SKIPPED {name}: this kernel has kprobes (the kernel tier covers it)");
+        return;
+    }
+    let agent = RunAgent::start(&["--pods-from", "none"]);
+    let start = agent.wait_log(&["watching the kernel"], Duration::from_secs(5));
+    assert!(start.contains(r#""unix_hooks":"missing""#), "{start}");
+    let sentence = agent.wait_log(
+        &["degraded: Unix domain socket races are not detected"],
+        Duration::from_secs(5),
+    );
+    for part in [
+        "nor kprobes (this kernel has no kprobes",
+        "--unix-hooks=syscalls is not taken unasked",
+        "176 → 250 ns per getppid",
+    ] {
+        assert!(sentence.contains(part), "{part}: {sentence}");
+    }
+    let lines = agent.stderr();
+    let unix: Vec<_> = lines
+        .iter()
+        .filter(|l| l.contains("degraded: Unix"))
+        .collect();
+    assert_eq!(unix.len(), 1, "one sentence: {unix:?}");
+}
 /// The sidecar crashed (killed: its socket file stays), the app is refused with
 /// ECONNREFUSED until the sidecar comes back and replaces the file: steady.
 #[test]
@@ -309,7 +351,7 @@ fn a_socket_unlinked_at_sigterm_while_the_app_dials_is_a_drain() {
         return;
     }
     let dir = volume_dir("drain");
-    let agent = RunAgent::start(&["--pods-from", "none"]);
+    let agent = RunAgent::start(&["--pods-from", "none", UNIX_HOOKS[0], UNIX_HOOKS[1]]);
     let mut pod = SimPod::new("uds-drain").unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
@@ -430,12 +472,6 @@ fn a_datagram_sender_to_an_absent_socket_is_counted_in_an_open_incident() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The agent reading the pods file of `name`, with the Unix hooks forced to the
-/// syscall fallback (what `auto` picks on a kernel that refuses `fexit`).
-fn agent_on_syscalls(name: &str) -> (RunAgent, PathBuf) {
-    RunAgent::start_with_pods_file(&format!("uds-{name}"), &["--unix-hooks", "syscalls"])
-}
-
 /// A volume directory for `name` with a second view of it (a link: the kernel sees two
 /// paths, as two containers mounting one emptyDir at different paths do): the
 /// directory, the volume as the sidecar mounts it and as the app does.
@@ -471,7 +507,7 @@ fn glibc_lookups_and_syslog_beside_a_late_bind_leave_one_incident() {
         "this test needs a host without nscd and /dev/log"
     );
     let dir = volume_dir("glibc");
-    let (agent, pods_file) = agent_on_syscalls("glibc");
+    let (agent, pods_file) = agent_with("glibc");
     let mut pod = SimPod::new("uds-glibc").unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
@@ -509,7 +545,7 @@ fn refusals_before_the_pod_metadata_and_after_it_are_one_incident() {
     }
     let (dir, vol_s, view_s) = volume_with_view("late-meta");
     let (vol_s, view_s) = (vol_s.as_str(), view_s.as_str());
-    let (agent, pods_file) = agent_on_syscalls("late-meta");
+    let (agent, pods_file) = agent_with("late-meta");
     let mut pod = SimPod::new("uds-late-meta").unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
@@ -560,7 +596,7 @@ fn a_socket_bound_before_the_metadata_and_unlinked_at_deletion_is_a_drain() {
     }
     let (dir, vol_s, view_s) = volume_with_view("early-bind");
     let (vol_s, view_s) = (vol_s.as_str(), view_s.as_str());
-    let (agent, pods_file) = agent_on_syscalls("early-bind");
+    let (agent, pods_file) = agent_with("early-bind");
     let mut pod = SimPod::new("uds-early-bind").unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();

@@ -51,9 +51,12 @@ pub struct KernelArgs {
     )]
     pub tp_btf: bool,
     /// Unix domain socket hooks: `auto` takes fexit/fentry on the AF_UNIX operations
-    /// where the kernel has BTF, else the connect/sendto syscall tracepoints;
-    /// `syscalls` forces that fallback (it sees refusals and listeners up, not their
-    /// closes); `off` attaches no Unix socket hook.
+    /// where the kernel allows them, else kprobes on the same functions, else none
+    /// (one `degraded:` line says so); `kprobes` takes the kprobes even where fexit
+    /// works; `syscalls` takes the connect/sendto/bind/listen syscall tracepoints
+    /// (refusals and listeners up, not their closes), which put every syscall of every
+    /// process on the node on the kernel's slow path, so `auto` never does; `off`
+    /// attaches no Unix socket hook.
     #[arg(long, env = "SIDECAR_RACE_UNIX_HOOKS", value_enum, default_value_t = UnixHookChoice::Auto)]
     pub unix_hooks: UnixHookChoice,
     /// Entries of every kernel LRU table (connects in flight, listeners, local

@@ -40,13 +40,15 @@ pub(super) struct LruTables {
     pub control_budget: BpfHashMap<MapData, u64, u64>,
     /// Keyed by `abi::ClientEnd`, valued by the programs' `LocalRefusal` (32 bytes).
     pub local_refusals: BpfHashMap<MapData, [u8; 24], [u8; 32]>,
+    /// The Unix kprobes' calls in progress, by thread (three pointers: 24 bytes).
+    pub unix_kprobe_calls: BpfHashMap<MapData, u64, [u8; 24]>,
 }
 
 pub struct KernelCounters {
     counters: PerCpuArray<MapData, u64>,
     tables: LruTables,
     /// Evictions reported so far per table, so the counters never go back.
-    evicted: Mutex<[Evicted; 3]>,
+    evicted: Mutex<[Evicted; 4]>,
 }
 
 impl std::fmt::Debug for KernelCounters {
@@ -78,10 +80,12 @@ impl KernelCounters {
 
     /// Entries of the kernel's LRU tables that were gone before their use, per table:
     /// sockets that left SYN_SENT or LISTEN without their entry (evicted when the
-    /// table was full, or older than the programs), and budgets and local refusals the
+    /// table was full, or older than the programs), budgets and local refusals the
     /// full table evicted (a forgotten container starts with a full burst again; a
-    /// redirected refusal loses its local destination).
-    pub fn entries_gone(&self) -> Result<[(&'static str, u64); 5], ProbeError> {
+    /// redirected refusal loses its local destination), and Unix kprobe calls whose
+    /// return never came (the kernel's kretprobe instances were all taken) or that a
+    /// full table evicted.
+    pub fn entries_gone(&self) -> Result<[(&'static str, u64); 6], ProbeError> {
         let t = &self.tables;
         // What was made is read before what is left and what was used after it, so
         // an entry made or used during the read is never taken for an eviction.
@@ -89,16 +93,23 @@ impl KernelCounters {
             self.sum(counter::BUDGET_MADE)?,
             self.sum(counter::CONTROL_BUDGET_MADE)?,
             self.sum(counter::LOCAL_REFUSALS_MADE)?,
+            self.sum(counter::UNIX_KPROBE_CALLS_MADE)?,
         ];
         let left = [
             live(t.budget.keys()),
             live(t.control_budget.keys()),
             live(t.local_refusals.keys()),
+            live(t.unix_kprobe_calls.keys()),
         ];
-        let used = [0, 0, self.sum(counter::LOCAL_REFUSALS_USED)?];
+        let used = [
+            0,
+            0,
+            self.sum(counter::LOCAL_REFUSALS_USED)?,
+            self.sum(counter::UNIX_KPROBE_CALLS_USED)?,
+        ];
         let mut evicted = self.evicted.lock();
-        let mut gone = [0; 3];
-        for i in 0..3 {
+        let mut gone = [0; 4];
+        for i in 0..4 {
             gone[i] = evicted[i].update(Made {
                 made: made[i],
                 left: left[i],
@@ -111,6 +122,7 @@ impl KernelCounters {
             ("budget", gone[0]),
             ("control_budget", gone[1]),
             ("local_refusals", gone[2]),
+            ("unix_kprobe_calls", gone[3]),
         ])
     }
 

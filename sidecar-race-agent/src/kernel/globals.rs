@@ -17,7 +17,8 @@ pub(super) struct Globals {
     unix: [u8; size_of::<UnixConfig>()],
     /// The socket offsets the BTF tracepoint needs, or why they are missing.
     pub sock: Result<(), String>,
-    /// The Unix socket offsets the `fexit` hooks need, or why they are missing.
+    /// The Unix socket offsets the `fexit` hooks need (and the kprobes read), or why
+    /// they are missing.
     pub unix_fields: Result<UnixFields, String>,
     /// Why budgets are charged per cgroup rather than per container, if they are.
     pub per_cgroup_budgets: Option<String>,
@@ -54,6 +55,7 @@ impl Globals {
         let unix_config = UnixConfig {
             fields: unix_fields.clone().unwrap_or(UnixFields::UNSET),
             syscalls: layout.unix_syscalls.clone().unwrap_or(SyscallArgs::UNSET),
+            kprobe: unix_hooks::KPROBE_REGS,
         };
         Globals {
             config: config_bytes(&config),

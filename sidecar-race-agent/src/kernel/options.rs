@@ -29,12 +29,13 @@ pub struct ProbeOptions {
 }
 
 /// The kernel's LRU tables, which `ProbeOptions::lru_entries` resizes.
-const LRU_TABLES: [&str; 5] = [
+const LRU_TABLES: [&str; 6] = [
     "CONNECTING",
     "LISTENING",
     "LOCAL_REFUSALS",
     "BUDGET",
     "CONTROL_BUDGET",
+    "UNIX_KPROBE_CALLS",
 ];
 
 impl Default for ProbeOptions {

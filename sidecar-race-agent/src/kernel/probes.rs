@@ -21,7 +21,8 @@ use super::{
 use crate::ingest::events::Kind;
 
 /// The object built by `build.rs` from `sidecar-race-ebpf`.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sidecar-race.bpf.o"));
+pub(super) static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sidecar-race.bpf.o"));
 
 pub struct Probes {
     // Keeps programs and links alive.
@@ -175,6 +176,7 @@ impl Maps {
             budget: hash_map(ebpf, "BUDGET")?,
             control_budget: hash_map(ebpf, "CONTROL_BUDGET")?,
             local_refusals: hash_map(ebpf, "LOCAL_REFUSALS")?,
+            unix_kprobe_calls: hash_map(ebpf, "UNIX_KPROBE_CALLS")?,
         };
         Ok(Maps {
             ring,

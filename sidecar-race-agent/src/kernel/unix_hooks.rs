@@ -1,16 +1,19 @@
 //! Unix domain socket hooks: which ones this kernel can take, their BTF offsets, and
-//! attaching them (the syscall tracepoints' offsets are the layout's). `fexit`/`fentry`
-//! on the AF_UNIX operations where the kernel has BTF; else the `connect`/`sendto`
-//! syscall tracepoints filtered to AF_UNIX, which see refusals but not listeners; else
-//! the capability is missing, said in one sentence.
+//! attaching them (the syscall tracepoints' offsets are the layout's). `auto` takes
+//! `fexit`/`fentry` on the AF_UNIX operations where the kernel allows them, else
+//! kprobes and kretprobes on the same functions, else none, said in one sentence that
+//! names the opt-in: the `connect`/`sendto`/`bind`/`listen` syscall tracepoints
+//! (`--unix-hooks=syscalls`) see refusals and listeners up too, but put every syscall
+//! of every process on the node on the kernel's slow path, so they are never taken
+//! unasked.
 
 use aya::{
     Btf as AyaBtf, Ebpf,
-    programs::{FEntry, FExit, TracePoint},
+    programs::{FEntry, FExit, KProbe, TracePoint},
 };
 use sidecar_race_ebpf::{
     layout::MISSING,
-    unix::{SyscallArgs, UnixFields},
+    unix::{KprobeRegs, SyscallArgs, UnixFields},
 };
 
 use super::{
@@ -21,21 +24,34 @@ use super::{
 /// Which Unix socket hooks to use (`--unix-hooks`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum UnixHookChoice {
-    /// `fexit` where the kernel has BTF, else the syscall tracepoints.
+    /// `fexit` where the kernel allows it, else kprobes, else none (never the syscall
+    /// tracepoints: they slow every syscall on the node).
     #[default]
     Auto,
-    /// The syscall tracepoints even where BTF exists (what a kernel without BTF gets).
+    /// Kprobes and kretprobes on the AF_UNIX operations, even where `fexit` works.
+    Kprobes,
+    /// The connect/sendto/bind/listen syscall tracepoints: every syscall of every
+    /// process on the node takes the kernel's slow path while they are attached.
     Syscalls,
-    /// No Unix socket hooks: a TCP-only agent (the syscall fallback runs on every
-    /// connect and sendto of the node, TCP's included).
+    /// No Unix socket hooks: a TCP-only agent.
     Off,
 }
+
+/// What `auto` costs a node when it falls back to nothing, measured on a test host
+/// (`getppid` bare, then with the syscall tracepoints attached).
+pub const SYSCALLS_COST: &str = "about 40 % slower: 176 → 250 ns per getppid on a test host";
 
 /// What the agent sees of Unix domain sockets on this kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UnixCoverage {
     /// Refusals (connect, send), listeners up and down, with paths, inodes and netns.
     Fexit,
+    /// What `fexit` sees, through kprobes (and why not `fexit`); without the kernel's
+    /// BTF (and why) only refused connects with their path and error.
+    Kprobes {
+        why_not_fexit: String,
+        without_btf: Option<String>,
+    },
     /// Refusals and listeners up through the syscall tracepoints (no listener closes,
     /// no netns), and why.
     Syscalls { why_not_fexit: String },
@@ -44,10 +60,11 @@ pub enum UnixCoverage {
 }
 
 impl UnixCoverage {
-    /// Short name for logs and status (`fexit`, `syscalls`, `missing`).
+    /// Short name for logs and status (`fexit`, `kprobes`, `syscalls`, `missing`).
     pub fn name(&self) -> &'static str {
         match self {
             UnixCoverage::Fexit => "fexit",
+            UnixCoverage::Kprobes { .. } => "kprobes",
             UnixCoverage::Syscalls { .. } => "syscalls",
             UnixCoverage::Missing { .. } => "missing",
         }
@@ -56,7 +73,18 @@ impl UnixCoverage {
     /// One sentence for the operator when coverage is degraded.
     pub fn degraded(&self) -> Option<String> {
         match self {
-            UnixCoverage::Fexit => None,
+            UnixCoverage::Fexit
+            | UnixCoverage::Kprobes {
+                without_btf: None, ..
+            } => None,
+            UnixCoverage::Kprobes {
+                why_not_fexit,
+                without_btf: Some(why),
+            } => Some(format!(
+                "Unix sockets are seen through kprobes ({why_not_fexit}) without the kernel's \
+                 struct offsets ({why}): refused connects with their path and error, but no \
+                 socket type or network namespace, no datagram sent to a path and no listener"
+            )),
             UnixCoverage::Syscalls { why_not_fexit } => Some(format!(
                 "Unix sockets are seen through the connect/sendto/bind/listen syscall \
                  tracepoints ({why_not_fexit}): a Unix listener's close is not seen, only \
@@ -68,9 +96,89 @@ impl UnixCoverage {
             )),
         }
     }
+
+    /// Why the hooks are not `fexit`, where they are as good: for an info line.
+    pub fn note(&self) -> Option<String> {
+        match self {
+            UnixCoverage::Kprobes {
+                why_not_fexit,
+                without_btf: None,
+            } => Some(format!(
+                "Unix sockets are seen through kprobes, not fexit ({why_not_fexit}): a \
+                 return the kernel's kretprobe instances could not take is counted in \
+                 sidecar_race_kernel_table_entries_gone_total{{table=\"unix_kprobe_calls\"}}"
+            )),
+            _ => None,
+        }
+    }
 }
 
-/// The BTF offsets the `fexit`/`fentry` programs read.
+/// The sets of hooks, each attached all or none, in the order [`choose`] tries them.
+pub trait HookSets {
+    fn fexit(&mut self) -> Result<(), String>;
+    fn kprobes(&mut self) -> Result<(), String>;
+    fn syscalls(&mut self) -> Result<(), String>;
+}
+
+/// Attaches the best set `choice` allows. `fields` says whether the BTF offsets were
+/// found (`fexit` needs them; kprobes see less without them).
+pub fn choose(
+    choice: UnixHookChoice,
+    fields: Result<(), &str>,
+    sets: &mut impl HookSets,
+) -> UnixCoverage {
+    let without_btf = fields.err().map(|why| format!("no BTF offsets: {why}"));
+    let kprobes = |sets: &mut dyn HookSets, why_not_fexit: String| {
+        sets.kprobes().map(|()| UnixCoverage::Kprobes {
+            why_not_fexit,
+            without_btf: without_btf.clone(),
+        })
+    };
+    match choice {
+        UnixHookChoice::Off => UnixCoverage::Missing {
+            why: "--unix-hooks=off".into(),
+        },
+        UnixHookChoice::Syscalls => match sets.syscalls() {
+            Ok(()) => UnixCoverage::Syscalls {
+                why_not_fexit: match &without_btf {
+                    Some(why) => format!("--unix-hooks=syscalls; {why}"),
+                    None => "--unix-hooks=syscalls".into(),
+                },
+            },
+            Err(why) => UnixCoverage::Missing {
+                why: format!("the syscall tracepoints cannot be used ({why})"),
+            },
+        },
+        UnixHookChoice::Kprobes => {
+            kprobes(sets, "--unix-hooks=kprobes".into()).unwrap_or_else(|why| {
+                UnixCoverage::Missing {
+                    why: format!("kprobes cannot be used ({why})"),
+                }
+            })
+        }
+        UnixHookChoice::Auto => {
+            let why_not_fexit = match &without_btf {
+                Some(why) => why.clone(),
+                None => match sets.fexit() {
+                    Ok(()) => return UnixCoverage::Fexit,
+                    Err(why) => why,
+                },
+            };
+            kprobes(sets, why_not_fexit.clone()).unwrap_or_else(|why_not_kprobes| {
+                UnixCoverage::Missing {
+                    why: format!(
+                        "neither fexit ({why_not_fexit}) nor kprobes ({why_not_kprobes}) can \
+                         be used, and --unix-hooks=syscalls is not taken unasked: its syscall \
+                         tracepoints put every syscall of every process on the node on the \
+                         kernel's slow path ({SYSCALLS_COST})"
+                    ),
+                }
+            })
+        }
+    }
+}
+
+/// The BTF offsets the `fexit`/`fentry` programs and the kprobes read.
 pub fn unix_fields(btf: &Btf) -> Result<UnixFields, BtfError> {
     let common = btf.offset("sock", "__sk_common")?;
     let c = |m| Ok::<_, BtfError>(common + btf.offset("sock_common", m)?);
@@ -124,6 +232,65 @@ const LISTENERS: [(&str, &str); 4] = [
     ("unix_sys_exit_listen", "sys_exit_listen"),
 ];
 
+/// Where a kprobe's `pt_regs` keeps a function's first three arguments and its return
+/// value: the kernel's calling convention, for the agent's own architecture (which is
+/// the kernel's). Unset elsewhere: the kprobes then see nothing.
+pub const KPROBE_REGS: KprobeRegs = if cfg!(target_arch = "x86_64") {
+    // di, si, dx; ax
+    KprobeRegs {
+        args: [112, 104, 96],
+        ret: 80,
+    }
+} else if cfg!(target_arch = "aarch64") {
+    // regs[0..3]; regs[0]
+    KprobeRegs {
+        args: [0, 8, 16],
+        ret: 0,
+    }
+} else {
+    KprobeRegs::UNSET
+};
+
+/// (program, kernel function) of the kprobes and kretprobes: the entries first, so
+/// no return runs before its entry is in place.
+const KPROBES: [(&str, &str); 9] = [
+    ("unix_kprobe_enter", "unix_stream_connect"),
+    ("unix_kprobe_enter", "unix_dgram_connect"),
+    ("unix_kprobe_enter_sendmsg", "unix_dgram_sendmsg"),
+    ("unix_kprobe_enter", "unix_listen"),
+    ("unix_kretprobe_connect", "unix_stream_connect"),
+    ("unix_kretprobe_connect", "unix_dgram_connect"),
+    ("unix_kretprobe_sendmsg", "unix_dgram_sendmsg"),
+    ("unix_kretprobe_listen", "unix_listen"),
+    ("unix_kprobe_release", "unix_release"),
+];
+/// Where the kernel's perf PMU for kprobes is (4.17+; absent without CONFIG_KPROBES).
+const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe/type";
+
+/// This kernel's hooks, as [`choose`] tries them.
+struct Kernel<'a> {
+    ebpf: &'a mut Ebpf,
+    syscalls: &'a Result<SyscallArgs, String>,
+    btf: &'a Result<AyaBtf, String>,
+}
+
+impl HookSets for Kernel<'_> {
+    fn fexit(&mut self) -> Result<(), String> {
+        attach_fexit(self.ebpf, self.btf)
+    }
+
+    fn kprobes(&mut self) -> Result<(), String> {
+        attach_kprobes(self.ebpf)
+    }
+
+    fn syscalls(&mut self) -> Result<(), String> {
+        self.syscalls
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|args| attach_syscalls(self.ebpf, args))
+    }
+}
+
 /// Attaches the best hooks `choice` allows. `fields` says whether the BTF offsets were
 /// found, `syscalls` whether the syscall tracepoints were.
 pub fn attach(
@@ -133,32 +300,46 @@ pub fn attach(
     syscalls: &Result<SyscallArgs, String>,
     btf: &Result<AyaBtf, String>,
 ) -> UnixCoverage {
-    if choice == UnixHookChoice::Off {
-        return UnixCoverage::Missing {
-            why: "--unix-hooks=off".into(),
-        };
-    }
-    let why_not_fexit = match (choice, fields) {
-        (UnixHookChoice::Syscalls | UnixHookChoice::Off, _) => "--unix-hooks=syscalls".to_string(),
-        (UnixHookChoice::Auto, Err(why)) => format!("no BTF offsets: {why}"),
-        (UnixHookChoice::Auto, Ok(_)) => match attach_fexit(ebpf, btf) {
-            Ok(()) => return UnixCoverage::Fexit,
-            Err(why) => why,
+    let fields = fields.as_ref().map(|_| ()).map_err(String::as_str);
+    choose(
+        choice,
+        fields,
+        &mut Kernel {
+            ebpf,
+            syscalls,
+            btf,
         },
-    };
-    match syscalls
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(|args| attach_syscalls(ebpf, args))
-    {
-        Ok(()) => UnixCoverage::Syscalls { why_not_fexit },
-        Err(why_not_syscalls) => UnixCoverage::Missing {
-            why: format!(
-                "neither fexit ({why_not_fexit}) nor the syscall tracepoints ({why_not_syscalls}) \
-                 can be used"
-            ),
-        },
+    )
+}
+
+fn attach_kprobes(ebpf: &mut Ebpf) -> Result<(), String> {
+    if KPROBE_REGS == KprobeRegs::UNSET {
+        return Err("the agent does not know this architecture's registers".into());
     }
+    if !std::path::Path::new(KPROBE_PMU).exists() {
+        return Err(format!("this kernel has no kprobes: no {KPROBE_PMU}"));
+    }
+    let result = (|| {
+        for (program, function) in KPROBES {
+            let p: &mut KProbe = program_mut(ebpf, program)?;
+            if p.fd().is_err() {
+                p.load()
+                    .map_err(|e| verifier_gist(&format!("load {program}: {}", chain(&e))))?;
+            }
+            p.attach(function, 0)
+                .map_err(|e| format!("attach {program} to {function}: {}", chain(&e)))?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        // All or none, as for fexit.
+        for (program, _) in KPROBES {
+            if let Ok(p) = program_mut::<KProbe>(ebpf, program) {
+                let _ = p.unload();
+            }
+        }
+    }
+    result
 }
 
 fn attach_fexit(ebpf: &mut Ebpf, btf: &Result<AyaBtf, String>) -> Result<(), String> {
@@ -284,5 +465,196 @@ mod tests {
             "{fallback}"
         );
         assert!(!fallback.contains(". "), "one sentence: {fallback}");
+    }
+
+    /// A kernel that takes the sets `ok` names and refuses the others, recording what
+    /// was tried.
+    struct Fake {
+        ok: &'static [&'static str],
+        tried: Vec<&'static str>,
+    }
+
+    impl Fake {
+        fn taking(ok: &'static [&'static str]) -> Self {
+            Fake {
+                ok,
+                tried: Vec::new(),
+            }
+        }
+
+        fn try_set(&mut self, set: &'static str) -> Result<(), String> {
+            self.tried.push(set);
+            if self.ok.contains(&set) {
+                Ok(())
+            } else {
+                Err(format!("{set} refused"))
+            }
+        }
+    }
+
+    impl HookSets for Fake {
+        fn fexit(&mut self) -> Result<(), String> {
+            self.try_set("fexit")
+        }
+        fn kprobes(&mut self) -> Result<(), String> {
+            self.try_set("kprobes")
+        }
+        fn syscalls(&mut self) -> Result<(), String> {
+            self.try_set("syscalls")
+        }
+    }
+
+    const EVERY: &[&str] = &["fexit", "kprobes", "syscalls"];
+
+    #[test]
+    fn auto_takes_fexit_where_the_kernel_allows_it() {
+        let mut k = Fake::taking(EVERY);
+        assert_eq!(
+            choose(UnixHookChoice::Auto, Ok(()), &mut k),
+            UnixCoverage::Fexit
+        );
+        assert_eq!(k.tried, ["fexit"]);
+    }
+
+    #[test]
+    fn auto_with_fexit_refused_takes_kprobes() {
+        let mut k = Fake::taking(&["kprobes", "syscalls"]);
+        let got = choose(UnixHookChoice::Auto, Ok(()), &mut k);
+        assert_eq!(
+            got,
+            UnixCoverage::Kprobes {
+                why_not_fexit: "fexit refused".into(),
+                without_btf: None,
+            }
+        );
+        assert_eq!(k.tried, ["fexit", "kprobes"]);
+        // As good as fexit: no degraded sentence, an info line saying why not fexit.
+        assert_eq!(got.degraded(), None);
+        assert!(got.note().unwrap().contains("(fexit refused)"));
+    }
+
+    #[test]
+    fn auto_with_neither_fexit_nor_kprobes_attaches_nothing_and_names_the_opt_in() {
+        let mut k = Fake::taking(&["syscalls"]);
+        let got = choose(UnixHookChoice::Auto, Ok(()), &mut k);
+        // The syscall tracepoints are never tried unasked.
+        assert_eq!(k.tried, ["fexit", "kprobes"]);
+        assert_eq!(got.name(), "missing");
+        let sentence = got.degraded().unwrap();
+        assert_eq!(
+            sentence,
+            "Unix domain socket races are not detected on this kernel: neither fexit (fexit \
+             refused) nor kprobes (kprobes refused) can be used, and --unix-hooks=syscalls is \
+             not taken unasked: its syscall tracepoints put every syscall of every process on \
+             the node on the kernel's slow path (about 40 % slower: 176 → 250 ns per getppid \
+             on a test host)"
+        );
+        assert!(!sentence.contains(". "), "one sentence: {sentence}");
+    }
+
+    #[test]
+    fn auto_without_btf_skips_fexit_and_says_what_kprobes_then_miss() {
+        let mut k = Fake::taking(EVERY);
+        let got = choose(
+            UnixHookChoice::Auto,
+            Err("no /sys/kernel/btf/vmlinux"),
+            &mut k,
+        );
+        assert_eq!(k.tried, ["kprobes"]);
+        let sentence = got.degraded().unwrap();
+        assert!(
+            sentence.starts_with(
+                "Unix sockets are seen through kprobes (no BTF offsets: no \
+                 /sys/kernel/btf/vmlinux) without the kernel's struct offsets"
+            ),
+            "{sentence}"
+        );
+        assert!(sentence.contains("no listener"), "{sentence}");
+        assert!(!sentence.contains(". "), "one sentence: {sentence}");
+    }
+
+    #[test]
+    fn an_explicit_choice_is_honoured_and_nothing_else_is_tried() {
+        let mut k = Fake::taking(EVERY);
+        let got = choose(UnixHookChoice::Syscalls, Ok(()), &mut k);
+        assert_eq!(k.tried, ["syscalls"]);
+        assert_eq!(
+            got,
+            UnixCoverage::Syscalls {
+                why_not_fexit: "--unix-hooks=syscalls".into()
+            }
+        );
+        let mut k = Fake::taking(EVERY);
+        let got = choose(UnixHookChoice::Kprobes, Ok(()), &mut k);
+        assert_eq!(k.tried, ["kprobes"]);
+        assert_eq!(got.name(), "kprobes");
+        let mut k = Fake::taking(&[]);
+        let got = choose(UnixHookChoice::Kprobes, Ok(()), &mut k);
+        assert_eq!(k.tried, ["kprobes"]);
+        assert_eq!(
+            got.degraded().unwrap(),
+            "Unix domain socket races are not detected on this kernel: kprobes cannot be \
+             used (kprobes refused)"
+        );
+        let mut k = Fake::taking(EVERY);
+        assert_eq!(
+            choose(UnixHookChoice::Off, Ok(()), &mut k).name(),
+            "missing"
+        );
+        assert!(k.tried.is_empty());
+    }
+
+    #[test]
+    fn explicit_syscalls_without_btf_say_what_is_missing() {
+        let mut k = Fake::taking(EVERY);
+        let got = choose(
+            UnixHookChoice::Syscalls,
+            Err("no /sys/kernel/btf/vmlinux"),
+            &mut k,
+        );
+        let sentence = got.degraded().unwrap();
+        assert!(
+            sentence
+                .contains("(--unix-hooks=syscalls; no BTF offsets: no /sys/kernel/btf/vmlinux)"),
+            "{sentence}"
+        );
+    }
+
+    /// The kprobes' registers agree with this kernel's own `struct pt_regs`.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn kprobe_registers_match_this_kernels_pt_regs() {
+        let Ok(data) = std::fs::read(crate::kernel::btf::VMLINUX) else {
+            eprintln!("skipped: this kernel has no BTF");
+            return;
+        };
+        let btf = Btf::parse(&data).unwrap();
+        for (n, reg) in ["di", "si", "dx"].into_iter().enumerate() {
+            assert_eq!(
+                btf.offset("pt_regs", reg).unwrap(),
+                KPROBE_REGS.args[n],
+                "{reg}"
+            );
+        }
+        assert_eq!(btf.offset("pt_regs", "ax").unwrap(), KPROBE_REGS.ret);
+    }
+
+    /// Every kprobe the agent attaches is a program of the object, and the table of
+    /// calls in progress is a bounded LRU.
+    #[test]
+    fn the_kprobes_are_in_the_object_and_their_table_is_bounded() {
+        let object = aya_obj::Object::parse(crate::kernel::probes::OBJECT).unwrap();
+        for (program, _) in KPROBES {
+            assert!(object.programs.contains_key(program), "{program}");
+        }
+        let map = &object.maps["UNIX_KPROBE_CALLS"];
+        assert_eq!(
+            map.max_entries(),
+            sidecar_race_ebpf::unix::UNIX_KPROBE_CALLS
+        );
+        assert_eq!(
+            map.map_type(),
+            aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_LRU_HASH as u32
+        );
     }
 }

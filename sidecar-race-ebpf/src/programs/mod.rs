@@ -16,6 +16,7 @@ mod process;
 mod reset;
 mod set_state;
 mod unix_connect;
+mod unix_kprobes;
 mod unix_listen;
 mod unix_sock;
 mod unix_syscall_listen;

@@ -1,6 +1,7 @@
 //! Refused connects and sends to Unix socket paths, where the kernel has BTF: `fexit`
 //! on the AF_UNIX protocol operations sees the return value, the address and the
-//! socket, in the caller's context (its cgroup), and costs nothing for TCP.
+//! socket, in the caller's context (its cgroup), and costs nothing for TCP. What they
+//! do with those values is shared with the kprobes (`unix_kprobes`).
 
 use aya_ebpf::{macros::fexit, programs::FExitContext};
 use sidecar_race_ebpf::{
@@ -31,14 +32,7 @@ pub fn unix_dgram_sendmsg(ctx: FExitContext) -> u32 {
     if !is_refusal(ret) {
         return 0;
     }
-    let f = unix_sock::config().fields;
-    let msg: u64 = ctx.arg(1);
-    // A connected sender names no address: its refusal says nothing about a path.
-    let Some(name) = read::<u64>(msg, f.msg_name).filter(|p| *p != 0) else {
-        return 0;
-    };
-    let len = read::<i32>(msg, f.msg_namelen).unwrap_or(0);
-    send_refused(&ctx, name, len.into(), ret, hook::SENDMSG)
+    sendmsg_refused(ctx.arg(0), ctx.arg(1), ret)
 }
 
 #[inline(always)]
@@ -47,18 +41,40 @@ fn connected(ctx: &FExitContext) -> u32 {
     if !is_refusal(ret) {
         return 0;
     }
-    let addr: u64 = ctx.arg(1);
-    let len: i32 = ctx.arg(2);
-    send_refused(ctx, addr, len.into(), ret, hook::CONNECT)
+    send_refused(
+        ctx.arg(0),
+        ctx.arg(1),
+        ctx.arg::<i32>(2).into(),
+        ret,
+        hook::CONNECT,
+    )
 }
 
+/// The address a datagram send named (`msghdr.msg_name`, the kernel's copy), if any.
 #[inline(always)]
-fn send_refused(ctx: &FExitContext, addr: u64, addr_len: i64, ret: i64, via: u8) -> u32 {
+pub fn sendmsg_name(msg: u64) -> Option<u64> {
+    read::<u64>(msg, unix_sock::config().fields.msg_name).filter(|p| *p != 0)
+}
+
+/// A refused `unix_dgram_sendmsg` of `sock` with `msg` (a `struct msghdr *`).
+#[inline(always)]
+pub fn sendmsg_refused(sock: u64, msg: u64, ret: i64) -> u32 {
+    // A connected sender names no address: its refusal says nothing about a path.
+    let Some(name) = sendmsg_name(msg) else {
+        return 0;
+    };
+    let len = read::<i32>(msg, unix_sock::config().fields.msg_namelen).unwrap_or(0);
+    send_refused(sock, name, len.into(), ret, hook::SENDMSG)
+}
+
+/// A refused connect or send of `sock` (a `struct socket *`) to the kernel's copy of
+/// the address at `addr`.
+#[inline(always)]
+pub fn send_refused(sock: u64, addr: u64, addr_len: i64, ret: i64, via: u8) -> u32 {
     if read::<u16>(addr, 0) != Some(AF_UNIX) {
         return 0;
     }
     let f = unix_sock::config().fields;
-    let sock: u64 = ctx.arg(0);
     let sk = read::<u64>(sock, f.socket_sk).unwrap_or(0);
     let details = Details {
         error: -(ret as i32),

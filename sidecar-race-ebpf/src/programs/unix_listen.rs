@@ -1,6 +1,7 @@
 //! Unix listeners up (`fexit` on `unix_listen`) and down (`fentry` on `unix_release`
 //! of a socket still in LISTEN), with the bound path, the socket file's inode and
-//! the network namespace (which abstract names belong to).
+//! the network namespace (which abstract names belong to). The kprobes (`unix_kprobes`)
+//! call the same `listened` and `released`.
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
@@ -25,8 +26,21 @@ pub fn unix_listen(ctx: FExitContext) -> u32 {
     if ctx.arg::<i32>(2) != 0 {
         return 0;
     }
+    listened(ctx.arg(0))
+}
+
+/// `int unix_release(struct socket *sock)`: every Unix socket's close; only a
+/// listener's is ours.
+#[fentry(function = "unix_release")]
+pub fn unix_release(ctx: FEntryContext) -> u32 {
+    released(ctx.arg(0))
+}
+
+/// A successful `unix_listen` of `sock` (a `struct socket *`).
+#[inline(always)]
+pub fn listened(sock: u64) -> u32 {
     let f = unix_sock::config().fields;
-    let Some(sk) = read::<u64>(ctx.arg(0), f.socket_sk) else {
+    let Some(sk) = read::<u64>(sock, f.socket_sk) else {
         return 0;
     };
     let owner = ListenOwner {
@@ -37,15 +51,13 @@ pub fn unix_listen(ctx: FExitContext) -> u32 {
     if LISTENING.insert(&sk, &owner, BPF_NOEXIST as u64).is_err() {
         return 0;
     }
-    emit(kind::UNIX_LISTEN, 0, &owner, ctx.arg(0), sk, &f)
+    emit(kind::UNIX_LISTEN, 0, &owner, sock, sk, &f)
 }
 
-/// `int unix_release(struct socket *sock)`: every Unix socket's close; only a
-/// listener's is ours.
-#[fentry(function = "unix_release")]
-pub fn unix_release(ctx: FEntryContext) -> u32 {
+/// `unix_release` of `sock`: a listener's close, else nothing.
+#[inline(always)]
+pub fn released(sock: u64) -> u32 {
     let f = unix_sock::config().fields;
-    let sock: u64 = ctx.arg(0);
     let Some(sk) = read::<u64>(sock, f.socket_sk) else {
         return 0;
     };

@@ -109,6 +109,7 @@ fn golden_exposition() {
                 ("budget", 0),
                 ("control_budget", 0),
                 ("local_refusals", 12),
+                ("unix_kprobe_calls", 2),
             ],
         }),
         refusals_other: p.counts().refusals_other,

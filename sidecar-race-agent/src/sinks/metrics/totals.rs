@@ -91,7 +91,7 @@ impl Collector for TotalsCollector {
             }
             let mut family = encoder.encode_descriptor(
                 "kernel_table_entries_gone",
-                "Entries of a kernel LRU table gone before their use: sockets that left SYN_SENT or LISTEN without theirs (evicted, or older than the agent), budgets and local refusals a full table evicted.",
+                "Entries of a kernel LRU table gone before their use: sockets that left SYN_SENT or LISTEN without theirs (evicted, or older than the agent), budgets and local refusals a full table evicted, Unix kprobe calls whose return never came (no kretprobe instance free) or a full table evicted.",
                 None,
                 MetricType::Counter,
             )?;
