@@ -18,13 +18,16 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// `run` without a pod source or Events, plus `extra` arguments.
+    /// `run` without a pod source or Events, with the Unix hooks on the syscall
+    /// tracepoints (where the kernel refuses `fexit` and has no kprobes, as here, `auto`
+    /// attaches none, and the Unix rows would measure nothing), plus `extra` arguments.
     pub fn start(bin: &Path, extra: &[&str]) -> anyhow::Result<Self> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr = format!("127.0.0.1:{port}");
         let started = Instant::now();
         let child = Command::new(bin.join("sidecar-race-agent"))
             .args(["run", "--listen", &addr, "--events=false"])
+            .args(["--unix-hooks", "syscalls"])
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -50,7 +50,9 @@ pub fn method(plan: &Plan) -> String {
          stream socket). One client thread and one accepting thread, both pinned to CPU \
          {cpu} (sched_setaffinity); the agent is not pinned.\n\
          - Each loop: {sr} rounds; each round runs the loop bare, with the agent \
-         (`run --pods-from none --events=false`, {build} build) and, for the RST loop, with \
+         (`run --pods-from none --events=false --unix-hooks=syscalls`, {build} build: \
+         `auto` attaches no Unix hook on a kernel without `fexit` and kprobes, as this \
+         one) and, for the RST loop, with \
          the bpftrace peer, rotating which goes first; each run makes as many connects as a \
          bare run makes in about {secs} s (calibrated once per loop).\n\
          - **The headline is the bpf_stats bound**: bare CPU per connection / (bare CPU + the \
