@@ -338,11 +338,15 @@ fn tracefs_without(hidden: &str) -> PathBuf {
 /// (to remove) and the sentence.
 fn agent_without(category: &str, name: &str) -> (RunAgent, PathBuf, String) {
     let tracefs = tracefs_without(name);
+    // Without fexit and kprobes (this host) `auto` attaches no Unix hook and says so,
+    // a degraded part of its own: the syscall tracepoints are asked for instead.
     let agent = RunAgent::start(&[
         "--pods-from",
         "none",
         "--tracefs",
         tracefs.to_str().unwrap(),
+        "--unix-hooks",
+        "syscalls",
     ]);
     let line = agent.wait_log(
         &[&format!(
