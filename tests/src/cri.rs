@@ -676,9 +676,10 @@ pub fn kubelet_container_status(s: &cri::ContainerStatus) -> Value {
     })
 }
 
-/// The test images (`sidecar_race_testbed::images`): `busybox` (sh, nc, sleep, ...)
-/// and `pause` (the sandbox image: sleeps until killed), as (archive, reference).
-pub fn build_test_images(dir: &Path) -> [(PathBuf, &'static str); 2] {
+/// The test images (`sidecar_race_testbed::images`): `busybox` (sh, nc, sleep, ...),
+/// `pause` (the sandbox image: sleeps until killed) and `glibc` (the host's getent,
+/// logger, curl, perl), as (archive, reference).
+pub fn build_test_images(dir: &Path) -> Vec<(PathBuf, &'static str)> {
     images::write(dir).unwrap_or_else(|e| panic!("{e}"))
 }
 

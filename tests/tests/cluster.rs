@@ -18,6 +18,7 @@ use sidecar_race_tests::{
         container_pids, container_status, name, refused_printed, running_pod, running_pod_matching,
         uid, wait_event, wait_until,
     },
+    glibc_fleet,
     http::{get, get_as},
     operator_prometheus::{
         self, POD_MONITOR_JOB, SERVICE_MONITOR_JOB, cleanup_scraper_rbac, generated_config,
@@ -1347,5 +1348,251 @@ fn case12_the_cluster_demo_shows_the_event_the_metric_the_report_and_the_patch()
         .unwrap_or_else(|| panic!("no patch in:\n{out}"));
     for want in ["initContainers", "restartPolicy: Always", "startupProbe"] {
         assert!(patch.contains(want), "no `{want}` in the patch:\n{patch}");
+    }
+}
+
+/// The Events the agent posted in `ns` (its reporting controller, as the events API
+/// records it, or one of its reasons).
+fn agent_events(ns: &str) -> Vec<Value> {
+    const REASONS: [&str; 5] = [
+        "SidecarStartupRace",
+        "SidecarDrainRace",
+        "SidecarRestartRace",
+        "JobKeptAliveBySidecar",
+        "InitWaitsForClassicSidecar",
+    ];
+    cluster().json(&["-n", ns, "get", "events"])["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["reportingComponent"] == "sidecar-race.io/agent"
+                || REASONS.iter().any(|r| e["reason"] == *r)
+        })
+        .cloned()
+        .collect()
+}
+
+/// The incident and refusal series of `/metrics` labelled with namespace `ns`.
+fn namespace_series(addr: &str, ns: &str) -> Vec<String> {
+    let label = format!("namespace=\"{ns}\"");
+    metrics(addr)
+        .lines()
+        .filter(|l| {
+            (l.starts_with("sidecar_race_incidents_total{")
+                || l.starts_with("sidecar_race_refused_connections_total{"))
+                && l.contains(&label)
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// The UIDs of the pods in `ns` now.
+fn pod_uids(ns: &str) -> Vec<String> {
+    cluster().json(&["-n", ns, "get", "pods"])["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(uid)
+        .collect()
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case13_a_quiet_fleet_of_ordinary_pods_gives_no_incident_and_the_racing_shapes_one_each() {
+    let c = cluster();
+    let addr = c.agent_addr();
+    let ns = &fresh_namespace("quiet");
+    let started = std::time::Instant::now();
+    for (_, manifest) in glibc_fleet::quiet_fleet(ns) {
+        c.apply(&manifest);
+    }
+    let mut uids: Vec<String> = Vec::new();
+    for app in ["lookups", "syslog", "probed", "meshed", "ctl"] {
+        uids.push(uid(&running_pod(ns, app)));
+    }
+    c.wait_pod(
+        ns,
+        "app=probed",
+        "the probed web server Ready",
+        Duration::from_secs(60),
+        |p| condition(p, "Ready"),
+    );
+    c.kubectl(&[
+        "-n",
+        ns,
+        "wait",
+        "--for=condition=complete",
+        "job/report",
+        "--timeout=120s",
+    ]);
+    // The native sidecar's app has dialed it for a while: restart the Deployment (the
+    // old pod drains, app first; the new one starts behind the startupProbe).
+    std::thread::sleep(Duration::from_secs(15));
+    uids.extend(pod_uids(ns));
+    c.kubectl(&["-n", ns, "rollout", "restart", "deployment/meshed"]);
+    c.kubectl(&[
+        "-n",
+        ns,
+        "rollout",
+        "status",
+        "deployment/meshed",
+        "--timeout=120s",
+    ]);
+    // About two and a half minutes of ordinary life.
+    let quiet_for = Duration::from_secs(150);
+    if let Some(left) = quiet_for.checked_sub(started.elapsed()) {
+        std::thread::sleep(left);
+    }
+    uids.extend(pod_uids(ns));
+
+    // The fleet did what it does: lookups, syslog, probes passing, a crash loop, the
+    // sidecar's app never refused, the control socket served after its polls.
+    let log_of = |app: &str, container: &str| c.logs(ns, &name(&running_pod(ns, app)), container);
+    let lookups = log_of("lookups", "resolver");
+    assert!(
+        lookups.lines().filter(|l| l.starts_with("lookup ")).count() >= 10
+            && lookups.lines().filter(|l| l.starts_with("curl ")).count() >= 10,
+        "{lookups}"
+    );
+    let syslog = log_of("syslog", "logger");
+    assert!(
+        syslog.lines().filter(|l| l.starts_with("logged ")).count() >= 10,
+        "{syslog}"
+    );
+    let probed = running_pod(ns, "probed");
+    assert!(condition(&probed, "Ready"), "{probed:#}");
+    assert_eq!(
+        container_status(&probed, "web")["restartCount"],
+        0,
+        "{probed:#}"
+    );
+    let crasher = c.pods(ns, "app=crasher");
+    let restarts = crasher
+        .first()
+        .map(|p| {
+            container_status(p, "app")["restartCount"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0);
+    assert!(restarts >= 2, "the crash loop restarted {restarts} times");
+    let meshed = log_of("meshed", "app");
+    let last = meshed.lines().last().unwrap_or_default();
+    assert!(
+        last.ends_with(" failed 0"),
+        "the native sidecar's app: {last}"
+    );
+    let ctl = log_of("ctl", "app");
+    assert!(
+        ctl.contains("polled 20 times, listening on /tmp/ctl.sock"),
+        "{ctl}"
+    );
+    let early_series = namespace_series(&addr, ns);
+
+    // The racing shapes, in the same namespace and image: each one startup incident
+    // with the client's own count. Reported after all of the quiet fleet's events, so
+    // the agent has taken those in by then.
+    c.apply(&glibc_fleet::late_tcp(ns));
+    c.apply(&glibc_fleet::late_uds(ns));
+    let mut racing = Vec::new();
+    for app in ["late-tcp", "late-uds"] {
+        let pod = running_pod(ns, app);
+        let refused = refused_printed(ns, &name(&pod), "app");
+        let incident = wait_until(
+            &format!("{app}'s startup incident"),
+            Duration::from_secs(60),
+            || {
+                incidents_of(&addr, &uid(&pod))
+                    .into_iter()
+                    .find(|i| named_and_resolved(i) && i["refused_count"] == refused)
+            },
+        );
+        racing.push((app, pod, refused, incident));
+    }
+    let racing_uids: Vec<String> = racing.iter().map(|(_, p, _, _)| uid(p)).collect();
+    let false_incidents: Vec<Value> = incidents_at_as(&addr, "", Some(c.scraper_token()))
+        .into_iter()
+        .filter(|i| {
+            let pod_uid = i["pod_uid"].as_str().unwrap_or_default();
+            (i["namespace"] == ns.as_str() || uids.iter().any(|u| u == pod_uid))
+                && !racing_uids.iter().any(|u| u == pod_uid)
+        })
+        .collect();
+    let counts: Vec<String> = racing
+        .iter()
+        .map(|(app, _, refused, i)| {
+            format!("{app}: client {refused}, agent {}", i["refused_count"])
+        })
+        .collect();
+    eprintln!(
+        "quiet fleet: {} false incidents in {} s; {}",
+        false_incidents.len(),
+        started.elapsed().as_secs(),
+        counts.join("; ")
+    );
+    assert!(
+        false_incidents.is_empty(),
+        "{} false incidents (0 expected) for the quiet fleet: {false_incidents:#?}",
+        false_incidents.len()
+    );
+    assert!(
+        early_series.is_empty(),
+        "{} series for the quiet fleet's namespace (0 expected): {early_series:#?}",
+        early_series.len()
+    );
+    for (app, pod, refused, incident) in &racing {
+        eprintln!("{app} incident: {incident:#}");
+        let all = incidents_of(&addr, &uid(pod));
+        assert_eq!(
+            all.len(),
+            1,
+            "one incident for {app} ({} false incidents): {all:#?}",
+            false_incidents.len()
+        );
+        assert!(*refused >= 5, "{app}'s client was refused {refused} times");
+        assert_eq!(incident["phase"], "startup", "{incident:#}");
+        assert_eq!(incident["kind"], "sidecar_race", "{incident:#}");
+        assert_eq!(incident["container"], "app", "{incident:#}");
+        assert_eq!(incident["sidecar"], "proxy", "{incident:#}");
+        assert_eq!(
+            incident["refused_count"], *refused,
+            "the agent's count is {app}'s own"
+        );
+        wait_event(ns, &name(pod), "SidecarStartupRace");
+    }
+    let racing_names: Vec<String> = racing.iter().map(|(_, p, _, _)| name(p)).collect();
+    let false_events: Vec<Value> = agent_events(ns)
+        .into_iter()
+        .filter(|e| {
+            !racing_names
+                .iter()
+                .any(|n| e["involvedObject"]["name"] == n.as_str())
+        })
+        .collect();
+    assert!(
+        false_events.is_empty(),
+        "{} agent Events on the quiet fleet (0 expected): {false_events:#?}",
+        false_events.len()
+    );
+    let series = namespace_series(&addr, ns);
+    let quiet_series: Vec<&String> = series
+        .iter()
+        .filter(|l| !l.contains("workload=\"late-tcp\"") && !l.contains("workload=\"late-uds\""))
+        .collect();
+    assert!(
+        quiet_series.is_empty(),
+        "{} series for the quiet fleet (0 expected): {quiet_series:#?}",
+        quiet_series.len()
+    );
+    for app in ["late-tcp", "late-uds"] {
+        assert!(
+            series
+                .iter()
+                .any(|l| l.starts_with("sidecar_race_incidents_total{")
+                    && l.contains(&format!("workload=\"{app}\""))
+                    && l.ends_with(" 1")),
+            "no incident series of {app} at 1: {series:#?}"
+        );
     }
 }

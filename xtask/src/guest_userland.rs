@@ -5,22 +5,20 @@
 //! `target/kernels/arm64/userland/` (tests/src/vm_arch.rs puts that tree into the
 //! initramfs as it is). What was fetched is listed in `userland.packages` beside it.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{fs, path::Path, process::Command};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use sidecar_race_testbed::program_tree::{self, Source};
 
 use crate::{
     private_apt::{codename, download_deb, private_apt_for},
-    run::{checked, output},
+    run::checked,
 };
 
 const ARCH: &str = "arm64";
 /// The programs' packages and those of every library they load (the ELF `NEEDED`
-/// entries, checked below: a library none of these has fails the set-up, naming it).
+/// entries, checked by `lay_out`: a library none of these has fails the set-up, naming
+/// it).
 const PACKAGES: [&str; 15] = [
     "busybox-static",
     "nftables",
@@ -80,83 +78,17 @@ pub fn ensure(kernels: &Path) -> anyhow::Result<()> {
 }
 
 /// Copies `PROGRAMS`, their loader and every library they need (transitively) from the
-/// unpacked packages `root` into `to`, each library under its soname.
+/// unpacked packages `root` into `to`, each library under its soname
+/// (`sidecar_race_testbed::program_tree`, as the glibc test image is made).
 fn lay_out(root: &Path, to: &Path) -> anyhow::Result<()> {
-    let mut pending: Vec<PathBuf> = Vec::new();
-    let mut copied: Vec<String> = Vec::new();
-    let mut copy = |guest: &str, from: &Path, pending: &mut Vec<PathBuf>| -> anyhow::Result<()> {
-        if copied.iter().any(|c| c == guest) {
-            return Ok(());
-        }
-        let file = resolve(root, from)?;
-        let dest = to.join(guest);
-        fs::create_dir_all(dest.parent().expect("a parent"))?;
-        fs::copy(&file, &dest).with_context(|| format!("copying {}", file.display()))?;
-        copied.push(guest.to_string());
-        pending.push(dest);
-        Ok(())
+    let source = Source {
+        root,
+        lib_dirs: &LIB_DIRS,
     };
-    for (guest, from) in PROGRAMS {
-        copy(guest, Path::new(from), &mut pending)?;
-    }
-    while let Some(elf) = pending.pop() {
-        let (interpreter, needed) = dynamic_needs(&elf)?;
-        if let Some(interpreter) = interpreter {
-            let rel = interpreter.trim_start_matches('/');
-            copy(rel, Path::new(rel), &mut pending)?;
-        }
-        for soname in needed {
-            let Some(dir) = LIB_DIRS
-                .iter()
-                .find(|d| fs::symlink_metadata(root.join(d).join(&soname)).is_ok())
-            else {
-                bail!(
-                    "{} needs {soname}, which none of the fetched arm64 packages has: add its \
-                     package to xtask/src/guest_userland.rs",
-                    elf.display()
-                );
-            };
-            let rel = format!("{dir}/{soname}");
-            copy(&rel, Path::new(&rel), &mut pending)?;
-        }
-    }
+    let tree = source.collect(&PROGRAMS, &[]).context(
+        "the arm64 guest's programs (the package of a library none of the fetched ones \
+         has goes into PACKAGES in xtask/src/guest_userland.rs)",
+    )?;
+    program_tree::lay_out(&tree, to)?;
     Ok(())
-}
-
-/// `rel` under `root`, following symbolic links inside `root` (absolute ones included).
-fn resolve(root: &Path, rel: &Path) -> anyhow::Result<PathBuf> {
-    let mut at = root.join(rel);
-    for _ in 0..40 {
-        let meta =
-            fs::symlink_metadata(&at).with_context(|| format!("{} is missing", at.display()))?;
-        if !meta.file_type().is_symlink() {
-            return Ok(at);
-        }
-        let target = fs::read_link(&at)?;
-        at = match target.strip_prefix("/") {
-            Ok(inside) => root.join(inside),
-            Err(_) => at.parent().expect("a parent").join(target),
-        };
-    }
-    bail!("{} is a symbolic link loop", rel.display())
-}
-
-/// The program interpreter and `NEEDED` libraries of an ELF file (binutils' readelf,
-/// which reads any architecture's).
-fn dynamic_needs(elf: &Path) -> anyhow::Result<(Option<String>, Vec<String>)> {
-    let text = output(Command::new("readelf").args(["-W", "-l", "-d"]).arg(elf))
-        .with_context(|| format!("readelf -l -d {} failed (Debian: binutils)", elf.display()))?;
-    let bracketed = |line: &str, key: &str| {
-        let rest = &line[line.find(key)? + key.len()..];
-        Some(rest[..rest.find(']')?].to_string())
-    };
-    let interpreter = text
-        .lines()
-        .find_map(|l| bracketed(l, "[Requesting program interpreter: "));
-    let needed = text
-        .lines()
-        .filter(|l| l.contains("(NEEDED)"))
-        .filter_map(|l| bracketed(l, "Shared library: ["))
-        .collect();
-    Ok((interpreter, needed))
 }

@@ -10,8 +10,9 @@
 //!
 //! The demo adds iproute2 (the simulated pods' network namespaces); the bench, bpftool.
 //! The cluster tier adds the node's runtime (Debian's `containerd`, `runc`,
-//! `containernetworking-plugins`), `iptables` for kube-proxy, `busybox-static` for its
-//! images, `openssl` for its PKI, and the Go builds (`cluster/build.rs`).
+//! `containernetworking-plugins`), `iptables` for kube-proxy, `busybox-static`, `curl`
+//! and `binutils` (readelf) for its images, `openssl` for its PKI, and the Go builds
+//! (`cluster/build.rs`).
 //!
 //! The test tier adds the rest: `protobuf-compiler` (the CRI bindings of the tests
 //! crate), the checkers of `deploy/` (tests/tests/deploy_manifests.rs): `kubectl` for
@@ -60,8 +61,8 @@ pub enum Tier {
     /// `bench`: the demo's, and bpftool (the programs' run-time statistics).
     Bench,
     /// `cluster up`: the demo's, the node's runtime and network (containerd, runc,
-    /// the CNI plugins, iptables for kube-proxy, busybox-static for the images,
-    /// openssl for the PKI), and the Go builds of Kubernetes, etcd, helm, the
+    /// the CNI plugins, iptables for kube-proxy, busybox-static, curl and binutils
+    /// for the images, openssl for the PKI), and the Go builds of Kubernetes, etcd, helm, the
     /// Prometheus Operator and Prometheus.
     Cluster,
     /// `setup`, `test`: every tier's tools, the kernel tier's kernels and krew.
@@ -90,6 +91,11 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
             ("runc", "runc"),
             ("openssl", "openssl"),
             ("modprobe", "kmod"),
+            // The glibc test image (tests/testbed/src/images.rs): readelf lists what
+            // its programs load; curl is one of them (getent, logger and perl are in
+            // Debian's essential packages).
+            ("readelf", "binutils"),
+            ("curl", "curl"),
         ]);
         if !package_installed("busybox-static") {
             apt.want(&["busybox-static"]);

@@ -4,13 +4,15 @@
 //! this crate and the agent alone; the test suite (`sidecar-race-tests`) builds on it.
 //!
 //! And the view of the real cluster of `cargo xtask cluster up` (`cluster`: kubectl,
-//! pods, the agent's pod; `stand_in`: busybox pods; `operator_prometheus`: the real
+//! pods, the agent's pod; `stand_in`: busybox pods; `glibc_fleet`: ordinary glibc
+//! pods and the racing shapes in the glibc image; `operator_prometheus`: the real
 //! Prometheus on the Prometheus Operator's configuration), which the cluster tier and
 //! `cargo xtask demo --cluster` (`sr-cluster-demo`) share. Nothing here needs protoc.
 
 pub mod agent;
 pub mod cluster;
 pub mod command;
+pub mod glibc_fleet;
 pub mod http;
 pub mod operator_prometheus;
 pub mod pod;

@@ -1,9 +1,11 @@
 //! The images the test bed's pods run, made here (no registry is reachable): the
-//! sandbox image containerd's CRI plugin uses, and a busybox image (`sh`, `nc`, `httpd`,
-//! `sleep`, ...), both from Debian's busybox-static, written as OCI archives for `ctr
-//! images import`. One uncompressed layer, uid/gid 0, mtime 0.
+//! sandbox image containerd's CRI plugin uses, a busybox image (`sh`, `nc`, `httpd`,
+//! `sleep`, ...), both from Debian's busybox-static, and a glibc image with the host's
+//! own `getent`, `logger`, `curl` and `perl`, written as OCI archives for `ctr images
+//! import`. One uncompressed layer, uid/gid 0, mtime 0, entries sorted.
 
 use std::{
+    collections::BTreeMap,
     fs, io,
     path::{Path, PathBuf},
 };
@@ -12,20 +14,67 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
+use crate::program_tree::{Item, Source, TreeError};
+
 /// busybox-static's binary (Debian).
 pub const BUSYBOX: &str = "/bin/busybox";
 /// The CRI plugin's sandbox image: sleeps until SIGTERM/SIGKILL, which the kubelet
 /// sends at teardown. Never pulled: the plugin finds it imported.
 pub const PAUSE_IMAGE: &str = "sr-test.local/pause:1";
 pub const BUSYBOX_IMAGE: &str = "sr-test.local/busybox:1";
+/// Ordinary glibc programs, as a fleet's pods run them: busybox's applets, and the
+/// host's Debian `getent` (glibc's resolver: the nscd socket, then DNS), `logger`
+/// (syslog on `/dev/log`), `curl` (also `--unix-socket`) and `perl` with perl-base's
+/// modules (`IO::Socket::UNIX`). No `/dev/log` and no nscd socket: they are what the
+/// programs try and are refused on.
+pub const GLIBC_IMAGE: &str = "sr-test.local/glibc:1";
 const APPLETS: [&str; 9] = [
     "sh", "nc", "httpd", "sleep", "true", "cat", "wget", "kill", "date",
+];
+/// Where Debian's loader looks for the build architecture's libraries (the image has
+/// no `ld.so.cache`): `lib/<multiarch>`, `usr/lib/<multiarch>`.
+pub const HOST_LIB_DIRS: [&str; 2] = if cfg!(target_arch = "aarch64") {
+    ["lib/aarch64-linux-gnu", "usr/lib/aarch64-linux-gnu"]
+} else {
+    ["lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu"]
+};
+/// perl-base's modules (`IO::Socket::UNIX` among them), copied whole.
+const PERL_BASE: &str = if cfg!(target_arch = "aarch64") {
+    "usr/lib/aarch64-linux-gnu/perl-base"
+} else {
+    "usr/lib/x86_64-linux-gnu/perl-base"
+};
+/// The glibc image's programs: (path in the image, path on the host).
+const GLIBC_PROGRAMS: [(&str, &str); 4] = [
+    ("usr/bin/getent", "/usr/bin/getent"),
+    ("usr/bin/logger", "/usr/bin/logger"),
+    ("usr/bin/curl", "/usr/bin/curl"),
+    ("usr/bin/perl", "/usr/bin/perl"),
+];
+/// Files of the glibc image that come from no package: name lookups in files, then
+/// DNS; root and nobody.
+const GLIBC_ETC: [(&str, &str); 3] = [
+    (
+        "etc/nsswitch.conf",
+        "passwd: files\ngroup: files\nhosts: files dns\n",
+    ),
+    (
+        "etc/passwd",
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+    ),
+    ("etc/group", "root:x:0:\nnogroup:x:65534:\n"),
 ];
 
 #[derive(Debug, Error)]
 pub enum ImageError {
     #[error("cannot read {BUSYBOX} (busybox-static; `cargo xtask setup` installs it): {0}")]
     Busybox(io::Error),
+    #[error(
+        "the glibc image's programs (getent, logger, curl, perl; `cargo xtask setup` installs them): {0}"
+    )]
+    Glibc(#[from] TreeError),
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: io::Error },
     #[error("cannot write {}: {source}", path.display())]
     Write { path: PathBuf, source: io::Error },
 }
@@ -129,7 +178,15 @@ fn oci_archive(reference: &str, layer: &[u8], config: Value) -> io::Result<Vec<u
 /// The busybox layer: the binary, its applets' links, and the mount points runc cannot
 /// create in a sandbox's read-only root (the service account's among them).
 fn busybox_layer(busybox: &[u8]) -> io::Result<Vec<u8>> {
-    let links: Vec<String> = APPLETS.iter().map(|a| format!("bin/{a}")).collect();
+    let links = applet_links();
+    tar(&busybox_entries(busybox, &links))
+}
+
+fn applet_links() -> Vec<String> {
+    APPLETS.iter().map(|a| format!("bin/{a}")).collect()
+}
+
+fn busybox_entries<'a>(busybox: &'a [u8], links: &'a [String]) -> Vec<Entry<'a>> {
     let mut entries = vec![
         Entry::Dir("bin/", 0o755),
         Entry::File("bin/busybox", 0o755, busybox),
@@ -146,19 +203,91 @@ fn busybox_layer(busybox: &[u8]) -> io::Result<Vec<u8>> {
         Entry::Dir("var/run/secrets/", 0o755),
     ];
     entries.extend(links.iter().map(|l| Entry::Link(l, "busybox")));
-    tar(&entries)
+    entries
 }
 
-/// Writes the busybox and pause archives into `dir` (made if missing): (archive,
-/// reference) pairs, for `ctr images import`.
-pub fn write(dir: &Path) -> Result<[(PathBuf, &'static str); 2], ImageError> {
+/// An entry of the glibc layer, owning its bytes.
+enum Node {
+    Dir(u32),
+    File(u32, Vec<u8>),
+    Link(String),
+}
+
+/// The glibc layer: the busybox layer's entries, the host's `GLIBC_PROGRAMS` with
+/// their loader and libraries (`program_tree`), perl-base's directory, `GLIBC_ETC`, and
+/// every parent directory, sorted by path.
+fn glibc_layer(busybox: &[u8]) -> Result<Vec<u8>, ImageError> {
+    let host = Source {
+        root: Path::new("/"),
+        lib_dirs: &HOST_LIB_DIRS,
+    };
+    let tree = host.collect(&GLIBC_PROGRAMS, &[PERL_BASE])?;
+    let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
+    let links = applet_links();
+    for entry in busybox_entries(busybox, &links) {
+        let (path, node) = match entry {
+            Entry::Dir(p, mode) => (p, Node::Dir(mode)),
+            Entry::File(p, mode, data) => (p, Node::File(mode, data.to_vec())),
+            Entry::Link(p, target) => (p, Node::Link(target.to_string())),
+        };
+        nodes.insert(path.to_string(), node);
+    }
+    for (path, text) in GLIBC_ETC {
+        nodes.insert(
+            path.to_string(),
+            Node::File(0o644, text.as_bytes().to_vec()),
+        );
+    }
+    for (path, item) in tree {
+        let node = match item {
+            Item::File { from, mode } => {
+                let data = fs::read(&from).map_err(|source| ImageError::Read {
+                    path: from.clone(),
+                    source,
+                })?;
+                Node::File(mode & 0o755, data)
+            }
+            Item::Link(target) => Node::Link(target.to_string_lossy().into_owned()),
+        };
+        nodes.insert(path, node);
+    }
+    let parents: Vec<String> = nodes
+        .keys()
+        .flat_map(|p| {
+            let p = p.trim_end_matches('/');
+            p.match_indices('/')
+                .map(|(i, _)| p[..=i].to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for dir in parents {
+        nodes.entry(dir).or_insert(Node::Dir(0o755));
+    }
+    let entries: Vec<Entry> = nodes
+        .iter()
+        .map(|(p, n)| match n {
+            Node::Dir(mode) => Entry::Dir(p, *mode),
+            Node::File(mode, data) => Entry::File(p, *mode, data),
+            Node::Link(target) => Entry::Link(p, target),
+        })
+        .collect();
+    tar(&entries).map_err(|source| ImageError::Write {
+        path: PathBuf::from("the glibc layer"),
+        source,
+    })
+}
+
+/// Writes the busybox, pause and glibc archives into `dir` (made if missing):
+/// (archive, reference) pairs, for `ctr images import`.
+pub fn write(dir: &Path) -> Result<Vec<(PathBuf, &'static str)>, ImageError> {
     let busybox = fs::read(BUSYBOX).map_err(ImageError::Busybox)?;
     let layer = busybox_layer(&busybox).map_err(|source| ImageError::Write {
         path: dir.to_path_buf(),
         source,
     })?;
-    let write = |path: PathBuf, reference: &'static str, config: Value| {
-        let archive = oci_archive(reference, &layer, config).and_then(|bytes| {
+    let glibc = glibc_layer(&busybox)?;
+    let write = |path: PathBuf, reference: &'static str, layer: &[u8], config: Value| {
+        let archive = oci_archive(reference, layer, config).and_then(|bytes| {
             fs::create_dir_all(dir)?;
             fs::write(&path, bytes)
         });
@@ -167,16 +296,24 @@ pub fn write(dir: &Path) -> Result<[(PathBuf, &'static str); 2], ImageError> {
             Err(source) => Err(ImageError::Write { path, source }),
         }
     };
-    Ok([
+    Ok(vec![
         write(
             dir.join("busybox.oci.tar"),
             BUSYBOX_IMAGE,
+            &layer,
             json!({"Env": ["PATH=/bin"], "Cmd": ["/bin/sh"]}),
         )?,
         write(
             dir.join("pause.oci.tar"),
             PAUSE_IMAGE,
+            &layer,
             json!({"Env": ["PATH=/bin"], "Entrypoint": ["/bin/sleep", "2147483647"]}),
+        )?,
+        write(
+            dir.join("glibc.oci.tar"),
+            GLIBC_IMAGE,
+            &glibc,
+            json!({"Env": ["PATH=/usr/bin:/bin"], "Cmd": ["/bin/sh"]}),
         )?,
     ])
 }
@@ -219,5 +356,43 @@ mod tests {
             archive,
             oci_archive(BUSYBOX_IMAGE, &layer, json!({"Cmd": ["/bin/sh"]})).unwrap()
         );
+    }
+
+    #[test]
+    fn the_glibc_image_has_the_programs_their_libraries_and_no_socket() {
+        let layer = glibc_layer(b"\x7fELF").unwrap();
+        let names = names(&layer);
+        for wanted in [
+            "usr/bin/getent",
+            "usr/bin/logger",
+            "usr/bin/curl",
+            "usr/bin/perl",
+            "bin/busybox",
+            "bin/nc",
+            "etc/nsswitch.conf",
+            "etc/passwd",
+            "etc/group",
+            "var/run/secrets/",
+            "tmp/",
+        ] {
+            assert!(names.iter().any(|n| n == wanted), "no {wanted}: {names:?}");
+        }
+        let has = |suffix: &str| names.iter().any(|n| n.ends_with(suffix));
+        assert!(has("/libc.so.6"), "{names:?}");
+        assert!(has("/libcurl.so.4"), "{names:?}");
+        assert!(
+            names
+                .iter()
+                .any(|n| n.starts_with("lib") && n.contains("/ld-linux")),
+            "the loader: {names:?}"
+        );
+        assert!(has("perl-base/IO/Socket/UNIX.pm"), "{names:?}");
+        // What the programs are refused on stays missing.
+        assert!(!names.iter().any(|n| n == "dev/log" || n.contains("nscd")));
+        // Sorted, each directory before what it holds, and the same bytes each time.
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+        assert_eq!(layer, glibc_layer(b"\x7fELF").unwrap());
     }
 }
