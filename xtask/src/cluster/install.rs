@@ -14,8 +14,9 @@ use super::{
 };
 use crate::run::{checked, output, succeeds, workspace_root};
 
-/// The overlay `up` applies: deploy/base with only the image set, through the
-/// documented knob (kustomize `images:`), to the name the archive is imported as.
+/// The overlay `up` applies: deploy/base with the image set, through the documented
+/// knob (kustomize `images:`), to the name the archive is imported as, and the Unix
+/// hooks on the syscall tracepoints (the test host has neither fexit nor kprobes).
 pub const OVERLAY: &str = "deploy/overlays/local-cluster";
 /// What the imported agent image is tagged as (the overlay's `newName`).
 pub const LOCAL_AGENT_REPOSITORY: &str = "sr-test.local/sidecar-race-agent";
