@@ -24,26 +24,34 @@ const COMPONENTS: [&str; 8] = [
     operator::NAME,
 ];
 
-/// Why a cluster counts as up (a component runs, or its state is still there).
-pub fn already_up() -> Option<String> {
+/// What an earlier `up` left on this host.
+pub enum Earlier {
+    /// Some of its components still run (their names and pids).
+    Running(String),
+    /// Its state directory or bridge is there but none of its components runs: a run
+    /// killed before its `down` (a cancelled CI job, a restarted VM).
+    Stale(String),
+}
+
+/// Whether a cluster from an earlier run is on this host, and in which shape.
+pub fn earlier() -> Option<Earlier> {
     let running: Vec<String> = COMPONENTS
         .iter()
         .filter_map(|c| procs::running(c).map(|pid| format!("{c} pid {pid}")))
         .collect();
     if !running.is_empty() {
-        return Some(running.join(", "));
+        return Some(Earlier::Running(running.join(", ")));
     }
     if Path::new(STATE_DIR).exists() || host::bridge_exists() {
-        return Some(format!(
-            "{STATE_DIR} or the bridge {} is left from an earlier run",
-            BRIDGE
-        ));
+        return Some(Earlier::Stale(format!(
+            "{STATE_DIR} or the bridge {BRIDGE} is left from an earlier run, none of whose components runs"
+        )));
     }
     None
 }
 
 pub fn print() -> anyhow::Result<()> {
-    if already_up().is_none() {
+    if earlier().is_none() {
         println!("no cluster is up");
         return Ok(());
     }

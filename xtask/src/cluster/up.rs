@@ -20,15 +20,24 @@ use super::{
         CGROUP_ROOT, LOG_DIR, NODE_IP, NODE_NAME, POD_CIDR, SERVICE_CIDR, STATE_DIR,
         admin_kubeconfig, containerd_socket, state,
     },
-    pki, procs, status,
+    pki, procs,
+    status::{self, Earlier},
 };
 use crate::run::{checked, output};
 
 /// Starts the cluster and installs the agent; the admin kubeconfig's path. On failure
 /// everything started is taken down again (SR_CLUSTER_KEEP=1 keeps it for a look).
 pub fn up() -> anyhow::Result<PathBuf> {
-    if let Some(why) = status::already_up() {
-        bail!("a cluster is already up ({why}): run `cargo xtask cluster down` first");
+    match status::earlier() {
+        Some(Earlier::Running(who)) => {
+            bail!("a cluster is already up ({who}): run `cargo xtask cluster down` first")
+        }
+        // Nothing of it runs, so nobody is using it: removing it loses nothing.
+        Some(Earlier::Stale(what)) => {
+            eprintln!("xtask: {what}; taking it down before starting");
+            down::teardown().context("removing the cluster an earlier run left")?;
+        }
+        None => {}
     }
     host::preflight()?;
     let missing = build::missing();
