@@ -7,7 +7,7 @@ use std::{process::Command, time::Instant};
 
 use crate::{
     cluster,
-    run::{cargo, checked, workspace_root},
+    run::{cargo, checked},
     setup::{self, Tier},
 };
 
@@ -30,7 +30,7 @@ pub fn simulated() -> anyhow::Result<()> {
     setup::ensure(Tier::Demo)?;
     build()?;
     checked(&mut Command::new(
-        workspace_root().join("target/debug/sr-demo"),
+        crate::run::target_dir().join("debug/sr-demo"),
     ))
 }
 
@@ -46,7 +46,7 @@ pub fn on_cluster() -> anyhow::Result<()> {
     );
     let kubeconfig = cluster::up()?;
     let demo = checked(
-        Command::new(workspace_root().join("target/debug/sr-cluster-demo"))
+        Command::new(crate::run::target_dir().join("debug/sr-cluster-demo"))
             .env("SIDECAR_RACE_KUBECONFIG", &kubeconfig)
             .env(
                 "SIDECAR_RACE_KUBECTL",

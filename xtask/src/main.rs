@@ -158,13 +158,13 @@ fn main() -> anyhow::Result<()> {
             let (bin, out) = if smoke {
                 build_all()?;
                 (
-                    root.join("target/debug"),
+                    run::target_dir().join("debug"),
                     root.join("target/bench-smoke/BENCHMARKS.md"),
                 )
             } else {
                 setup::ensure(Tier::Bench)?;
                 run::checked(run::cargo().args(["build", "--release", "--workspace", "--bins"]))?;
-                (root.join("target/release"), root.join("BENCHMARKS.md"))
+                (run::target_dir().join("release"), root.join("BENCHMARKS.md"))
             };
             let out = if only.is_empty() {
                 out

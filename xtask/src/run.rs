@@ -16,6 +16,16 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Where cargo puts what it builds: `CARGO_TARGET_DIR` when set (relative to the
+/// workspace root, as cargo reads it), else `target/` there. Outputs of xtask's own
+/// (images, reports, skip records) stay under the workspace's `target/`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => workspace_root().join(dir),
+        _ => workspace_root().join("target"),
+    }
+}
+
 /// `cargo` as the one running xtask, in the workspace root.
 pub fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));

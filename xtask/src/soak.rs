@@ -16,7 +16,7 @@ pub fn soak(minutes: f64, out: Option<PathBuf>) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     run::checked(
-        std::process::Command::new(root.join("target/release/sr-soak"))
+        std::process::Command::new(run::target_dir().join("release/sr-soak"))
             .arg("--minutes")
             .arg(minutes.to_string())
             .arg("--out")

@@ -143,7 +143,7 @@ pub fn build_static(
             .env("CARGO_ENCODED_RUSTFLAGS", rustflags.join("\x1f"))
             .env(format!("CFLAGS_{env_triple}"), cflags.join(" ")),
     )?;
-    let dir = root.join("target").join(triple).join(match profile {
+    let dir = crate::run::target_dir().join(triple).join(match profile {
         Profile::Release => "release",
         Profile::Dev => "debug",
     });
