@@ -164,7 +164,10 @@ fn main() -> anyhow::Result<()> {
             } else {
                 setup::ensure(Tier::Bench)?;
                 run::checked(run::cargo().args(["build", "--release", "--workspace", "--bins"]))?;
-                (run::target_dir().join("release"), root.join("BENCHMARKS.md"))
+                (
+                    run::target_dir().join("release"),
+                    root.join("BENCHMARKS.md"),
+                )
             };
             let out = if only.is_empty() {
                 out
