@@ -72,7 +72,8 @@ pub fn expected_verdict(target: &str, measured: &str) -> Result<Option<bool>, St
     };
     need(1, &m, measured)?;
     let whole = |p: Printed| p.value as u64;
-    if target.starts_with("successful connects ≥") {
+    if target.starts_with("successful connects ≥") || target.starts_with("unrelated syscalls ≥")
+    {
         need(1, &t, target)?;
         Ok(at_least(m[0], t[0].value))
     } else if target.starts_with("refusals ≤") || target.contains(" refusals in a pod ≤") {

@@ -2,41 +2,66 @@
 //! from /proc.
 
 use std::{
+    fs::File,
     net::TcpListener,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, bail};
 
+/// Which Unix socket hooks a benchmark agent runs with (`--unix-hooks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnixHooks {
+    /// As shipped: `auto` (`fexit`, else kprobes, else none).
+    AsShipped,
+    /// The syscall tracepoints, asked for: the only Unix hooks a kernel without `fexit`
+    /// and kprobes has, so the Unix rows measure them.
+    Syscalls,
+    /// None: a TCP-only agent.
+    Off,
+}
+
+impl UnixHooks {
+    pub fn flag(self) -> &'static str {
+        match self {
+            UnixHooks::AsShipped => "auto",
+            UnixHooks::Syscalls => "syscalls",
+            UnixHooks::Off => "off",
+        }
+    }
+}
+
 pub struct Agent {
     child: Child,
     pub addr: String,
     /// Time from spawn to `/readyz` answering 200.
     pub ready_after: Duration,
+    /// The agent's log (stderr), for what `auto` chose.
+    log: PathBuf,
 }
 
 impl Agent {
-    /// `run` without a pod source or Events, with the Unix hooks on the syscall
-    /// tracepoints (where the kernel refuses `fexit` and has no kprobes, as here, `auto`
-    /// attaches none, and the Unix rows would measure nothing), plus `extra` arguments.
-    pub fn start(bin: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+    /// `run` without a pod source or Events, with `hooks`, plus `extra` arguments.
+    pub fn start(bin: &Path, hooks: UnixHooks, extra: &[&str]) -> anyhow::Result<Self> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr = format!("127.0.0.1:{port}");
+        let log = std::env::temp_dir().join(format!("sr-bench-agent-{port}.log"));
         let started = Instant::now();
         let child = Command::new(bin.join("sidecar-race-agent"))
             .args(["run", "--listen", &addr, "--events=false"])
-            .args(["--unix-hooks", "syscalls"])
+            .args(["--unix-hooks", hooks.flag()])
             .args(extra)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(File::create(&log).with_context(|| log.display().to_string())?)
             .spawn()
             .context("start the agent")?;
         let mut agent = Agent {
             child,
             addr,
             ready_after: Duration::ZERO,
+            log,
         };
         let deadline = started + Duration::from_secs(30);
         while !http_get(&agent.addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
@@ -50,6 +75,12 @@ impl Agent {
         }
         agent.ready_after = started.elapsed();
         Ok(agent)
+    }
+
+    /// The Unix hooks the agent attached, as its start-up line names them (`fexit`,
+    /// `kprobes`, `syscalls`, `missing`), once it is ready.
+    pub fn unix_hooks_attached(&self) -> Option<String> {
+        unix_hooks_in(&std::fs::read_to_string(&self.log).ok()?)
     }
 
     pub fn pid(&self) -> u32 {
@@ -109,7 +140,19 @@ impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
     }
+}
+
+/// `unix_hooks=NAME` (or `"unix_hooks":"NAME"`) in the agent's log.
+fn unix_hooks_in(log: &str) -> Option<String> {
+    let at = log.find("unix_hooks")? + "unix_hooks".len();
+    let name: String = log[at..]
+        .trim_start_matches(['=', '"', ':', ' '])
+        .chars()
+        .take_while(char::is_ascii_alphanumeric)
+        .collect();
+    (!name.is_empty()).then_some(name)
 }
 
 /// CPU time of a process so far, in nanoseconds: the sum of its threads' runtimes
@@ -143,4 +186,19 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
     let mut resp = String::new();
     s.read_to_string(&mut resp).ok()?;
     Some(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unix_hooks_in;
+
+    #[test]
+    fn the_start_up_line_names_the_unix_hooks_in_either_log_format() {
+        let text = "2026-12-03T09:00:00Z  INFO watching the kernel kernel=6.18 \
+                    unix_hooks=\"missing\" set_state_hook=tp_btf";
+        assert_eq!(unix_hooks_in(text).as_deref(), Some("missing"));
+        let json = r#"{"message":"watching the kernel","unix_hooks":"syscalls"}"#;
+        assert_eq!(unix_hooks_in(json).as_deref(), Some("syscalls"));
+        assert_eq!(unix_hooks_in("no such line"), None);
+    }
 }

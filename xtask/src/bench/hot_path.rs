@@ -1,13 +1,14 @@
 //! The hot-path rows: what the agent's programs add to a connection that succeeds,
 //! for each loop shape (TCP with FIN, TCP with RST, UDS). Per round, side by side:
-//! the loop bare, with the agent (throughput and CPU), and a shorter run with the
-//! kernel's statistics on, where null programs on the same hooks measure what the
-//! statistics themselves cost per run (subtracted from the agent's run time).
+//! the loop bare twice (the second a control of the noise), with the agent
+//! (throughput and CPU), and a shorter run with the kernel's statistics on, where null
+//! programs on the same hooks measure what the statistics themselves cost per run
+//! (subtracted from the agent's run time).
 
 use std::{collections::BTreeMap, path::Path};
 
 use super::{
-    agent::Agent,
+    agent::{Agent, UnixHooks},
     bpf_stats::{ProgStats, Stats},
     loops::{self, Run, Workload},
     null_prog::{HOOKS, NullProgram},
@@ -28,7 +29,13 @@ pub struct HotPath {
     pub prog_ns: Vec<f64>,
     pub prog_runs: Vec<f64>,
     pub throughput: Vec<f64>,
+    /// The loop threads' CPU per connection, bare / with the agent: what users pay.
     pub cpu_ratio: Vec<f64>,
+    /// The same ratio between the round's two bare runs: the noise it stands in.
+    pub cpu_control: Vec<f64>,
+    /// The agent's Unix hooks in this loop, and what it attached (`auto`'s choice).
+    pub hooks: UnixHooks,
+    pub hooks_attached: Option<String>,
     /// bpftrace's throughput ratio (TCP RST loop only, when installed).
     pub peer: Option<Vec<f64>>,
     /// Per program (name as bpftool shows it): runs per connection, ns per run
@@ -64,13 +71,12 @@ pub fn measure(
     );
     let mut h = HotPath::new(w, peer);
     for round in 0..plan.success_rounds {
-        let mut bare = None;
-        let mut with = None;
-        let mut traced = None;
-        for step in 0..3 {
-            match (round + step) % 3 {
+        let (mut bare, mut control, mut with, mut traced) = (None, None, None, None);
+        for step in 0..4 {
+            match (round + step) % 4 {
                 0 => bare = Some(loops::run(w, n)?),
-                1 => with = Some(with_agent(bin, w, n)?),
+                1 => with = Some(with_agent(bin, w, n, &mut h.hooks_attached)?),
+                2 => control = Some(loops::run(w, n)?),
                 _ if peer => {
                     let _bt = Bpftrace::start()?;
                     traced = Some(loops::run(w, n)?);
@@ -81,8 +87,7 @@ pub fn measure(
         let (bare, (with, counted)) = (bare.expect("measured"), with.expect("measured"));
         h.add(
             n,
-            &bare,
-            &with,
+            [&bare, &control.expect("measured"), &with],
             &counted,
             traced.as_ref(),
             fallback_stats_ns,
@@ -91,10 +96,26 @@ pub fn measure(
     Ok(h)
 }
 
+/// The agent's Unix hooks for loop `w`: as shipped for TCP; the syscall tracepoints
+/// for UDS, the only Unix hooks a kernel without `fexit` and kprobes has (as shipped,
+/// the agent attaches none there and the row would measure nothing).
+pub fn hooks_for(w: Workload) -> UnixHooks {
+    match w {
+        Workload::TcpFin | Workload::TcpRst => UnixHooks::AsShipped,
+        Workload::Uds => UnixHooks::Syscalls,
+    }
+}
+
 /// The agent's throughput run, then a quarter as many connects with the statistics
-/// on and null programs beside the agent's.
-fn with_agent(bin: &Path, w: Workload, n: u32) -> anyhow::Result<(Run, Counted)> {
-    let agent = Agent::start(bin, &["--pods-from", "none"])?;
+/// on and null programs beside the agent's; what it attached goes to `attached`.
+fn with_agent(
+    bin: &Path,
+    w: Workload,
+    n: u32,
+    attached: &mut Option<String>,
+) -> anyhow::Result<(Run, Counted)> {
+    let agent = Agent::start(bin, hooks_for(w), &["--pods-from", "none"])?;
+    *attached = agent.unix_hooks_attached();
     let run = loops::run(w, n)?;
     let nulls = NullProgram::attach_all(&HOOKS);
     let _on = Stats::set(true)?;
@@ -150,16 +171,19 @@ impl HotPath {
             prog_runs: Vec::new(),
             throughput: Vec::new(),
             cpu_ratio: Vec::new(),
+            cpu_control: Vec::new(),
+            hooks: hooks_for(workload),
+            hooks_attached: None,
             peer: peer.then(Vec::new),
             programs: BTreeMap::new(),
         }
     }
 
+    /// One round: `[bare, control, with]` runs of `n` connects, and the statistics run.
     fn add(
         &mut self,
         n: u32,
-        bare: &Run,
-        with: &Run,
+        [bare, control, with]: [&Run; 3],
         c: &Counted,
         traced: Option<&Run>,
         fallback_stats_ns: Option<f64>,
@@ -190,6 +214,8 @@ impl HotPath {
             .push(bare.wall.as_secs_f64() / with.wall.as_secs_f64());
         self.cpu_ratio
             .push(bare.cpu.as_secs_f64() / with.cpu.as_secs_f64());
+        self.cpu_control
+            .push(bare.cpu.as_secs_f64() / control.cpu.as_secs_f64());
         if let (Some(p), Some(t)) = (self.peer.as_mut(), traced) {
             p.push(bare.wall.as_secs_f64() / t.wall.as_secs_f64());
         }
@@ -237,7 +263,8 @@ mod tests {
             connects: 1_000,
         };
         let mut h = empty(Workload::TcpRst);
-        h.add(1_000, &run(10), &run(10), &counted, None, None);
+        h.add(1_000, [&run(10), &run(20), &run(10)], &counted, None, None);
+        assert_eq!(h.cpu_control, [0.5]);
         assert!((h.prog_ns[0] - 540.0).abs() < 1e-9, "{:?}", h.prog_ns);
         assert!((h.bound[0] - 10_000.0 / 10_540.0).abs() < 1e-12);
         assert_eq!(h.prog_runs, [9.0]);
@@ -258,11 +285,11 @@ mod tests {
             cpu: Duration::from_millis(5),
         };
         let mut h = empty(Workload::Uds);
-        h.add(1_000, &run, &run, &counted, None, Some(40.0));
+        h.add(1_000, [&run; 3], &counted, None, Some(40.0));
         assert_eq!(h.prog_ns, [60.0]);
         assert_eq!(h.stats_ns_per_run, [40.0]);
         let mut h = empty(Workload::Uds);
-        h.add(1_000, &run, &run, &counted, None, None);
+        h.add(1_000, [&run; 3], &counted, None, None);
         assert_eq!(h.prog_ns, [100.0]);
         assert!(h.stats_ns_per_run.is_empty());
     }

@@ -7,7 +7,7 @@ use std::{path::Path, time::Duration};
 use anyhow::{Context, bail};
 
 use super::{
-    agent::Agent,
+    agent::{Agent, UnixHooks},
     plan::Plan,
     refuse,
     scale::{self, SimulatedPods},
@@ -35,7 +35,9 @@ pub fn refusals(bin: &Path, plan: &Plan) -> anyhow::Result<Refusals> {
         if round % 2 == 0 {
             bare = Some(refuse::tcp(bin, &pod, plan.connects)?);
         }
-        let (with, cost) = agent_cost(bin, &pod, plan.connects, |n| refuse::tcp(bin, &pod, n))?;
+        let (with, cost) = agent_cost(bin, &pod, plan.connects, UnixHooks::AsShipped, |n| {
+            refuse::tcp(bin, &pod, n)
+        })?;
         if round % 2 == 1 {
             bare = Some(refuse::tcp(bin, &pod, plan.connects)?);
         }
@@ -46,12 +48,15 @@ pub fn refusals(bin: &Path, plan: &Plan) -> anyhow::Result<Refusals> {
     Ok(r)
 }
 
-/// Refused UDS connects on the pod's shared volume, with the agent.
+/// Refused UDS connects on the pod's shared volume, with the agent on the syscall
+/// tracepoints (the Unix hooks this host has; `auto` attaches none here).
 pub fn uds_refusals(bin: &Path, plan: &Plan) -> anyhow::Result<Refusals> {
     let pod = SidecarPod::create()?;
     let mut r = Refusals::default();
     for _ in 0..plan.rounds {
-        let (_, cost) = agent_cost(bin, &pod, plan.connects, |n| refuse::uds(bin, &pod, n))?;
+        let (_, cost) = agent_cost(bin, &pod, plan.connects, UnixHooks::Syscalls, |n| {
+            refuse::uds(bin, &pod, n)
+        })?;
         r.add(cost, plan.connects);
     }
     Ok(r)
@@ -81,11 +86,16 @@ fn agent_cost(
     bin: &Path,
     pod: &SidecarPod,
     n: u32,
+    hooks: UnixHooks,
     refuse: impl FnOnce(u32) -> anyhow::Result<Duration>,
 ) -> anyhow::Result<(Duration, Cost)> {
     // No refusal budget: this row measures what each delivered record costs (the
     // storm row measures the budget).
-    let agent = Agent::start(bin, &["--pods-from", &pod.source(), "--refusal-burst", "0"])?;
+    let agent = Agent::start(
+        bin,
+        hooks,
+        &["--pods-from", &pod.source(), "--refusal-burst", "0"],
+    )?;
     agent.wait_quiet()?;
     let cpu0 = agent.cpu()?;
     // Each refusal is counted and sent by the kernel within its connect() call.
@@ -151,7 +161,7 @@ pub struct Scale {
 pub fn node_scale(bin: &Path, plan: &Plan) -> anyhow::Result<Scale> {
     let pods = SimulatedPods::create(plan.scale_pods, "scale")?;
     let spec = format!("file:{}", pods.pods_file.display());
-    let agent = Agent::start(bin, &["--pods-from", &spec])?;
+    let agent = Agent::start(bin, UnixHooks::AsShipped, &["--pods-from", &spec])?;
     let cpu0 = agent.cpu()?;
     let t0 = std::time::Instant::now();
     // 10 connects per second: a node's ordinary background of dials.
@@ -197,9 +207,17 @@ pub fn index_build(bin: &Path, plan: &Plan) -> anyhow::Result<(Vec<f64>, Vec<f64
     let ms = |a: &Agent| a.ready_after.as_secs_f64() * 1e3;
     let (mut plain, mut many) = (Vec::new(), Vec::new());
     for _ in 0..plan.rounds.min(3) {
-        plain.push(ms(&Agent::start(bin, &["--pods-from", "none"])?));
+        plain.push(ms(&Agent::start(
+            bin,
+            UnixHooks::AsShipped,
+            &["--pods-from", "none"],
+        )?));
         let _extra = scale::BareCgroups::create(plan.index_cgroups)?;
-        many.push(ms(&Agent::start(bin, &["--pods-from", "none"])?));
+        many.push(ms(&Agent::start(
+            bin,
+            UnixHooks::AsShipped,
+            &["--pods-from", "none"],
+        )?));
     }
     Ok((plain, many))
 }

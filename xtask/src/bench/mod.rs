@@ -23,6 +23,7 @@ mod report_text;
 mod scale;
 mod sidecar_pod;
 mod stats;
+mod syscalls;
 
 use std::path::Path;
 
@@ -46,6 +47,14 @@ pub fn bench(bin: &Path, smoke: bool, parts: &Parts, out: &Path) -> anyhow::Resu
         Bpftrace::install();
     }
     let mut report = Report::default();
+
+    if parts.has(Part::Syscalls) {
+        eprintln!(
+            "bench: unrelated syscalls ({} rounds of {} getppid calls: bare twice, then beside the agent in each Unix hook mode; rotating)",
+            plan.syscall_rounds, plan.syscall_calls
+        );
+        report.syscalls(&syscalls::measure(bin, &plan)?);
+    }
 
     if parts.has(Part::HotPath) {
         // The statistics' cost per run of the last loop whose null programs ran, for a

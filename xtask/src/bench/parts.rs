@@ -4,6 +4,9 @@
 /// A part of the bench, as `--only` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Part {
+    /// Unrelated syscalls: a getppid loop's CPU, bare and beside the agent in each Unix
+    /// hook mode.
+    Syscalls,
     /// Successful connects: the three loops and their bpf_stats bounds.
     HotPath,
     /// Refused connects, TCP then UDS: agent CPU per refusal.

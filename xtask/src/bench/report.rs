@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use super::{
+    agent::UnixHooks,
     fleet,
     hot_path::HotPath,
     latency::{Latency, Storm},
@@ -13,23 +14,102 @@ use super::{
     parts::Parts,
     plan::{
         Plan, REORDER_WINDOW_MS, TARGET_SCALE_CPU_PERCENT, TARGET_SCALE_RSS_MIB,
-        TARGET_SUCCESS_RATIO, TARGET_US_PER_REFUSAL,
+        TARGET_SUCCESS_RATIO, TARGET_SYSCALL_RATIO, TARGET_US_PER_REFUSAL,
     },
     report_text::{NOTES, machine, method},
     stats::Spread,
+    syscalls::Syscalls,
 };
 
 /// The report's two tables, filled part by part as the bench runs.
 #[derive(Default)]
 pub struct Report {
+    /// The figures' first rows: what users pay, measured directly (CPU per connection
+    /// and per unrelated syscall, with the agent / bare, beside their controls).
+    headline: Vec<Vec<String>>,
     rows: Vec<Vec<String>>,
     verdicts: Vec<Vec<String>>,
 }
 
 impl Report {
+    /// The unrelated-syscall rows: one per Unix hook mode, the control, bare CPU.
+    pub fn syscalls(&mut self, sc: &Syscalls) {
+        for mode in &sc.modes {
+            let name = if mode.hooks == UnixHooks::AsShipped {
+                format!(
+                    "unrelated syscalls: **CPU per getppid, bare / beside the agent as shipped** ({})",
+                    hooks_label(mode.hooks, mode.attached.as_deref())
+                )
+            } else {
+                format!(
+                    "unrelated syscalls: CPU per getppid, bare / beside the agent with {}",
+                    hooks_label(mode.hooks, mode.attached.as_deref())
+                )
+            };
+            self.headline.push(row(&name, &mode.ratio, 3));
+        }
+        self.headline.push(row(
+            "unrelated syscalls: control, CPU per getppid, bare / bare (the round's second bare run)",
+            &sc.control,
+            3,
+        ));
+        self.headline.push(row(
+            &format!(
+                "unrelated syscalls: bare CPU per getppid (ns; {} calls a run)",
+                sc.calls
+            ),
+            &sc.bare_ns,
+            1,
+        ));
+        let shipped = sc.modes.iter().find(|m| m.hooks == UnixHooks::AsShipped);
+        if let (Some(s), Some(c)) = (
+            shipped.and_then(|m| Spread::of(&m.ratio)),
+            Spread::of(&sc.control),
+        ) {
+            self.verdicts.push(verdict(
+                &format!("unrelated syscalls ≥ {TARGET_SYSCALL_RATIO}× bare, agent as shipped"),
+                s.median >= TARGET_SYSCALL_RATIO,
+                format!(
+                    "median {:.3} (control, bare / bare: {})",
+                    s.median,
+                    c.show(3).replace("**", "")
+                ),
+            ));
+        }
+    }
+
     /// The hot-path rows of one loop shape.
     pub fn hot_path(&mut self, h: &HotPath) {
         let l = h.workload.label();
+        let hooks = hooks_label(h.hooks, h.hooks_attached.as_deref());
+        self.headline.push(row(
+            &format!(
+                "{l}: **CPU per connection, bare / with the agent** (the loop's threads, \
+                 measured directly; {hooks})"
+            ),
+            &h.cpu_ratio,
+            3,
+        ));
+        self.headline.push(row(
+            &format!("{l}: control, CPU per connection, bare / bare (the round's second bare run)"),
+            &h.cpu_control,
+            3,
+        ));
+        if h.hooks == UnixHooks::AsShipped
+            && let (Some(s), Some(c)) = (Spread::of(&h.cpu_ratio), Spread::of(&h.cpu_control))
+        {
+            self.verdicts.push(verdict(
+                &format!(
+                    "successful connects ≥ {TARGET_SUCCESS_RATIO}× bare, {l} (loop CPU measured directly, agent as shipped)"
+                ),
+                s.median >= TARGET_SUCCESS_RATIO,
+                format!(
+                    "median {:.3} (control, bare / bare: {})",
+                    s.median,
+                    c.show(3).replace("**", "")
+                ),
+            ));
+        }
         let stats =
             Spread::of(&h.stats_ns_per_run).map_or("?".into(), |s| format!("{:.0}", s.median));
         self.rows.push(row(
@@ -54,11 +134,6 @@ impl Report {
             ),
             ("the agent's program runs per connection", &h.prog_runs, 2),
             ("throughput with the agent / bare", &h.throughput, 3),
-            (
-                "CPU time per connection, bare / with the agent",
-                &h.cpu_ratio,
-                3,
-            ),
         ] {
             self.rows
                 .push(row(&format!("{l}: {name}"), samples, digits));
@@ -278,8 +353,9 @@ impl Report {
         );
         let _ = writeln!(s, "## Machine\n\n{}\n", machine());
         s.push_str(&method(plan));
-        table(&mut s, &["figure", "min / **median** / max"], &self.rows);
-        let _ = writeln!(s, "\n## Targets (issues #12 and #23)\n");
+        let rows: Vec<Vec<String>> = self.headline.iter().chain(&self.rows).cloned().collect();
+        table(&mut s, &["figure", "min / **median** / max"], &rows);
+        let _ = writeln!(s, "\n## Targets (issues #12, #23 and #38)\n");
         table(&mut s, &["target", "measured", "verdict"], &self.verdicts);
         let _ = writeln!(s, "\n{}", NOTES);
         let _ = writeln!(
@@ -288,6 +364,17 @@ impl Report {
             fleet::section()
         );
         s
+    }
+}
+
+/// How the agent's Unix hooks were set, and what `auto` attached.
+fn hooks_label(hooks: UnixHooks, attached: Option<&str>) -> String {
+    match (hooks, attached) {
+        (UnixHooks::AsShipped, Some("missing")) => {
+            "`--unix-hooks=auto`: no Unix hook on this kernel".into()
+        }
+        (UnixHooks::AsShipped, Some(a)) => format!("`--unix-hooks=auto`: `{a}` on this kernel"),
+        (h, _) => format!("`--unix-hooks={}`", h.flag()),
     }
 }
 

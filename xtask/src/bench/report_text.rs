@@ -43,22 +43,37 @@ pub fn method(plan: &Plan) -> String {
     let _ = writeln!(
         s,
         "## Method\n\n\
+         - **Unrelated syscalls** (the first rows): a `getppid` loop (the raw syscall, which \
+         no library caches) pinned to CPU {cpu}, timed by its thread's own CPU time per \
+         call. {scr} rounds of {calls} calls; each round runs the loop bare twice (the second \
+         is the control: bare / bare is the noise a ratio stands in) and beside a fresh, \
+         idle agent (`run --pods-from none --events=false`, {build} build) with \
+         `--unix-hooks=auto` (as shipped), `syscalls` and `off`, rotating which goes first. \
+         The ratio is bare CPU per call / CPU per call beside the agent: 1.000 is no tax. \
+         Attaching any syscall tracepoint puts every syscall of every process on the \
+         kernel's slow path, outside any program, so only these rows see that cost.\n\
          - Hot path (successful connects), three loops run by the bench itself: **TCP connect \
          + FIN close** (the server closes first, the client reads the end of stream and \
          closes, so TIME_WAIT stays on the server side and client ports never run out), \
          **TCP connect + RST close** (SO_LINGER 0), and **UDS connect + close** (a Unix \
          stream socket). One client thread and one accepting thread, both pinned to CPU \
          {cpu} (sched_setaffinity); the agent is not pinned.\n\
-         - Each loop: {sr} rounds; each round runs the loop bare, with the agent \
-         (`run --pods-from none --events=false --unix-hooks=syscalls`, {build} build: \
-         `auto` attaches no Unix hook on a kernel without `fexit` and kprobes, as this \
-         one) and, for the RST loop, with \
-         the bpftrace peer, rotating which goes first; each run makes as many connects as a \
+         - Each loop: {sr} rounds; each round runs the loop bare, bare again (the control), \
+         with the agent (`run --pods-from none --events=false`: as shipped, \
+         `--unix-hooks=auto`, for the TCP loops; `--unix-hooks=syscalls` for the UDS loop, \
+         because `auto` attaches no Unix hook on a kernel without `fexit` and kprobes, as \
+         this one, and the row would measure nothing) and, for the RST loop, with the \
+         bpftrace peer, rotating which goes first; each run makes as many connects as a \
          bare run makes in about {secs} s (calibrated once per loop).\n\
-         - **The headline is the bpf_stats bound**: bare CPU per connection / (bare CPU + the \
-         agent's programs' run time per connection). Bare CPU is the loop threads' own CPU \
-         time in ns (the kernel's runtime of each thread; loopback softirqs run in them and \
-         this kernel does not split IRQ time out), not a throughput. The programs' run time \
+         - **The headline is what users pay, measured directly**: the loop threads' CPU per \
+         connection, bare / with the agent, beside the same ratio between the two bare runs. \
+         CPU is each thread's own runtime in ns (loopback softirqs run in them and this \
+         kernel does not split IRQ time out), not a throughput, so it counts everything the \
+         agent makes the loop pay: its programs, the hooks' dispatch, and any slow path its \
+         hooks put the syscalls on.\n\
+         - **The bpf_stats bound explains it** (tighter, and blind to what runs outside the \
+         programs): bare CPU per connection / (bare CPU + the agent's programs' run time per \
+         connection). The programs' run time \
          comes from `kernel.bpf_stats_enabled` (`run_time_ns`, `run_cnt` of each program the \
          agent holds) over a quarter-length run right after the agent's throughput run; the \
          statistics themselves cost two clock reads per run, so in that same run a program \
@@ -66,15 +81,15 @@ pub fn method(plan: &Plan) -> String {
          each hook the agent uses (the BTF tracepoints, the tracefs tracepoints and the \
          `connect` syscall tracepoints of the Unix socket fallback), and its run time per \
          run, times the agent's run count, is taken out. That cost is printed beside the \
-         headline; it makes the ceiling independent of how slow the machine's clock is. No \
+         bound; it makes the bound independent of how slow the machine's clock is. No \
          null program loads on an `fexit` hook here (this host's kernel refuses every `fexit` \
          program with EPERM, the agent's too), so a loop where none runs (UDS with `fexit` hooks) takes the previous \
-         loop's figure. The bound leaves out the tracepoint's dispatch before the program runs, and \
-         counts other processes' connects on the machine during the run too (an upper \
-         bound on the programs' share).\n\
-         - Secondary rows, same rounds: throughput (wall time) with the agent / bare, and \
-         the loop's CPU per connection bare / with the agent: noisy on a shared 2-core \
-         machine, shown with their spread.\n\
+         loop's figure. The bound leaves out the tracepoint's dispatch before the program \
+         runs and the syscall slow path (the direct rows count both), and counts other \
+         processes' connects on the machine during the run too (an upper bound on the \
+         programs' share).\n\
+         - Secondary rows, same rounds: throughput (wall time) with the agent / bare: noisy \
+         on a shared 2-core machine, shown with its spread.\n\
          - Refused connects come from a pod, as users' do: one simulated pod (cgroups in \
          the kubelet's layout, listed in the agent's pods file) with an `app` container and \
          a classic sidecar `proxy` that declares a TCP port and mounts an emptyDir the app \
@@ -107,7 +122,9 @@ pub fn method(plan: &Plan) -> String {
         secs = plan.round.as_secs_f64(),
         n = plan.connects,
         build = if plan.smoke { "debug" } else { "release" },
-        rounds = plan.rounds
+        rounds = plan.rounds,
+        scr = plan.syscall_rounds,
+        calls = plan.syscall_calls
     );
     s
 }
