@@ -29,10 +29,13 @@ pub struct HotPath {
     pub prog_ns: Vec<f64>,
     pub prog_runs: Vec<f64>,
     pub throughput: Vec<f64>,
-    /// The loop threads' CPU per connection, bare / with the agent: what users pay.
+    /// The loop threads' CPU per connection in each run's cheapest chunk, bare / with
+    /// the agent: what users pay.
     pub cpu_ratio: Vec<f64>,
     /// The same ratio between the round's two bare runs: the noise it stands in.
     pub cpu_control: Vec<f64>,
+    /// The loop threads' CPU per connection over whole runs, bare / with the agent.
+    pub cpu_whole: Vec<f64>,
     /// The agent's Unix hooks in this loop, and what it attached (`auto`'s choice).
     pub hooks: UnixHooks,
     pub hooks_attached: Option<String>,
@@ -172,6 +175,7 @@ impl HotPath {
             throughput: Vec::new(),
             cpu_ratio: Vec::new(),
             cpu_control: Vec::new(),
+            cpu_whole: Vec::new(),
             hooks: hooks_for(workload),
             hooks_attached: None,
             peer: peer.then(Vec::new),
@@ -212,10 +216,10 @@ impl HotPath {
         self.bound.push(bare_ns / (bare_ns + prog_ns));
         self.throughput
             .push(bare.wall.as_secs_f64() / with.wall.as_secs_f64());
-        self.cpu_ratio
+        self.cpu_ratio.push(bare.best_ns / with.best_ns);
+        self.cpu_control.push(bare.best_ns / control.best_ns);
+        self.cpu_whole
             .push(bare.cpu.as_secs_f64() / with.cpu.as_secs_f64());
-        self.cpu_control
-            .push(bare.cpu.as_secs_f64() / control.cpu.as_secs_f64());
         if let (Some(p), Some(t)) = (self.peer.as_mut(), traced) {
             p.push(bare.wall.as_secs_f64() / t.wall.as_secs_f64());
         }
@@ -247,6 +251,7 @@ mod tests {
         let run = |ms: u64| Run {
             wall: Duration::from_millis(ms),
             cpu: Duration::from_millis(ms),
+            best_ns: ms as f64,
         };
         let counted = Counted {
             programs: BTreeMap::from([
@@ -283,6 +288,7 @@ mod tests {
         let run = Run {
             wall: Duration::from_millis(5),
             cpu: Duration::from_millis(5),
+            best_ns: 5.0,
         };
         let mut h = empty(Workload::Uds);
         h.add(1_000, [&run; 3], &counted, None, Some(40.0));

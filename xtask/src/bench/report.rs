@@ -61,6 +61,19 @@ impl Report {
             &sc.bare_ns,
             1,
         ));
+        let medians: Vec<String> = sc
+            .modes
+            .iter()
+            .map(|m| (m.hooks.flag(), &m.whole))
+            .chain([("control, bare / bare", &sc.control_whole)])
+            .filter_map(|(name, samples)| {
+                Spread::of(samples).map(|s| format!("{name} {}", s.show(3).replace("**", "")))
+            })
+            .collect();
+        self.rows.push(vec![
+            "unrelated syscalls: over whole runs, not their cheapest chunks, bare / beside the agent (min / median / max)".into(),
+            medians.join("; "),
+        ]);
         let shipped = sc.modes.iter().find(|m| m.hooks == UnixHooks::AsShipped);
         if let (Some(s), Some(c)) = (
             shipped.and_then(|m| Spread::of(&m.ratio)),
@@ -134,6 +147,11 @@ impl Report {
             ),
             ("the agent's program runs per connection", &h.prog_runs, 2),
             ("throughput with the agent / bare", &h.throughput, 3),
+            (
+                "CPU per connection over whole runs, not their cheapest chunks, bare / with the agent",
+                &h.cpu_whole,
+                3,
+            ),
         ] {
             self.rows
                 .push(row(&format!("{l}: {name}"), samples, digits));

@@ -16,20 +16,23 @@ use super::{
 /// The modes measured beside bare, in the report's order.
 pub const MODES: [UnixHooks; 3] = [UnixHooks::AsShipped, UnixHooks::Syscalls, UnixHooks::Off];
 
-/// One mode's samples: bare CPU per call / CPU per call beside the agent, per round.
+/// One mode's samples per round: bare CPU per call / CPU per call beside the agent, in
+/// each run's cheapest chunk and over whole runs.
 pub struct ModeRatios {
     pub hooks: UnixHooks,
     /// What the agent attached (`auto`'s choice on this kernel).
     pub attached: Option<String>,
     pub ratio: Vec<f64>,
+    pub whole: Vec<f64>,
 }
 
 pub struct Syscalls {
     pub calls: u32,
-    /// Bare CPU per call (ns).
+    /// Bare CPU per call in the cheapest chunk (ns).
     pub bare_ns: Vec<f64>,
-    /// Bare / bare, the round's two bare runs.
+    /// Bare / bare, the round's two bare runs (cheapest chunks, and whole runs).
     pub control: Vec<f64>,
+    pub control_whole: Vec<f64>,
     pub modes: Vec<ModeRatios>,
 }
 
@@ -40,19 +43,21 @@ pub fn measure(bin: &Path, plan: &Plan) -> anyhow::Result<Syscalls> {
         calls,
         bare_ns: Vec::new(),
         control: Vec::new(),
+        control_whole: Vec::new(),
         modes: MODES
             .iter()
             .map(|&hooks| ModeRatios {
                 hooks,
                 attached: None,
                 ratio: Vec::new(),
+                whole: Vec::new(),
             })
             .collect(),
     };
     // Slots 0 and 1 bare, then one per mode.
     let slots = 2 + MODES.len();
     for round in 0..plan.syscall_rounds {
-        let mut ns = vec![0.0; slots];
+        let mut ns = vec![PerCall::default(); slots];
         for step in 0..slots {
             let slot = (round + step) % slots;
             ns[slot] = if slot < 2 {
@@ -65,26 +70,45 @@ pub fn measure(bin: &Path, plan: &Plan) -> anyhow::Result<Syscalls> {
                 per_call_ns(calls)?
             };
         }
-        out.bare_ns.push(ns[0]);
-        out.control.push(ns[0] / ns[1]);
+        out.bare_ns.push(ns[0].best);
+        out.control.push(ns[0].best / ns[1].best);
+        out.control_whole.push(ns[0].whole / ns[1].whole);
         for (mode, with) in out.modes.iter_mut().zip(&ns[2..]) {
-            mode.ratio.push(ns[0] / with);
+            mode.ratio.push(ns[0].best / with.best);
+            mode.whole.push(ns[0].whole / with.whole);
         }
     }
     Ok(out)
 }
 
+/// CPU time per call of one run (ns): over the whole run, and in its cheapest chunk.
+#[derive(Debug, Clone, Copy, Default)]
+struct PerCall {
+    whole: f64,
+    best: f64,
+}
+
 /// CPU time per `getppid` over `calls` calls on the loop CPU, in a thread of its own
-/// (the pin stays with it). The raw syscall: no library may cache the answer.
-fn per_call_ns(calls: u32) -> anyhow::Result<f64> {
-    let thread = std::thread::spawn(move || -> std::io::Result<f64> {
+/// (the pin stays with it), cut into [`cpu::CHUNKS`] chunks. The raw syscall: no
+/// library may cache the answer.
+fn per_call_ns(calls: u32) -> anyhow::Result<PerCall> {
+    let thread = std::thread::spawn(move || -> std::io::Result<PerCall> {
         cpu::pin_current(cpu::loop_cpu())?;
+        let chunk = (calls / cpu::CHUNKS).max(1);
         let start = cpu::thread_cpu();
-        for _ in 0..calls {
-            // SAFETY: getppid takes no arguments and cannot fail.
-            std::hint::black_box(unsafe { libc::syscall(libc::SYS_getppid) });
+        let (mut mark, mut best) = (start, f64::INFINITY);
+        for _ in 0..calls / chunk {
+            for _ in 0..chunk {
+                // SAFETY: getppid takes no arguments and cannot fail.
+                std::hint::black_box(unsafe { libc::syscall(libc::SYS_getppid) });
+            }
+            let now = cpu::thread_cpu();
+            best = best.min((now - mark).as_secs_f64() * 1e9 / f64::from(chunk));
+            mark = now;
         }
-        Ok((cpu::thread_cpu() - start).as_secs_f64() * 1e9 / f64::from(calls))
+        let done = (calls / chunk) * chunk;
+        let whole = (cpu::thread_cpu() - start).as_secs_f64() * 1e9 / f64::from(done);
+        Ok(PerCall { whole, best })
     });
     let ns = thread
         .join()
