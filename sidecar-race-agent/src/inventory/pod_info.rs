@@ -165,7 +165,9 @@ pub struct PodInfo {
     pub host_network: bool,
     pub pod_ips: Vec<IpAddr>,
     pub node_name: Option<String>,
-    pub start_time: Option<String>,
+    /// `status.startTime`: when the kubelet took the pod. Times a client whose own
+    /// start is unknown, e.g. after an agent restart.
+    pub start_time: Option<Timestamp>,
 }
 
 impl PodInfo {
@@ -253,9 +255,7 @@ impl PodInfo {
             host_network: spec.and_then(|s| s.host_network).unwrap_or(false),
             pod_ips,
             node_name: spec.and_then(|s| s.node_name.clone()),
-            start_time: status
-                .and_then(|s| s.start_time.as_ref())
-                .map(|t| t.0.to_string()),
+            start_time: status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
         })
     }
 

@@ -253,7 +253,9 @@ impl Detector {
 
     /// Whether refusals from `client` first seen at `first` are a startup race: the
     /// client container (and the serving one, when known) started at most the startup
-    /// bound before. A client that is not a container is timed by the pod's start.
+    /// bound before. A client that is not a container is timed by the pod's start: as
+    /// this agent saw it, else the pod's `status.startTime` (an agent restarted
+    /// mid-startup saw neither start).
     pub(super) fn is_startup(
         &self,
         uid: &str,
@@ -269,7 +271,8 @@ impl Detector {
             Client::Container(id) => container_start(ps, pod, id, meta),
             Client::Cgroup(_) => None,
         }
-        .or_else(|| ps.and_then(|p| p.started_at));
+        .or_else(|| ps.and_then(|p| p.started_at))
+        .or_else(|| pod.and_then(|p| p.start_time).and_then(|t| meta.boot_ns(t)));
         let server_start = server_container_id.and_then(|id| container_start(ps, pod, id, meta));
         client_start.is_some_and(recent) && server_start.is_none_or(recent)
     }

@@ -684,6 +684,36 @@ fn agent_started_while_the_pod_ran_gives_no_startup_incident() {
 }
 
 #[test]
+fn an_agent_restarted_mid_startup_times_the_client_by_the_pods_start_time() {
+    // The new agent saw no PodStarted and no container start, and the app's status
+    // has no `startedAt` yet: only the pod's `status.startTime` says the pod is new.
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    pod.start_time = Some(at(0));
+    let mut facts = refusals(2 * S, 3500 * MS, APP, "127.0.0.1:15001");
+    facts.push(up(3500 * MS, PROXY, "0.0.0.0:15001"));
+    let (d, _) = run(facts.clone(), &meta_with(pod));
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1, "{incs:#?}");
+    assert_eq!(
+        (incs[0].phase, incs[0].state, incs[0].refused_count),
+        (Phase::Startup, State::Resolved, 15)
+    );
+    // A pod that started long before the refusals is no startup.
+    let mut old = checkout(Role::ClassicSidecar, None);
+    old.start_time = Some(at(0));
+    let late: Vec<Fact> = facts
+        .into_iter()
+        .map(|f| match f {
+            Fact::Refused { ts, .. } => refused(ts + 600 * S, APP, "127.0.0.1:15001"),
+            Fact::ListenerUp { ts, .. } => up(ts + 600 * S, PROXY, "0.0.0.0:15001"),
+            f => f,
+        })
+        .collect();
+    let (d, _) = run(late, &meta_with(old));
+    assert!(all(&d).iter().all(|i| i.phase != Phase::Startup));
+}
+
+#[test]
 fn redirected_refusals_use_the_local_port_and_keep_the_dialed_destination() {
     let meta = meta_with(checkout(Role::ClassicSidecar, None));
     let facts = vec![
