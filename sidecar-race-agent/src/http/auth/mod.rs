@@ -1,42 +1,55 @@
 //! `--auth=kubernetes`: `/metrics` and `/api/v1/incidents` answer only callers the
-//! API server vouches for, as kube-state-metrics' auth filter does: the bearer token
-//! is reviewed (TokenReview), the user it names must be allowed `get` on the path
-//! (SubjectAccessReview), decisions are reused briefly. 401 and 403 carry no detail.
-//! When the API server cannot be reached, an allow reviewed at most 5 minutes ago
-//! still holds; anything else is 503, never 200, and counted.
+//! API server vouches for, as kube-rbac-proxy does: the bearer token is reviewed
+//! (TokenReview), the user it names must be allowed `get` on the path's virtual
+//! resource of the `sidecar-race.io` group in the agent's namespace
+//! (SubjectAccessReview), decisions are reused briefly (allows and denials apart).
+//! 401 and 403 carry no detail. When the API server cannot be reached, an allow
+//! reviewed at most 5 minutes ago still holds; anything else is 503, never 200, and
+//! counted. Reviews are bounded: per source (429 beyond its budget, the API server not
+//! asked), in flight and waiting.
 
+mod budget;
 mod cache;
 mod decision;
+mod middleware;
 mod review;
 
 use std::{
+    net::IpAddr,
     sync::{
         Arc,
-        atomic::{AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed},
     },
     time::Instant,
 };
 
-use axum::{
-    extract::{Request, State},
-    http::{StatusCode, header},
-    middleware::Next,
-    response::{IntoResponse, Response},
-};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
-use self::cache::{DecisionCache, TokenDigest};
 pub use self::{
+    budget::ReviewBudget,
     cache::CacheTtls,
     decision::Decision,
-    review::{KubeReviewer, NoClient, Reviewer, Unreachable},
+    middleware::{PROXIED_TOKEN, require},
+    review::{GROUP, KubeReviewer, NoClient, Reviewer, Unreachable, access_review, resource_of},
+};
+use self::{
+    budget::SourceBudgets,
+    cache::{DecisionCache, TokenDigest},
 };
 
-/// Reviews sent to the API server at once; further requests wait (a client sending
-/// new tokens in a loop cannot multiply its load on the API server).
+/// Reviews of new tokens sent to the API server at once (a client sending new tokens
+/// in a loop cannot multiply its load on the API server).
 const REVIEWS_AT_ONCE: usize = 4;
+
+/// Requests waiting for one of those reviews at most; further ones are answered 429
+/// at once instead of holding a connection while they wait.
+const REVIEWS_WAITING: usize = 32;
+
+/// Re-reviews at once of a token whose allow is cached but no longer fresh: apart
+/// from new tokens' reviews, so a flood of new tokens does not queue the scrapers.
+const REREVIEWS_AT_ONCE: usize = 2;
 
 /// How each request to a protected path was answered, since the agent started.
 #[derive(Debug, Default)]
@@ -48,11 +61,14 @@ pub struct AuthCounts {
     pub forbidden: AtomicU64,
     /// 503: the API server could not be reached and no cached allow held.
     pub unavailable: AtomicU64,
+    /// 429: the source's review budget was spent, or too many requests waited for a
+    /// review; the API server was not asked.
+    pub throttled: AtomicU64,
 }
 
 impl AuthCounts {
     /// (result label, count), in a fixed order.
-    pub fn read(&self) -> [(&'static str, u64); 5] {
+    pub fn read(&self) -> [(&'static str, u64); 6] {
         [
             ("allowed", self.allowed.load(Relaxed)),
             (
@@ -62,6 +78,7 @@ impl AuthCounts {
             ("unauthenticated", self.unauthenticated.load(Relaxed)),
             ("forbidden", self.forbidden.load(Relaxed)),
             ("unavailable", self.unavailable.load(Relaxed)),
+            ("throttled", self.throttled.load(Relaxed)),
         ]
     }
 }
@@ -69,7 +86,10 @@ impl AuthCounts {
 pub struct Authenticator {
     reviewer: Box<dyn Reviewer>,
     cache: Mutex<DecisionCache>,
+    budgets: Mutex<SourceBudgets>,
     reviews: Semaphore,
+    rereviews: Semaphore,
+    waiting: AtomicUsize,
     pub counts: Arc<AuthCounts>,
 }
 
@@ -79,25 +99,59 @@ enum Verdict {
     Decided(Decision),
     AllowedWhileUnreachable,
     Unavailable,
+    Throttled,
+}
+
+/// Counts a request among those waiting for a review while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
 }
 
 impl Authenticator {
     pub fn new(reviewer: Box<dyn Reviewer>, ttls: CacheTtls) -> Self {
+        Self::with_budget(reviewer, ttls, ReviewBudget::default())
+    }
+
+    pub fn with_budget(reviewer: Box<dyn Reviewer>, ttls: CacheTtls, budget: ReviewBudget) -> Self {
         Self {
             reviewer,
             cache: Mutex::new(DecisionCache::new(ttls)),
+            budgets: Mutex::new(SourceBudgets::new(budget)),
             reviews: Semaphore::new(REVIEWS_AT_ONCE),
+            rereviews: Semaphore::new(REREVIEWS_AT_ONCE),
+            waiting: AtomicUsize::new(0),
             counts: Arc::default(),
         }
     }
 
-    async fn verdict(&self, token: &str, path: &str) -> Verdict {
+    async fn verdict(&self, token: &str, path: &str, source: IpAddr) -> Verdict {
         let digest: TokenDigest = Sha256::digest(token.as_bytes()).into();
-        if let Some(d) = self.cache.lock().fresh(&digest, path, Instant::now()) {
-            return Verdict::Decided(d);
-        }
-        let Ok(_review) = self.reviews.acquire().await else {
-            return Verdict::Unavailable;
+        let now = Instant::now();
+        let known = {
+            let cache = self.cache.lock();
+            if let Some(d) = cache.fresh(&digest, path, now) {
+                return Verdict::Decided(d);
+            }
+            cache.allowed_while_unreachable(&digest, path, now)
+        };
+        // A token allowed within the unreachable bound is a caller's (no flood can
+        // forge one): it is reviewed again on its own slots, outside every budget.
+        let _slot = if known {
+            self.rereviews.acquire().await
+        } else {
+            if !self.budgets.lock().take(source, now) {
+                return Verdict::Throttled;
+            }
+            if self.waiting.fetch_add(1, Relaxed) >= REVIEWS_WAITING {
+                self.waiting.fetch_sub(1, Relaxed);
+                return Verdict::Throttled;
+            }
+            let _waiting = Waiting(&self.waiting);
+            self.reviews.acquire().await
         };
         // Another request may have reviewed the same token meanwhile.
         if let Some(d) = self.cache.lock().fresh(&digest, path, Instant::now()) {
@@ -135,47 +189,8 @@ impl Authenticator {
             Verdict::Decided(Decision::Unauthenticated) => &c.unauthenticated,
             Verdict::Decided(Decision::Forbidden) => &c.forbidden,
             Verdict::Unavailable => &c.unavailable,
+            Verdict::Throttled => &c.throttled,
         };
         counter.fetch_add(1, Relaxed);
-    }
-}
-
-/// The header that carries the token through the API server's pod proxy, which removes
-/// `Authorization` once it has authenticated the caller (`report --agents-via-api`). The
-/// token is reviewed exactly like a bearer token.
-pub const PROXIED_TOKEN: &str = "x-sidecar-race-token";
-
-/// The middleware of the protected routes: the request goes on only when allowed.
-pub async fn require(State(auth): State<Arc<Authenticator>>, req: Request, next: Next) -> Response {
-    let headers = req.headers();
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let proxied = headers.get(PROXIED_TOKEN).and_then(|v| v.to_str().ok());
-    let token = bearer.or(proxied).map(str::trim).filter(|t| !t.is_empty());
-    let verdict = match token {
-        None => Verdict::Decided(Decision::Unauthenticated),
-        Some(token) => auth.verdict(token, req.uri().path()).await,
-    };
-    auth.count(verdict);
-    match verdict {
-        Verdict::Decided(Decision::Allowed) | Verdict::AllowedWhileUnreachable => {
-            next.run(req).await
-        }
-        Verdict::Decided(Decision::Unauthenticated) => (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "Unauthorized\n",
-        )
-            .into_response(),
-        Verdict::Decided(Decision::Forbidden) => {
-            (StatusCode::FORBIDDEN, "Forbidden\n").into_response()
-        }
-        Verdict::Unavailable => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "cannot authorize the request now\n",
-        )
-            .into_response(),
     }
 }
