@@ -14,7 +14,10 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use super::{Authenticator, Decision, Verdict};
+use super::{
+    authenticator::{Authenticator, Verdict},
+    decision::Decision,
+};
 
 /// The header that carries the token through the API server's pod proxy, which removes
 /// `Authorization` once it has authenticated the caller (`report --agents-via-api`). The
