@@ -444,12 +444,16 @@ async fn a_flood_of_random_tokens_leaves_healthz_answering_and_allows_cached() {
     latencies.sort();
     eprintln!(
         "flood: {} requests with random tokens from {FLOOD_SOURCES} addresses over {FLOOD_FOR:?} ({FLOODERS} at once), answers {statuses:?}; \
-         {reviews} token reviews made; /healthz {} probes, median {:?}, max {:?}; scrapes {:?}",
+         {reviews} token reviews made; /healthz {} probes, {} answered 200, median {:?}, max {:?}; \
+         scrapes {} answered {}, 200 {}",
         sent.load(Relaxed),
         probes.len(),
+        probes.iter().filter(|p| p.0 == Some(200)).count(),
         latencies[latencies.len() / 2],
         latencies.last().unwrap(),
-        scrapes,
+        scrapes.len(),
+        scrapes.iter().flatten().count(),
+        scrapes.iter().filter(|s| **s == Some(200)).count(),
     );
     assert!(
         probes.iter().all(|p| p.0 == Some(200)),
