@@ -2,9 +2,12 @@
 //! `GET /api/v1/pods` lists and watches (chunked JSON lines, real Pod JSON), and can be
 //! told to fail the ways a real one does: down (nothing listens, or connections cut),
 //! slow, 500, and 410 Gone on watches. For `--auth=kubernetes` it answers TokenReviews
-//! (tokens it was given, naming a user) and SubjectAccessReviews (`get` on the
-//! non-resource paths it was told the user may read). The agent talks to it through
-//! kube's real client, as it would to a cluster.
+//! (tokens it was given, naming a user) and SubjectAccessReviews: `get` on the
+//! `sidecar-race.io` resources it was told the user may read in the agent's namespace
+//! ([`AGENT_NAMESPACE`], its kubeconfig context's), and, as Kubernetes' default
+//! `system:discovery` role does, `get` on every non-resource URL under `/api/` for
+//! every authenticated user. The agent talks to it through kube's real client, as it
+//! would to a cluster.
 
 use std::{
     collections::HashMap,
@@ -20,6 +23,9 @@ use std::{
 };
 
 use serde_json::{Value, json};
+
+/// The namespace of the fake's kubeconfig context: the agent's, for its reviews.
+pub const AGENT_NAMESPACE: &str = "sidecar-race";
 
 /// How the fake answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +48,7 @@ struct Store {
     requests: Vec<HashMap<String, String>>,
     /// Valid bearer tokens and the users they name.
     tokens: HashMap<String, String>,
-    /// (user, non-resource path) allowed `get`.
+    /// (user, `sidecar-race.io` resource) allowed `get` in [`AGENT_NAMESPACE`].
     allowed: Vec<(String, String)>,
     /// TokenReviews answered.
     token_reviews: usize,
@@ -130,10 +136,11 @@ impl FakeApi {
         self.store.lock().unwrap().tokens.remove(token);
     }
 
-    /// `user` may `get` the non-resource `path`.
-    pub fn allow(&self, user: &str, path: &str) {
+    /// `user` may `get` the `sidecar-race.io` `resource` (`incidents`, `metrics`) in
+    /// [`AGENT_NAMESPACE`].
+    pub fn allow(&self, user: &str, resource: &str) {
         let mut s = self.store.lock().unwrap();
-        s.allowed.push((user.to_string(), path.to_string()));
+        s.allowed.push((user.to_string(), resource.to_string()));
     }
 
     /// TokenReviews answered so far.
@@ -158,7 +165,7 @@ impl FakeApi {
         std::fs::write(
             &path,
             format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{}\nusers:\n- name: agent\n  user:\n    token: agent-token\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: agent\ncurrent-context: fake\n",
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{}\nusers:\n- name: agent\n  user:\n    token: agent-token\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: agent\n    namespace: {AGENT_NAMESPACE}\ncurrent-context: fake\n",
                 self.port
             ),
         )
@@ -308,11 +315,22 @@ fn review(target: &str, body: &[u8], store: &Mutex<Store>) -> Option<Value> {
     }
     if target.starts_with("/apis/authorization.k8s.io/v1/subjectaccessreviews") {
         let spec = &review["spec"];
-        let attrs = &spec["nonResourceAttributes"];
-        let allowed = attrs["verb"] == "get"
-            && s.allowed.iter().any(|(user, path)| {
-                spec["user"].as_str() == Some(user) && attrs["path"].as_str() == Some(path)
-            });
+        let user = spec["user"].as_str();
+        let (url, res) = (&spec["nonResourceAttributes"], &spec["resourceAttributes"]);
+        // system:discovery: get on /api/* for everyone authenticated.
+        let discovery = url["verb"] == "get"
+            && url["path"].as_str().is_some_and(|p| p.starts_with("/api/"))
+            && spec["groups"]
+                .as_array()
+                .is_some_and(|g| g.iter().any(|g| g == "system:authenticated"));
+        let granted = res["verb"] == "get"
+            && res["group"] == "sidecar-race.io"
+            && res["namespace"] == AGENT_NAMESPACE
+            && res["subresource"].is_null()
+            && s.allowed
+                .iter()
+                .any(|(u, resource)| user == Some(u) && res["resource"].as_str() == Some(resource));
+        let allowed = discovery || granted;
         review["status"] = json!({"allowed": allowed});
         return Some(review);
     }

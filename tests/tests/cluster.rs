@@ -307,8 +307,9 @@ fn the_agent_runs_as_the_daemonset_says_on_the_pinned_kubernetes() {
 
 /// `--auth kubernetes`, as the DaemonSet runs the agent: the scraper ServiceAccount's
 /// token (from the Secret the PodMonitor hands to Prometheus, bound to the scraper
-/// ClusterRole) gets `/metrics` and `/api/v1/incidents`; no token gets 401, a token of
-/// a ServiceAccount without the grant 403; the kubelet's probes need none.
+/// ClusterRole in the agent's namespace) gets `/metrics` and `/api/v1/incidents`; no
+/// token gets 401, the `default` ServiceAccount of an unrelated namespace 403 on both;
+/// the kubelet's probes need none.
 #[test]
 #[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
 fn only_callers_the_api_server_allows_read_the_agent() {
@@ -334,13 +335,17 @@ fn only_callers_the_api_server_allows_read_the_agent() {
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     });
-    let (status, body) =
-        get_as(&addr, "/metrics", Some(stranger.trim())).expect("the agent answers");
-    assert_eq!(
-        (status, body.as_str()),
-        (403, "Forbidden\n"),
-        "a valid token without the grant"
-    );
+    // Both paths: /api/v1/incidents too, which the default `system:discovery` role
+    // lets every authenticated user `get` as a URL; the agent reviews it as the
+    // resource `sidecar-race.io` incidents, which no default role grants.
+    for path in ["/metrics", "/api/v1/incidents"] {
+        let (status, body) = get_as(&addr, path, Some(stranger.trim())).expect("the agent answers");
+        assert_eq!(
+            (status, body.as_str()),
+            (403, "Forbidden\n"),
+            "{path}: a valid token without the grant"
+        );
+    }
     for open in ["/healthz", "/readyz"] {
         assert_eq!(
             get(&addr, open).expect("the agent answers").0,

@@ -19,7 +19,7 @@ const RELEASE: &str = "sidecar-race";
 /// What `cargo xtask cluster up` imports the agent's image as (its overlay's newName).
 const LOCAL_IMAGE: &str = "sr-test.local/sidecar-race-agent";
 /// Every kind the chart can make, for "nothing left behind".
-const KINDS: &str = "namespace,serviceaccount,clusterrole,clusterrolebinding,priorityclass,\
+const KINDS: &str = "namespace,serviceaccount,clusterrole,clusterrolebinding,rolebinding,priorityclass,\
     daemonset,service,networkpolicy,configmap,podmonitor,servicemonitor,prometheusrule";
 const PART_OF: &str = "app.kubernetes.io/part-of=sidecar-race";
 

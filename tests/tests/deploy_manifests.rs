@@ -40,9 +40,11 @@ const DEFAULT_GRANTS: &[(&str, &str, &str)] = &[
     ("authorization.k8s.io", "subjectaccessreviews", "create"),
 ];
 
-/// The paths the agent guards (`--auth kubernetes`), and the only ones the scraper
-/// ClusterRole of deploy/monitoring/ grants `get` on.
-const SCRAPED_PATHS: &[&str] = &["/metrics", "/api/v1/incidents"];
+/// The virtual resources of the group `sidecar-race.io` the agent reviews its two
+/// guarded paths as (`--auth kubernetes`: `incidents` for /api/v1/incidents, `metrics`
+/// for /metrics), and the only ones the scraper ClusterRole of deploy/monitoring/
+/// grants `get` on.
+const SCRAPED_RESOURCES: &[&str] = &["incidents", "metrics"];
 
 /// Only for `--pods-from kubelet`, only in deploy/kubelet-source/.
 const KUBELET_SOURCE_GRANT: (&str, &str, &str) = ("", "nodes/proxy", "get");
@@ -1201,11 +1203,14 @@ fn servicemonitor_scrapes_the_service_like_the_podmonitor() {
 }
 
 /// The scrapers of `--auth kubernetes`: deploy/monitoring/ holds a ServiceAccount, its
-/// token Secret, and a ClusterRole granting `get` on the agent's two guarded paths and
-/// nothing else, bound to that ServiceAccount only; the PodMonitor (and the
-/// ServiceMonitor) send that Secret's token through the operator's `authorization`.
+/// token Secret, and a ClusterRole granting `get` on the agent's virtual resources
+/// (`sidecar-race.io` incidents and metrics) and nothing else, bound in the agent's
+/// namespace only (a RoleBinding) to that ServiceAccount only; no non-resource URL
+/// (the default `system:discovery` role lets everyone `get` /api/*, so a grant on the
+/// URL /api/v1/incidents would mean nothing). The PodMonitor (and the ServiceMonitor)
+/// send that Secret's token through the operator's `authorization`.
 #[test]
-fn monitoring_scrapes_with_a_token_allowed_only_the_agent_paths() {
+fn monitoring_scrapes_with_a_token_allowed_only_the_agent_resources() {
     let monitoring = rendered("monitoring");
     let sa = the(&monitoring, "ServiceAccount");
     assert_eq!(sa["metadata"]["namespace"], NAMESPACE);
@@ -1222,11 +1227,27 @@ fn monitoring_scrapes_with_a_token_allowed_only_the_agent_paths() {
     let role = the(&monitoring, "ClusterRole");
     assert_eq!(
         role["rules"],
-        serde_json::json!([{"nonResourceURLs": SCRAPED_PATHS, "verbs": ["get"]}]),
-        "get on the agent's guarded paths, nothing else"
+        serde_json::json!([{"apiGroups": ["sidecar-race.io"], "resources": SCRAPED_RESOURCES, "verbs": ["get"]}]),
+        "get on the agent's virtual resources, nothing else"
     );
-    let binding = the(&monitoring, "ClusterRoleBinding");
-    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let roles = grants(&monitoring);
+    assert!(
+        roles
+            .values()
+            .flatten()
+            .all(|(g, _, v)| g == "sidecar-race.io" && v == "get"),
+        "{roles:?}"
+    );
+    assert!(
+        of_kind(&monitoring, "ClusterRoleBinding").is_empty(),
+        "the grant holds in the agent's namespace only"
+    );
+    let binding = the(&monitoring, "RoleBinding");
+    assert_eq!(binding["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(
+        binding["roleRef"],
+        serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]})
+    );
     assert_eq!(
         binding["subjects"],
         serde_json::json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}])

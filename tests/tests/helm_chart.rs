@@ -268,3 +268,42 @@ fn admission_policy_toggle_renders_deploy_admission_and_its_deny_overlay() {
         "admissionPolicy.deny vs deploy/ + deploy/overlays/admission-deny",
     );
 }
+
+/// Under `--auth kubernetes` the agent reviews callers as `get` on its virtual
+/// resources `sidecar-race.io` incidents and metrics in its own namespace: the chart's
+/// scraper grant is exactly that, bound in the release's agent namespace (wherever
+/// `namespace.name` puts it) and nowhere else, with no non-resource URL (which
+/// `system:discovery` would grant everyone under /api/*).
+#[test]
+fn the_scraper_may_get_the_agents_virtual_resources_in_the_agents_namespace_only() {
+    let docs = helm_template(
+        &[],
+        &["podMonitor.enabled=true", "namespace.name=observability"],
+    );
+    let of = |k: &str| -> Vec<&Value> { docs.iter().filter(|d| kind(d) == k).collect() };
+    let role = of("ClusterRole")
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "sidecar-race-scraper")
+        .expect("the scraper's ClusterRole");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": ["sidecar-race.io"], "resources": ["incidents", "metrics"], "verbs": ["get"]}])
+    );
+    assert!(
+        of("ClusterRoleBinding")
+            .iter()
+            .all(|b| b["roleRef"]["name"] != "sidecar-race-scraper"),
+        "not bound cluster-wide"
+    );
+    let binding = of("RoleBinding");
+    assert_eq!(binding.len(), 1, "{binding:?}");
+    assert_eq!(binding[0]["metadata"]["namespace"], "observability");
+    assert_eq!(
+        binding[0]["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "sidecar-race-scraper"})
+    );
+    assert_eq!(
+        binding[0]["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "sidecar-race-scraper", "namespace": "observability"}])
+    );
+}

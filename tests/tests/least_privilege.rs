@@ -98,10 +98,7 @@ fn the_manifests_capabilities_are_enough_to_detect_a_startup_race() {
     // incidents (`--auth kubernetes`) and lists pods.
     let api = FakeApi::start(Mode::Healthy);
     api.add_token(READER_TOKEN, "system:serviceaccount:monitoring:reader");
-    api.allow(
-        "system:serviceaccount:monitoring:reader",
-        "/api/v1/incidents",
-    );
+    api.allow("system:serviceaccount:monitoring:reader", "incidents");
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=0", "--regid=0", "--clear-groups", "--no-new-privs"])
         .arg(format!("--bounding-set=-all,{cap_list}"))

@@ -20,8 +20,9 @@ pub struct RunArgs {
     #[arg(long, env = "SIDECAR_RACE_API_LISTEN", value_name = "ADDR|off")]
     pub api_listen: Option<crate::http::ApiListen>,
     /// Who may read /metrics and /api/v1/incidents: `none`, or `kubernetes` (a bearer
-    /// token the API server authenticates, whose user may `get` the path; /healthz
-    /// and /readyz stay open).
+    /// token the API server authenticates, whose user may `get` the resource
+    /// `metrics` or `incidents` of the group `sidecar-race.io` in the agent's
+    /// namespace; /healthz and /readyz stay open).
     #[arg(long, env = "SIDECAR_RACE_AUTH", value_enum, default_value_t = AuthMode::None)]
     pub auth: AuthMode,
     /// Seconds between log lines with kernel event counts.

@@ -6,6 +6,7 @@
 mod answer_deadline;
 pub mod auth;
 mod endpoints;
+mod health_slot;
 mod listen;
 mod rendered;
 pub mod server;

@@ -2,9 +2,14 @@
 //! cannot stretch: a connection cap, a header-read timeout (slowloris), a maximum
 //! connection age (idle keep-alive clients), an absolute deadline for each answer
 //! (head and body: a client reading slowly is cut off) and no request bodies.
+//! Beyond the cap, a few more connections are taken that serve only `/healthz` and
+//! `/readyz` (their request line is peeked first): requests waiting for a token review
+//! (or anything else) cannot take those, so a flood does not get the agent restarted
+//! by its liveness probe.
 //! Shutdown waits for connections at most as long as a request may take.
 
 use std::{
+    net::SocketAddr,
     os::fd::{AsRawFd, RawFd},
     sync::Arc,
     time::Duration,
@@ -12,13 +17,14 @@ use std::{
 
 use super::{
     answer_deadline::{AnswerDeadline, ArmedBody, deadline_passed},
+    health_slot::{PEEK_TIMEOUT, asks_for_health},
     write_deadline::WriteDeadline,
 };
 use axum::{
     Router,
     body::Body,
-    extract::Request,
-    http::{StatusCode, header},
+    extract::{ConnectInfo, Request},
+    http::{HeaderValue, StatusCode, header},
     middleware::{self, Next},
     response::{IntoResponse, Response},
 };
@@ -43,8 +49,15 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// A client that reads nothing of an answer for this long is disconnected.
     pub write_timeout: Duration,
-    /// Connections served at once; further ones are closed at once.
+    /// Connections served at once; further ones get a health slot, or are closed.
     pub max_connections: usize,
+    /// Connections beyond `max_connections` whose request line is peeked (within a
+    /// second) to tell the kubelet's probes from the rest, which are closed; further
+    /// ones are closed at once.
+    pub peeked_connections: usize,
+    /// Probes among those served at once, on slots of their own: only
+    /// [`HEALTH_PATHS`], one request each.
+    pub health_connections: usize,
     /// A connection is closed (after its request in flight) at this age, so idle
     /// keep-alive clients cannot hold a slot forever.
     pub max_connection_age: Duration,
@@ -65,6 +78,8 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(10),
             max_connections: 128,
+            peeked_connections: 256,
+            health_connections: 8,
             max_connection_age: Duration::from_secs(300),
             max_header_bytes: 16 * 1024,
             max_body_bytes: 16 * 1024,
@@ -74,15 +89,52 @@ impl Default for Limits {
     }
 }
 
+/// The paths a health slot serves: the kubelet's probes.
+pub const HEALTH_PATHS: [&str; 2] = ["/healthz", "/readyz"];
+
+/// One connection: who is at its other end, and whether it holds a health slot.
+#[derive(Debug, Clone, Copy)]
+pub struct Connection {
+    pub peer: SocketAddr,
+    pub health_only: bool,
+}
+
 /// Adds the request timeout and the body limit to `app`, for one connection whose
-/// answers are cut off at their deadline through `deadline`.
-pub fn limited(app: Router, limits: Limits, deadline: AnswerDeadline) -> Router {
+/// answers are cut off at their deadline through `deadline`; requests carry the peer's
+/// address (`ConnectInfo`), for the token-review budget of its source.
+pub fn limited(app: Router, limits: Limits, deadline: AnswerDeadline, conn: Connection) -> Router {
     app.layer(middleware::from_fn(move |req: Request, next: Next| {
-        within_limits(limits, deadline.clone(), req, next)
+        within_limits(limits, deadline.clone(), conn, req, next)
     }))
 }
 
 async fn within_limits(
+    limits: Limits,
+    deadline: AnswerDeadline,
+    conn: Connection,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    req.extensions_mut().insert(ConnectInfo(conn.peer));
+    if conn.health_only {
+        // One request per health slot, so that a client cannot keep one.
+        let mut res = if HEALTH_PATHS.contains(&req.uri().path()) {
+            within_deadline(limits, deadline, req, next).await
+        } else {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "connection limit reached: only /healthz and /readyz are served now\n",
+            )
+                .into_response()
+        };
+        res.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return res;
+    }
+    within_deadline(limits, deadline, req, next).await
+}
+
+async fn within_deadline(
     limits: Limits,
     deadline: AnswerDeadline,
     req: Request,
@@ -145,6 +197,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let health_slots = Arc::new(Semaphore::new(limits.health_connections));
+    let peek_slots = Arc::new(Semaphore::new(limits.peeked_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     let mut refused_warned = false;
@@ -152,7 +206,7 @@ pub async fn serve(
         let stream = tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: pause instead of spinning.
                     tracing::warn!("cannot accept an HTTP connection: {e}");
@@ -161,25 +215,58 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            if !refused_warned {
-                tracing::warn!(
-                    max = limits.max_connections,
-                    "HTTP connection limit reached: closing new connections until some end"
-                );
-                refused_warned = true;
-            }
-            continue; // dropping the stream closes it
+        let (stream, peer) = stream;
+        // Beyond the cap, a connection is looked at (on a peek slot) before it may
+        // take a health slot; with neither, it is closed at once.
+        let (slot, health_only) = match slots.clone().try_acquire_owned() {
+            Ok(slot) => (slot, false),
+            Err(_) => match peek_slots.clone().try_acquire_owned() {
+                Ok(slot) => (slot, true),
+                Err(_) => {
+                    if !refused_warned {
+                        tracing::warn!(
+                            max = limits.max_connections,
+                            "HTTP connection limit reached: closing new connections until some end"
+                        );
+                        refused_warned = true;
+                    }
+                    continue; // dropping the stream closes it
+                }
+            },
         };
         let fd = stream.as_raw_fd();
         let (deadline, mut cut_at) = AnswerDeadline::new();
-        let service = TowerToHyperService::new(limited(app.clone(), limits, deadline));
+        let service = TowerToHyperService::new(limited(
+            app.clone(),
+            limits,
+            deadline,
+            Connection { peer, health_only },
+        ));
         let mut stop = stop_rx.clone();
+        // A probe sends its request at once: a health slot is not left to an idle
+        // client for the whole header timeout.
+        let header_read_timeout = if health_only {
+            limits.header_read_timeout.min(PEEK_TIMEOUT)
+        } else {
+            limits.header_read_timeout
+        };
+        let health_slots = health_slots.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let (_slot, _health_slot) = if health_only {
+                if !asks_for_health(&stream).await {
+                    return; // closed: beyond the cap, only the probes are served
+                }
+                let Ok(health) = health_slots.try_acquire_owned() else {
+                    return;
+                };
+                drop(slot); // the peek slot goes back to the next connection
+                (None, Some(health))
+            } else {
+                (Some(slot), None)
+            };
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
+                .header_read_timeout(header_read_timeout)
                 .max_buf_size(limits.max_header_bytes.max(8192))
                 .serve_connection(
                     TokioIo::new(WriteDeadline::new(stream, limits.write_timeout)),
@@ -204,11 +291,17 @@ pub async fn serve(
     drop(listener);
     stop_tx.send_replace(true);
     // Every connection task holds a slot: all slots back means all connections ended.
-    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
-    let drained = tokio::time::timeout(
-        limits.request_timeout + Duration::from_secs(1),
-        slots.acquire_many(all),
-    )
+    let all = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let drained = tokio::time::timeout(limits.request_timeout + Duration::from_secs(1), async {
+        let general = slots.acquire_many(all(limits.max_connections)).await;
+        let peeked = peek_slots
+            .acquire_many(all(limits.peeked_connections))
+            .await;
+        let health = health_slots
+            .acquire_many(all(limits.health_connections))
+            .await;
+        (general, peeked, health)
+    })
     .await;
     if drained.is_err() {
         tracing::warn!("HTTP connections still open at shutdown are dropped");

@@ -271,8 +271,12 @@ fn release_delay(due: u64, now: u64) -> Duration {
 async fn start_auth() -> anyhow::Result<Arc<Authenticator>> {
     let reviewer: Box<dyn Reviewer> = match kube::Client::try_default().await {
         Ok(client) => {
-            tracing::info!("/metrics and /api/v1/incidents answer callers the API server allows");
-            Box::new(KubeReviewer(client))
+            let reviewer = KubeReviewer::new(client);
+            tracing::info!(
+                namespace = reviewer.namespace(),
+                "/metrics and /api/v1/incidents answer callers the API server allows `get` on sidecar-race.io metrics and incidents in this namespace"
+            );
+            Box::new(reviewer)
         }
         Err(e) => {
             let why = format!(

@@ -139,7 +139,7 @@ impl Collector for TotalsCollector {
         if let Some(results) = &t.auth {
             let mut family = encoder.encode_descriptor(
                 "http_auth_requests",
-                "Requests to /metrics and /api/v1/incidents under --auth, by result: allowed, allowed_api_unreachable (a cached allow while the API server cannot be reached), unauthenticated (401), forbidden (403), unavailable (503: API server unreachable, no cached allow).",
+                "Requests to /metrics and /api/v1/incidents under --auth, by result: allowed, allowed_api_unreachable (a cached allow while the API server cannot be reached), unauthenticated (401), forbidden (403), unavailable (503: API server unreachable, no cached allow), throttled (429: a source over its token-review budget, or too many requests waiting for a review).",
                 None,
                 MetricType::Counter,
             )?;
