@@ -70,16 +70,19 @@ pub fn kernel_or_skip(test: &str, arch: Arch, label: &str) -> Option<Kernel> {
         // `cargo xtask setup` tried, and the registry no longer serves that kernel.
         let unavailable = arch.kernels_dir().join(format!("{label}.unavailable"));
         if let Ok(why) = fs::read_to_string(&unavailable) {
-            eprintln!(
-                "SKIPPED {test}: the {label} kernel could not be fetched: {}",
-                why.trim()
+            crate::root::skip(
+                test,
+                &format!("the {label} kernel could not be fetched: {}", why.trim()),
             );
             return None;
         }
         if std::env::var_os("CI").is_some() {
             panic!("{test}: missing {what}; `cargo xtask setup` fetches and installs them");
         }
-        eprintln!("SKIPPED {test}: missing {what}; run `cargo xtask setup` to fetch them");
+        crate::root::skip(
+            test,
+            &format!("missing {what}; run `cargo xtask setup` to fetch them"),
+        );
         return None;
     }
     kernel(arch, label)

@@ -270,7 +270,7 @@ fn auto_without_fexit_or_kprobes_attaches_no_unix_hook_and_names_the_opt_in() {
         return;
     }
     if std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists() {
-        eprintln!("SKIPPED {name}: this kernel has kprobes (the kernel tier covers it)");
+        sidecar_race_tests::root::skip(name, "this kernel has kprobes (the kernel tier covers it)");
         return;
     }
     let agent = RunAgent::start(&["--pods-from", "none"]);

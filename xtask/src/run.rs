@@ -53,13 +53,13 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// A whole tier that did not run (e.g. not root, with `SIDECAR_RACE_SKIP_ROOT=1`):
-    /// one skipped test with its reason.
-    pub fn skip_tier(&mut self, reason: &str) {
+    /// `n` tests of a tier that did not run (e.g. not root, with
+    /// `SIDECAR_RACE_SKIP_ROOT=1`), each a skipped test with the tier's reason.
+    pub fn skip_tests(&mut self, n: u64, reason: &str) {
         // The summary takes skips out of libtest's passed count; a tier that never
         // reached libtest was not counted there.
-        self.passed += 1;
-        *self.skipped.entry(reason.to_string()).or_insert(0) += 1;
+        self.passed += n;
+        *self.skipped.entry(reason.to_string()).or_insert(0) += n;
     }
 
     /// One line per reason tests skipped for, then the plain closing line

@@ -22,7 +22,7 @@ pub fn is_root_or_skip(test: &str) -> bool {
         skip_allowed(std::env::var_os(SKIP_ROOT_ENV)),
         "{test} {NEEDS_ROOT}: run it as root, or set {SKIP_ROOT_ENV}=1 to skip the root tests"
     );
-    record_skip(
+    skip(
         test,
         &format!("{NEEDS_ROOT}; not root and {SKIP_ROOT_ENV}=1"),
     );
@@ -35,7 +35,7 @@ fn skip_allowed(value: Option<std::ffi::OsString>) -> bool {
 
 /// Prints `SKIPPED <test>: <reason>` and leaves `<test binary>.<test>` holding the
 /// reason in the directory `SIDECAR_RACE_SKIP_DIR` names, if set.
-fn record_skip(test: &str, reason: &str) {
+pub fn skip(test: &str, reason: &str) {
     let line = format!("SKIPPED {test}: {reason}");
     eprintln!("{line}");
     if let Some(dir) = std::env::var_os(SKIP_DIR_ENV).map(PathBuf::from) {

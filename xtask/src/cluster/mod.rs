@@ -60,17 +60,6 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
     if !args.is_empty() && !args.iter().any(|a| a.contains("cluster")) {
         return Ok(());
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        const WHY: &str =
-            "the cluster tier needs root (a kubelet, containerd, kube-proxy); CI runs as root";
-        if std::env::var("SIDECAR_RACE_SKIP_ROOT").as_deref() == Ok("1") {
-            eprintln!("SKIPPED {WHY}");
-            tally.skip_tier(WHY);
-            return Ok(());
-        }
-        anyhow::bail!("{WHY} (set SIDECAR_RACE_SKIP_ROOT=1 to skip it)");
-    }
     let mut cmd = crate::run::cargo();
     cmd.args([
         "test",
@@ -87,6 +76,19 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
         "--ignored",
         "--test-threads=1",
     ]);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        const WHY: &str =
+            "the cluster tier needs root (a kubelet, containerd, kube-proxy); CI runs as root";
+        if std::env::var("SIDECAR_RACE_SKIP_ROOT").as_deref() == Ok("1") {
+            // Each case counts as one skip, as it would as one test.
+            let cases = cases(&mut cmd)?;
+            eprintln!("SKIPPED {cases} cluster cases: {WHY}");
+            tally.skip_tests(cases, WHY);
+            return Ok(());
+        }
+        anyhow::bail!("{WHY} (set SIDECAR_RACE_SKIP_ROOT=1 to skip it)");
+    }
     let started = std::time::Instant::now();
     let up = up();
     match &up {
@@ -109,4 +111,33 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
         started.elapsed().as_secs()
     );
     result
+}
+
+/// How many cases `cmd` (the tier's `cargo test … -- --ignored`) would run, as libtest
+/// lists them.
+fn cases(cmd: &mut std::process::Command) -> anyhow::Result<u64> {
+    let out = cmd
+        .arg("--list")
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    anyhow::ensure!(out.status.success(), "cannot list the cluster cases");
+    Ok(listed_tests(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The tests in libtest's `--list` output (`name: test` lines; benches and the
+/// summary line are not tests).
+fn listed_tests(list: &str) -> u64 {
+    list.lines().filter(|l| l.ends_with(": test")).count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listed_tests;
+
+    #[test]
+    fn each_listed_case_counts() {
+        let list = "a_case: test\nanother_case: test\n\n2 tests, 0 benchmarks\n";
+        assert_eq!(listed_tests(list), 2);
+        assert_eq!(listed_tests("0 tests, 0 benchmarks\n"), 0);
+    }
 }
