@@ -12,10 +12,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use sidecar_race_ebpf::layout::{
-    BUDGET_TAG_MASK, CONTROL_BURST, CONTROL_REFILL_PER_SECOND, REFUSAL_BURST,
-    REFUSAL_REFILL_PER_SECOND, RefusalBudget,
-};
+use sidecar_race_ebpf::layout::BUDGET_TAG_MASK;
 use sidecar_race_tests::{
     agent::RunAgent,
     metrics_text::{poll_until, sum},
@@ -176,8 +173,8 @@ fn a_pod_listening_and_closing_in_a_loop_spends_one_control_budget() {
     assert_race_exact(&agent, &race_pod);
     // Plus one second of refill: the bucket starts with the churner's first listen,
     // before `started` is taken, and refills in whole steps (one run sent 602 of 600).
-    let one_budget =
-        u64::from(CONTROL_BURST) + u64::from(CONTROL_REFILL_PER_SECOND) * (churn_seconds + 1);
+    let (burst, per_second) = documented_control_budget();
+    let one_budget = burst + per_second * (churn_seconds + 1);
     let suppressed = |body: &str| {
         ["listen", "listen_closed"]
             .iter()
@@ -208,10 +205,57 @@ fn a_pod_listening_and_closing_in_a_loop_spends_one_control_budget() {
 /// up to 65,535 ns less than its interval (0.7 % at 100/s, burst included); and two
 /// CPUs that both find no entry yet each admit a first record (one more).
 fn most_one_refusal_budget_sends(span: Duration) -> u64 {
-    let b = RefusalBudget::new(REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND);
-    let cheapest_record_ns = b.interval_ns - BUDGET_TAG_MASK;
+    let burst = documented_flag_default("--refusal-burst N");
+    let per_second = documented_flag_default("--refusal-refill-per-second N");
+    let interval_ns = 1_000_000_000 / per_second;
+    let tolerance_ns = (burst - 1) * interval_ns;
+    let cheapest_record_ns = interval_ns - BUDGET_TAG_MASK;
     let span_ns = u64::try_from(span.as_nanos()).unwrap();
-    1 + (b.tolerance_ns + span_ns) / cheapest_record_ns + 1
+    1 + (tolerance_ns + span_ns) / cheapest_record_ns + 1
+}
+
+/// The user's word for the bounds: docs/reference.md, not the code under test.
+fn reference() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reference.md");
+    std::fs::read_to_string(path).expect("docs/reference.md")
+}
+
+/// The default of `flag` (e.g. `--refusal-burst N`) in the reference's flag table.
+fn documented_flag_default(flag: &str) -> u64 {
+    let doc = reference();
+    let row = doc
+        .lines()
+        .find(|l| l.starts_with(&format!("| `{flag}` |")))
+        .unwrap_or_else(|| panic!("docs/reference.md has no row for {flag}"));
+    let default = row.split('|').nth(3).expect("a default column").trim();
+    default
+        .trim_matches('`')
+        .parse()
+        .unwrap_or_else(|e| panic!("{flag}'s documented default {default:?}: {e}"))
+}
+
+/// The control budget as the reference states it: "N at once, then M/s per container".
+fn documented_control_budget() -> (u64, u64) {
+    let reference = reference();
+    let doc = reference
+        .lines()
+        .find(|l| l.starts_with("| `sidecar_race_kernel_events_suppressed_total` |"))
+        .expect("docs/reference.md's row for the suppressed events");
+    let at = doc
+        .find(" at once, then ")
+        .expect("the suppressed events' row states the control budget");
+    let burst = doc[..at]
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("the control burst");
+    let rest = &doc[at + " at once, then ".len()..];
+    let per_second = rest
+        .split("/s per container")
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("the control refill");
+    (burst, per_second)
 }
 
 fn assert_race_exact(agent: &RunAgent, race_pod: &SimPod) {
