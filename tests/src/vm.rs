@@ -70,7 +70,7 @@ pub fn kernel_or_skip(test: &str, arch: Arch, label: &str) -> Option<Kernel> {
         // `cargo xtask setup` tried, and the registry no longer serves that kernel.
         let unavailable = arch.kernels_dir().join(format!("{label}.unavailable"));
         if let Ok(why) = fs::read_to_string(&unavailable) {
-            crate::root::skip(
+            sidecar_race_kit::root::skip(
                 test,
                 &format!("the {label} kernel could not be fetched: {}", why.trim()),
             );
@@ -79,7 +79,7 @@ pub fn kernel_or_skip(test: &str, arch: Arch, label: &str) -> Option<Kernel> {
         if std::env::var_os("CI").is_some() {
             panic!("{test}: missing {what}; `cargo xtask setup` fetches and installs them");
         }
-        crate::root::skip(
+        sidecar_race_kit::root::skip(
             test,
             &format!("missing {what}; run `cargo xtask setup` to fetch them"),
         );

@@ -1601,3 +1601,117 @@ fn case13_a_quiet_fleet_of_ordinary_pods_gives_no_incident_and_the_racing_shapes
         );
     }
 }
+
+/// A network namespace of this case's own behind a veth, holding a documentation
+/// address (TEST-NET-2: this VM's own eth0 is on TEST-NET-1) that the host routes to
+/// it: the pods' "outside". Removed when the case ends.
+struct OffBridge {
+    ns: String,
+}
+
+const OFF_BRIDGE_HOST: &str = "198.51.100.1";
+const OFF_BRIDGE_ADDR: &str = "198.51.100.2";
+
+impl OffBridge {
+    fn create() -> Self {
+        let ns = format!("sr-egress-{}", std::process::id());
+        let me = Self { ns };
+        let sh = |script: &str| {
+            let out = std::process::Command::new("sh")
+                .args(["-ec", script])
+                .output()
+                .expect("sh");
+            assert!(
+                out.status.success(),
+                "{script}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ns = &me.ns;
+        // No IPv6 on the link: its own neighbour discovery would count as arrivals.
+        sh(&format!(
+            "ip netns add {ns}
+             ip link add sregh0 type veth peer name sregn0
+             ip link set sregn0 netns {ns}
+             sysctl -qw net.ipv6.conf.sregh0.disable_ipv6=1
+             ip netns exec {ns} sysctl -qw net.ipv6.conf.sregn0.disable_ipv6=1
+             ip addr add {OFF_BRIDGE_HOST}/30 dev sregh0
+             ip link set sregh0 up
+             ip netns exec {ns} ip addr add {OFF_BRIDGE_ADDR}/30 dev sregn0
+             ip netns exec {ns} ip link set sregn0 up"
+        ));
+        me
+    }
+
+    /// Packets that reached the namespace's end of the veth.
+    fn arrived(&self) -> u64 {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.ns, "cat"])
+            .arg("/sys/class/net/sregn0/statistics/rx_packets")
+            .output()
+            .expect("ip netns exec");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("rx_packets")
+    }
+}
+
+impl Drop for OffBridge {
+    fn drop(&mut self) {
+        // The veth goes with the namespace.
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.ns])
+            .status();
+    }
+}
+
+/// Packets the test cluster's egress chain dropped so far (its DROP rule's counter).
+fn egress_dropped() -> u64 {
+    let out = std::process::Command::new("iptables")
+        .args(["-w", "-L", "SR-CLUSTER-EGRESS", "-v", "-x", "-n"])
+        .output()
+        .expect("iptables");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find(|l| l.split_whitespace().nth(2) == Some("DROP"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no DROP rule in SR-CLUSTER-EGRESS:\n{text}"))
+}
+
+/// `cargo xtask cluster up` keeps pod traffic on the machine: a pod dialing an address
+/// the host routes elsewhere (here the case's own namespace, never a real outside
+/// address) is dropped on the node, counted by our chain, and nothing arrives there.
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case14_a_pod_dialing_off_the_bridge_is_dropped_on_the_node() {
+    let c = cluster();
+    let off = OffBridge::create();
+    let ns = &fresh_namespace("egress");
+    let (dropped, arrived) = (egress_dropped(), off.arrived());
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "dialer", "namespace": ns.as_str(), "labels": {"app": "dialer"}},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "containers": [shell("dialer", &format!(
+                "for i in 1 2 3; do nc -w 1 {OFF_BRIDGE_ADDR} 80 </dev/null; done; echo dialed"
+            ))]},
+    });
+    c.apply(&pod.to_string());
+    c.wait_pod(
+        ns,
+        "app=dialer",
+        "the dialer to finish",
+        Duration::from_secs(60),
+        |p| matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")),
+    );
+    let (dropped, arrived) = (egress_dropped() - dropped, off.arrived() - arrived);
+    assert!(
+        dropped >= 3,
+        "the node dropped {dropped} of the pod's packets (3 dials)"
+    );
+    assert_eq!(
+        arrived, 0,
+        "{arrived} packets left the node for {OFF_BRIDGE_ADDR}"
+    );
+}

@@ -62,6 +62,20 @@ impl Tally {
         *self.skipped.entry(reason.to_string()).or_insert(0) += n;
     }
 
+    /// A check xtask makes itself (not a libtest test), printed as libtest prints one.
+    pub fn record(&mut self, name: &str, outcome: Result<(), String>) {
+        match outcome {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                self.passed += 1;
+            }
+            Err(why) => {
+                println!("test {name} ... FAILED: {why}");
+                self.failed += 1;
+            }
+        }
+    }
+
     /// One line per reason tests skipped for, then the plain closing line
     /// `tests: N passed, N failed, N skipped`.
     pub fn print(&self) {

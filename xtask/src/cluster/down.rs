@@ -15,7 +15,7 @@ use anyhow::bail;
 
 use super::{
     clients::ctr,
-    host,
+    egress, host, modules,
     node::{BRIDGE, LOG_DIR, STATE_DIR, containerd_socket},
     operator, procs,
 };
@@ -69,9 +69,13 @@ pub fn teardown() -> anyhow::Result<()> {
     host::unmount_all_under(STATE_DIR);
     remove_pod_logs(&pod_uids);
     let cgroups_left = host::remove_cgroups();
-    let rules_left = host::remove_kube_chains();
+    let mut rules_left = host::remove_kube_chains();
+    rules_left.extend(egress::remove());
     host::delete_bridge();
     host::restore_sysctls();
+    for kept in modules::unload_recorded() {
+        eprintln!("xtask: kernel module {kept} kept loaded");
+    }
     let mounts_left = host::mounts_under(STATE_DIR);
     if mounts_left.is_empty() {
         let _ = fs::remove_dir_all(STATE_DIR);

@@ -15,6 +15,7 @@ use sidecar_race_mountinfo::{self as mountinfo, Mount};
 use sidecar_race_testbed::containerd::CNI_BIN_DIR;
 
 use super::{
+    modules,
     node::{BRIDGE, CGROUP_ROOT, NODE_IP, POD_CIDR, SERVICE_CIDR, STATE_DIR},
     operator,
 };
@@ -35,9 +36,15 @@ pub const PORTS: [(&str, u16, &str); 10] = [
     ("127.0.0.1", operator::PORT, "prometheus-operator"),
 ];
 
-/// Sysctls the kubelet (kernel tunables) and kube-proxy set; saved at `up`, restored
-/// at `down`.
-const SYSCTLS: [&str; 7] = [
+/// Sysctls the kubelet (kernel tunables), kube-proxy and the CNI bridge (`isGateway`
+/// turns on forwarding) set; saved at `up` before anything runs, restored at `down`,
+/// after a failed `up`, and by the next `up` after an interrupted one. A key the
+/// kernel does not have (the bridge's without br_netfilter) is not saved.
+pub const SYSCTLS: [&str; 11] = [
+    "net/ipv4/ip_forward",
+    "net/ipv6/conf/all/forwarding",
+    "net/bridge/bridge-nf-call-iptables",
+    "net/bridge/bridge-nf-call-ip6tables",
     "vm/overcommit_memory",
     "vm/panic_on_oom",
     "kernel/panic",
@@ -51,8 +58,18 @@ fn saved_sysctls() -> PathBuf {
     Path::new(STATE_DIR).join("sysctls.saved")
 }
 
-/// The checks before anything is started.
-pub fn preflight() -> anyhow::Result<()> {
+/// The checks before anything is started; the kernel modules it loaded (recorded by
+/// `up` for `down`). On failure, what it loaded is unloaded again.
+pub fn preflight() -> anyhow::Result<Vec<String>> {
+    let mut loaded = Vec::new();
+    let checked = checks(&mut loaded);
+    if checked.is_err() {
+        modules::unload(&loaded);
+    }
+    checked.map(|()| loaded)
+}
+
+fn checks(loaded: &mut Vec<String>) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!(
@@ -78,7 +95,7 @@ pub fn preflight() -> anyhow::Result<()> {
             bridge.display()
         );
     }
-    kernel_features()?;
+    kernel_features(loaded)?;
     routes_do_not_collide()?;
     for (addr, port, who) in PORTS {
         // The node IP is not on the host until the bridge exists: check loopback ones
@@ -101,11 +118,16 @@ pub fn port_free(addr: &str, port: u16, who: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn kernel_features() -> anyhow::Result<()> {
+fn kernel_features(loaded: &mut Vec<String>) -> anyhow::Result<()> {
+    let mut load = |m: &str| {
+        if modules::load(m) {
+            loaded.push(m.to_string());
+        }
+    };
     let filesystems = fs::read_to_string("/proc/filesystems").unwrap_or_default();
     if !filesystems.contains("\toverlay") {
         // containerd's overlayfs snapshotter.
-        let _ = Command::new("modprobe").arg("overlay").status();
+        load("overlay");
         if !fs::read_to_string("/proc/filesystems")
             .unwrap_or_default()
             .contains("\toverlay")
@@ -122,7 +144,7 @@ fn kernel_features() -> anyhow::Result<()> {
         );
     }
     if !Path::new("/proc/sys/net/bridge").exists() {
-        let _ = Command::new("modprobe").arg("br_netfilter").status();
+        load("br_netfilter");
     }
     if !Path::new("/proc/sys/net/bridge").exists() {
         bail!(

@@ -12,8 +12,11 @@ pub mod build;
 mod clients;
 mod containerd;
 mod down;
+mod egress;
 mod host;
+mod host_check;
 mod install;
+mod modules;
 mod node;
 mod operator;
 mod pki;
@@ -90,7 +93,11 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
         anyhow::bail!("{WHY} (set SIDECAR_RACE_SKIP_ROOT=1 to skip it)");
     }
     let started = std::time::Instant::now();
-    let up = up();
+    // A leftover's saved sysctls are put back first, so the check below reads the
+    // host as it is without any cluster.
+    let earlier = up::clear_earlier();
+    let host_before = host_check::before();
+    let up = earlier.and_then(|()| up());
     match &up {
         Ok(kubeconfig) => {
             cmd.env("SIDECAR_RACE_KUBECONFIG", kubeconfig)
@@ -103,9 +110,13 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
         }
     }
     let result = crate::run::tests(&mut cmd, tally);
-    if up.is_ok() {
-        down()?;
-    }
+    let taken_down = if up.is_ok() { down() } else { Ok(()) };
+    // Also when `down` failed: the machine's own ip_forward is put back.
+    let host = host_check::after(host_before);
+    let host_ok = host.is_ok();
+    tally.record("cluster_down_leaves_the_host_as_up_found_it", host);
+    taken_down?;
+    anyhow::ensure!(host_ok, "the cluster left the host changed (see above)");
     eprintln!(
         "xtask: cluster tier (up, cases, down) took {} s",
         started.elapsed().as_secs()

@@ -1,5 +1,7 @@
 //! The cluster's processes: started detached (own session, output to a log file), their
-//! pids in `<state>/pids/<name>.pid`, stopped by those pids only.
+//! pids in `<state>/pids/<name>.pid` with the process's start time and executable,
+//! stopped by those pids only, and only while both still match: after a reboot (or a
+//! long time) a recorded pid may name any process.
 
 use std::{
     fs::{self, File},
@@ -36,18 +38,68 @@ pub fn spawn(name: &str, cmd: &mut Command) -> anyhow::Result<u32> {
         .process_group(0)
         .spawn()
         .with_context(|| format!("cannot start {name} ({:?})", cmd.get_program()))?;
-    fs::write(pid_file(name), child.id().to_string())?;
-    Ok(child.id())
+    let pid = child.id();
+    let identity =
+        Identity::of(pid).with_context(|| format!("{name} (pid {pid}) exited at once"))?;
+    fs::write(pid_file(name), identity.record(pid))?;
+    Ok(pid)
 }
 
-/// The recorded pid of `name` when that process still runs.
+/// What tells a process from a later one with the same pid: its start time (clock
+/// ticks since boot, `/proc/<pid>/stat` field 22) and its executable.
+#[derive(Debug, PartialEq, Eq)]
+struct Identity {
+    start_ticks: u64,
+    exe: PathBuf,
+}
+
+impl Identity {
+    fn of(pid: u32) -> Option<Self> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(Self {
+            start_ticks: start_ticks(&stat)?,
+            exe: fs::read_link(format!("/proc/{pid}/exe")).ok()?,
+        })
+    }
+
+    /// The pid file's line: `<pid> <start ticks> <exe>`.
+    fn record(&self, pid: u32) -> String {
+        format!("{pid} {} {}", self.start_ticks, self.exe.display())
+    }
+
+    fn parse(line: &str) -> Option<(u32, Self)> {
+        let mut parts = line.trim().splitn(3, ' ');
+        let pid = parts.next()?.parse().ok()?;
+        let start_ticks = parts.next()?.parse().ok()?;
+        let exe = PathBuf::from(parts.next()?);
+        Some((pid, Self { start_ticks, exe }))
+    }
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line (the name in parentheses may hold spaces).
+fn start_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    // Field 3 (state) is the first after the name; 22 is 19 further.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The recorded pid of `name` when that process still runs and is still the one `up`
+/// started (same start time and executable); a pid file without them is not trusted.
 pub fn running(name: &str) -> Option<u32> {
-    let pid: u32 = fs::read_to_string(pid_file(name))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    alive(pid).then_some(pid)
+    let (pid, recorded) = Identity::parse(&fs::read_to_string(pid_file(name)).ok()?)?;
+    if !alive(pid) {
+        return None;
+    }
+    if Identity::of(pid).as_ref() != Some(&recorded) {
+        eprintln!(
+            "xtask: pid {pid} of {name} is now another process ({}): not signalled",
+            fs::read_link(format!("/proc/{pid}/exe"))
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "unknown".into())
+        );
+        return None;
+    }
+    Some(pid)
 }
 
 pub fn alive(pid: u32) -> bool {
@@ -148,5 +200,38 @@ pub fn wait_ready(
             );
         }
         sleep(Duration::from_millis(250));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_ticks_is_field_22_whatever_the_name_holds() {
+        let stat = "4242 (kube apiserver) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 12 0 987654 1000 50";
+        assert_eq!(start_ticks(stat), Some(987654));
+    }
+
+    #[test]
+    fn a_recorded_pid_names_this_process_only_while_start_and_exe_match() {
+        let me = std::process::id();
+        let identity = Identity::of(me).expect("this process");
+        let (pid, parsed) = Identity::parse(&identity.record(me)).unwrap();
+        assert_eq!((pid, &parsed), (me, &identity));
+        let later = Identity {
+            start_ticks: identity.start_ticks + 1,
+            ..Identity::of(me).unwrap()
+        };
+        assert_ne!(Identity::of(me).as_ref(), Some(&later), "a later process");
+        let other_exe = Identity {
+            exe: PathBuf::from("/bin/true"),
+            ..Identity::of(me).unwrap()
+        };
+        assert_ne!(
+            Identity::of(me).as_ref(),
+            Some(&other_exe),
+            "another program"
+        );
     }
 }

@@ -14,8 +14,9 @@ use anyhow::{Context, bail};
 use super::{
     build::{self, etcd_bin, kubernetes_bin},
     clients::{http_get, kubectl},
-    containerd, down, host,
+    containerd, down, egress, host,
     install::install_agent,
+    modules,
     node::{
         CGROUP_ROOT, LOG_DIR, NODE_IP, NODE_NAME, POD_CIDR, SERVICE_CIDR, STATE_DIR,
         admin_kubeconfig, containerd_socket, state,
@@ -28,18 +29,8 @@ use crate::run::{checked, output};
 /// Starts the cluster and installs the agent; the admin kubeconfig's path. On failure
 /// everything started is taken down again (SR_CLUSTER_KEEP=1 keeps it for a look).
 pub fn up() -> anyhow::Result<PathBuf> {
-    match status::earlier() {
-        Some(Earlier::Running(who)) => {
-            bail!("a cluster is already up ({who}): run `cargo xtask cluster down` first")
-        }
-        // Nothing of it runs, so nobody is using it: removing it loses nothing.
-        Some(Earlier::Stale(what)) => {
-            eprintln!("xtask: {what}; taking it down before starting");
-            down::teardown().context("removing the cluster an earlier run left")?;
-        }
-        None => {}
-    }
-    host::preflight()?;
+    clear_earlier()?;
+    let modules_loaded = host::preflight()?;
     let missing = build::missing();
     if !missing.is_empty() {
         bail!(
@@ -52,7 +43,7 @@ pub fn up() -> anyhow::Result<PathBuf> {
         );
     }
     let started = Instant::now();
-    let result = start().and_then(|()| install_agent());
+    let result = start(&modules_loaded).and_then(|()| install_agent());
     match result {
         Ok(()) => {
             eprintln!(
@@ -74,9 +65,27 @@ pub fn up() -> anyhow::Result<PathBuf> {
     }
 }
 
-fn start() -> anyhow::Result<()> {
+/// Fails when a cluster is already up; takes down one an earlier run left with
+/// nothing of it running (a killed run, a restarted VM).
+pub fn clear_earlier() -> anyhow::Result<()> {
+    match status::earlier() {
+        Some(Earlier::Running(who)) => {
+            bail!("a cluster is already up ({who}): run `cargo xtask cluster down` first")
+        }
+        // Nothing of it runs, so nobody is using it: removing it loses nothing.
+        Some(Earlier::Stale(what)) => {
+            eprintln!("xtask: {what}; taking it down before starting");
+            down::teardown().context("removing the cluster an earlier run left")?;
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+fn start(modules_loaded: &[String]) -> anyhow::Result<()> {
     let _ = fs::remove_dir_all(LOG_DIR);
     fs::create_dir_all(STATE_DIR)?;
+    modules::record(modules_loaded)?;
     host::save_sysctls()?;
     let pki_dir = state("pki");
     pki::generate(&pki_dir)?;
@@ -88,6 +97,7 @@ fn start() -> anyhow::Result<()> {
         )?;
     }
     host::create_bridge()?;
+    egress::install()?;
     for (addr, port, who) in host::PORTS {
         if addr == NODE_IP {
             host::port_free(addr, port, who)?;

@@ -1,0 +1,81 @@
+//! The cluster tier's own check that `down` leaves the host as `up` found it: every
+//! sysctl `up` or its components change, our iptables chain, the loaded modules.
+//! `ip_forward` is already 1 on these machines, so the check first sets it to 0, a
+//! value the CNI bridge is known to change, and puts the machine's own value back
+//! after.
+
+use std::{fs, path::Path, process::Command};
+
+use super::{egress, host::SYSCTLS};
+use crate::run::output;
+
+const IP_FORWARD: &str = "net/ipv4/ip_forward";
+
+/// The host before `up`.
+pub struct Before {
+    sysctls: Vec<(&'static str, Option<String>)>,
+    modules: Option<String>,
+    /// The machine's own `ip_forward`, put back after the check.
+    ip_forward: Option<String>,
+}
+
+fn sysctl(key: &str) -> Option<String> {
+    fs::read_to_string(Path::new("/proc/sys").join(key))
+        .ok()
+        .map(|v| v.trim().to_string())
+}
+
+/// Loaded modules' names, sorted (`None` without loadable modules).
+fn modules() -> Option<String> {
+    let text = fs::read_to_string("/proc/modules").ok()?;
+    let mut names: Vec<&str> = text.lines().filter_map(|l| l.split(' ').next()).collect();
+    names.sort_unstable();
+    Some(names.join(" "))
+}
+
+/// Sets `ip_forward` to 0 (a known value) and reads the host.
+pub fn before() -> Before {
+    let ip_forward = sysctl(IP_FORWARD);
+    let _ = fs::write(Path::new("/proc/sys").join(IP_FORWARD), "0");
+    Before {
+        sysctls: SYSCTLS.iter().map(|k| (*k, sysctl(k))).collect(),
+        modules: modules(),
+        ip_forward,
+    }
+}
+
+/// What differs after `down` (nothing: `Ok`); the machine's `ip_forward` is put back.
+pub fn after(before: Before) -> Result<(), String> {
+    let mut differs: Vec<String> = before
+        .sysctls
+        .iter()
+        .filter_map(|(k, was)| {
+            let now = sysctl(k);
+            // A key that appeared with a module `up` loaded and `down` unloaded is gone
+            // again; one that appeared and stayed is a module left loaded (below).
+            (was.is_some() && now != *was).then(|| format!("{k}: {was:?} before, {now:?} after"))
+        })
+        .collect();
+    let rules = output(Command::new("iptables-save").args(["-t", "filter"])).unwrap_or_default();
+    if rules.contains(egress::CHAIN) {
+        differs.push(format!(
+            "the iptables chain {} is still there",
+            egress::CHAIN
+        ));
+    }
+    let now = modules();
+    if now != before.modules {
+        differs.push(format!(
+            "loaded modules: {:?} before, {now:?} after",
+            before.modules
+        ));
+    }
+    if let Some(v) = before.ip_forward {
+        let _ = fs::write(Path::new("/proc/sys").join(IP_FORWARD), v);
+    }
+    if differs.is_empty() {
+        Ok(())
+    } else {
+        Err(differs.join("; "))
+    }
+}
