@@ -44,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
                 events: args.events.then_some(args.events_per_minute),
                 listen: args.listen,
                 api_listen: args.api_listen,
+                tls: args.tls_files(),
                 stats_interval: Duration::from_secs(args.stats_interval_seconds.max(1)),
                 detector: args.detector(),
                 reorder_window: Duration::from_millis(args.reorder_window_ms),

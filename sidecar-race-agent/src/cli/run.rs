@@ -25,6 +25,23 @@ pub struct RunArgs {
     /// namespace; /healthz and /readyz stay open).
     #[arg(long, env = "SIDECAR_RACE_AUTH", value_enum, default_value_t = AuthMode::None)]
     pub auth: AuthMode,
+    /// Serve every endpoint over TLS with this PEM certificate chain (with
+    /// --tls-key-file); read again when it changes. Default: plain HTTP.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_TLS_CERT_FILE",
+        value_name = "PATH",
+        requires = "tls_key_file"
+    )]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert-file (PKCS#8, PKCS#1 or SEC1).
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_TLS_KEY_FILE",
+        value_name = "PATH",
+        requires = "tls_cert_file"
+    )]
+    pub tls_key_file: Option<std::path::PathBuf>,
     /// Seconds between log lines with kernel event counts.
     #[arg(
         long,
@@ -129,6 +146,14 @@ pub enum AuthMode {
 }
 
 impl RunArgs {
+    /// `--tls-cert-file` and `--tls-key-file` (clap requires both or neither).
+    pub fn tls_files(&self) -> Option<crate::http::tls::TlsFiles> {
+        Some(crate::http::tls::TlsFiles {
+            cert: self.tls_cert_file.clone()?,
+            key: self.tls_key_file.clone()?,
+        })
+    }
+
     pub fn detector(&self) -> DetectorConfig {
         DetectorConfig {
             unresolved_after_ns: secs_ns(self.unresolved_after_seconds),

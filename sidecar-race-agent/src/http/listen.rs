@@ -1,7 +1,7 @@
 //! Where the endpoints are served: the main address, and `/api/v1/incidents` on its
 //! own address or off (`--api-listen`), until shutdown.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc};
 
 use tokio::sync::watch;
 
@@ -9,6 +9,7 @@ use super::{
     endpoints::{api_router, router},
     server::{self, Limits},
     state::HttpState,
+    tls::Reloading,
 };
 
 /// Where `/api/v1/incidents` is served instead of the main address (`--api-listen`).
@@ -33,13 +34,14 @@ impl std::str::FromStr for ApiListen {
     }
 }
 
-/// Binds `addr` (and the API's own address, with `api`) and serves until `shutdown`
-/// completes.
+/// Binds `addr` (and the API's own address, with `api`) and serves, over TLS with
+/// `tls`, until `shutdown` completes.
 pub async fn serve(
     addr: SocketAddr,
     api: Option<ApiListen>,
     state: HttpState,
     limits: Limits,
+    tls: Option<Arc<Reloading>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -56,20 +58,30 @@ pub async fn serve(
             let _ = rx.wait_for(|stop| *stop).await;
         }
     };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let main = router(state.clone(), limits, api.is_none());
-    let main = tokio::spawn(server::serve(listener, main, limits, stopped()));
+    let main = tokio::spawn(server::serve(
+        listener,
+        main,
+        limits,
+        tls.clone(),
+        stopped(),
+    ));
     let second = api_listener.map(|(l, api_addr)| {
-        tracing::info!(%api_addr, "serving /api/v1/incidents");
+        tracing::info!(%api_addr, scheme, "serving /api/v1/incidents");
         tokio::spawn(server::serve(
             l,
             api_router(state, limits),
             limits,
+            tls.clone(),
             stopped(),
         ))
     });
     match api {
-        None => tracing::info!(%addr, "serving /healthz, /readyz, /metrics, /api/v1/incidents"),
-        Some(_) => tracing::info!(%addr, "serving /healthz, /readyz, /metrics"),
+        None => {
+            tracing::info!(%addr, scheme, "serving /healthz, /readyz, /metrics, /api/v1/incidents")
+        }
+        Some(_) => tracing::info!(%addr, scheme, "serving /healthz, /readyz, /metrics"),
     }
     if api == Some(ApiListen::Off) {
         tracing::info!("/api/v1/incidents is off (--api-listen off)");

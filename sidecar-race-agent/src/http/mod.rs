@@ -11,6 +11,7 @@ mod listen;
 mod rendered;
 pub mod server;
 mod state;
+pub mod tls;
 mod write_deadline;
 
 pub use self::{

@@ -18,6 +18,7 @@ use std::{
 use super::{
     answer_deadline::{AnswerDeadline, ArmedBody, deadline_passed},
     health_slot::{PEEK_TIMEOUT, asks_for_health},
+    tls::Reloading,
     write_deadline::WriteDeadline,
 };
 use axum::{
@@ -188,12 +189,13 @@ fn reset_on_close(fd: RawFd) {
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` completes, then closes every
-/// connection gracefully within `limits.request_timeout`.
+/// Serves `app` on `listener` (over TLS with `tls`) until `shutdown` completes, then
+/// closes every connection gracefully within `limits.request_timeout`.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
+    tls: Option<Arc<Reloading>>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -235,14 +237,13 @@ pub async fn serve(
             },
         };
         let fd = stream.as_raw_fd();
-        let (deadline, mut cut_at) = AnswerDeadline::new();
+        let (deadline, cut_at) = AnswerDeadline::new();
         let service = TowerToHyperService::new(limited(
             app.clone(),
             limits,
             deadline,
             Connection { peer, health_only },
         ));
-        let mut stop = stop_rx.clone();
         // A probe sends its request at once: a health slot is not left to an idle
         // client for the whole header timeout.
         let header_read_timeout = if health_only {
@@ -251,9 +252,13 @@ pub async fn serve(
             limits.header_read_timeout
         };
         let health_slots = health_slots.clone();
+        let acceptor = tls.as_ref().map(|t| t.acceptor());
+        let stop = stop_rx.clone();
         tokio::spawn(async move {
             let (_slot, _health_slot) = if health_only {
-                if !asks_for_health(&stream).await {
+                // Over TLS the request line cannot be peeked: a health slot serves
+                // only the probes' paths anyway, one request each.
+                if acceptor.is_none() && !asks_for_health(&stream).await {
                     return; // closed: beyond the cap, only the probes are served
                 }
                 let Ok(health) = health_slots.try_acquire_owned() else {
@@ -264,27 +269,17 @@ pub async fn serve(
             } else {
                 (Some(slot), None)
             };
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_read_timeout)
-                .max_buf_size(limits.max_header_bytes.max(8192))
-                .serve_connection(
-                    TokioIo::new(WriteDeadline::new(stream, limits.write_timeout)),
-                    service,
-                );
-            tokio::pin!(conn);
-            // An answer past its deadline is cut off: reset, so that what the kernel
-            // still buffers for a slow reader is discarded too.
-            tokio::select! {
-                _ = conn.as_mut() => return,
-                _ = deadline_passed(&mut cut_at) => return reset_on_close(fd),
-                _ = tokio::time::sleep(limits.max_connection_age) => {}
-                _ = stop.wait_for(|stop| *stop) => {}
-            }
-            conn.as_mut().graceful_shutdown();
-            tokio::select! {
-                _ = tokio::time::timeout(limits.request_timeout, conn.as_mut()) => {}
-                _ = deadline_passed(&mut cut_at) => reset_on_close(fd),
+            let io = WriteDeadline::new(stream, limits.write_timeout);
+            let Some(acceptor) = acceptor else {
+                return drive(io, service, header_read_timeout, limits, cut_at, stop, fd).await;
+            };
+            // The handshake within the header timeout, as a request's headers.
+            match tokio::time::timeout(header_read_timeout, acceptor.accept(io)).await {
+                Ok(Ok(tls)) => {
+                    drive(tls, service, header_read_timeout, limits, cut_at, stop, fd).await
+                }
+                Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
+                Err(_) => tracing::debug!("TLS handshake not done within the header timeout"),
             }
         });
     }
@@ -307,4 +302,39 @@ pub async fn serve(
         tracing::warn!("HTTP connections still open at shutdown are dropped");
     }
     Ok(())
+}
+
+/// Serves one connection's requests on `io` (plain or TLS) until it ends, its
+/// answer's deadline passes (then it is reset), it reaches its maximum age, or the
+/// server stops (then its request in flight may finish).
+async fn drive<I>(
+    io: I,
+    service: TowerToHyperService<Router>,
+    header_read_timeout: Duration,
+    limits: Limits,
+    mut cut_at: watch::Receiver<Option<Instant>>,
+    mut stop: watch::Receiver<bool>,
+    fd: RawFd,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192))
+        .serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    // An answer past its deadline is cut off: reset, so that what the kernel
+    // still buffers for a slow reader is discarded too.
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = deadline_passed(&mut cut_at) => return reset_on_close(fd),
+        _ = tokio::time::sleep(limits.max_connection_age) => {}
+        _ = stop.wait_for(|stop| *stop) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    tokio::select! {
+        _ = tokio::time::timeout(limits.request_timeout, conn.as_mut()) => {}
+        _ = deadline_passed(&mut cut_at) => reset_on_close(fd),
+    }
 }

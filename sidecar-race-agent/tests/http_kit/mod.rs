@@ -160,6 +160,7 @@ impl Server {
             listener,
             http::router(state, limits, with_api),
             limits,
+            None,
             async move { notified.notified().await },
         ));
         Self {

@@ -57,6 +57,8 @@ pub struct RunOptions {
     pub listen: SocketAddr,
     /// `/api/v1/incidents` on its own address or off; `None`: on `listen`.
     pub api_listen: Option<http::ApiListen>,
+    /// Serve over TLS with these files (`--tls-cert-file`, `--tls-key-file`).
+    pub tls: Option<http::tls::TlsFiles>,
     pub stats_interval: Duration,
     pub detector: DetectorConfig,
     pub reorder_window: Duration,
@@ -134,6 +136,13 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
     let stop_http = Arc::new(Notify::new());
     let stop = stop_http.clone();
+    let tls = opts
+        .tls
+        .clone()
+        .map(http::tls::Reloading::new)
+        .transpose()
+        .context("--tls-cert-file, --tls-key-file")?
+        .map(Arc::new);
     let server = http::serve(
         opts.listen,
         opts.api_listen,
@@ -145,6 +154,7 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
             auth,
         },
         http::Limits::default(),
+        tls,
         async move { stop.notified().await },
     )
     .await
