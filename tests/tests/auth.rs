@@ -114,6 +114,7 @@ async fn serve_with(api: &FakeApi, ttls: CacheTtls, budget: ReviewBudget) -> Soc
         None,
         state,
         Limits::default(),
+        None,
         std::future::pending::<()>(),
     )
     .await
