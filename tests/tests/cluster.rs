@@ -1604,9 +1604,11 @@ fn case13_a_quiet_fleet_of_ordinary_pods_gives_no_incident_and_the_racing_shapes
 
 /// A network namespace of this case's own behind a veth, holding a documentation
 /// address (TEST-NET-2: this VM's own eth0 is on TEST-NET-1) that the host routes to
-/// it: the pods' "outside". Removed when the case ends.
+/// it: the pods' "outside". Held by a process of its own, not named in /run/netns:
+/// `ip netns add` would bind-mount /run/netns over containerd's, and the sandboxes made
+/// before it could no longer remove their namespaces. Gone with the process.
 struct OffBridge {
-    ns: String,
+    holder: std::process::Child,
 }
 
 const OFF_BRIDGE_HOST: &str = "198.51.100.1";
@@ -1614,54 +1616,70 @@ const OFF_BRIDGE_ADDR: &str = "198.51.100.2";
 
 impl OffBridge {
     fn create() -> Self {
-        let ns = format!("sr-egress-{}", std::process::id());
-        let me = Self { ns };
-        let sh = |script: &str| {
-            let out = std::process::Command::new("sh")
-                .args(["-ec", script])
-                .output()
-                .expect("sh");
-            assert!(
-                out.status.success(),
-                "{script}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        let ns = &me.ns;
-        // No IPv6 on the link: its own neighbour discovery would count as arrivals.
-        sh(&format!(
-            "ip netns add {ns}
-             ip link add sregh0 type veth peer name sregn0
-             ip link set sregn0 netns {ns}
-             sysctl -qw net.ipv6.conf.sregh0.disable_ipv6=1
-             ip netns exec {ns} sysctl -qw net.ipv6.conf.sregn0.disable_ipv6=1
-             ip addr add {OFF_BRIDGE_HOST}/30 dev sregh0
-             ip link set sregh0 up
-             ip netns exec {ns} ip addr add {OFF_BRIDGE_ADDR}/30 dev sregn0
-             ip netns exec {ns} ip link set sregn0 up"
-        ));
+        let holder = std::process::Command::new("unshare")
+            .args(["--net", "sleep", "600"])
+            .spawn()
+            .expect("unshare --net");
+        let me = Self { holder };
+        let pid = me.holder.id();
+        // unshare has made the namespace once /proc/<pid>/ns/net differs from ours.
+        wait_until("the namespace's holder", Duration::from_secs(10), || {
+            let theirs = std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()?;
+            (theirs != std::fs::read_link("/proc/self/ns/net").ok()?).then_some(())
+        });
+        let out = std::process::Command::new("sh")
+            .args([
+                "-ec",
+                &format!(
+                    // No IPv6 on the link: its own neighbour discovery would count as arrivals.
+                    "ip link add sregh0 type veth peer name sregn0
+                 ip link set sregn0 netns {pid}
+                 sysctl -qw net.ipv6.conf.sregh0.disable_ipv6=1
+                 nsenter -t {pid} -n sysctl -qw net.ipv6.conf.sregn0.disable_ipv6=1
+                 ip addr add {OFF_BRIDGE_HOST}/30 dev sregh0
+                 ip link set sregh0 up
+                 nsenter -t {pid} -n ip addr add {OFF_BRIDGE_ADDR}/30 dev sregn0
+                 nsenter -t {pid} -n ip link set sregn0 up"
+                ),
+            ])
+            .output()
+            .expect("sh");
+        assert!(
+            out.status.success(),
+            "the off-bridge namespace: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         me
     }
 
-    /// Packets that reached the namespace's end of the veth.
+    /// Packets that reached the namespace's end of the veth (its /proc/net/dev).
     fn arrived(&self) -> u64 {
-        let out = std::process::Command::new("ip")
-            .args(["netns", "exec", &self.ns, "cat"])
-            .arg("/sys/class/net/sregn0/statistics/rx_packets")
+        let out = std::process::Command::new("nsenter")
+            .args([
+                "-t",
+                &self.holder.id().to_string(),
+                "-n",
+                "cat",
+                "/proc/net/dev",
+            ])
             .output()
-            .expect("ip netns exec");
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse()
-            .expect("rx_packets")
+            .expect("nsenter");
+        let dev = String::from_utf8_lossy(&out.stdout);
+        dev.lines()
+            .find_map(|l| l.trim().strip_prefix("sregn0:"))
+            .and_then(|counts| counts.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or_else(|| panic!("no sregn0 in the namespace's /proc/net/dev:\n{dev}"))
     }
 }
 
 impl Drop for OffBridge {
     fn drop(&mut self) {
-        // The veth goes with the namespace.
+        // The namespace, and the veth with it, go with their holder.
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
         let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &self.ns])
+            .args(["link", "del", "sregh0"])
+            .stderr(std::process::Stdio::null())
             .status();
     }
 }
