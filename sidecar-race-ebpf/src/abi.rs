@@ -86,7 +86,10 @@ pub mod counter {
     pub const LOCAL_REFUSALS_USED: u32 = LOCAL_REFUSALS_MADE + 1;
     pub const UNIX_KPROBE_CALLS_MADE: u32 = LOCAL_REFUSALS_USED + 1;
     pub const UNIX_KPROBE_CALLS_USED: u32 = UNIX_KPROBE_CALLS_MADE + 1;
-    pub const SLOTS: u32 = UNIX_KPROBE_CALLS_USED + 1;
+    /// Budget writes another CPU got in first (refusals, control records).
+    pub const BUDGET_CONFLICTS: u32 = UNIX_KPROBE_CALLS_USED + 1;
+    pub const CONTROL_BUDGET_CONFLICTS: u32 = BUDGET_CONFLICTS + 1;
+    pub const SLOTS: u32 = CONTROL_BUDGET_CONFLICTS + 1;
     pub const fn seen(kind: u8) -> u32 {
         kind as u32
     }

@@ -7,5 +7,6 @@
 #![no_std]
 
 pub mod abi;
+pub mod admission;
 pub mod layout;
 pub mod unix;

@@ -49,3 +49,56 @@ pub fn bpftool_ids(object: &str) -> Vec<u64> {
         .filter_map(|o| o["id"].as_u64())
         .collect()
 }
+
+/// The entries of `pid`'s hash map `name` with u64 keys and u64 values (native byte
+/// order), as `bpftool map dump` reads them. The kernel keeps 15 characters of a map's
+/// name; `name` is matched on those.
+pub fn u64_map_of(pid: u32, name: &str) -> Vec<(u64, u64)> {
+    let short: String = name.chars().take(15).collect();
+    let id = map_ids_of(pid)
+        .into_iter()
+        .find(|id| {
+            bpftool_json(&["map", "show", "id", &id.to_string()])["name"].as_str()
+                == Some(short.as_str())
+        })
+        .unwrap_or_else(|| panic!("process {pid} holds no map {name}"));
+    let dump = bpftool_json(&["map", "dump", "id", &id.to_string()]);
+    let bytes = |v: &Value| -> u64 {
+        let b: Vec<u8> = v
+            .as_array()
+            .expect("bytes")
+            .iter()
+            .map(|x| u8::from_str_radix(x.as_str().unwrap().trim_start_matches("0x"), 16).unwrap())
+            .collect();
+        u64::from_ne_bytes(b.try_into().expect("8 bytes"))
+    };
+    dump.as_array()
+        .expect("a list of entries")
+        .iter()
+        .map(|e| (bytes(&e["key"]), bytes(&e["value"])))
+        .collect()
+}
+
+/// Map ids `pid` holds file descriptors for.
+fn map_ids_of(pid: u32) -> Vec<u64> {
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| {
+            let info = std::fs::read_to_string(fd.path()).ok()?;
+            info.lines()
+                .find_map(|l| l.strip_prefix("map_id:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .collect()
+}
+
+fn bpftool_json(args: &[&str]) -> Value {
+    let out = Command::new("bpftool")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("bpftool (cargo xtask setup installs it)");
+    assert!(out.status.success(), "bpftool {args:?}: {out:?}");
+    serde_json::from_slice(&out.stdout).expect("bpftool's JSON")
+}

@@ -48,8 +48,7 @@ pub enum ProbeError {
 
 pub(super) fn attach(ebpf: &mut Ebpf, tp: &Tracepoint, program: &str) -> Result<(), ProbeError> {
     let what = |verb: &str| format!("{verb} {program} on {}:{}", tp.category, tp.name);
-    let program: &mut TracePoint = ebpf
-        .program_mut(program)
+    let program: &mut TracePoint = super::variant::program_mut(ebpf, program)
         .ok_or_else(|| ProbeError::Missing(format!("program {program}")))?
         .try_into()
         .map_err(|cause| ProbeError::Program {

@@ -11,6 +11,7 @@ use sidecar_race_ebpf::abi::{counter, kind};
 use super::{
     attach::ProbeError,
     evicted::{Evicted, Made},
+    recursion::RecursionMisses,
 };
 use crate::ingest::events::Kind;
 
@@ -49,6 +50,8 @@ pub struct KernelCounters {
     tables: LruTables,
     /// Evictions reported so far per table, so the counters never go back.
     evicted: Mutex<[Evicted; 4]>,
+    /// `None` where the kernel does not count every hook's skipped runs.
+    recursion: Option<RecursionMisses>,
 }
 
 impl std::fmt::Debug for KernelCounters {
@@ -58,12 +61,31 @@ impl std::fmt::Debug for KernelCounters {
 }
 
 impl KernelCounters {
-    pub(super) fn new(counters: PerCpuArray<MapData, u64>, tables: LruTables) -> Self {
+    pub(super) fn new(
+        counters: PerCpuArray<MapData, u64>,
+        tables: LruTables,
+        recursion: Option<RecursionMisses>,
+    ) -> Self {
         Self {
             counters,
             tables,
             evicted: Mutex::default(),
+            recursion,
         }
+    }
+
+    /// Budget writes another CPU got in first, per budget (`refusal`, `control`): the
+    /// contended branch of a budget update (see `sidecar_race_ebpf::admission`).
+    pub fn budget_conflicts(&self) -> Result<[(&'static str, u64); 2], ProbeError> {
+        Ok([
+            ("refusal", self.sum(counter::BUDGET_CONFLICTS)?),
+            ("control", self.sum(counter::CONTROL_BUDGET_CONFLICTS)?),
+        ])
+    }
+
+    /// Runs the kernel skipped per program; `None` where it does not count them.
+    pub fn recursion_misses(&self) -> Option<Vec<(String, u64)>> {
+        self.recursion.as_ref().map(RecursionMisses::read)
     }
 
     /// Counter `slot`, summed over CPUs.

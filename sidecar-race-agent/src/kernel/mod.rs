@@ -4,7 +4,7 @@
 //! Loading reads as its steps, each a module: the [`options`], the programs'
 //! [`globals`] (from the [`layout`] and [`btf`] offsets), the [`tracepoints`] and
 //! [`unix_hooks`] attached, then the maps [`probes`] keeps. [`attach`] holds what goes
-//! wrong on the way; [`counters`] what the kernel counts; [`charge_points`] which
+//! wrong on the way, [`variant`] which form of a program the kernel gets; [`counters`] what the kernel counts ([`recursion`]: the runs it skipped); [`charge_points`] which
 //! cgroups it charges budgets to, kept in line with the cgroup index.
 
 pub mod attach;
@@ -16,7 +16,9 @@ pub mod globals;
 pub mod layout;
 pub mod options;
 pub mod probes;
+pub mod recursion;
 pub mod requirements;
 pub mod tracefs;
 pub mod tracepoints;
 pub mod unix_hooks;
+mod variant;

@@ -15,6 +15,7 @@ use super::{
     globals::{Globals, ProcessNames},
     layout::{KernelLayout, Tracepoint},
     options::ProbeOptions,
+    recursion::RecursionMisses,
     tracepoints::{self, Degraded, SetStateHook},
     unix_hooks::{self, UnixCoverage, UnixHookChoice},
 };
@@ -181,7 +182,7 @@ impl Maps {
         Ok(Maps {
             ring,
             control,
-            counters: KernelCounters::new(counters, tables),
+            counters: KernelCounters::new(counters, tables, RecursionMisses::of(ebpf)),
             suppressed,
             charge_points,
         })

@@ -39,7 +39,7 @@ pub(super) fn attach_all(
         if !layout.is_usable(tp.program) {
             continue; // reported by the layout already
         }
-        match attach(ebpf, &tp, program_for(&tp)) {
+        match attach(ebpf, &tp, tp.program) {
             Ok(()) => attached.push(tp),
             Err(e) if tp.required => return Err(e),
             Err(e) => degraded.push(Degraded {
@@ -78,27 +78,11 @@ impl std::fmt::Display for SetStateHook {
     }
 }
 
-/// The program on the BTF tracepoint; the tracefs one is `inet_sock_set_state`.
-fn set_state_btf() -> &'static str {
-    if has_cmpxchg() {
-        "inet_sock_set_state_btf"
-    } else {
-        "inet_sock_set_state_btf_plain"
-    }
-}
-
-/// Whether this kernel has `BPF_ATOMIC` compare-and-exchange (5.12+). A kernel whose
-/// version cannot be read is taken not to: the budget is then written plainly.
-fn has_cmpxchg() -> bool {
-    aya::util::KernelVersion::current().is_ok_and(|v| v >= aya::util::KernelVersion::new(5, 12, 0))
-}
-
 /// Loads and attaches the BTF tracepoint program; the reason as text when it cannot.
 fn attach_btf(ebpf: &mut Ebpf, btf: &Result<aya::Btf, String>) -> Result<(), String> {
     let btf = btf.as_ref().map_err(Clone::clone)?;
-    let name = set_state_btf();
-    let program: &mut BtfTracePoint = ebpf
-        .program_mut(name)
+    let name = "inet_sock_set_state_btf";
+    let program: &mut BtfTracePoint = super::variant::program_mut(ebpf, name)
         .ok_or_else(|| format!("no program {name}"))?
         .try_into()
         .map_err(|e| chain(&e))?;
@@ -109,15 +93,4 @@ fn attach_btf(ebpf: &mut Ebpf, btf: &Result<aya::Btf, String>) -> Result<(), Str
         .attach()
         .map_err(|e| format!("attach: {}", chain(&e)))?;
     Ok(())
-}
-
-/// The program to load for `tp` on this kernel: the refusal program updates its budget,
-/// and the connect program claims its slot, by compare-and-exchange where the kernel
-/// has it; older verifiers refuse the instruction.
-fn program_for(tp: &Tracepoint) -> &'static str {
-    match tp.program {
-        "tcp_receive_reset" if !has_cmpxchg() => "tcp_receive_reset_plain",
-        "inet_sock_set_state" if !has_cmpxchg() => "inet_sock_set_state_plain",
-        program => program,
-    }
 }

@@ -421,7 +421,7 @@ fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P, Strin
 where
     &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
 {
-    ebpf.program_mut(name)
+    super::variant::program_mut(ebpf, name)
         .ok_or_else(|| format!("no program {name} in the object"))?
         .try_into()
         .map_err(|e| chain(&e))

@@ -8,17 +8,21 @@
 //! counts as a fresh budget, so a write through a recycled entry cannot hold the
 //! entry's new owner back. Where the kernel has compare-and-exchange (5.12+) the new
 //! time is written only if the entry still holds the exact value read; below that
-//! with a plain write (SECURITY.md: the race that is left).
+//! with a plain write (SECURITY.md: the race that is left). Every program that charges
+//! a budget comes in both forms; the agent loads the one its kernel takes.
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     maps::{HashMap, LruHashMap},
 };
-use sidecar_race_ebpf::layout::{RefusalBudget, budget_entry};
+use sidecar_race_ebpf::{
+    admission::{self, Entries, Entry},
+    layout::RefusalBudget,
+};
 
 use super::{
     helpers::{atomic_add, compare_exchange},
-    maps::count,
+    maps::{count, count_n},
 };
 
 /// The maps and counter slots of one class of records.
@@ -31,11 +35,14 @@ pub struct Ledger {
     pub unkeyed_slot: u32,
     /// Counted for every budget entry made (the agent tells evictions from it).
     pub made_slot: u32,
+    /// Counted for every write another CPU got in first (the contended branch).
+    pub conflict_slot: u32,
 }
 
-/// Whether a record charged to `cgroup_id` at `now` may be sent; takes its token if so.
-/// `CMPXCHG`: update the entry by compare-and-exchange (only in programs loaded on
-/// 5.12+: older verifiers refuse the instruction even where it is never reached).
+/// Whether a record charged to `cgroup_id` at `now` may be sent; takes its token if so
+/// (the steps: `sidecar_race_ebpf::admission`). `CMPXCHG`: update the entry by
+/// compare-and-exchange (only in programs loaded on 5.12+: older verifiers refuse the
+/// instruction even where it is never reached).
 #[inline(always)]
 pub fn admit<const CMPXCHG: bool>(
     ledger: &Ledger,
@@ -43,50 +50,60 @@ pub fn admit<const CMPXCHG: bool>(
     cgroup_id: u64,
     now: u64,
 ) -> bool {
-    if budget.interval_ns == 0 {
-        return true;
+    let a = admission::admit(&Budgets::<CMPXCHG>(ledger.budget), budget, cgroup_id, now);
+    if a.made {
+        count(ledger.made_slot);
     }
-    let Some(entry) = ledger.budget.get_ptr_mut(&cgroup_id) else {
-        let next = budget.admit(0, now).unwrap_or(now);
-        if ledger
-            .budget
-            .insert(&cgroup_id, &budget_entry(next, cgroup_id), 0)
-            .is_ok()
-        {
-            count(ledger.made_slot);
-        }
-        return true;
-    };
-    // Two tries: another CPU charging the same cgroup may update the entry between
-    // our read and our exchange; a second conflict counts the record as over budget.
-    for _ in 0..2 {
-        // SAFETY: a map value valid for this program run (RCU); read once.
-        let seen = unsafe { core::ptr::read_volatile(entry) };
-        // Another cgroup's tag (a write through a recycled entry landed here, or this
-        // one was recycled since the lookup) counts as a fresh budget, as when the LRU
-        // forgets a cgroup, and the entry is taken back.
-        let Some(next) = budget.charge(seen, cgroup_id, now) else {
-            return false;
-        };
-        if store::<CMPXCHG>(entry, seen, next) {
-            return true;
-        }
+    if a.conflicts > 0 {
+        count_n(ledger.conflict_slot, u64::from(a.conflicts));
     }
-    false
+    a.admitted
 }
 
-/// Writes `new` into the entry if it still holds `seen`; whether it did.
-#[inline(always)]
-fn store<const CMPXCHG: bool>(entry: *mut u64, seen: u64, new: u64) -> bool {
-    if !CMPXCHG {
-        // SAFETY: as above. Without compare-and-exchange (before 5.12): a recycle
-        // since the read lands our tagged time on another cgroup's entry, which that
-        // cgroup then reads as a fresh budget.
-        unsafe { core::ptr::write_volatile(entry, new) };
-        return true;
+/// A ledger's budget map, as `admission` sees it.
+struct Budgets<const CMPXCHG: bool>(&'static LruHashMap<u64, u64>);
+
+/// A budget entry: a map value valid for this program run (RCU).
+struct BudgetEntry<const CMPXCHG: bool>(*mut u64);
+
+impl<const CMPXCHG: bool> Entries for Budgets<CMPXCHG> {
+    type Entry<'a> = BudgetEntry<CMPXCHG>;
+
+    #[inline(always)]
+    fn find(&self, cgroup_id: u64) -> Option<BudgetEntry<CMPXCHG>> {
+        self.0.get_ptr_mut(&cgroup_id).map(BudgetEntry)
     }
-    // SAFETY: an aligned u64 map value; `CMPXCHG` only in programs loaded on 5.12+.
-    unsafe { compare_exchange(entry, seen, new) }
+
+    #[inline(always)]
+    fn make(&self, cgroup_id: u64, value: u64) -> bool {
+        // No-exist: a CPU racing us to make it loses and charges ours (with `BPF_ANY`
+        // each would overwrite the other's charge, and count one entry made twice).
+        self.0
+            .insert(&cgroup_id, &value, u64::from(BPF_NOEXIST))
+            .is_ok()
+    }
+}
+
+impl<const CMPXCHG: bool> Entry for BudgetEntry<CMPXCHG> {
+    #[inline(always)]
+    fn load(&self) -> u64 {
+        // SAFETY: a map value valid for this program run (RCU); read once.
+        unsafe { core::ptr::read_volatile(self.0) }
+    }
+
+    #[inline(always)]
+    fn replace(&self, seen: u64, new: u64) -> bool {
+        if !CMPXCHG {
+            // SAFETY: as above. Without compare-and-exchange (before 5.12) a write by
+            // another CPU since our read is overwritten, and a recycle since the read
+            // lands our tagged time on another cgroup's entry, which that cgroup then
+            // reads as a fresh budget (SECURITY.md: the race that is left).
+            unsafe { core::ptr::write_volatile(self.0, new) };
+            return true;
+        }
+        // SAFETY: an aligned u64 map value; `CMPXCHG` only in programs loaded on 5.12+.
+        unsafe { compare_exchange(self.0, seen, new) }
+    }
 }
 
 /// Counts a record charged to `cgroup_id` that was not sent: into its entry, or when

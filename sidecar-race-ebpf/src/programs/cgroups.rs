@@ -19,24 +19,32 @@ use super::{
     maps::{CONTROL, config, count},
 };
 
-#[tracepoint]
-pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
-    let (layout, hierarchy) = (config!(cgroup_mkdir), config!(cgroup2_hierarchy));
-    match emit(&ctx, &layout, hierarchy, kind::CGROUP_CREATED) {
-        Ok(r) | Err(r) => r,
-    }
-}
+budgeted!(#[tracepoint] cgroup_mkdir / cgroup_mkdir_plain (TracePointContext) => made);
+budgeted!(#[tracepoint] cgroup_rmdir / cgroup_rmdir_plain (TracePointContext) => removed);
 
-#[tracepoint]
-pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
-    let (layout, hierarchy) = (config!(cgroup_rmdir), config!(cgroup2_hierarchy));
-    match emit(&ctx, &layout, hierarchy, kind::CGROUP_REMOVED) {
+#[inline(always)]
+fn made<const CMPXCHG: bool>(ctx: &TracePointContext) -> u32 {
+    let (layout, hierarchy) = (config!(cgroup_mkdir), config!(cgroup2_hierarchy));
+    match emit::<CMPXCHG>(ctx, &layout, hierarchy, kind::CGROUP_CREATED) {
         Ok(r) | Err(r) => r,
     }
 }
 
 #[inline(always)]
-fn emit(ctx: &TracePointContext, l: &CgroupDir, hierarchy: i32, k: u8) -> Result<u32, u32> {
+fn removed<const CMPXCHG: bool>(ctx: &TracePointContext) -> u32 {
+    let (layout, hierarchy) = (config!(cgroup_rmdir), config!(cgroup2_hierarchy));
+    match emit::<CMPXCHG>(ctx, &layout, hierarchy, kind::CGROUP_REMOVED) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+#[inline(always)]
+fn emit<const CMPXCHG: bool>(
+    ctx: &TracePointContext,
+    l: &CgroupDir,
+    hierarchy: i32,
+    k: u8,
+) -> Result<u32, u32> {
     if field::<i32>(ctx, l.root)? != hierarchy {
         return Ok(0); // a cgroup v1 hierarchy: ids there are not the ones sockets carry
     }
@@ -45,7 +53,7 @@ fn emit(ctx: &TracePointContext, l: &CgroupDir, hierarchy: i32, k: u8) -> Result
     // for its own sub-cgroups; the runtime making a pod is not budgeted.
     // SAFETY: helper without preconditions.
     let own = unsafe { generated::bpf_get_current_cgroup_id() };
-    if !control_admitted(k, &charge::of_current_task(own)) {
+    if !control_admitted::<CMPXCHG>(k, &charge::of_current_task(own)) {
         return Ok(0);
     }
     let Some(mut entry) = CONTROL.reserve::<CgroupEvent>(0) else {

@@ -113,11 +113,11 @@ fn changed<const CMPXCHG: bool, S: SetStateSource>(
         return Ok(0);
     }
     if new == TCP_LISTEN {
-        listen::started(src, sk)?;
+        listen::started::<CMPXCHG, S>(src, sk)?;
     } else if old == TCP_LISTEN && new == TCP_CLOSE {
         // Only a real close: a child socket cloned from a listener also leaves LISTEN
         // (to SYN_RECV), in the connecting task's context.
-        listen::stopped(src, sk)?;
+        listen::stopped::<CMPXCHG, S>(src, sk)?;
     }
     Ok(0)
 }

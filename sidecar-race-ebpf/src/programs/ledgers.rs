@@ -17,6 +17,7 @@ pub fn refusals() -> budget::Ledger {
         suppressed_slot: counter::SUPPRESSED,
         unkeyed_slot: counter::SUPPRESSED_UNKEYED,
         made_slot: counter::BUDGET_MADE,
+        conflict_slot: counter::BUDGET_CONFLICTS,
     }
 }
 
@@ -29,20 +30,19 @@ pub fn control(k: u8) -> budget::Ledger {
         suppressed_slot: counter::control_suppressed(k),
         unkeyed_slot: counter::CONTROL_SUPPRESSED_UNKEYED,
         made_slot: counter::CONTROL_BUDGET_MADE,
+        conflict_slot: counter::CONTROL_BUDGET_CONFLICTS,
     }
 }
 
 /// Whether a control record of kind `k` charged to `charge` may be sent; counts it
 /// when not. Only containers and pods the agent marked are budgeted.
 #[inline(always)]
-pub fn control_admitted(k: u8, charge: &charge::Charge) -> bool {
+pub fn control_admitted<const CMPXCHG: bool>(k: u8, charge: &charge::Charge) -> bool {
     if !charge.marked {
         return true;
     }
     let ledger = control(k);
-    // Plain writes: control records are rare next to refusals, and one program per
-    // hook is enough for them (SECURITY.md).
-    if budget::admit::<false>(
+    if budget::admit::<CMPXCHG>(
         &ledger,
         config!(control_budget),
         charge.cgroup_id,

@@ -11,24 +11,24 @@ use super::{
 };
 
 #[inline(always)]
-pub fn started<S: SetStateSource>(src: &S, sk: u64) -> Result<u32, u32> {
+pub fn started<const CMPXCHG: bool, S: SetStateSource>(src: &S, sk: u64) -> Result<u32, u32> {
     let owner = ListenOwner {
         owner: current_owner(),
         start_boot_ns: now_boot_ns(),
     };
     let _ = LISTENING.insert(&sk, &owner, 0);
-    emit(src, sk, kind::LISTEN, &owner, 0)
+    emit::<CMPXCHG, S>(src, sk, kind::LISTEN, &owner, 0)
 }
 
 #[inline(always)]
-pub fn stopped<S: SetStateSource>(src: &S, sk: u64) -> Result<u32, u32> {
+pub fn stopped<const CMPXCHG: bool, S: SetStateSource>(src: &S, sk: u64) -> Result<u32, u32> {
     // The closing task may not be the one that listened (fd passed on, exit of
     // another thread): prefer the owner recorded at listen().
     // SAFETY: the value is copied out before any other map operation.
     let recorded = unsafe { LISTENING.get(&sk) }.copied();
     let _ = LISTENING.remove(&sk);
     match recorded {
-        Some(owner) => emit(
+        Some(owner) => emit::<CMPXCHG, S>(
             src,
             sk,
             kind::LISTEN_CLOSED,
@@ -42,13 +42,13 @@ pub fn stopped<S: SetStateSource>(src: &S, sk: u64) -> Result<u32, u32> {
                 owner: current_owner(),
                 start_boot_ns: 0,
             };
-            emit(src, sk, kind::LISTEN_CLOSED, &owner, 0)
+            emit::<CMPXCHG, S>(src, sk, kind::LISTEN_CLOSED, &owner, 0)
         }
     }
 }
 
 #[inline(always)]
-fn emit<S: SetStateSource>(
+fn emit<const CMPXCHG: bool, S: SetStateSource>(
     src: &S,
     sk: u64,
     k: u8,
@@ -56,7 +56,7 @@ fn emit<S: SetStateSource>(
     event_flags: u8,
 ) -> Result<u32, u32> {
     count(counter::seen(k));
-    if !control_admitted(k, &charge::of_socket(sk, owner.owner.cgroup_id)) {
+    if !control_admitted::<CMPXCHG>(k, &charge::of_socket(sk, owner.owner.cgroup_id)) {
         return Ok(0);
     }
     let Some(mut entry) = CONTROL.reserve::<SocketEvent>(0) else {

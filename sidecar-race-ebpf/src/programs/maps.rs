@@ -13,6 +13,8 @@ use sidecar_race_ebpf::{
     layout::Config,
 };
 
+use super::helpers::atomic_add;
+
 /// Filled by the agent from tracefs at load time.
 #[unsafe(no_mangle)]
 pub static CONFIG: Config = Config::UNSET;
@@ -90,8 +92,16 @@ pub(crate) use config;
 
 #[inline(always)]
 pub fn count(slot: u32) {
+    count_n(slot, 1);
+}
+
+/// Adds `n` to a per-CPU counter. Atomically although no other CPU writes the slot: a
+/// program in softirq (a reset arriving) can interrupt one in process context on the
+/// same CPU between a plain read and its write, and one of the two counts is lost.
+#[inline(always)]
+pub fn count_n(slot: u32, n: u64) {
     if let Some(p) = COUNTERS.get_ptr_mut(slot) {
-        // SAFETY: per-CPU slot, no concurrent writer on this CPU.
-        unsafe { *p += 1 };
+        // SAFETY: an aligned u64 map value valid for this program run.
+        unsafe { atomic_add(p, n) };
     }
 }

@@ -2,6 +2,24 @@
 //! helpers every program calls (`helpers`) and the budget ledgers (`ledgers`) are
 //! leaves the programs import.
 
+/// A program that charges a budget, in both forms: `$name` updates it by
+/// compare-and-exchange (5.12+), `$plain` plainly for older kernels, whose verifiers
+/// refuse that instruction even where it is never reached. The agent loads `$plain`
+/// where the kernel has no compare-and-exchange (`kernel::variant`). `$body` is
+/// `fn<const CMPXCHG: bool>(ctx: &$ty) -> u32`.
+macro_rules! budgeted {
+    ($(#[$attr:meta])* $name:ident / $plain:ident ($ty:ty) => $body:ident) => {
+        $(#[$attr])*
+        pub fn $name(ctx: $ty) -> u32 {
+            $body::<true>(&ctx)
+        }
+        $(#[$attr])*
+        pub fn $plain(ctx: $ty) -> u32 {
+            $body::<false>(&ctx)
+        }
+    };
+}
+
 mod budget;
 mod cgroups;
 mod charge;

@@ -11,37 +11,42 @@ use sidecar_race_ebpf::{
 
 use super::unix_sock::{self, Details, PathSource, read};
 
-/// `int unix_stream_connect(struct socket *, struct sockaddr *, int addr_len, int flags)`
-/// (stream and seqpacket sockets).
-#[fexit(function = "unix_stream_connect")]
-pub fn unix_stream_connect(ctx: FExitContext) -> u32 {
-    connected(&ctx)
-}
+budgeted!(
+    /// `int unix_stream_connect(struct socket *, struct sockaddr *, int addr_len, int flags)`
+    /// (stream and seqpacket sockets).
+    #[fexit(function = "unix_stream_connect")]
+    unix_stream_connect / unix_stream_connect_plain (FExitContext) => connected
+);
 
-/// `int unix_dgram_connect(struct socket *, struct sockaddr *, int alen, int flags)`.
-#[fexit(function = "unix_dgram_connect")]
-pub fn unix_dgram_connect(ctx: FExitContext) -> u32 {
-    connected(&ctx)
-}
+budgeted!(
+    /// `int unix_dgram_connect(struct socket *, struct sockaddr *, int alen, int flags)`.
+    #[fexit(function = "unix_dgram_connect")]
+    unix_dgram_connect / unix_dgram_connect_plain (FExitContext) => connected
+);
 
-/// `int unix_dgram_sendmsg(struct socket *, struct msghdr *, size_t len)`: a datagram
-/// sent to a path without connecting first (statsd-style `sendto`).
-#[fexit(function = "unix_dgram_sendmsg")]
-pub fn unix_dgram_sendmsg(ctx: FExitContext) -> u32 {
+budgeted!(
+    /// `int unix_dgram_sendmsg(struct socket *, struct msghdr *, size_t len)`: a datagram
+    /// sent to a path without connecting first (statsd-style `sendto`).
+    #[fexit(function = "unix_dgram_sendmsg")]
+    unix_dgram_sendmsg / unix_dgram_sendmsg_plain (FExitContext) => sent
+);
+
+#[inline(always)]
+fn sent<const CMPXCHG: bool>(ctx: &FExitContext) -> u32 {
     let ret: i64 = ctx.arg::<i32>(3).into();
     if !is_refusal(ret) {
         return 0;
     }
-    sendmsg_refused(ctx.arg(0), ctx.arg(1), ret)
+    sendmsg_refused::<CMPXCHG>(ctx.arg(0), ctx.arg(1), ret)
 }
 
 #[inline(always)]
-fn connected(ctx: &FExitContext) -> u32 {
+fn connected<const CMPXCHG: bool>(ctx: &FExitContext) -> u32 {
     let ret: i64 = ctx.arg::<i32>(4).into();
     if !is_refusal(ret) {
         return 0;
     }
-    send_refused(
+    send_refused::<CMPXCHG>(
         ctx.arg(0),
         ctx.arg(1),
         ctx.arg::<i32>(2).into(),
@@ -58,19 +63,25 @@ pub fn sendmsg_name(msg: u64) -> Option<u64> {
 
 /// A refused `unix_dgram_sendmsg` of `sock` with `msg` (a `struct msghdr *`).
 #[inline(always)]
-pub fn sendmsg_refused(sock: u64, msg: u64, ret: i64) -> u32 {
+pub fn sendmsg_refused<const CMPXCHG: bool>(sock: u64, msg: u64, ret: i64) -> u32 {
     // A connected sender names no address: its refusal says nothing about a path.
     let Some(name) = sendmsg_name(msg) else {
         return 0;
     };
     let len = read::<i32>(msg, unix_sock::config().fields.msg_namelen).unwrap_or(0);
-    send_refused(sock, name, len.into(), ret, hook::SENDMSG)
+    send_refused::<CMPXCHG>(sock, name, len.into(), ret, hook::SENDMSG)
 }
 
 /// A refused connect or send of `sock` (a `struct socket *`) to the kernel's copy of
 /// the address at `addr`.
 #[inline(always)]
-pub fn send_refused(sock: u64, addr: u64, addr_len: i64, ret: i64, via: u8) -> u32 {
+pub fn send_refused<const CMPXCHG: bool>(
+    sock: u64,
+    addr: u64,
+    addr_len: i64,
+    ret: i64,
+    via: u8,
+) -> u32 {
     if read::<u16>(addr, 0) != Some(AF_UNIX) {
         return 0;
     }
@@ -83,7 +94,7 @@ pub fn send_refused(sock: u64, addr: u64, addr_len: i64, ret: i64, via: u8) -> u
         inode: 0,
         hook: via,
     };
-    match unix_sock::refused(&PathSource::of_sockaddr(addr, addr_len, false), &details) {
+    match unix_sock::refused::<CMPXCHG>(&PathSource::of_sockaddr(addr, addr_len, false), &details) {
         Ok(r) | Err(r) => r,
     }
 }

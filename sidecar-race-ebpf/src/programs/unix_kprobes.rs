@@ -98,12 +98,35 @@ pub fn unix_kprobe_enter_sendmsg(ctx: ProbeContext) -> u32 {
     keep(regs)
 }
 
-/// Return of `unix_stream_connect` / `unix_dgram_connect`
-/// `(struct socket *, struct sockaddr *, int addr_len, int flags)`.
-#[kretprobe]
-pub fn unix_kretprobe_connect(ctx: RetProbeContext) -> u32 {
+budgeted!(
+    /// Return of `unix_stream_connect` / `unix_dgram_connect`
+    /// `(struct socket *, struct sockaddr *, int addr_len, int flags)`.
+    #[kretprobe]
+    unix_kretprobe_connect / unix_kretprobe_connect_plain (RetProbeContext) => connect_returned
+);
+
+budgeted!(
+    /// Return of `unix_dgram_sendmsg(struct socket *, struct msghdr *, size_t)`.
+    #[kretprobe]
+    unix_kretprobe_sendmsg / unix_kretprobe_sendmsg_plain (RetProbeContext) => sendmsg_returned
+);
+
+budgeted!(
+    /// Return of `unix_listen(struct socket *, int backlog)`.
+    #[kretprobe]
+    unix_kretprobe_listen / unix_kretprobe_listen_plain (RetProbeContext) => listen_returned
+);
+
+budgeted!(
+    /// Entry of `unix_release(struct socket *)`: nothing to keep, the socket is read now.
+    #[kprobe]
+    unix_kprobe_release / unix_kprobe_release_plain (ProbeContext) => release_entered
+);
+
+#[inline(always)]
+fn connect_returned<const CMPXCHG: bool>(ctx: &RetProbeContext) -> u32 {
     match returned(ctx.regs as u64) {
-        Some((c, r)) if is_refusal(r) => send_refused(
+        Some((c, r)) if is_refusal(r) => send_refused::<CMPXCHG>(
             c.args[0],
             c.args[1],
             i64::from(c.args[2] as i32),
@@ -114,26 +137,23 @@ pub fn unix_kretprobe_connect(ctx: RetProbeContext) -> u32 {
     }
 }
 
-/// Return of `unix_dgram_sendmsg(struct socket *, struct msghdr *, size_t)`.
-#[kretprobe]
-pub fn unix_kretprobe_sendmsg(ctx: RetProbeContext) -> u32 {
+#[inline(always)]
+fn sendmsg_returned<const CMPXCHG: bool>(ctx: &RetProbeContext) -> u32 {
     match returned(ctx.regs as u64) {
-        Some((c, r)) if is_refusal(r) => sendmsg_refused(c.args[0], c.args[1], r),
+        Some((c, r)) if is_refusal(r) => sendmsg_refused::<CMPXCHG>(c.args[0], c.args[1], r),
         _ => 0,
     }
 }
 
-/// Return of `unix_listen(struct socket *, int backlog)`.
-#[kretprobe]
-pub fn unix_kretprobe_listen(ctx: RetProbeContext) -> u32 {
+#[inline(always)]
+fn listen_returned<const CMPXCHG: bool>(ctx: &RetProbeContext) -> u32 {
     match returned(ctx.regs as u64) {
-        Some((c, 0)) => listened(c.args[0]),
+        Some((c, 0)) => listened::<CMPXCHG>(c.args[0]),
         _ => 0,
     }
 }
 
-/// Entry of `unix_release(struct socket *)`: nothing to keep, the socket is read now.
-#[kprobe]
-pub fn unix_kprobe_release(ctx: ProbeContext) -> u32 {
-    arg(ctx.regs as u64, 0).map_or(0, released)
+#[inline(always)]
+fn release_entered<const CMPXCHG: bool>(ctx: &ProbeContext) -> u32 {
+    arg(ctx.regs as u64, 0).map_or(0, released::<CMPXCHG>)
 }

@@ -20,25 +20,35 @@ use super::{
     unix_sock::{self, Details, PathSource, read},
 };
 
-/// `int unix_listen(struct socket *sock, int backlog)`.
-#[fexit(function = "unix_listen")]
-pub fn unix_listen(ctx: FExitContext) -> u32 {
+budgeted!(
+    /// `int unix_listen(struct socket *sock, int backlog)`.
+    #[fexit(function = "unix_listen")]
+    unix_listen / unix_listen_plain (FExitContext) => on_listen
+);
+
+budgeted!(
+    /// `int unix_release(struct socket *sock)`: every Unix socket's close; only a
+    /// listener's is ours.
+    #[fentry(function = "unix_release")]
+    unix_release / unix_release_plain (FEntryContext) => on_release
+);
+
+#[inline(always)]
+fn on_listen<const CMPXCHG: bool>(ctx: &FExitContext) -> u32 {
     if ctx.arg::<i32>(2) != 0 {
         return 0;
     }
-    listened(ctx.arg(0))
+    listened::<CMPXCHG>(ctx.arg(0))
 }
 
-/// `int unix_release(struct socket *sock)`: every Unix socket's close; only a
-/// listener's is ours.
-#[fentry(function = "unix_release")]
-pub fn unix_release(ctx: FEntryContext) -> u32 {
-    released(ctx.arg(0))
+#[inline(always)]
+fn on_release<const CMPXCHG: bool>(ctx: &FEntryContext) -> u32 {
+    released::<CMPXCHG>(ctx.arg(0))
 }
 
 /// A successful `unix_listen` of `sock` (a `struct socket *`).
 #[inline(always)]
-pub fn listened(sock: u64) -> u32 {
+pub fn listened<const CMPXCHG: bool>(sock: u64) -> u32 {
     let f = unix_sock::config().fields;
     let Some(sk) = read::<u64>(sock, f.socket_sk) else {
         return 0;
@@ -51,12 +61,12 @@ pub fn listened(sock: u64) -> u32 {
     if LISTENING.insert(&sk, &owner, BPF_NOEXIST as u64).is_err() {
         return 0;
     }
-    emit(kind::UNIX_LISTEN, 0, &owner, sock, sk, &f)
+    emit::<CMPXCHG>(kind::UNIX_LISTEN, 0, &owner, sock, sk, &f)
 }
 
 /// `unix_release` of `sock`: a listener's close, else nothing.
 #[inline(always)]
-pub fn released(sock: u64) -> u32 {
+pub fn released<const CMPXCHG: bool>(sock: u64) -> u32 {
     let f = unix_sock::config().fields;
     let Some(sk) = read::<u64>(sock, f.socket_sk) else {
         return 0;
@@ -68,7 +78,7 @@ pub fn released(sock: u64) -> u32 {
     let recorded = unsafe { LISTENING.get(&sk) }.copied();
     let _ = LISTENING.remove(&sk);
     match recorded {
-        Some(owner) => emit(
+        Some(owner) => emit::<CMPXCHG>(
             kind::UNIX_LISTEN_CLOSED,
             flags::OWNER_FROM_START,
             &owner,
@@ -82,13 +92,20 @@ pub fn released(sock: u64) -> u32 {
                 owner: current_owner(),
                 start_boot_ns: 0,
             };
-            emit(kind::UNIX_LISTEN_CLOSED, 0, &owner, sock, sk, &f)
+            emit::<CMPXCHG>(kind::UNIX_LISTEN_CLOSED, 0, &owner, sock, sk, &f)
         }
     }
 }
 
 #[inline(always)]
-fn emit(k: u8, event_flags: u8, owner: &ListenOwner, sock: u64, sk: u64, f: &UnixFields) -> u32 {
+fn emit<const CMPXCHG: bool>(
+    k: u8,
+    event_flags: u8,
+    owner: &ListenOwner,
+    sock: u64,
+    sk: u64,
+    f: &UnixFields,
+) -> u32 {
     // `unix_sock` starts with its `struct sock`: the same pointer.
     let addr = read::<u64>(sk, f.unix_addr).unwrap_or(0);
     let len = read::<i32>(addr, f.addr_len).unwrap_or(0);
@@ -117,7 +134,7 @@ fn emit(k: u8, event_flags: u8, owner: &ListenOwner, sock: u64, sk: u64, f: &Uni
     } else {
         PathSource::of_sockaddr(name, len.into(), false)
     };
-    match unix_sock::listener(
+    match unix_sock::listener::<CMPXCHG>(
         k,
         event_flags,
         &owner.owner,

@@ -98,15 +98,13 @@ pub struct Details {
 /// A refused connect or send by the current task: charged to its container's refusal
 /// budget like a TCP refusal, then sent on the refusal ring.
 #[inline(always)]
-pub fn refused(path: &PathSource, d: &Details) -> Result<u32, u32> {
+pub fn refused<const CMPXCHG: bool>(path: &PathSource, d: &Details) -> Result<u32, u32> {
     count(counter::seen(kind::UNIX_REFUSED));
     let owner = current_owner();
     let now = now_boot_ns();
     let charged = charge::of_current_task(owner.cgroup_id).cgroup_id;
     let ledger = refusals();
-    // Plain writes: the fexit programs load on kernels older than compare-and-exchange
-    // too (SECURITY.md: the race that is left).
-    if !budget::admit::<false>(&ledger, config!(refusal_budget), charged, now) {
+    if !budget::admit::<CMPXCHG>(&ledger, config!(refusal_budget), charged, now) {
         budget::suppress(&ledger, charged);
         return Ok(0);
     }
@@ -116,7 +114,7 @@ pub fn refused(path: &PathSource, d: &Details) -> Result<u32, u32> {
 
 /// A Unix listener up or down, on the control ring under its container's budget.
 #[inline(always)]
-pub fn listener(
+pub fn listener<const CMPXCHG: bool>(
     k: u8,
     event_flags: u8,
     owner: &Owner,
@@ -126,7 +124,7 @@ pub fn listener(
     d: &Details,
 ) -> Result<u32, u32> {
     count(counter::seen(k));
-    if !control_admitted(k, charged) {
+    if !control_admitted::<CMPXCHG>(k, charged) {
         return Ok(0);
     }
     send(

@@ -126,12 +126,17 @@ pub fn unix_sys_enter_listen(ctx: TracePointContext) -> u32 {
     0
 }
 
-#[tracepoint]
-pub fn unix_sys_exit_listen(ctx: TracePointContext) -> u32 {
+budgeted!(
+    #[tracepoint]
+    unix_sys_exit_listen / unix_sys_exit_listen_plain (TracePointContext) => listen_exited
+);
+
+#[inline(always)]
+fn listen_exited<const CMPXCHG: bool>(ctx: &TracePointContext) -> u32 {
     let Some(key) = unix_sock::take_call(&UNIX_LISTENING_CALLS) else {
         return 0;
     };
-    if field::<i64>(&ctx, unix_sock::config().syscalls.exit_ret) != Ok(0) {
+    if field::<i64>(ctx, unix_sock::config().syscalls.exit_ret) != Ok(0) {
         return 0;
     }
     let Some(bound) = UNIX_BOUND.get_ptr_mut(&key) else {
@@ -160,7 +165,7 @@ pub fn unix_sys_exit_listen(ctx: TracePointContext) -> u32 {
         inode: 0,
         hook: hook::SYSCALL_LISTEN,
     };
-    match unix_sock::listener(
+    match unix_sock::listener::<CMPXCHG>(
         kind::UNIX_LISTEN,
         0,
         &owner,

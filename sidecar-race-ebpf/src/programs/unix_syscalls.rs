@@ -64,9 +64,14 @@ pub fn unix_sys_enter_sendto(ctx: TracePointContext) -> u32 {
     entered(&ctx, a.sendto_addr, a.sendto_addrlen, hook::SYSCALL_SENDTO)
 }
 
-/// Shared by `sys_exit_connect` and `sys_exit_sendto`.
-#[tracepoint]
-pub fn unix_sys_exit(ctx: TracePointContext) -> u32 {
+budgeted!(
+    /// Shared by `sys_exit_connect` and `sys_exit_sendto`.
+    #[tracepoint]
+    unix_sys_exit / unix_sys_exit_plain (TracePointContext) => exit
+);
+
+#[inline(always)]
+fn exit<const CMPXCHG: bool>(ctx: &TracePointContext) -> u32 {
     let Some(open) = UNIX_CALLS_OPEN.get_ptr_mut(0) else {
         return 0;
     };
@@ -80,8 +85,8 @@ pub fn unix_sys_exit(ctx: TracePointContext) -> u32 {
     };
     // SAFETY: as above; adding 2^64 - 1 takes one away.
     unsafe { atomic_add(open, u64::MAX) };
-    match refusal(&ctx) {
-        Some(ret) => report(call.addr, call.addr_len, call.hook, ret),
+    match refusal(ctx) {
+        Some(ret) => report::<CMPXCHG>(call.addr, call.addr_len, call.hook, ret),
         None => 0,
     }
 }
@@ -128,7 +133,8 @@ fn exited(ctx: &TracePointContext, addr_at: u16, len_at: u16, via: u8) -> u32 {
     if !is_unix(addr) {
         return 0;
     }
-    report(addr, addr_len as i32 as i64, via, ret)
+    // Only on 5.15+ (the helpers above): compare-and-exchange is there.
+    report::<true>(addr, addr_len as i32 as i64, via, ret)
 }
 
 /// The syscall's result when it is a refusal.
@@ -147,7 +153,7 @@ fn is_unix(addr: u64) -> bool {
 
 /// A refused AF_UNIX call to the user's address at `addr`, `addr_len` bytes.
 #[inline(always)]
-fn report(addr: u64, addr_len: i64, via: u8, ret: i64) -> u32 {
+fn report<const CMPXCHG: bool>(addr: u64, addr_len: i64, via: u8, ret: i64) -> u32 {
     let details = Details {
         error: -(ret as i32),
         sock_type: 0,
@@ -156,7 +162,7 @@ fn report(addr: u64, addr_len: i64, via: u8, ret: i64) -> u32 {
         hook: via,
     };
     let path = PathSource::of_sockaddr(addr, addr_len, true);
-    match unix_sock::refused(&path, &details) {
+    match unix_sock::refused::<CMPXCHG>(&path, &details) {
         Ok(r) | Err(r) => r,
     }
 }

@@ -39,6 +39,8 @@ impl KernelSource for KernelCounters {
                 .map(|(k, c)| (k.name(), c.suppressed))
                 .collect(),
             entries_gone: gone.to_vec(),
+            budget_conflicts: self.budget_conflicts()?.to_vec(),
+            recursion_misses: self.recursion_misses(),
         })
     }
 }

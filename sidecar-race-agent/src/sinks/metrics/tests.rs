@@ -111,6 +111,11 @@ fn golden_exposition() {
                 ("local_refusals", 12),
                 ("unix_kprobe_calls", 2),
             ],
+            budget_conflicts: vec![("refusal", 9), ("control", 0)],
+            recursion_misses: Some(vec![
+                ("tcp_receive_reset".into(), 1),
+                ("inet_sock_set_state_btf".into(), 0),
+            ]),
         }),
         refusals_other: p.counts().refusals_other,
         self_refusals: p.counts().self_refusals,

@@ -39,6 +39,11 @@ pub struct KernelTotals {
     pub suppressed: Vec<(&'static str, u64)>,
     /// Per kernel table: sockets whose entry was gone when they left the state.
     pub entries_gone: Vec<(&'static str, u64)>,
+    /// Per budget (`refusal`, `control`): writes another CPU got in first.
+    pub budget_conflicts: Vec<(&'static str, u64)>,
+    /// Per program: runs the kernel skipped (one of ours was running on the CPU);
+    /// `None` where the kernel does not count them.
+    pub recursion_misses: Option<Vec<(String, u64)>>,
 }
 
 /// What the agent's bounds dropped or reordered (see SECURITY.md, agent bounds).
@@ -97,6 +102,27 @@ impl Collector for TotalsCollector {
             )?;
             for (table, n) in &kernel.entries_gone {
                 ConstCounter::new(*n).encode(family.encode_family(&[("table", *table)])?)?;
+            }
+            let mut family = encoder.encode_descriptor(
+                "kernel_budget_conflicts",
+                "Budget updates another CPU got in first, by budget (refusal, control): read again once, then counted over budget; never a record lost.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (budget, n) in &kernel.budget_conflicts {
+                ConstCounter::new(*n).encode(family.encode_family(&[("budget", *budget)])?)?;
+            }
+            if let Some(programs) = &kernel.recursion_misses {
+                let mut family = encoder.encode_descriptor(
+                    "kernel_recursion_misses",
+                    "Runs of a program the kernel skipped because one of ours was already running on that CPU (its fdinfo's recursion_misses); absent before Linux 6.7, which does not count them for tracepoints and kprobes.",
+                    None,
+                    MetricType::Counter,
+                )?;
+                for (program, n) in programs {
+                    ConstCounter::new(*n)
+                        .encode(family.encode_family(&[("program", program.as_str())])?)?;
+                }
             }
         }
         counter(
