@@ -179,6 +179,30 @@ pub const fn v4_mapped(v4: [u8; 4]) -> [u8; 16] {
     ]
 }
 
+/// A connect's destination (address in v6 form, host-order port) folded into 8 bytes:
+/// recorded with the connect's owner and compared when a reset arrives, so an entry
+/// left behind by an earlier socket at the same kernel address (its exit from SYN_SENT
+/// never seen: a run the kernel skipped, a full table) cannot lend its owner to a
+/// refusal on the way somewhere else. Never 0, which marks "not recorded".
+#[inline(always)]
+pub const fn destination_tag(addr: &[u8; 16], port: u16) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ port as u64;
+    let mut i = 0;
+    while i < 16 {
+        h = (h ^ addr[i] as u64).wrapping_mul(PRIME);
+        i += 1;
+    }
+    if h == 0 { 1 } else { h }
+}
+
+/// Whether an entry recorded for a connect to `recorded` is the one a reset on its way
+/// to `seen` belongs to (a destination that could not be read, 0, is not compared).
+#[inline(always)]
+pub const fn same_connect(recorded: u64, seen: u64) -> bool {
+    recorded == seen || recorded == 0 || seen == 0
+}
+
 /// Key of the map that remembers where the local stack refused a SYN, by the client end.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -188,3 +212,55 @@ pub struct ClientEnd {
     pub _pad: [u8; 6],
 }
 const _: () = assert!(size_of::<ClientEnd>() == 24);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOOPBACK: [u8; 16] = v4_mapped([127, 0, 0, 1]);
+
+    #[test]
+    fn a_destination_tag_tells_ports_and_addresses_apart() {
+        let proxy = destination_tag(&LOOPBACK, 15001);
+        assert_eq!(proxy, destination_tag(&LOOPBACK, 15001), "the same connect");
+        assert_ne!(proxy, destination_tag(&LOOPBACK, 15002), "another port");
+        assert_ne!(
+            proxy,
+            destination_tag(&v4_mapped([127, 0, 0, 2]), 15001),
+            "another address"
+        );
+        let mut v6_loopback = [0; 16];
+        v6_loopback[15] = 1;
+        assert_ne!(
+            proxy,
+            destination_tag(&v6_loopback, 15001),
+            "::1 is not 127.0.0.1"
+        );
+        assert_ne!(
+            destination_tag(&[0; 16], 0),
+            0,
+            "0 stays free for unrecorded"
+        );
+    }
+
+    #[test]
+    fn an_entry_left_by_a_connect_elsewhere_lends_no_owner() {
+        let (ours, stale) = (
+            destination_tag(&LOOPBACK, 15001),
+            destination_tag(&LOOPBACK, 8080),
+        );
+        assert!(same_connect(ours, ours));
+        assert!(
+            !same_connect(stale, ours),
+            "a stale entry to another destination"
+        );
+        assert!(
+            same_connect(0, ours),
+            "a destination the program could not read"
+        );
+        assert!(
+            same_connect(ours, 0),
+            "a reset whose destination could not be read"
+        );
+    }
+}

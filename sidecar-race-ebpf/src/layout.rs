@@ -15,6 +15,9 @@ pub struct InetSockSetState {
     pub family: u16,
     pub protocol: u16,
     pub saddr_v6: u16,
+    /// The destination, recorded with a connect's owner (see `abi::destination_tag`).
+    pub dport: u16,
+    pub daddr_v6: u16,
     pub _pad: u16,
 }
 
@@ -72,7 +75,12 @@ pub struct SockFields {
     pub v6_saddr: u16,
     /// `skc_state` (u8): whether a socket that receives a reset is still connecting.
     pub state: u16,
-    pub _pad: [u16; 2],
+    /// `skc_dport` (network order), `skc_daddr` (4 bytes), `skc_v6_daddr` (16 bytes):
+    /// a connect's destination, recorded with its owner.
+    pub dport: u16,
+    pub daddr: u16,
+    pub v6_daddr: u16,
+    pub _pad: [u16; 3],
 }
 
 /// Byte offsets for finding the cgroup ancestors of a socket or of the current task,
@@ -168,7 +176,10 @@ pub struct Config {
     pub cgroup: CgroupFields,
 }
 
-const _: () = assert!(core::mem::size_of::<Config>() == 128);
+// No padding the compiler adds: every field ends where the next one's alignment starts.
+const _: () = assert!(core::mem::size_of::<Config>() == 136);
+const _: () = assert!(core::mem::offset_of!(Config, refusal_budget) == 64);
+const _: () = assert!(core::mem::offset_of!(Config, control_budget) == 104);
 
 /// Control records (listener up/down, cgroup made/removed) a container may send in
 /// one burst: a pod's start makes a handful.
@@ -287,6 +298,8 @@ impl Config {
             family: M,
             protocol: M,
             saddr_v6: M,
+            dport: M,
+            daddr_v6: M,
             _pad: 0,
         },
         receive_reset: TcpReceiveReset {
@@ -315,7 +328,10 @@ impl Config {
             saddr: M,
             v6_saddr: M,
             state: M,
-            _pad: [0; 2],
+            dport: M,
+            daddr: M,
+            v6_daddr: M,
+            _pad: [0; 3],
         },
         control_budget: RefusalBudget::OFF,
         cgroup: CgroupFields::UNSET,

@@ -182,7 +182,10 @@ pub fn sock_fields(btf: &Btf) -> Result<SockFields, BtfError> {
         saddr: btf.offset("inet_sock", "inet_saddr")?,
         v6_saddr: c("skc_v6_rcv_saddr")?,
         state: c("skc_state")?,
-        _pad: [0; 2],
+        dport: c("skc_dport")?,
+        daddr: c("skc_daddr")?,
+        v6_daddr: c("skc_v6_daddr")?,
+        _pad: [0; 3],
     })
 }
 

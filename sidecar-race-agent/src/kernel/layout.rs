@@ -151,6 +151,8 @@ fn fill(config: &mut Config, tp: &Tracepoint, fmt: &EventFormat) -> Result<(), S
                 family: f("family", &[2])?,
                 protocol: f("protocol", &[2])?,
                 saddr_v6: f("saddr_v6", &[16])?,
+                dport: f("dport", &[2])?,
+                daddr_v6: f("daddr_v6", &[16])?,
                 _pad: 0,
             }
         }

@@ -99,7 +99,7 @@ fn changed<const CMPXCHG: bool, S: SetStateSource>(
     // protocol read: an MPTCP socket is recorded and forgotten like its subflow, and
     // only a reset of a TCP socket looks one up.
     if new == TCP_SYN_SENT {
-        connecting::record::<CMPXCHG>(sk, &current_owner());
+        connecting::record::<CMPXCHG>(sk, &current_owner(), src.destination());
         return Ok(0);
     }
     if old == TCP_SYN_SENT {

@@ -8,12 +8,18 @@
 //! store, and no lock is taken. A socket whose slot another socket holds goes to the
 //! LRU hash, which is also the only table on kernels before 5.12 (no
 //! compare-and-exchange; those programs never claim a slot).
+//!
+//! Each entry keeps the connect's destination (`abi::destination_tag`) beside its
+//! owner, and a reset takes the owner only if it went to that destination: an entry
+//! left behind by an earlier socket at the same address, whose exit from SYN_SENT was
+//! never seen (a run the kernel skipped, counted in `recursion_misses`), cannot lend
+//! its owner to another socket's refusal, with or without BTF.
 
 use aya_ebpf::{
     macros::map,
     maps::{Array, LruHashMap},
 };
-use sidecar_race_ebpf::abi::Owner;
+use sidecar_race_ebpf::abi::{Owner, same_connect};
 
 use super::helpers::compare_exchange;
 
@@ -28,6 +34,15 @@ const SLOT_BITS: u32 = SLOTS.trailing_zeros();
 #[derive(Clone, Copy)]
 pub struct Slot {
     sk: u64,
+    dest: u64,
+    owner: Owner,
+}
+
+/// An entry of the overflow table.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Connecting {
+    dest: u64,
     owner: Owner,
 }
 
@@ -36,7 +51,7 @@ static CONNECTING_SLOTS: Array<Slot> = Array::with_max_entries(SLOTS, 0);
 
 /// The overflow: sockets whose slot is taken, and all of them before 5.12.
 #[map]
-static CONNECTING: LruHashMap<u64, Owner> = LruHashMap::with_max_entries(65_536, 0);
+static CONNECTING: LruHashMap<u64, Connecting> = LruHashMap::with_max_entries(65_536, 0);
 
 /// Fibonacci hashing of the socket's address (its low 32 bits, which tell slab
 /// objects apart): the top bits of a multiply.
@@ -60,11 +75,11 @@ fn low_bits(sk: u64) -> u32 {
     v as u32
 }
 
-/// Records that `owner` connects with `sk`. `CMPXCHG`: the kernel has
+/// Records that `owner` connects with `sk` to `dest`. `CMPXCHG`: the kernel has
 /// compare-and-exchange (5.12+; older verifiers refuse the instruction even where it
 /// is never reached).
 #[inline(always)]
-pub fn record<const CMPXCHG: bool>(sk: u64, owner: &Owner) {
+pub fn record<const CMPXCHG: bool>(sk: u64, owner: &Owner, dest: u64) {
     if CMPXCHG && let Some(slot) = slot_of(sk) {
         // SAFETY: a slot of the array, valid for this program run; its `sk` changes
         // only by the claim below (from 0) and the release in `forget` (by its holder).
@@ -76,24 +91,41 @@ pub fn record<const CMPXCHG: bool>(sk: u64, owner: &Owner) {
         if ours {
             // SAFETY: the slot is ours; a reset can only look it up after this run,
             // once the SYN has gone out.
-            unsafe { core::ptr::write_volatile(&raw mut (*slot).owner, *owner) };
+            unsafe {
+                core::ptr::write_volatile(&raw mut (*slot).dest, dest);
+                core::ptr::write_volatile(&raw mut (*slot).owner, *owner);
+            }
             return;
         }
     }
-    let _ = CONNECTING.insert(&sk, owner, 0);
+    let entry = Connecting {
+        dest,
+        owner: *owner,
+    };
+    let _ = CONNECTING.insert(&sk, &entry, 0);
 }
 
-/// The owner recorded for `sk`, valid for this program run.
+/// The owner recorded for `sk` when it connected to `dest`, valid for this program
+/// run. An entry for `sk` recorded with another destination is an earlier socket's,
+/// left behind: none. (A destination that could not be read, 0, is not compared.)
 #[inline(always)]
-pub fn owner_of(sk: u64) -> Option<*const Owner> {
+pub fn owner_of(sk: u64, dest: u64) -> Option<*const Owner> {
+    let same = |recorded: u64| same_connect(recorded, dest);
     if let Some(slot) = slot_of(sk) {
         // SAFETY: as in `record`; only `sk` itself could change a slot it holds, and
         // its state changes are serialised by the socket's lock.
-        if unsafe { core::ptr::read_volatile(&raw const (*slot).sk) } == sk {
-            return Some(unsafe { &raw const (*slot).owner });
+        unsafe {
+            if core::ptr::read_volatile(&raw const (*slot).sk) == sk {
+                if !same(core::ptr::read_volatile(&raw const (*slot).dest)) {
+                    return None;
+                }
+                return Some(&raw const (*slot).owner);
+            }
         }
     }
-    CONNECTING.get_ptr(&sk)
+    let entry = CONNECTING.get_ptr(&sk)?;
+    // SAFETY: a map value valid for this program run (RCU).
+    unsafe { same((*entry).dest).then_some(&raw const (*entry).owner) }
 }
 
 /// Forgets `sk` as it leaves SYN_SENT; whether it was recorded.

@@ -6,7 +6,10 @@
 
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use sidecar_race_ebpf::{
-    abi::{AF_INET, AF_INET6, ClientEnd, Owner, SocketEvent, counter, flags, kind, v4_mapped},
+    abi::{
+        AF_INET, AF_INET6, ClientEnd, Owner, SocketEvent, counter, destination_tag, flags, kind,
+        v4_mapped,
+    },
     layout::MISSING,
 };
 
@@ -48,16 +51,16 @@ fn try_receive_reset<const CMPXCHG: bool>(ctx: &TracePointContext) -> Result<u32
     if matches!(Sock(sk).state(), Ok(state) if state != TCP_SYN_SENT as u8) {
         return Ok(0);
     }
-    let Some(owner) = connecting::owner_of(sk) else {
+    let l = config!(receive_reset);
+    let dst: ([u8; 16], u16) = (field(ctx, l.daddr_v6)?, field(ctx, l.dport)?);
+    let Some(owner) = connecting::owner_of(sk, destination_tag(&dst.0, dst.1)) else {
         return Ok(0); // not a connect in progress: a reset of an established flow
     };
-    let l = config!(receive_reset);
     let client = ClientEnd {
         addr: field(ctx, l.saddr_v6)?,
         port: field(ctx, l.sport)?,
         _pad: [0; 6],
     };
-    let dst: ([u8; 16], u16) = (field(ctx, l.daddr_v6)?, field(ctx, l.dport)?);
     let family = if l.family == MISSING {
         family_of(&dst.0)
     } else {

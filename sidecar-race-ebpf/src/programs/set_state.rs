@@ -6,7 +6,7 @@
 
 use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::TracePointContext};
 use sidecar_race_ebpf::{
-    abi::{AF_INET6, v4_mapped},
+    abi::{AF_INET6, destination_tag, v4_mapped},
     layout::{MISSING, port_to_host},
 };
 
@@ -23,6 +23,8 @@ pub trait SetStateSource {
     fn protocol(&self) -> Result<u16, u32>;
     /// The local end (where a listener listens).
     fn local(&self) -> End;
+    /// Where a connect goes (`abi::destination_tag`); 0 when it cannot be read.
+    fn destination(&self) -> u64;
 }
 
 impl SetStateSource for TracePointContext {
@@ -38,6 +40,15 @@ impl SetStateSource for TracePointContext {
             family: field(self, l.family).unwrap_or(0),
             addr: field(self, l.saddr_v6).unwrap_or([0; 16]),
             port: field(self, l.sport).unwrap_or(0),
+        }
+    }
+
+    #[inline(always)]
+    fn destination(&self) -> u64 {
+        let l = config!(set_state);
+        match (field(self, l.daddr_v6), field(self, l.dport)) {
+            (Ok(addr), Ok(port)) => destination_tag(&addr, port),
+            _ => 0,
         }
     }
 }
@@ -96,6 +107,21 @@ impl SetStateSource for Sock {
             family,
             addr: self.addr(family, f.v6_saddr, f.saddr).unwrap_or([0; 16]),
             port: ntohs(self.read(f.sport).unwrap_or(0)),
+        }
+    }
+
+    #[inline(always)]
+    fn destination(&self) -> u64 {
+        let f = config!(sock);
+        let Ok(family) = self.read::<u16>(f.family) else {
+            return 0;
+        };
+        match (
+            self.addr(family, f.v6_daddr, f.daddr),
+            self.read::<u16>(f.dport),
+        ) {
+            (Ok(addr), Ok(port)) => destination_tag(&addr, ntohs(port)),
+            _ => 0,
         }
     }
 }
