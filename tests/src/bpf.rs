@@ -51,9 +51,40 @@ pub fn bpftool_ids(object: &str) -> Vec<u64> {
 }
 
 /// The entries of `pid`'s hash map `name` with u64 keys and u64 values (native byte
-/// order), as `bpftool map dump` reads them. The kernel keeps 15 characters of a map's
-/// name; `name` is matched on those.
+/// order), as `bpftool map dump` reads them.
 pub fn u64_map_of(pid: u32, name: &str) -> Vec<(u64, u64)> {
+    let word = |b: Vec<u8>| u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+    map_of(pid, name)
+        .into_iter()
+        .map(|(k, v)| (word(k), word(v)))
+        .collect()
+}
+
+/// Waits until the agent `pid` has marked every cgroup of `cgroup_ids` as a container
+/// or pod that budgets are charged to (its `CHARGE_POINTS` map holds them): from then
+/// on the kernel charges their records to them.
+pub fn wait_charge_points(pid: u32, cgroup_ids: &[u64], timeout: std::time::Duration) {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let marked: std::collections::BTreeSet<u64> = map_of(pid, "CHARGE_POINTS")
+            .into_iter()
+            .map(|(k, _)| u64::from_ne_bytes(k.try_into().expect("8-byte keys")))
+            .collect();
+        let missing: Vec<&u64> = cgroup_ids.iter().filter(|c| !marked.contains(c)).collect();
+        if missing.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent did not mark cgroups {missing:?} within {timeout:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The entries of `pid`'s map `name` as bytes, as `bpftool map dump` reads them. The
+/// kernel keeps 15 characters of a map's name; `name` is matched on those.
+pub fn map_of(pid: u32, name: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     let short: String = name.chars().take(15).collect();
     let id = map_ids_of(pid)
         .into_iter()
@@ -63,14 +94,12 @@ pub fn u64_map_of(pid: u32, name: &str) -> Vec<(u64, u64)> {
         })
         .unwrap_or_else(|| panic!("process {pid} holds no map {name}"));
     let dump = bpftool_json(&["map", "dump", "id", &id.to_string()]);
-    let bytes = |v: &Value| -> u64 {
-        let b: Vec<u8> = v
-            .as_array()
+    let bytes = |v: &Value| -> Vec<u8> {
+        v.as_array()
             .expect("bytes")
             .iter()
             .map(|x| u8::from_str_radix(x.as_str().unwrap().trim_start_matches("0x"), 16).unwrap())
-            .collect();
-        u64::from_ne_bytes(b.try_into().expect("8 bytes"))
+            .collect()
     };
     dump.as_array()
         .expect("a list of entries")

@@ -15,7 +15,7 @@ use std::{
 use sidecar_race_ebpf::layout::BUDGET_TAG_MASK;
 use sidecar_race_tests::{
     agent::RunAgent,
-    bpf::u64_map_of,
+    bpf::{u64_map_of, wait_charge_points},
     metrics_text::{poll_until, sum},
     pod::{SimContainer, SimPod, empty_pods_file, require_binary, sibling_binary, write_pod_list},
     root::is_root_or_skip,
@@ -54,7 +54,7 @@ fn a_container_flooding_from_50_sub_cgroups_spends_one_refusal_budget() {
         .map(|i| flood_pod.sub_cgroup(&f, &format!("worker-{i}")).unwrap())
         .collect();
     // The agent marks the container for the kernel once it has seen its cgroup.
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_charge_points(agent.pid(), &[f.cgroup_id], SETTLE);
     // Every flooder waits for one instant and stops FLOOD_SECONDS after it. Spawned one
     // by one into a flood already running, they would otherwise flood over a window
     // twice as long or more (one run: 10 s for 4-s flooders), which read as the one
@@ -148,7 +148,7 @@ fn a_pod_listening_and_closing_in_a_loop_spends_one_control_budget() {
     let c = churn_pod.container("server").unwrap();
     let churn_manifest = churn_pod.app_manifest(&ns, &c);
     write_pod_list(&pods_file, std::slice::from_ref(&churn_manifest));
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_charge_points(agent.pid(), &[c.cgroup_id], SETTLE);
     let before = agent.metrics();
     let out = std::env::temp_dir().join(format!("sr-churn-{}", std::process::id()));
     let mut cmd = Command::new(require_binary(&sibling_binary("sr-flood")));

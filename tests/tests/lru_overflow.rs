@@ -15,6 +15,7 @@ use std::{path::PathBuf, process::Command, sync::Mutex, time::Duration};
 
 use sidecar_race_tests::{
     agent::RunAgent,
+    bpf::wait_charge_points,
     metrics_text::{poll_until, sum},
     pod::{
         Declared, SimContainer, SimPod, empty_pods_file, require_binary, sibling_binary,
@@ -60,7 +61,7 @@ impl Filler {
         let manifest = pod.app_and_proxy_manifest(&ns, name, &container, &server, Declared::App);
         write_pod_list(&pods_file, std::slice::from_ref(&manifest));
         // The agent marks the container for the kernel once it has seen its cgroup.
-        std::thread::sleep(Duration::from_millis(1500));
+        wait_charge_points(agent.pid(), &[container.cgroup_id], SETTLE);
         Self {
             agent,
             pod,
@@ -211,7 +212,8 @@ fn a_full_control_budget_table_forgets_the_least_recent_containers_and_counts_th
             f.pod.container(&format!("c{i}")).unwrap()
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1500));
+    let ids: Vec<u64> = containers.iter().map(|c| c.cgroup_id).collect();
+    wait_charge_points(f.agent.pid(), &ids, SETTLE);
     let before = f.gone("control_budget");
     let mut args = vec!["cgroups".to_string(), "21000".into(), "listen".into()];
     args.extend(
