@@ -189,6 +189,24 @@ mod tests {
         budget_tat(t.values.borrow()[&CG], CG).expect("our tag")
     }
 
+    /// A table whose entry one record made at `NOW`, and the time it holds.
+    fn charged_once(cmpxchg: bool) -> (Table, u64) {
+        let t = table(cmpxchg);
+        admit(&t, BUDGET, CG, NOW);
+        let before = tat(&t);
+        (t, before)
+    }
+
+    /// Other CPUs write these times (intervals past `before`), one before each of our
+    /// next writes, the last listed first.
+    fn interleave(t: &Table, before: u64, intervals: &[u64]) {
+        t.interleaved.borrow_mut().extend(
+            intervals
+                .iter()
+                .map(|n| budget_entry(before + n * BUDGET.interval_ns, CG)),
+        );
+    }
+
     #[test]
     fn the_first_record_makes_the_entry_and_the_burst_then_runs_out() {
         let t = table(true);
@@ -207,15 +225,10 @@ mod tests {
 
     #[test]
     fn a_write_between_our_read_and_ours_is_read_again_and_both_charges_stay() {
-        let t = table(true);
-        let now = NOW;
-        admit(&t, BUDGET, CG, now);
-        let before = tat(&t);
+        let (t, before) = charged_once(true);
         // Another CPU charges the same cgroup between our read and our exchange.
-        t.interleaved
-            .borrow_mut()
-            .push(budget_entry(before + BUDGET.interval_ns, CG));
-        let ours = admit(&t, BUDGET, CG, now);
+        interleave(&t, before, &[1]);
+        let ours = admit(&t, BUDGET, CG, NOW);
         assert_eq!((ours.admitted, ours.conflicts), (true, 1));
         assert_eq!(
             tat(&t),
@@ -227,29 +240,19 @@ mod tests {
     #[test]
     fn without_compare_and_exchange_the_other_cpus_charge_is_overwritten() {
         // The plain path below 5.12, as SECURITY.md states it: one token spent twice.
-        let t = table(false);
-        let now = NOW;
-        admit(&t, BUDGET, CG, now);
-        let before = tat(&t);
-        t.interleaved
-            .borrow_mut()
-            .push(budget_entry(before + BUDGET.interval_ns, CG));
-        let ours = admit(&t, BUDGET, CG, now);
+        let (t, before) = charged_once(false);
+        interleave(&t, before, &[1]);
+        let ours = admit(&t, BUDGET, CG, NOW);
         assert_eq!((ours.admitted, ours.conflicts), (true, 0));
         assert_eq!(tat(&t), before + BUDGET.interval_ns, "one charge lost");
     }
 
     #[test]
     fn a_second_conflict_counts_the_record_over_budget_not_lost() {
-        let t = table(true);
-        let now = NOW;
-        admit(&t, BUDGET, CG, now);
-        let before = tat(&t);
-        t.interleaved.borrow_mut().extend([
-            budget_entry(before + 2 * BUDGET.interval_ns, CG),
-            budget_entry(before + BUDGET.interval_ns, CG),
-        ]);
-        let ours = admit(&t, BUDGET, CG, now);
+        let (t, before) = charged_once(true);
+        // Before our first write another CPU's charge lands, before our second a third's.
+        interleave(&t, before, &[2, 1]);
+        let ours = admit(&t, BUDGET, CG, NOW);
         assert_eq!((ours.admitted, ours.conflicts), (false, 2));
         assert_eq!(
             tat(&t),

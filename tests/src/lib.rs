@@ -22,6 +22,6 @@ pub mod vm_arch;
 
 // The simulated pod kit and the cluster's view, where the tests have always found them.
 pub use sidecar_race_kit::{
-    agent, cluster, glibc_fleet, http, operator_prometheus, pod, prometheus, root, scenario,
+    agent, cluster, flood, glibc_fleet, http, operator_prometheus, pod, prometheus, root, scenario,
     stand_in,
 };

@@ -6,16 +6,13 @@
 //! taken and every refusal still accounted for, as delivered or suppressed, none lost.
 //! Its own test binary, so no other flood shares the machine.
 
-use std::{
-    path::PathBuf,
-    process::Command,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::time::{Duration, SystemTime};
 
 use sidecar_race_tests::{
     agent::RunAgent,
+    flood::Flood,
     metrics_text::{poll_until, sum},
-    pod::{SimPod, empty_pods_file, require_binary, sibling_binary, write_pod_list},
+    pod::{SimPod, empty_pods_file, write_pod_list},
     root::{is_root_or_skip, skip},
 };
 
@@ -73,37 +70,14 @@ fn a_budget_contended_from_every_cpu_takes_the_exchange_branch_and_loses_no_refu
     // yet wait for its names (and the whole flood is one cgroup: one budget either way).
 
     let start_at = SystemTime::now() + Duration::from_secs(1);
-    let start_ms = start_at.duration_since(UNIX_EPOCH).unwrap().as_millis();
-    let outs: Vec<PathBuf> = (0..FLOODERS)
-        .map(|i| std::env::temp_dir().join(format!("sr-contended-{}-{i}", std::process::id())))
-        .collect();
-    let flooders: Vec<u32> = outs
-        .iter()
-        .map(|out| {
-            let mut cmd = Command::new(require_binary(&sibling_binary("sr-flood")));
-            cmd.args(["--seconds", &FLOOD_SECONDS.to_string()])
-                .args(["--ports", "17000-17099", "--hot", "17999"])
-                .args(["--start-at-unix-ms", &start_ms.to_string()])
-                .arg("--out")
-                .arg(out);
-            pod.spawn(&c, cmd).unwrap()
-        })
-        .collect();
-    for pid in flooders {
-        assert!(pod.wait(pid).unwrap().success());
-    }
-    let flooded: u64 = outs
-        .iter()
-        .map(|o| {
-            let n = std::fs::read_to_string(o)
-                .unwrap()
-                .trim()
-                .parse::<u64>()
-                .unwrap();
-            let _ = std::fs::remove_file(o);
-            n
-        })
-        .sum();
+    let flood = Flood::start(
+        &mut pod,
+        &[&c; FLOODERS],
+        FLOOD_SECONDS,
+        &["--ports", "17000-17099", "--hot", "17999"],
+        start_at,
+    );
+    let flooded = flood.total(&mut pod);
 
     let delivered_series = format!("sidecar_race_refused_connections_total{{{labels},");
     let suppressed_series = format!("sidecar_race_refusals_suppressed_total{{{labels}}}");

@@ -6,16 +6,16 @@
 //! two tests here take turns.
 
 use std::{
-    path::PathBuf,
     process::Command,
     sync::Mutex,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime},
 };
 
 use sidecar_race_ebpf::layout::BUDGET_TAG_MASK;
 use sidecar_race_tests::{
     agent::RunAgent,
     bpf::{u64_map_of, wait_charge_points},
+    flood::Flood,
     metrics_text::{poll_until, sum},
     pod::{SimContainer, SimPod, empty_pods_file, require_binary, sibling_binary, write_pod_list},
     root::is_root_or_skip,
@@ -60,24 +60,16 @@ fn a_container_flooding_from_50_sub_cgroups_spends_one_refusal_budget() {
     // twice as long or more (one run: 10 s for 4-s flooders), which read as the one
     // budget letting through 3 times its share.
     let start_at = SystemTime::now() + Duration::from_secs(2);
-    let start_ms = start_at.duration_since(UNIX_EPOCH).unwrap().as_millis();
-    let outs: Vec<PathBuf> = (0..SUB_CGROUPS)
-        .map(|i| std::env::temp_dir().join(format!("sr-subflood-{}-{i}", std::process::id())))
-        .collect();
-    let flooders: Vec<u32> = subs
-        .iter()
-        .zip(&outs)
-        .map(|(sub, out)| {
-            let mut cmd = Command::new(require_binary(&sibling_binary("sr-flood")));
-            cmd.args(["--seconds", &FLOOD_SECONDS.to_string()])
-                .args(["--ports", "16000-16099", "--hot", "9999"])
-                .args(["--start-at-unix-ms", &start_ms.to_string()])
-                .arg("--out")
-                .arg(out);
-            flood_pod.spawn(sub, cmd).unwrap()
-        })
-        .collect();
+    let targets: Vec<&SimContainer> = subs.iter().collect();
+    let flood = Flood::start(
+        &mut flood_pod,
+        &targets,
+        FLOOD_SECONDS,
+        &["--ports", "16000-16099", "--hot", "9999"],
+        start_at,
+    );
 
+    // The neighbour races a second into the flood.
     std::thread::sleep(
         start_at
             .duration_since(SystemTime::now())
@@ -85,22 +77,8 @@ fn a_container_flooding_from_50_sub_cgroups_spends_one_refusal_budget() {
             + Duration::from_secs(1),
     );
     let (race_pod, _) = race_beside(&pods_file, &ns, &flood_manifest, RACE_REFUSALS);
-    for pid in flooders {
-        assert!(flood_pod.wait(pid).unwrap().success());
-    }
+    let flooded = flood.total(&mut flood_pod);
     let flood_span = start_at.elapsed().unwrap();
-    let flooded: u64 = outs
-        .iter()
-        .map(|o| {
-            let n = std::fs::read_to_string(o)
-                .unwrap()
-                .trim()
-                .parse::<u64>()
-                .unwrap();
-            let _ = std::fs::remove_file(o);
-            n
-        })
-        .sum();
     eprintln!("the {SUB_CGROUPS} sub-cgroups were refused {flooded} times in {flood_span:?}");
 
     assert_race_exact(&agent, &race_pod);

@@ -12,6 +12,7 @@
 pub mod agent;
 pub mod cluster;
 pub mod command;
+pub mod flood;
 pub mod glibc_fleet;
 pub mod http;
 pub mod operator_prometheus;
