@@ -72,15 +72,16 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         tracefs: opts.tracefs.clone(),
         cgroup2: opts.cgroup_root.clone(),
     })?;
+    let mut probes = Probes::load(&env.layout, opts.probes)?;
+    // What tracefs could not serve, unless its BTF tracepoint did.
     for u in env
         .layout
         .unusable
         .iter()
-        .filter(|u| !u.tracepoint.required)
+        .filter(|u| !u.tracepoint.required && !probes.attached.contains(&u.tracepoint))
     {
         tracing::warn!("degraded: {u}");
     }
-    let mut probes = Probes::load(&env.layout, opts.probes)?;
     for d in &probes.degraded {
         tracing::warn!(
             "degraded: tracepoint {}:{} could not be attached ({}): {} disabled",
@@ -102,7 +103,10 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         EventStream::spawn(ring, control, opts.channel_capacity).map_err(StartError::Stream)?;
     tracing::info!(
         kernel = %env.kernel_release,
-        tracefs = %env.tracefs.root().display(),
+        tracefs = %env
+            .tracefs
+            .as_ref()
+            .map_or("none (BTF tracepoints)".into(), |t| t.root().display().to_string()),
         cgroup2 = %env.cgroup2.display(),
         cgroups = cgroups.len(),
         attached = ?probes.attached.iter().map(|t| t.name).collect::<Vec<_>>(),

@@ -108,6 +108,11 @@ pub struct CgroupFields {
     pub kn_id: u16,
     /// 1 when `ancestors` is `ancestor_ids` (ids), 0 when it holds pointers.
     pub ancestors_are_ids: u16,
+    /// `cgroup.root` (`struct cgroup_root *`) and `cgroup_root.hierarchy_id` (int):
+    /// which hierarchy a cgroup the BTF tracepoints are given belongs to.
+    pub root: u16,
+    pub hierarchy_id: u16,
+    pub _pad: [u16; 2],
 }
 
 impl CgroupFields {
@@ -120,6 +125,9 @@ impl CgroupFields {
         kn: MISSING,
         kn_id: MISSING,
         ancestors_are_ids: 0,
+        root: MISSING,
+        hierarchy_id: MISSING,
+        _pad: [0; 2],
     };
 }
 
@@ -177,7 +185,7 @@ pub struct Config {
 }
 
 // No padding the compiler adds: every field ends where the next one's alignment starts.
-const _: () = assert!(core::mem::size_of::<Config>() == 136);
+const _: () = assert!(core::mem::size_of::<Config>() == 144);
 const _: () = assert!(core::mem::offset_of!(Config, refusal_budget) == 64);
 const _: () = assert!(core::mem::offset_of!(Config, control_budget) == 104);
 

@@ -67,6 +67,24 @@ mount -t tmpfs -o ro,size=4k none /sys/kernel
 must_fail tracefs trace
 umount /sys/kernel
 
+# 2b. No tracefs, the kernel's BTF kept: the tracepoints are hooked as BTF
+#     tracepoints; one refused connect must be seen.
+mkdir -p /tmp/btf && mount --bind /sys/kernel/btf /tmp/btf
+mount -t tmpfs -o size=4k none /sys/kernel && mkdir /sys/kernel/btf &&
+    mount --bind /tmp/btf /sys/kernel/btf && mount -o remount,ro /sys/kernel
+$AGENT trace >/tmp/notracefs.out 2>/tmp/notracefs.err &
+NT=$!
+if wait_for /tmp/notracefs.err 'watching the kernel' 600; then say notracefs_ready yes; else say notracefs_ready no; fi
+sr-app --connect 127.0.0.1:15009 --attempts 1 >/dev/null
+sleep 2
+kill -INT $NT
+wait $NT
+say notracefs_refused "$(grep -c '127.0.0.1:15009' /tmp/notracefs.out)"
+grep -o '"tracefs":"[^"]*"' /tmp/notracefs.err | sed 's/^/@@SR notracefs_tracefs /'
+umount /sys/kernel/btf
+umount /sys/kernel
+umount /tmp/btf
+
 # 3. A required tracepoint absent: a tracefs copy without tcp:tcp_receive_reset.
 mount -t tracefs nodev /sys/kernel/tracing
 for tp in sock/inet_sock_set_state tcp/tcp_send_reset cgroup/cgroup_mkdir cgroup/cgroup_rmdir; do

@@ -182,9 +182,26 @@ fn assert_failures(run: &GuestRun) {
         e.starts_with(
             "this node cannot run the agent:\n  - tracefs is not mounted and mounting it at /sys/kernel/tracing failed ("
         ) && e.ends_with(
-            "); mount it on the host (`mount -t tracefs nodev /sys/kernel/tracing`) or into the agent's container"
+            "); mount it on the host (`mount -t tracefs nodev /sys/kernel/tracing`) or into the \
+             agent's container; without tracefs the tracepoints can only be hooked as BTF \
+             tracepoints, and this kernel has no BTF (/sys/kernel/btf/vmlinux)"
         ) && e.lines().count() == 2,
         "{e}"
+    );
+    // No tracefs, BTF kept: the BTF tracepoints see a refused connect.
+    assert_eq!(
+        run.values("notracefs_ready"),
+        ["yes"],
+        "the agent without tracefs"
+    );
+    assert_eq!(
+        run.values("notracefs_tracefs"),
+        [r#""tracefs":"none (BTF tracepoints)""#]
+    );
+    assert_eq!(
+        run.values("notracefs_refused"),
+        ["1"],
+        "one refused connect without tracefs"
     );
     // A required tracepoint absent.
     let e = failure(run, "tracepoint");

@@ -17,6 +17,12 @@ pub enum ProbeError {
     Load(aya::EbpfError),
     #[error("the eBPF object has no {0} (the agent was built from mismatched sources)")]
     Missing(String),
+    #[error(
+        "cannot hook {tracepoint} as a BTF tracepoint without tracefs ({reason}); mount \
+         tracefs on the node (`mount -t tracefs nodev /sys/kernel/tracing`) or into the \
+         agent's container"
+    )]
+    BtfOnly { tracepoint: String, reason: String },
     // The cause is written out with its own causes here and not exposed as a source:
     // `main` prints error chains, which repeated it.
     #[error("cannot {what}: {}", chain(.cause))]

@@ -3,7 +3,7 @@
 //! expose member offsets, so this reads the few it needs itself: struct members by
 //! name, through anonymous unions and structs.
 
-use sidecar_race_ebpf::layout::{CgroupFields, SockFields, TaskFields};
+use sidecar_race_ebpf::layout::{CgroupFields, MISSING, SockFields, TaskFields};
 use thiserror::Error;
 
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
@@ -206,6 +206,11 @@ pub fn cgroup_fields(btf: &Btf) -> Result<CgroupFields, BtfError> {
         kn: btf.offset("cgroup", "kn")?,
         kn_id: btf.offset("kernfs_node", "id")?,
         ancestors_are_ids,
+        // Only the BTF tracepoints of cgroups read these: without them those are not
+        // attached, and budgets still charge containers.
+        root: btf.offset("cgroup", "root").unwrap_or(MISSING),
+        hierarchy_id: btf.offset("cgroup_root", "hierarchy_id").unwrap_or(MISSING),
+        _pad: [0; 2],
     })
 }
 

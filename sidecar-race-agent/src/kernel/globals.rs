@@ -4,7 +4,7 @@
 
 use aya::EbpfLoader;
 use sidecar_race_ebpf::{
-    layout::{CgroupFields, Config, SockFields, TaskFields},
+    layout::{CgroupFields, Config, MISSING, SockFields, TaskFields},
     unix::{SyscallArgs, UnixConfig, UnixFields},
 };
 
@@ -15,8 +15,10 @@ pub(super) struct Globals {
     config: [u8; size_of::<Config>()],
     task: [u8; size_of::<TaskFields>()],
     unix: [u8; size_of::<UnixConfig>()],
-    /// The socket offsets the BTF tracepoint needs, or why they are missing.
+    /// The socket offsets the BTF tracepoints of sockets need, or why they are missing.
     pub sock: Result<(), String>,
+    /// The cgroup offsets the BTF tracepoints of cgroups need, or why they are missing.
+    pub cgroup: Result<(), String>,
     /// The Unix socket offsets the `fexit` hooks need (and the kprobes read), or why
     /// they are missing.
     pub unix_fields: Result<UnixFields, String>,
@@ -32,7 +34,14 @@ impl Globals {
         config.cgroup2_hierarchy = opts.cgroup2_hierarchy;
         config.refusal_budget = opts.refusal_budget;
         config.control_budget = opts.control_budget;
-        let offsets = BtfOffsets::read(opts.set_state_btf);
+        let offsets = BtfOffsets::read();
+        let cgroup = match &offsets.cgroup {
+            Ok(f) if f.root == MISSING || f.hierarchy_id == MISSING => {
+                Err("no cgroup.root or cgroup_root.hierarchy_id in the kernel's BTF".to_string())
+            }
+            Ok(_) => Ok(()),
+            Err(why) => Err(why.clone()),
+        };
         let per_cgroup_budgets = match offsets.cgroup {
             Ok(fields) => {
                 config.cgroup = fields;
@@ -62,6 +71,7 @@ impl Globals {
             task: task_bytes(&task.unwrap_or(TaskFields::UNSET)),
             unix: plain_bytes(&unix_config),
             sock: sock.map(|_| ()),
+            cgroup,
             unix_fields,
             per_cgroup_budgets,
             process_names,
@@ -102,10 +112,9 @@ struct BtfOffsets {
 }
 
 impl BtfOffsets {
-    /// Reads and parses vmlinux once for every set (the socket's only with
-    /// `set_state_btf`). The file and the parse are freed on return, before aya parses
-    /// the BTF again, so the two are never held at once.
-    fn read(set_state_btf: bool) -> Self {
+    /// Reads and parses vmlinux once for every set. The file and the parse are freed
+    /// on return, before aya parses the BTF again, so the two are never held at once.
+    fn read() -> Self {
         let vmlinux = std::fs::read(btf::VMLINUX).map_err(|e| format!("{}: {e}", btf::VMLINUX));
         let parsed = vmlinux
             .as_deref()
@@ -113,11 +122,7 @@ impl BtfOffsets {
             .and_then(|data| btf::Btf::parse(data).map_err(|e| e.to_string()));
         BtfOffsets {
             cgroup: from_btf(&parsed, btf::cgroup_fields),
-            sock: if set_state_btf {
-                from_btf(&parsed, btf::sock_fields)
-            } else {
-                Err("turned off".to_string())
-            },
+            sock: from_btf(&parsed, btf::sock_fields),
             task: from_btf(&parsed, btf::task_fields),
             unix: from_btf(&parsed, unix_hooks::unix_fields),
         }

@@ -18,6 +18,9 @@ pub struct Tracepoint {
     pub name: &'static str,
     /// The eBPF program's name in the object.
     pub program: &'static str,
+    /// The program on the same tracepoint as a BTF tracepoint, which needs no tracefs
+    /// (it reads its arguments at offsets from the kernel's BTF), if there is one.
+    pub btf_program: Option<&'static str>,
     /// Without it the agent cannot do its job at all.
     pub required: bool,
     /// What is lost without it, in words for the operator.
@@ -29,6 +32,7 @@ pub const TRACEPOINTS: [Tracepoint; 5] = [
         category: "sock",
         name: "inet_sock_set_state",
         program: "inet_sock_set_state",
+        btf_program: Some("inet_sock_set_state_btf"),
         required: true,
         capability: "connect tracking and listener events",
     },
@@ -36,6 +40,7 @@ pub const TRACEPOINTS: [Tracepoint; 5] = [
         category: "tcp",
         name: "tcp_receive_reset",
         program: "tcp_receive_reset",
+        btf_program: Some("tcp_receive_reset_btf"),
         required: true,
         capability: "refused-connection events",
     },
@@ -43,6 +48,7 @@ pub const TRACEPOINTS: [Tracepoint; 5] = [
         category: "tcp",
         name: "tcp_send_reset",
         program: "tcp_send_reset",
+        btf_program: None,
         required: false,
         capability: "local-redirect awareness (local_dst of refusals after a NAT REDIRECT)",
     },
@@ -50,6 +56,7 @@ pub const TRACEPOINTS: [Tracepoint; 5] = [
         category: "cgroup",
         name: "cgroup_mkdir",
         program: "cgroup_mkdir",
+        btf_program: Some("cgroup_mkdir_btf"),
         required: false,
         capability: "container-created events (cgroup paths are then found by rescanning; without a pod source, startup races then read as steady)",
     },
@@ -57,6 +64,7 @@ pub const TRACEPOINTS: [Tracepoint; 5] = [
         category: "cgroup",
         name: "cgroup_rmdir",
         program: "cgroup_rmdir",
+        btf_program: Some("cgroup_rmdir_btf"),
         required: false,
         capability: "container-removed events",
     },
@@ -103,6 +111,22 @@ impl KernelLayout {
             .unusable
             .iter()
             .any(|u| u.tracepoint.program == program)
+    }
+}
+
+/// Without tracefs: every tracepoint unusable through it (`why`), and no syscall
+/// tracepoints; those with a BTF program are then attached as BTF tracepoints.
+pub fn without_tracefs(why: &str) -> KernelLayout {
+    KernelLayout {
+        config: Config::UNSET,
+        unusable: TRACEPOINTS
+            .into_iter()
+            .map(|tracepoint| Unusable {
+                tracepoint,
+                reason: format!("no tracefs: {why}"),
+            })
+            .collect(),
+        unix_syscalls: Err(format!("no tracefs: {why}")),
     }
 }
 

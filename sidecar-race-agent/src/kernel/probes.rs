@@ -16,7 +16,7 @@ use super::{
     layout::{KernelLayout, Tracepoint},
     options::ProbeOptions,
     recursion::RecursionMisses,
-    tracepoints::{self, Degraded, SetStateHook},
+    tracepoints::{self, BtfReady, Degraded, SetStateHook},
     unix_hooks::{self, UnixCoverage, UnixHookChoice},
 };
 use crate::ingest::events::Kind;
@@ -66,15 +66,24 @@ impl Probes {
         // The hooks on kernel functions name them by BTF id: one more parse (the
         // loader's is private), shared by the BTF tracepoint and the fexit hooks, and
         // made only when one of them will be tried.
-        let kernel_btf = if globals.sock.is_ok()
+        let btf_tracepoints = layout
+            .unusable
+            .iter()
+            .any(|u| u.tracepoint.btf_program.is_some());
+        let kernel_btf = if (opts.set_state_btf && globals.sock.is_ok())
+            || btf_tracepoints
             || (opts.unix_hooks == UnixHookChoice::Auto && globals.unix_fields.is_ok())
         {
             aya::Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", chain(&e)))
         } else {
             Err("not needed".to_string())
         };
+        let ready = BtfReady {
+            sock: globals.sock.clone(),
+            cgroup: globals.cgroup.clone(),
+        };
         let tracepoints =
-            tracepoints::attach_all(&mut ebpf, layout, globals.sock.clone(), &kernel_btf)?;
+            tracepoints::attach_all(&mut ebpf, layout, opts.set_state_btf, &ready, &kernel_btf)?;
         let unix = unix_hooks::attach(
             &mut ebpf,
             opts.unix_hooks,

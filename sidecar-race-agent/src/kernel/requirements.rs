@@ -1,8 +1,12 @@
 //! Start-up checks, each failing with one sentence an operator can act on.
 
-use std::{fmt, path::PathBuf};
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+};
 
 use super::{
+    btf,
     layout::{self, KernelLayout},
     tracefs::Tracefs,
 };
@@ -17,7 +21,9 @@ pub const MEMCG_ACCOUNTING: (u32, u32) = (5, 11);
 #[derive(Debug)]
 pub struct Environment {
     pub kernel_release: String,
-    pub tracefs: Tracefs,
+    /// `None`: tracefs could not be found or mounted, and the kernel's BTF serves (the
+    /// tracepoints are hooked as BTF tracepoints; what needs tracefs is degraded).
+    pub tracefs: Option<Tracefs>,
     pub cgroup2: PathBuf,
     pub layout: KernelLayout,
 }
@@ -65,14 +71,26 @@ pub fn check(locations: &Locations) -> Result<Environment, MissingRequirements> 
         }
     }
     let tracefs = match &locations.tracefs {
-        Some(p) => Some(Tracefs::at(p)),
-        None => match Tracefs::find_or_mount() {
-            Ok(t) => Some(t),
-            Err(e) => {
-                missing.push(e.to_string());
-                None
-            }
-        },
+        Some(p) => Ok(Tracefs::at(p)),
+        None => Tracefs::find_or_mount().map_err(|e| e.to_string()),
+    };
+    let layout = match &tracefs {
+        Ok(t) => Some(layout::from_tracefs(t)),
+        Err(why) if Path::new(btf::VMLINUX).exists() => {
+            tracing::warn!(
+                "degraded: {why}; the tracepoints are hooked as BTF tracepoints, which need \
+                 none, and what only tracefs gives is off (below)"
+            );
+            Some(layout::without_tracefs(why))
+        }
+        Err(why) => {
+            missing.push(format!(
+                "{why}; without tracefs the tracepoints can only be hooked as BTF \
+                 tracepoints, and this kernel has no BTF ({})",
+                btf::VMLINUX
+            ));
+            None
+        }
     };
     let cgroup2 = match &locations.cgroup2 {
         Some(p) => Some(p.clone()),
@@ -84,16 +102,20 @@ pub fn check(locations: &Locations) -> Result<Environment, MissingRequirements> 
             }
         },
     };
-    let layout = tracefs.as_ref().map(layout::from_tracefs);
     if let Some(l) = &layout {
+        // Without tracefs, a required tracepoint with a BTF program is tried as that.
+        let served_by_btf =
+            |u: &&layout::Unusable| tracefs.is_err() && u.tracepoint.btf_program.is_some();
         for u in l.unusable.iter().filter(|u| u.tracepoint.required) {
-            missing.push(u.to_string());
+            if !served_by_btf(&u) {
+                missing.push(u.to_string());
+            }
         }
     }
-    match (tracefs, cgroup2, layout) {
-        (Some(tracefs), Some(cgroup2), Some(layout)) if missing.is_empty() => Ok(Environment {
+    match (cgroup2, layout) {
+        (Some(cgroup2), Some(layout)) if missing.is_empty() => Ok(Environment {
             kernel_release,
-            tracefs,
+            tracefs: tracefs.ok(),
             cgroup2,
             layout,
         }),

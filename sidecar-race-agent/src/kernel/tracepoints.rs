@@ -1,6 +1,7 @@
 //! The tracepoints of [`TRACEPOINTS`] (TCP state changes, resets, cgroups), with
-//! `inet_sock_set_state` on its BTF tracepoint where the kernel allows: which were
-//! attached, which could not be, and the programs each kernel gets.
+//! `inet_sock_set_state` on its BTF tracepoint where the kernel allows, and every one
+//! with a BTF program on that where tracefs is missing: which were attached, which
+//! could not be, and the programs each kernel gets.
 
 use aya::{Ebpf, programs::BtfTracePoint};
 
@@ -16,35 +17,82 @@ pub(super) struct Attached {
     pub set_state_hook: SetStateHook,
 }
 
+/// What the BTF tracepoints need besides the kernel's BTF: the offsets of the objects
+/// they read (sockets, cgroups), or why they are missing.
+pub(super) struct BtfReady {
+    pub sock: Result<(), String>,
+    pub cgroup: Result<(), String>,
+}
+
 /// Attaches every usable tracepoint of the layout: `inet_sock_set_state` on its BTF
-/// tracepoint when `sock` has its offsets and the kernel takes it. Fails only when a
-/// required one cannot be attached; optional ones end up in `degraded`.
+/// tracepoint when `set_state_btf` asks for it and the kernel takes it; the others
+/// through tracefs, or, where tracefs cannot serve one (none is mounted), on its BTF
+/// tracepoint. Fails only when a required one cannot be attached; optional ones end up
+/// in `degraded`.
 pub(super) fn attach_all(
     ebpf: &mut Ebpf,
     layout: &KernelLayout,
-    sock: Result<(), String>,
+    set_state_btf: bool,
+    ready: &BtfReady,
     kernel_btf: &Result<aya::Btf, String>,
 ) -> Result<Attached, ProbeError> {
     let mut attached = Vec::new();
     let mut degraded = Vec::new();
-    let set_state_hook = match sock.and_then(|_| attach_btf(ebpf, kernel_btf)) {
+    let preferred = if set_state_btf {
+        ready.sock.clone()
+    } else {
+        Err("turned off (--tp-btf=false)".to_string())
+    };
+    let mut set_state_hook = match preferred
+        .and_then(|_| attach_btf(ebpf, SET_STATE_BTF, "inet_sock_set_state", kernel_btf))
+    {
         Ok(()) => SetStateHook::TpBtf,
         Err(why_not_btf) => SetStateHook::Tracepoint { why_not_btf },
     };
     for tp in TRACEPOINTS {
-        if tp.program == "inet_sock_set_state" && set_state_hook == SetStateHook::TpBtf {
+        if tp.btf_program == Some(SET_STATE_BTF) && set_state_hook == SetStateHook::TpBtf {
             attached.push(tp);
             continue;
         }
-        if !layout.is_usable(tp.program) {
-            continue; // reported by the layout already
+        if layout.is_usable(tp.program) {
+            match attach(ebpf, &tp, tp.program) {
+                Ok(()) => attached.push(tp),
+                Err(e) if tp.required => return Err(e),
+                Err(e) => degraded.push(Degraded {
+                    tracepoint: tp,
+                    reason: e.to_string(),
+                }),
+            }
+            continue;
         }
-        match attach(ebpf, &tp, tp.program) {
-            Ok(()) => attached.push(tp),
-            Err(e) if tp.required => return Err(e),
-            Err(e) => degraded.push(Degraded {
+        // Unusable through tracefs (the layout says why): its BTF tracepoint, if any.
+        let Some(program) = tp.btf_program else {
+            continue;
+        };
+        let needs = if tp.category == "cgroup" {
+            &ready.cgroup
+        } else {
+            &ready.sock
+        };
+        match needs
+            .clone()
+            .and_then(|_| attach_btf(ebpf, program, tp.name, kernel_btf))
+        {
+            Ok(()) => {
+                if program == SET_STATE_BTF {
+                    set_state_hook = SetStateHook::TpBtf;
+                }
+                attached.push(tp);
+            }
+            Err(reason) if tp.required => {
+                return Err(ProbeError::BtfOnly {
+                    tracepoint: format!("{}:{}", tp.category, tp.name),
+                    reason,
+                });
+            }
+            Err(reason) => degraded.push(Degraded {
                 tracepoint: tp,
-                reason: e.to_string(),
+                reason: format!("as a BTF tracepoint: {reason}"),
             }),
         }
     }
@@ -54,6 +102,9 @@ pub(super) fn attach_all(
         set_state_hook,
     })
 }
+
+/// `inet_sock_set_state` on its BTF tracepoint.
+const SET_STATE_BTF: &str = "inet_sock_set_state_btf";
 
 /// A tracepoint that is loaded but could not be attached, and why.
 #[derive(Debug, Clone)]
@@ -78,16 +129,21 @@ impl std::fmt::Display for SetStateHook {
     }
 }
 
-/// Loads and attaches the BTF tracepoint program; the reason as text when it cannot.
-fn attach_btf(ebpf: &mut Ebpf, btf: &Result<aya::Btf, String>) -> Result<(), String> {
+/// Loads program `name` and attaches it to the BTF tracepoint `function`; the reason as
+/// text when it cannot.
+fn attach_btf(
+    ebpf: &mut Ebpf,
+    name: &str,
+    function: &str,
+    btf: &Result<aya::Btf, String>,
+) -> Result<(), String> {
     let btf = btf.as_ref().map_err(Clone::clone)?;
-    let name = "inet_sock_set_state_btf";
     let program: &mut BtfTracePoint = super::variant::program_mut(ebpf, name)
         .ok_or_else(|| format!("no program {name}"))?
         .try_into()
         .map_err(|e| chain(&e))?;
     program
-        .load("inet_sock_set_state", btf)
+        .load(function, btf)
         .map_err(|e| verifier_gist(&format!("load: {}", chain(&e))))?;
     program
         .attach()

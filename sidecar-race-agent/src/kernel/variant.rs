@@ -48,10 +48,13 @@ mod tests {
             ebpf.programs.keys().map(String::as_str).collect();
         let charging = [
             "tcp_receive_reset",
+            "tcp_receive_reset_btf",
             "inet_sock_set_state",
             "inet_sock_set_state_btf",
             "cgroup_mkdir",
             "cgroup_rmdir",
+            "cgroup_mkdir_btf",
+            "cgroup_rmdir_btf",
             "unix_stream_connect",
             "unix_dgram_connect",
             "unix_dgram_sendmsg",

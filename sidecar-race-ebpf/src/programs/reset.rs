@@ -2,9 +2,13 @@
 //! connect: its owner as `connect.rs` recorded it (`connecting.rs`), both ends from the
 //! reset's record. `tcp:tcp_send_reset` without a socket is the local stack refusing a
 //! SYN that found no listener, which after a NAT REDIRECT tells where the SYN really
-//! went.
+//! went. Where tracefs is missing and the kernel has BTF, the reset is hooked on its
+//! BTF tracepoint instead (`tcp_receive_reset_btf`).
 
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
+};
 use sidecar_race_ebpf::{
     abi::{
         AF_INET, AF_INET6, ClientEnd, Owner, SocketEvent, counter, destination_tag, flags, kind,
@@ -19,7 +23,7 @@ use super::{
     helpers::{TCP_SYN_SENT, field, now_boot_ns},
     ledgers::refusals,
     maps::{EVENTS, LOCAL_REFUSALS, LocalRefusal, config, count},
-    set_state::Sock,
+    set_state::{SetStateSource, Sock},
 };
 
 /// A local refusal older than this is not the one a reset just delivered.
@@ -38,6 +42,37 @@ pub fn tcp_receive_reset(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn tcp_receive_reset_plain(ctx: TracePointContext) -> u32 {
     match try_receive_reset::<false>(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+budgeted!(
+    /// The BTF tracepoint, which needs no tracefs: `(const struct sock *sk)`, both ends
+    /// read from the socket at offsets from the kernel's BTF.
+    #[btf_tracepoint(function = "tcp_receive_reset")]
+    tcp_receive_reset_btf / tcp_receive_reset_btf_plain (BtfTracePointContext) => on_reset_args
+);
+
+#[inline(always)]
+fn on_reset_args<const CMPXCHG: bool>(ctx: &BtfTracePointContext) -> u32 {
+    let sk: u64 = ctx.arg(0);
+    let s = Sock(sk);
+    if matches!(s.state(), Ok(state) if state != TCP_SYN_SENT as u8) {
+        return 0;
+    }
+    let Ok(dst) = s.remote() else {
+        return 0;
+    };
+    let Some(owner) = connecting::owner_of(sk, destination_tag(&dst.0, dst.1)) else {
+        return 0; // not a connect in progress
+    };
+    let local = s.local();
+    let client = ClientEnd {
+        addr: local.addr,
+        port: local.port,
+        _pad: [0; 6],
+    };
+    match refused::<CMPXCHG>(sk, owner, local.family, client, dst) {
         Ok(r) | Err(r) => r,
     }
 }

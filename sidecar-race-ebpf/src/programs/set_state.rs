@@ -91,6 +91,17 @@ impl Sock {
     pub fn state(&self) -> Result<u8, u32> {
         self.read(config!(sock.state))
     }
+
+    /// The remote end: address (v6 form) and host-order port.
+    #[inline(always)]
+    pub fn remote(&self) -> Result<([u8; 16], u16), u32> {
+        let f = config!(sock);
+        let family = self.read::<u16>(f.family)?;
+        Ok((
+            self.addr(family, f.v6_daddr, f.daddr)?,
+            ntohs(self.read(f.dport)?),
+        ))
+    }
 }
 
 impl SetStateSource for Sock {
@@ -112,16 +123,9 @@ impl SetStateSource for Sock {
 
     #[inline(always)]
     fn destination(&self) -> u64 {
-        let f = config!(sock);
-        let Ok(family) = self.read::<u16>(f.family) else {
-            return 0;
-        };
-        match (
-            self.addr(family, f.v6_daddr, f.daddr),
-            self.read::<u16>(f.dport),
-        ) {
-            (Ok(addr), Ok(port)) => destination_tag(&addr, ntohs(port)),
-            _ => 0,
+        match self.remote() {
+            Ok((addr, port)) => destination_tag(&addr, port),
+            Err(_) => 0,
         }
     }
 }

@@ -207,6 +207,48 @@ fn hide_btf() -> std::io::Result<()> {
     Ok(())
 }
 
+/// In a child before exec: a private mount namespace with no tracefs and no way to
+/// mount one, and the kernel's BTF still there, as on a host that does not mount
+/// tracefs for the agent's container: tracefs and debugfs unmounted, `/sys/kernel` an
+/// empty read-only tmpfs, and `/sys/kernel/btf` bound back from `saved` (a directory
+/// the parent made; the host's mounts are untouched).
+fn hide_tracefs(saved: &std::ffi::CStr) -> std::io::Result<()> {
+    let fail = || Err(std::io::Error::last_os_error());
+    let none = std::ptr::null();
+    // SAFETY: unshare, mount, umount2 and mkdir with valid NUL-terminated strings.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return fail();
+        }
+        let private = libc::MS_REC | libc::MS_PRIVATE;
+        if libc::mount(none, c"/".as_ptr(), none, private, none.cast()) != 0 {
+            return fail();
+        }
+        libc::umount2(c"/sys/kernel/debug/tracing".as_ptr(), libc::MNT_DETACH);
+        libc::umount2(c"/sys/kernel/tracing".as_ptr(), libc::MNT_DETACH);
+        libc::umount2(c"/sys/kernel/debug".as_ptr(), libc::MNT_DETACH);
+        let btf = c"/sys/kernel/btf".as_ptr();
+        if libc::mount(btf, saved.as_ptr(), none, libc::MS_BIND, none.cast()) != 0 {
+            return fail();
+        }
+        let kernel = c"/sys/kernel".as_ptr();
+        if libc::mount(c"none".as_ptr(), kernel, c"tmpfs".as_ptr(), 0, none.cast()) != 0
+            || libc::mkdir(btf, 0o755) != 0
+            || libc::mount(saved.as_ptr(), btf, none, libc::MS_BIND, none.cast()) != 0
+            || libc::mount(
+                none,
+                kernel,
+                none,
+                libc::MS_REMOUNT | libc::MS_RDONLY,
+                none.cast(),
+            ) != 0
+        {
+            return fail();
+        }
+    }
+    Ok(())
+}
+
 /// `sidecar-race-agent run …` in the background, talked to over HTTP.
 pub struct RunAgent {
     child: Child,
@@ -232,6 +274,19 @@ impl RunAgent {
         let mut cmd = Command::new(agent_binary());
         // SAFETY: only async-signal-safe syscalls between fork and exec.
         unsafe { cmd.pre_exec(hide_btf) };
+        Self::spawn(args, &[], cmd)
+    }
+
+    /// [`RunAgent::start`] as on a host that does not give the agent tracefs (and
+    /// where it cannot mount one), the kernel's BTF still there.
+    pub fn start_without_tracefs(args: &[&str]) -> Self {
+        let saved = std::env::temp_dir().join(format!("sr-btf-{}", std::process::id()));
+        std::fs::create_dir_all(&saved).expect("a directory for the BTF");
+        let saved = std::ffi::CString::new(saved.into_os_string().into_encoded_bytes())
+            .expect("a path without NUL");
+        let mut cmd = Command::new(agent_binary());
+        // SAFETY: only async-signal-safe syscalls between fork and exec.
+        unsafe { cmd.pre_exec(move || hide_tracefs(&saved)) };
         Self::spawn(args, &[], cmd)
     }
 
