@@ -290,6 +290,16 @@ impl GuestRun {
 /// Boots `kernel` with `initramfs` under TCG (one CPU, 768 MiB), the serial console on
 /// stdout; kills QEMU after `timeout`.
 pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration) -> anyhow::Result<GuestRun> {
+    boot_with(kernel, initramfs, timeout, "")
+}
+
+/// [`boot`] with `extra` on the kernel's command line (e.g. `lockdown=confidentiality`).
+pub fn boot_with(
+    kernel: &Kernel,
+    initramfs: &Path,
+    timeout: Duration,
+    extra: &str,
+) -> anyhow::Result<GuestRun> {
     let start = Instant::now();
     let qemu = kernel.arch.qemu();
     let mut child = Command::new(qemu)
@@ -304,7 +314,7 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration) -> anyhow::Res
         .arg(initramfs)
         .arg("-append")
         .arg(format!(
-            "console={} quiet loglevel=1 panic=-1 rdinit=/init",
+            "console={} quiet loglevel=1 panic=-1 rdinit=/init {extra}",
             kernel.arch.console()
         ))
         .stdin(Stdio::null())

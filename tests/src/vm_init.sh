@@ -45,6 +45,20 @@ in_cgroup() {
 }
 
 say kernel "$(uname -r)"
+
+# Booted with lockdown=confidentiality: the agent must refuse with one sentence, told
+# by securityfs, and again without securityfs (as in a pod), told by a probe program.
+if grep -q 'lockdown=confidentiality' /proc/cmdline; then
+    mount -t cgroup2 cgroup2 $CG
+    mount -t securityfs none /sys/kernel/security
+    say lockdown "$(cat /sys/kernel/security/lockdown)"
+    must_fail lockdown_securityfs trace
+    umount /sys/kernel/security
+    must_fail lockdown_probe trace
+    say done
+    sync
+    poweroff -f
+fi
 ip link set lo up
 say ipv6 "$([ -e /proc/net/if_inet6 ] && echo yes || echo no)"
 

@@ -97,11 +97,17 @@ fn cap_bit(name: &str) -> u32 {
 }
 
 fn boot(kernel: &Kernel) -> GuestRun {
+    boot_with(kernel, "")
+}
+
+/// [`boot`] with `extra` on the kernel's command line.
+fn boot_with(kernel: &Kernel, extra: &str) -> GuestRun {
     let initramfs: PathBuf = std::env::temp_dir().join(format!(
-        "sr-kernel-tier-{}-{}-{}.cpio",
+        "sr-kernel-tier-{}-{}-{}{}.cpio",
         std::process::id(),
         kernel.arch.name(),
-        kernel.label
+        kernel.label,
+        if extra.is_empty() { "" } else { "-extra" }
     ));
     let t = Instant::now();
     vm::build_initramfs(&initramfs, env(), kernel).expect("build the initramfs");
@@ -111,7 +117,7 @@ fn boot(kernel: &Kernel) -> GuestRun {
         std::fs::metadata(&initramfs).unwrap().len() >> 20,
         t.elapsed().as_secs_f64()
     );
-    let run = vm::boot(kernel, &initramfs, VM_TIMEOUT);
+    let run = vm::boot_with(kernel, &initramfs, VM_TIMEOUT, extra);
     let _ = std::fs::remove_file(&initramfs);
     let run = run.expect("boot the VM");
     // The whole console, for reading a failure (best effort: the directory may be
@@ -634,6 +640,37 @@ fn kernel_tier(arch: Arch, label: &str, traits: Traits) {
         .expect("a kernel version");
     assert_least_privilege(&run, label, version >= (5, 11));
     assert_unix(&run, label, traits);
+    if arch == Arch::Amd64 {
+        assert_lockdown(&boot_with(&kernel, "lockdown=confidentiality"), label);
+    }
+}
+
+/// Booted with `lockdown=confidentiality`: the agent refuses to start with one
+/// sentence that names lockdown, whether securityfs tells it or only a probe program
+/// does (as in a pod, where securityfs is not mounted).
+fn assert_lockdown(run: &GuestRun, label: &str) {
+    assert_eq!(
+        run.one("lockdown"),
+        "none integrity [confidentiality]",
+        "{label}: the guest's lockdown"
+    );
+    for (key, how) in [
+        ("lockdown_securityfs", "/sys/kernel/security/lockdown"),
+        (
+            "lockdown_probe",
+            "the kernel refuses bpf_probe_read_kernel to tracing programs",
+        ),
+    ] {
+        let e = failure(run, key);
+        assert_eq!(
+            e,
+            format!(
+                "this node cannot run the agent:\n  - {}",
+                sidecar_race_agent::kernel::lockdown::confidentiality_sentence(how)
+            ),
+            "{label}: {key}"
+        );
+    }
 }
 
 /// Unix sockets on this kernel, with the hooks `auto` picks (fexit where the kernel has

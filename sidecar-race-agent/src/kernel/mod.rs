@@ -14,6 +14,7 @@ pub mod counters;
 mod evicted;
 pub mod globals;
 pub mod layout;
+pub mod lockdown;
 pub mod options;
 pub mod probes;
 pub mod recursion;

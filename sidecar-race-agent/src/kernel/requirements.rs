@@ -8,6 +8,7 @@ use std::{
 use super::{
     btf,
     layout::{self, KernelLayout},
+    lockdown,
     tracefs::Tracefs,
 };
 use crate::inventory::cgroups;
@@ -70,10 +71,24 @@ pub fn check(locations: &Locations) -> Result<Environment, MissingRequirements> 
             _ => tracing::debug!("RLIMIT_MEMLOCK stays as it is ({e}); this kernel charges BPF memory to the cgroup"),
         }
     }
+    // Lockdown for confidentiality leaves nothing to load: one sentence, nothing else.
+    if lockdown::confidentiality() == Some(true) {
+        return Err(MissingRequirements(vec![
+            lockdown::confidentiality_sentence("/sys/kernel/security/lockdown"),
+        ]));
+    }
     let tracefs = match &locations.tracefs {
         Some(p) => Ok(Tracefs::at(p)),
         None => Tracefs::find_or_mount().map_err(|e| e.to_string()),
     };
+    // Without securityfs (in a pod), lockdown shows as a helper taken away.
+    if lockdown::confidentiality().is_none() && lockdown::refuses_kernel_reads() {
+        return Err(MissingRequirements(vec![
+            lockdown::confidentiality_sentence(
+                "the kernel refuses bpf_probe_read_kernel to tracing programs",
+            ),
+        ]));
+    }
     let layout = match &tracefs {
         Ok(t) => Some(layout::from_tracefs(t)),
         Err(why) if Path::new(btf::VMLINUX).exists() => {
