@@ -76,7 +76,17 @@ pub fn refuses_kernel_reads() -> bool {
         return false;
     }
     let log = String::from_utf8_lossy(&log);
-    log.contains("bpf_probe_read_kernel") && log.contains("cannot use helper")
+    // "program of this type cannot use helper …" (6.x), "unknown func …" (older).
+    log.contains("bpf_probe_read_kernel")
+        && (log.contains("cannot use helper") || log.contains("unknown func"))
+}
+
+/// Where securityfs cannot be read, on kernels that still lend the helper and fail it
+/// at run time (before 5.13): a tracefs that is mounted but empty, which is what the
+/// kernel's tracing does when lockdown stops it at boot ("Tracing disabled due to
+/// lockdown").
+pub fn empty_tracefs(root: &Path) -> bool {
+    root.is_dir() && !root.join("events").exists()
 }
 
 /// One eBPF instruction: opcode, registers, immediate (offset 0), as the kernel reads it.

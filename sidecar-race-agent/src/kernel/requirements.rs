@@ -81,13 +81,25 @@ pub fn check(locations: &Locations) -> Result<Environment, MissingRequirements> 
         Some(p) => Ok(Tracefs::at(p)),
         None => Tracefs::find_or_mount().map_err(|e| e.to_string()),
     };
-    // Without securityfs (in a pod), lockdown shows as a helper taken away.
-    if lockdown::confidentiality().is_none() && lockdown::refuses_kernel_reads() {
-        return Err(MissingRequirements(vec![
-            lockdown::confidentiality_sentence(
-                "the kernel refuses bpf_probe_read_kernel to tracing programs",
-            ),
-        ]));
+    // Without securityfs (in a pod), lockdown shows as a helper taken away (5.13+), or
+    // as a tracefs the kernel left empty.
+    if lockdown::confidentiality().is_none() {
+        let told = if lockdown::refuses_kernel_reads() {
+            Some("the kernel refuses bpf_probe_read_kernel to tracing programs")
+        } else if locations.tracefs.is_none()
+            && tracefs
+                .as_ref()
+                .is_ok_and(|t| lockdown::empty_tracefs(t.root()))
+        {
+            Some("tracefs is mounted and empty")
+        } else {
+            None
+        };
+        if let Some(how) = told {
+            return Err(MissingRequirements(vec![
+                lockdown::confidentiality_sentence(how),
+            ]));
+        }
     }
     let layout = match &tracefs {
         Ok(t) => Some(layout::from_tracefs(t)),
