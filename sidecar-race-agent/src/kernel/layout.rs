@@ -103,6 +103,10 @@ pub struct KernelLayout {
     pub unusable: Vec<Unusable>,
     /// Offsets of the syscall tracepoints for the Unix socket fallback, or why not.
     pub unix_syscalls: Result<SyscallArgs, String>,
+    /// There is no tracefs at all: the tracepoints with a BTF program are hooked as BTF
+    /// tracepoints. (A tracepoint that tracefs lacks is one the kernel lacks: its BTF
+    /// tracepoint is not tried.)
+    pub without_tracefs: bool,
 }
 
 impl KernelLayout {
@@ -127,6 +131,7 @@ pub fn without_tracefs(why: &str) -> KernelLayout {
             })
             .collect(),
         unix_syscalls: Err(format!("no tracefs: {why}")),
+        without_tracefs: true,
     }
 }
 
@@ -160,6 +165,7 @@ pub fn build(formats: impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError>)
         config,
         unusable,
         unix_syscalls: Err("syscall tracepoints not read".to_string()),
+        without_tracefs: false,
     }
 }
 

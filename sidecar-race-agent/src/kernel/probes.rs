@@ -66,10 +66,7 @@ impl Probes {
         // The hooks on kernel functions name them by BTF id: one more parse (the
         // loader's is private), shared by the BTF tracepoint and the fexit hooks, and
         // made only when one of them will be tried.
-        let btf_tracepoints = layout
-            .unusable
-            .iter()
-            .any(|u| u.tracepoint.btf_program.is_some());
+        let btf_tracepoints = layout.without_tracefs;
         let kernel_btf = if (opts.set_state_btf && globals.sock.is_ok())
             || btf_tracepoints
             || (opts.unix_hooks == UnixHookChoice::Auto && globals.unix_fields.is_ok())

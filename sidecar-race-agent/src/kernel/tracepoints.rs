@@ -65,8 +65,8 @@ pub(super) fn attach_all(
             }
             continue;
         }
-        // Unusable through tracefs (the layout says why): its BTF tracepoint, if any.
-        let Some(program) = tp.btf_program else {
+        // No tracefs at all (the layout says so): its BTF tracepoint, if any.
+        let Some(program) = tp.btf_program.filter(|_| layout.without_tracefs) else {
             continue;
         };
         let needs = if tp.category == "cgroup" {
