@@ -5,18 +5,18 @@
 
 use aya_ebpf::{
     EbpfContext,
-    helpers::{bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, generated},
+    helpers::{bpf_probe_read_kernel_str_bytes, generated},
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use sidecar_race_ebpf::{
     abi::{CGROUP_PATH_LEN, CgroupEvent, counter, flags, kind},
-    layout::{CgroupDir, MISSING},
+    layout::CgroupDir,
 };
 
 use super::{
     charge,
-    helpers::{field, now_boot_ns},
+    helpers::{field, now_boot_ns, read},
     ledgers::control_admitted,
     maps::{CONTROL, config, count},
 };
@@ -107,18 +107,6 @@ fn from_args<const CMPXCHG: bool>(ctx: &BtfTracePointContext, k: u8) -> u32 {
         path: Path::Kernel(path as *const u8),
     };
     emit::<CMPXCHG>(root, &dir, k)
-}
-
-/// Reads a `T` at `base + offset` of kernel memory; `None` when the offset is unknown
-/// or the read fails.
-#[inline(always)]
-fn read<T>(base: u64, offset: u16) -> Option<T> {
-    if offset == MISSING || base == 0 {
-        return None;
-    }
-    // SAFETY: bpf_probe_read_kernel checks the access; offsets come from this
-    // kernel's BTF.
-    unsafe { bpf_probe_read_kernel((base + u64::from(offset)) as *const T) }.ok()
 }
 
 #[inline(always)]

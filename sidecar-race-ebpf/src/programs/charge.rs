@@ -8,10 +8,13 @@
 //! eBPF) and goes top down over at most `CHARGE_MAX_LEVEL` levels: the runtime decides
 //! how deep a container sits, the container only how deep it nests below itself.
 
-use aya_ebpf::helpers::{bpf_probe_read_kernel, generated};
+use aya_ebpf::helpers::generated;
 use sidecar_race_ebpf::{abi::CHARGE_MAX_LEVEL, layout::MISSING};
 
-use super::maps::{CHARGE_POINTS, config};
+use super::{
+    helpers::read,
+    maps::{CHARGE_POINTS, config},
+};
 
 /// Where a charge was found.
 pub struct Charge {
@@ -89,16 +92,4 @@ fn ancestor_id(cgrp: u64, lvl: u32, f: &sidecar_race_ebpf::layout::CgroupFields)
     let ancestor = read::<u64>(slot, 0)?;
     let kn = read::<u64>(ancestor, f.kn)?;
     read::<u64>(kn, f.kn_id)
-}
-
-/// Reads a `T` at `base + offset` of kernel memory; `None` when the offset is unknown
-/// or the read fails.
-#[inline(always)]
-fn read<T>(base: u64, offset: u16) -> Option<T> {
-    if offset == MISSING || base == 0 {
-        return None;
-    }
-    // SAFETY: bpf_probe_read_kernel checks the access; offsets come from this
-    // kernel's BTF.
-    unsafe { bpf_probe_read_kernel((base + u64::from(offset)) as *const T) }.ok()
 }

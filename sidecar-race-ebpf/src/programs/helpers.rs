@@ -3,7 +3,7 @@
 //! TCP constants.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, generated},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, generated},
     programs::TracePointContext,
 };
 use sidecar_race_ebpf::{abi::Owner, layout::MISSING};
@@ -44,6 +44,17 @@ pub fn field<T>(ctx: &TracePointContext, offset: u16) -> Result<T, u32> {
     // SAFETY: the offset comes from this kernel's tracefs format for this tracepoint;
     // bpf_probe_read_kernel checks the access.
     unsafe { ctx.read_at::<T>(offset as usize) }.map_err(|_| 0)
+}
+
+/// Reads a `T` at `base + offset` of kernel memory; `None` when the offset is unknown
+/// (`MISSING`) or the read fails. Offsets come from the running kernel's BTF.
+#[inline(always)]
+pub fn read<T>(base: u64, offset: u16) -> Option<T> {
+    if offset == MISSING || base == 0 {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the access.
+    unsafe { bpf_probe_read_kernel((base + u64::from(offset)) as *const T) }.ok()
 }
 
 /// Adds `v` to the u64 at `p` atomically, as seen by every CPU. Written out as

@@ -8,7 +8,6 @@ use aya_ebpf::{
 };
 use sidecar_race_ebpf::{
     abi::{Owner, counter, kind},
-    layout::MISSING,
     unix::{UNIX_PATH_MAX, UnixConfig, UnixEvent, UnixFields},
 };
 
@@ -42,17 +41,8 @@ pub fn take_call<V: Copy>(calls: &LruHashMap<u64, V>) -> Option<V> {
     Some(value)
 }
 
-/// Reads a `T` at `base + offset` of kernel memory; `None` when the offset is unknown
-/// or the read fails.
-#[inline(always)]
-pub fn read<T>(base: u64, offset: u16) -> Option<T> {
-    if offset == MISSING || base == 0 {
-        return None;
-    }
-    // SAFETY: bpf_probe_read_kernel checks the access; offsets come from this
-    // kernel's BTF.
-    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel((base + u64::from(offset)) as *const T) }.ok()
-}
+/// The programs' kernel read, under the name the Unix programs import it by.
+pub use super::helpers::read;
 
 /// The inode of the network namespace of `sk` (a `struct sock *`); 0 when unknown.
 #[inline(always)]
