@@ -12,6 +12,7 @@ pub mod http;
 pub mod ingest;
 pub mod inventory;
 pub mod kernel;
+pub mod kube_yaml;
 pub mod lint;
 pub mod logging;
 pub mod pipeline;

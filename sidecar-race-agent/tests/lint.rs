@@ -411,3 +411,40 @@ fn runs_as_a_kubectl_plugin() {
     );
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// A Secret volume's `defaultMode: 0400`, as real manifests write it, is octal as
+/// kubectl reads it (256): the workload is linted (its racing sidecar found), not
+/// refused as "not a pod template", and `--fix` writes the same mode back (decimal).
+#[test]
+fn an_octal_file_mode_is_read_as_kubectl_reads_it() {
+    let manifest = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: checkout}
+spec:
+  selector: {matchLabels: {app: checkout}}
+  template:
+    metadata: {labels: {app: checkout}}
+    spec:
+      containers:
+      - name: app
+        image: shop/checkout
+        env: [{name: HTTP_PROXY, value: 'http://127.0.0.1:15001'}]
+        volumeMounts: [{name: certs, mountPath: /certs}]
+      - name: istio-proxy
+        image: istio/proxyv2
+        ports: [{containerPort: 15001}]
+      volumes:
+      - name: certs
+        secret: {secretName: checkout-certs, defaultMode: 0400}
+";
+    let (status, json) = lint(&["--format", "json", "-"], Some(manifest));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(status, 1, "{v:#}");
+    assert_eq!(v["workloads"], 1, "{v:#}");
+    assert_eq!(v["findings"][0]["id"], "SR001", "{v:#}");
+    let (_, fixed) = lint(&["--fix", "-"], Some(manifest));
+    assert!(
+        fixed.contains("defaultMode: 256"),
+        "the mode kubectl reads (0400), in decimal:\n{fixed}"
+    );
+}

@@ -226,7 +226,7 @@ impl ParsedDocument {
 pub fn parse(source: &Source) -> Result<Vec<ParsedDocument>, InputError> {
     let mut out = Vec::new();
     for doc in documents(&source.text) {
-        let node: Node = serde_saphyr::from_str(&doc.text).map_err(|e| InputError::Yaml {
+        let node: Node = crate::kube_yaml::from_str(&doc.text).map_err(|e| InputError::Yaml {
             file: source.name.clone(),
             document: doc.number,
             line: doc.first_line,

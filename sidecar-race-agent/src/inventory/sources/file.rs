@@ -16,7 +16,7 @@ use super::{health::SourceStats, list::full_list, pacer::Pacer, update::PodUpdat
 pub fn parse(text: &str) -> Result<Vec<serde_json::Value>, String> {
     let doc: serde_json::Value = match serde_json::from_str(text) {
         Ok(v) => v,
-        Err(json_err) => serde_saphyr::from_str(text)
+        Err(json_err) => crate::kube_yaml::from_str(text)
             .map_err(|yaml_err| format!("neither JSON ({json_err}) nor YAML ({yaml_err})"))?,
     };
     match doc.get("kind").and_then(|k| k.as_str()) {
