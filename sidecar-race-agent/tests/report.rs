@@ -1084,8 +1084,12 @@ async fn fake_api_server(seen: Arc<Mutex<Vec<(String, String)>>>) -> SocketAddr 
                     .collect();
                 json!({"apiVersion": "v1", "kind": format!("{kind}List"), "metadata": {"resourceVersion": "1"}, "items": items})
             };
+            // agent-b serves TLS (deploy/overlays/tls): its probes say HTTPS.
             let agent = |name: &str, phase: &str| {
+                let scheme = if name == "agent-b" { "HTTPS" } else { "HTTP" };
                 json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "sidecar-race"},
+                       "spec": {"containers": [{"name": "agent",
+                           "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http-metrics", "scheme": scheme}}}]},
                        "status": {"phase": phase}})
             };
             let body = match path {
@@ -1104,7 +1108,7 @@ async fn fake_api_server(seen: Arc<Mutex<Vec<(String, String)>>>) -> SocketAddr 
                 "/api/v1/namespaces/sidecar-race/pods/agent-a:9965/proxy/api/v1/incidents" => {
                     json!({"incidents": [checkout]})
                 }
-                "/api/v1/namespaces/sidecar-race/pods/agent-b:9965/proxy/api/v1/incidents" => {
+                "/api/v1/namespaces/sidecar-race/pods/https:agent-b:9965/proxy/api/v1/incidents" => {
                     json!({"incidents": [ledger]})
                 }
                 "/apis/apps/v1/deployments" => list("Deployment"),
@@ -1127,8 +1131,9 @@ async fn fake_api_server(seen: Arc<Mutex<Vec<(String, String)>>>) -> SocketAddr 
     serve(Router::new().fallback(handler)).await
 }
 
-/// From a laptop: the agents through the API server's pod proxy, the workloads from
-/// the cluster, all with the kubeconfig; only GETs and one TokenRequest.
+/// From a laptop: the agents through the API server's pod proxy (over HTTPS to the
+/// agent whose probes say it serves TLS), the workloads from the cluster, all with the
+/// kubeconfig; only GETs and one TokenRequest.
 #[tokio::test(flavor = "multi_thread")]
 async fn agents_via_api_and_cluster_from_a_laptop() {
     let seen = Arc::new(Mutex::new(Vec::new()));

@@ -99,7 +99,8 @@ pub fn by_key(docs: &[Value]) -> BTreeMap<String, Value> {
 
 /// Objects of CRDs (Prometheus Operator): no schema in kubernetes-validate.
 pub fn is_crd_object(doc: &Value) -> bool {
-    str_at(doc, "/apiVersion").starts_with("monitoring.coreos.com/")
+    let api = str_at(doc, "/apiVersion");
+    api.starts_with("monitoring.coreos.com/") || api.starts_with("cert-manager.io/")
 }
 
 /// The newest Kubernetes version the installed kubernetes-validate ships schemas for.

@@ -10,8 +10,13 @@ use std::{process::Command, time::Duration};
 
 use serde_json::Value;
 use sidecar_race_tests::{
-    cluster::{AGENT_NAMESPACE, cluster, wait_until},
+    agent::agent_binary,
+    cluster::{AGENT_NAMESPACE, TestNamespace, cluster, wait_until},
     manifests::{CHART, helm},
+    operator_prometheus::{
+        self, POD_MONITOR_JOB, cleanup_scraper_rbac, generated_config, prometheus_resource,
+        scraper_rbac,
+    },
     tools::{run, workspace},
 };
 
@@ -20,7 +25,7 @@ const RELEASE: &str = "sidecar-race";
 const LOCAL_IMAGE: &str = "sr-test.local/sidecar-race-agent";
 /// Every kind the chart can make, for "nothing left behind".
 const KINDS: &str = "namespace,serviceaccount,clusterrole,clusterrolebinding,rolebinding,priorityclass,\
-    daemonset,service,networkpolicy,configmap,podmonitor,servicemonitor,prometheusrule";
+    daemonset,service,networkpolicy,configmap,secret,podmonitor,servicemonitor,prometheusrule";
 const PART_OF: &str = "app.kubernetes.io/part-of=sidecar-race";
 
 fn helm_cmd(args: &[&str]) -> String {
@@ -186,9 +191,148 @@ fn helm_install_upgrade_uninstall() {
     assert!(secrets.trim().is_empty(), "release records left: {secrets}");
 }
 
-#[test]
-#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
-fn helm_install_upgrade_and_uninstall_in_turn_with_the_kustomize_install() {
+/// The agent's certificate from the chart (tls.source=helm), the probes over HTTPS,
+/// and Prometheus on the operator's configuration for the chart's PodMonitor scraping
+/// the agent over TLS, verifying it against the Secret's CA; plain HTTP is gone; the
+/// pod proxy of `report --agents-via-api` reaches the agent over HTTPS.
+fn helm_tls_scraped_by_the_operators_prometheus() {
+    let c = cluster();
+    helm_cmd(&[
+        "install",
+        RELEASE,
+        CHART,
+        "--set",
+        &format!("image.repository={LOCAL_IMAGE}"),
+        "--values",
+        &format!("{CHART}/ci/tls-helm-values.yaml"),
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    c.agent_rolled_out();
+    // Ready: the kubelet's HTTPS probes pass.
+    let pod = c.agent_pod();
+    let ip = pod["status"]["podIP"].as_str().expect("the agent's IP");
+    let secret = c.json(&[
+        "-n",
+        AGENT_NAMESPACE,
+        "get",
+        "secret",
+        "sidecar-race-agent-tls",
+    ]);
+    let ca = run(
+        Command::new("base64").arg("-d"),
+        Some(secret["data"]["ca.crt"].as_str().expect("ca.crt")),
+    );
+    let dir = workspace().join(format!("target/sr-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_file = dir.join("ca.crt");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let server = format!("sidecar-race-agent.{AGENT_NAMESPACE}.svc");
+    let curl = |url: &str, extra: &[&str]| {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "5",
+            ])
+            .args(extra)
+            .arg(url)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let resolve = format!("{server}:9965:{ip}");
+    let cacert = ca_file.to_str().unwrap();
+    // The certificate verifies for the Service's name with the Secret's CA; without a
+    // token the agent still says 401; plain HTTP gets no HTTP answer at all.
+    assert_eq!(
+        curl(
+            &format!("https://{server}:9965/metrics"),
+            &["--cacert", cacert, "--resolve", &resolve]
+        ),
+        "401"
+    );
+    assert_eq!(
+        curl(
+            &format!("https://{server}:9965/healthz"),
+            &["--cacert", cacert, "--resolve", &resolve]
+        ),
+        "200"
+    );
+    assert_eq!(curl(&format!("http://{ip}:9965/healthz"), &[]), "000");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let ns = TestNamespace::create(format!("tls-{}", std::process::id()));
+    scraper_rbac(&ns);
+    let result = std::panic::catch_unwind(|| {
+        let version = operator_prometheus::version();
+        c.apply(&prometheus_resource(&ns, "tls", &version, &["podMonitor"]));
+        let config = generated_config(&ns, "tls", POD_MONITOR_JOB);
+        for want in [
+            "scheme: https",
+            // The operator's name for the Secret's key (0_ for a Secret, 1_ for a
+            // ConfigMap), in the tls-assets Secret it mounts there.
+            "ca_file: /etc/prometheus/certs/0_sidecar-race_sidecar-race-agent-tls_ca.crt",
+            "server_name: sidecar-race-agent.sidecar-race.svc",
+            "type: Bearer",
+        ] {
+            assert!(config.contains(want), "no `{want}` in:\n{config}");
+        }
+        let prom = operator_prometheus::start(&ns, "tls", "prometheus", &config);
+        let up = operator_prometheus::series(
+            &prom,
+            "up{job=\"sidecar-race-agent\"} == 1",
+            1,
+            Duration::from_secs(90),
+        );
+        assert_eq!(
+            up[0]["metric"]["node"].as_str(),
+            pod["spec"]["nodeName"].as_str(),
+            "{up:#?}\n{}",
+            prom.log()
+        );
+        operator_prometheus::series(
+            &prom,
+            "sidecar_race_build_info{job=\"sidecar-race-agent\"}",
+            1,
+            Duration::from_secs(60),
+        );
+        // report --agents-via-api: the pod proxy over HTTPS (the agent's probes say so).
+        let out = run(
+            Command::new(agent_binary())
+                .args(["report", "--agents-via-api", "--format", "json"])
+                .env("KUBECONFIG", &c.kubeconfig),
+            None,
+        );
+        let report: Value = serde_json::from_str(&out).expect("report's JSON");
+        assert_eq!(
+            report["source"]["urls"][0].as_str(),
+            Some(
+                format!(
+                    "pods/proxy {AGENT_NAMESPACE}/{}",
+                    pod["metadata"]["name"].as_str().unwrap()
+                )
+                .as_str()
+            ),
+            "{report:#}"
+        );
+    });
+    cleanup_scraper_rbac(&ns);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    helm_cmd(&["uninstall", RELEASE, "--wait", "--timeout", "3m"]);
+    wait_all_gone("helm uninstall (TLS)");
+}
+
+/// The kustomize install out (same namespace and cluster-scoped names), `case`, then
+/// the kustomize install back for the other cases, whatever happened.
+fn in_turn_with_the_kustomize_install(case: fn()) {
     let c = cluster();
     // The kustomize install out first: same namespace and cluster-scoped names.
     c.kubectl(&[
@@ -204,7 +348,7 @@ fn helm_install_upgrade_and_uninstall_in_turn_with_the_kustomize_install() {
         "--ignore-not-found",
     ]);
     wait_all_gone("kubectl delete -k");
-    let result = std::panic::catch_unwind(helm_install_upgrade_uninstall);
+    let result = std::panic::catch_unwind(case);
     // Back to the kustomize install for the other cases, whatever happened above.
     let _ = Command::new(helm())
         .arg("--kubeconfig")
@@ -223,4 +367,16 @@ fn helm_install_upgrade_and_uninstall_in_turn_with_the_kustomize_install() {
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn helm_install_upgrade_and_uninstall_in_turn_with_the_kustomize_install() {
+    in_turn_with_the_kustomize_install(helm_install_upgrade_uninstall);
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn helm_tls_prometheus_scrapes_the_agent_over_tls_with_the_operators_configuration() {
+    in_turn_with_the_kustomize_install(helm_tls_scraped_by_the_operators_prometheus);
 }

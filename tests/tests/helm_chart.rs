@@ -24,6 +24,7 @@ use sidecar_race_tests::{
 
 const EXAMPLE_VALUES: &str = "ci/example-values.yaml";
 const EVERY_TOGGLE_VALUES: &str = "ci/every-toggle-values.yaml";
+const TLS_HELM_VALUES: &str = "ci/tls-helm-values.yaml";
 
 fn chart_file(rel: &str) -> PathBuf {
     workspace().join(CHART).join(rel)
@@ -53,7 +54,12 @@ fn concat(parts: &[Vec<Value>]) -> Vec<Value> {
 
 #[test]
 fn chart_lints_cleanly_with_defaults_and_every_values_file() {
-    for values in [None, Some(EXAMPLE_VALUES), Some(EVERY_TOGGLE_VALUES)] {
+    for values in [
+        None,
+        Some(EXAMPLE_VALUES),
+        Some(EVERY_TOGGLE_VALUES),
+        Some(TLS_HELM_VALUES),
+    ] {
         let mut cmd = Command::new(helm());
         cmd.current_dir(workspace())
             .args(["lint", "--strict", CHART]);
@@ -123,6 +129,126 @@ fn each_toggle_renders_the_kustomization_that_does_the_same() {
         &helm_template(&[&chart_file(EXAMPLE_VALUES)], &[]),
         &rendered("overlays/example"),
         "ci/example-values.yaml vs deploy/overlays/example",
+    );
+}
+
+/// `tls.enabled` renders deploy/overlays/tls (the Secret made by the user), with the
+/// monitors deploy/overlays/monitoring-tls, and `tls.source=cert-manager`
+/// deploy/overlays/tls-cert-manager: the agent reads the Secret's files, the probes
+/// and the monitors use HTTPS, the monitors verify against the Secret's CA.
+#[test]
+fn tls_toggle_renders_the_tls_overlays() {
+    let base = rendered(".");
+    let tls = rendered("overlays/tls");
+    assert_same_objects(
+        &helm_template(&[], &["tls.enabled=true"]),
+        &tls,
+        "tls.enabled vs deploy/overlays/tls",
+    );
+    assert_same_objects(
+        &helm_template(
+            &[],
+            &[
+                "tls.enabled=true",
+                "podMonitor.enabled=true",
+                "prometheusRule.enabled=true",
+                "dashboard.enabled=true",
+            ],
+        ),
+        &concat(&[tls.clone(), rendered("overlays/monitoring-tls")]),
+        "tls.enabled with the monitors vs deploy/overlays/tls + deploy/overlays/monitoring-tls",
+    );
+    assert_same_objects(
+        &helm_template(&[], &["tls.enabled=true", "tls.source=cert-manager"]),
+        &rendered("overlays/tls-cert-manager"),
+        "tls.source=cert-manager vs deploy/overlays/tls-cert-manager",
+    );
+    // What TLS changes, and only that: the base differs from the overlay in the agent's
+    // DaemonSet alone.
+    let differing: Vec<String> = {
+        let (plain, tls) = (by_key(&base), by_key(&tls));
+        plain
+            .iter()
+            .filter(|(k, v)| tls.get(*k) != Some(*v))
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+    assert_eq!(differing.len(), 1, "{differing:?}");
+    let ds = tls
+        .iter()
+        .find(|d| kind(d) == "DaemonSet")
+        .expect("the DaemonSet");
+    let agent = &ds["spec"]["template"]["spec"]["containers"][0];
+    for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
+        assert_eq!(agent[probe]["httpGet"]["scheme"], "HTTPS", "{probe}");
+    }
+    let env: Vec<(&str, &str)> = agent["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?)))
+        .collect();
+    assert!(env.contains(&(
+        "SIDECAR_RACE_TLS_CERT_FILE",
+        "/etc/sidecar-race/tls/tls.crt"
+    )));
+    assert!(env.contains(&("SIDECAR_RACE_TLS_KEY_FILE", "/etc/sidecar-race/tls/tls.key")));
+    let volume = ds["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "tls")
+        .expect("the tls volume");
+    assert_eq!(
+        volume["secret"],
+        json!({"secretName": "sidecar-race-agent-tls", "defaultMode": 0o400})
+    );
+}
+
+/// `tls.source=helm`: the chart makes one kubernetes.io/tls Secret holding a
+/// certificate for the name the monitors verify, and the CA that signed it; the
+/// monitors point at that CA. A source the chart does not know is refused.
+#[test]
+fn tls_from_helm_makes_the_secret_the_monitors_verify_and_unknown_sources_are_refused() {
+    let docs = helm_template(
+        &[&chart_file(TLS_HELM_VALUES)],
+        &["namespace.name=observability"],
+    );
+    let secrets: Vec<&Value> = docs
+        .iter()
+        .filter(|d| kind(d) == "Secret" && d["type"] == "kubernetes.io/tls")
+        .collect();
+    assert_eq!(secrets.len(), 1, "{secrets:#?}");
+    assert_eq!(secrets[0]["metadata"]["name"], "sidecar-race-agent-tls");
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        let b64 = secrets[0]["data"][key].as_str().unwrap_or_default();
+        assert!(b64.len() > 100, "{key} is empty");
+    }
+    for monitor in ["PodMonitor", "ServiceMonitor"] {
+        let m = docs.iter().find(|d| kind(d) == monitor).expect(monitor);
+        let endpoints = if monitor == "PodMonitor" {
+            &m["spec"]["podMetricsEndpoints"]
+        } else {
+            &m["spec"]["endpoints"]
+        };
+        assert_eq!(endpoints[0]["scheme"], "https", "{monitor}");
+        assert_eq!(
+            endpoints[0]["tlsConfig"],
+            json!({"ca": {"secret": {"name": "sidecar-race-agent-tls", "key": "ca.crt"}},
+                   "serverName": "sidecar-race-agent.observability.svc"}),
+            "{monitor}"
+        );
+    }
+    let mut cmd = Command::new(helm());
+    cmd.current_dir(workspace())
+        .args(["template", "sidecar-race", CHART])
+        .args(["--set", "tls.enabled=true", "--set", "tls.source=vault"]);
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#"tls.source is "vault": expected secret, helm or cert-manager"#),
+        "{err}"
     );
 }
 
@@ -229,10 +355,12 @@ fn an_empty_network_policy_is_refused_rather_than_admitting_everyone() {
 fn every_rendering_validates_strictly() {
     let versions = schema_versions();
     let (example, every_toggle) = (chart_file(EXAMPLE_VALUES), chart_file(EVERY_TOGGLE_VALUES));
-    let renderings: [(&str, &[&Path]); 3] = [
+    let tls = chart_file(TLS_HELM_VALUES);
+    let renderings: [(&str, &[&Path]); 4] = [
         ("helm_defaults", &[]),
         ("helm_example", &[&example]),
         ("helm_every_toggle", &[&every_toggle]),
+        ("helm_tls_helm", &[&tls]),
     ];
     for (label, values) in renderings {
         let docs = helm_template(values, &[]);

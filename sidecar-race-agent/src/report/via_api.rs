@@ -63,6 +63,20 @@ async fn scraper_token(client: &Client, namespace: &str) -> Result<String, Repor
         .ok_or_else(|| ReportError::Api("the TokenRequest came back without a token".into()))
 }
 
+/// The pod proxy's scheme prefix for an agent pod: `https:` when its container's
+/// readiness probe uses HTTPS (the agent serves TLS: deploy/overlays/tls, the chart's
+/// `tls.enabled`), else none (plain HTTP). The API server does not verify the pod's
+/// certificate when it proxies; the token still travels encrypted.
+fn proxy_scheme(pod: &Pod) -> &'static str {
+    let https = pod
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .filter_map(|c| c.readiness_probe.as_ref()?.http_get.as_ref())
+        .any(|g| g.scheme.as_deref() == Some("HTTPS"));
+    if https { "https:" } else { "" }
+}
+
 pub async fn collect_with(
     client: &Client,
     namespace: &str,
@@ -78,11 +92,11 @@ pub async fn collect_with(
                 "cannot list the agent pods in namespace {namespace}: {e}"
             ))
         })?;
-    let running: Vec<String> = listed
+    let running: Vec<(String, &str)> = listed
         .items
         .iter()
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        .filter_map(|p| p.metadata.name.clone())
+        .filter_map(|p| Some((p.metadata.name.clone()?, proxy_scheme(p))))
         .collect();
     if running.is_empty() {
         return Err(ReportError::Api(format!(
@@ -94,9 +108,10 @@ pub async fn collect_with(
         None => scraper_token(client, namespace).await?,
     };
     let token = &token;
-    let fetches = running.iter().map(|name| async move {
-        let path =
-            format!("/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/api/v1/incidents");
+    let fetches = running.iter().map(|(name, scheme)| async move {
+        let path = format!(
+            "/api/v1/namespaces/{namespace}/pods/{scheme}{name}:{port}/proxy/api/v1/incidents"
+        );
         let what = format!("pods/proxy {namespace}/{name}");
         let request = http::Request::get(format!("{path}?limit={}", crate::http::MAX_LIMIT))
             .header(crate::http::auth::PROXIED_TOKEN, token.as_str())
@@ -136,7 +151,7 @@ pub async fn collect_with(
     let lists = futures::future::try_join_all(fetches).await?;
     let names = running
         .iter()
-        .map(|n| format!("pods/proxy {namespace}/{n}"))
+        .map(|(n, _)| format!("pods/proxy {namespace}/{n}"))
         .collect();
     Ok(agents::fleet(names, lists.into_iter().flatten()))
 }

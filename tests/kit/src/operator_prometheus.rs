@@ -9,7 +9,9 @@
 //!   in-cluster configuration: `KUBERNETES_SERVICE_HOST`/`_PORT` and the ServiceAccount
 //!   token and CA at `/var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt}`;
 //! - its `rule_files` are `/etc/prometheus/rules/prometheus-<name>-rulefiles-N/*.yaml`,
-//!   the keys of the operator's ConfigMaps of the same names.
+//!   the keys of the operator's ConfigMaps of the same names;
+//! - a monitor's `tlsConfig` becomes `ca_file: /etc/prometheus/certs/<asset>`, a key of
+//!   the operator's Secrets `prometheus-<name>-tls-assets-N`, which the pod mounts there.
 //!
 //! - `$(SHARD)` (in the sharding `keep` rule) and `$(POD_NAME)` (the
 //!   `prometheus_replica` external label) are left for the pod's config-reloader,
@@ -40,6 +42,8 @@ use crate::{
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Where the operator's Prometheus pod mounts its rule files.
 pub const RULES_DIR: &str = "/etc/prometheus/rules";
+/// Where it mounts the TLS assets (CA, client certificates) its monitors name.
+pub const CERTS_DIR: &str = "/etc/prometheus/certs";
 /// The `kubernetes` Service (xtask/src/cluster: the first IP of the Service CIDR).
 const KUBERNETES_SERVICE_HOST: &str = "10.239.0.1";
 /// What `cargo xtask setup` builds (xtask/src/cluster/versions.rs, PROMETHEUS_VERSION).
@@ -118,6 +122,29 @@ fn rule_files(ns: &str, name: &str) -> Vec<(String, String, String)> {
     files
 }
 
+/// Each TLS asset of the operator's Secrets for Prometheus `name`: (key, content).
+fn tls_assets(ns: &str, name: &str) -> Vec<(String, Vec<u8>)> {
+    let secrets = cluster().json(&["-n", ns, "get", "secrets"]);
+    let prefix = format!("prometheus-{name}-tls-assets-");
+    let mut assets = Vec::new();
+    for s in secrets["items"].as_array().into_iter().flatten() {
+        if !s["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with(&prefix))
+        {
+            continue;
+        }
+        for (key, b64) in s["data"].as_object().into_iter().flatten() {
+            let decoded = run(
+                Command::new("base64").arg("-d"),
+                Some(b64.as_str().unwrap_or_default()),
+            );
+            assets.push((key.clone(), decoded.into_bytes()));
+        }
+    }
+    assets
+}
+
 /// `config` as the config-reloader of the first pod of Prometheus `name` writes it:
 /// `$(SHARD)` and `$(POD_NAME)` expanded from that pod's environment (shard 0, pod
 /// `prometheus-<name>-0`).
@@ -150,18 +177,24 @@ pub fn start(ns: &str, name: &str, service_account: &str, config: &str) -> Prome
         std::fs::create_dir_all(rules.join(&map)).unwrap();
         std::fs::write(rules.join(&map).join(key), text).unwrap();
     }
+    let certs = dir.join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    for (key, content) in tls_assets(ns, name) {
+        std::fs::write(certs.join(key), content).unwrap();
+    }
     Prometheus::launch(dir.clone(), in_pod_paths(&dir))
 }
 
 /// `binary()`, started by a shell in a new mount namespace that first mounts tmpfs on
-/// /run (/var/run links there) and /etc/prometheus and copies `dir/serviceaccount` and
-/// `dir/rules` to the paths a Prometheus pod has them at.
+/// /run (/var/run links there) and /etc/prometheus and copies `dir/serviceaccount`,
+/// `dir/rules` and `dir/certs` to the paths a Prometheus pod has them at.
 fn in_pod_paths(dir: &Path) -> Command {
     let script = format!(
         "set -e; mount -t tmpfs sr-prometheus /run; mkdir -p {SERVICE_ACCOUNT_DIR}; \
          cp \"$0\"/serviceaccount/* {SERVICE_ACCOUNT_DIR}/; \
          mount -t tmpfs sr-prometheus /etc/prometheus; mkdir -p {RULES_DIR}; \
          if [ -d \"$0\"/rules ]; then cp -r \"$0\"/rules/. {RULES_DIR}/; fi; \
+         mkdir -p {CERTS_DIR}; cp -r \"$0\"/certs/. {CERTS_DIR}/; \
          bin=\"$1\"; shift; exec \"$bin\" \"$@\""
     );
     let mut cmd = Command::new("unshare");

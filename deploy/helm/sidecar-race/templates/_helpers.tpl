@@ -48,6 +48,15 @@ as the rules and dashboard assume. */}}
   path: /metrics
   interval: 30s
   honorLabels: true
+  {{- if .Values.tls.enabled }}
+  scheme: https
+  tlsConfig:
+    ca:
+      secret:
+        name: {{ .Values.tls.secretName }}
+        key: ca.crt
+    serverName: {{ include "sidecar-race.tlsServerName" . }}
+  {{- end }}
   {{- if eq .Values.auth "kubernetes" }}
   authorization:
     type: Bearer
@@ -59,4 +68,22 @@ as the rules and dashboard assume. */}}
   - action: replace
     sourceLabels: [__meta_kubernetes_pod_node_name]
     targetLabel: node
+{{- end }}
+
+{{/* The name the monitors verify the agents' certificate for: the headless Service's. */}}
+{{- define "sidecar-race.tlsServerName" -}}
+sidecar-race-agent.{{ .Values.namespace.name }}.svc
+{{- end }}
+
+{{/* The DNS names of the agents' certificate (helm and cert-manager sources). */}}
+{{- define "sidecar-race.tlsDnsNames" -}}
+{{- $ns := .Values.namespace.name -}}
+{{- list "sidecar-race-agent" (printf "sidecar-race-agent.%s" $ns) (printf "sidecar-race-agent.%s.svc" $ns) (printf "sidecar-race-agent.%s.svc.cluster.local" $ns) | toJson -}}
+{{- end }}
+
+{{/* tls.source must be one the chart knows. */}}
+{{- define "sidecar-race.tlsCheck" -}}
+{{- if and .Values.tls.enabled (not (has .Values.tls.source (list "secret" "helm" "cert-manager"))) -}}
+{{- fail (printf "tls.source is %q: expected secret, helm or cert-manager" .Values.tls.source) -}}
+{{- end -}}
 {{- end }}
