@@ -326,6 +326,30 @@ fn helm_tls_scraped_by_the_operators_prometheus() {
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
+    // An upgrade keeps the certificate and its CA (the chart looks the Secret up), so
+    // the monitors' CA stays the one that signed what the agents serve.
+    helm_cmd(&[
+        "upgrade",
+        RELEASE,
+        CHART,
+        "--reuse-values",
+        "--set",
+        "flags.metrics-pod-label=true",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    let after = c.json(&[
+        "-n",
+        AGENT_NAMESPACE,
+        "get",
+        "secret",
+        "sidecar-race-agent-tls",
+    ]);
+    assert_eq!(
+        after["data"], secret["data"],
+        "helm upgrade made a new certificate"
+    );
     helm_cmd(&["uninstall", RELEASE, "--wait", "--timeout", "3m"]);
     wait_all_gone("helm uninstall (TLS)");
 }
