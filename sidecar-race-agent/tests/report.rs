@@ -347,6 +347,7 @@ async fn prometheus_report(range: &str) -> (Report, Fake) {
     let fleet = report::collect(&Input::Prometheus {
         url,
         range: range.into(),
+        cluster_label: None,
     })
     .await
     .unwrap();
@@ -712,6 +713,7 @@ async fn prometheus_unreachable_is_one_clear_sentence() {
     let err = report::collect(&Input::Prometheus {
         url: url.clone(),
         range: "7d".into(),
+        cluster_label: None,
     })
     .await
     .unwrap_err();
@@ -740,6 +742,7 @@ async fn prometheus_without_data_asks_whether_it_scrapes_the_agents() {
     let err = report::collect(&Input::Prometheus {
         url: url.clone(),
         range: "7d".into(),
+        cluster_label: None,
     })
     .await
     .unwrap_err();
@@ -763,6 +766,7 @@ async fn scraped_agents_that_saw_no_pod_start_make_an_empty_report() {
     let fleet = report::collect(&Input::Prometheus {
         url: url.clone(),
         range: "7d".into(),
+        cluster_label: None,
     })
     .await
     .unwrap();
@@ -780,6 +784,7 @@ async fn prometheus_error_response_is_reported() {
     let err = report::collect(&Input::Prometheus {
         url: url.clone(),
         range: "7d".into(),
+        cluster_label: None,
     })
     .await
     .unwrap_err();
@@ -793,6 +798,7 @@ async fn prometheus_error_response_is_reported() {
     let err = report::collect(&Input::Prometheus {
         url,
         range: "7 days".into(),
+        cluster_label: None,
     })
     .await
     .unwrap_err();
@@ -1237,6 +1243,7 @@ async fn answers_larger_than_the_cap_are_refused() {
     let err = report::collect(&Input::Prometheus {
         url: format!("{base}/prom"),
         range: "7d".into(),
+        cluster_label: None,
     })
     .await
     .unwrap_err();

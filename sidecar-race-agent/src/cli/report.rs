@@ -14,6 +14,16 @@ pub struct ReportArgs {
     /// Range to count over, in Prometheus duration syntax (with --prometheus).
     #[arg(long, env = "SIDECAR_RACE_RANGE", default_value = "7d")]
     pub range: String,
+    /// The label that names a series' cluster on a federating or Thanos-style
+    /// Prometheus (with --prometheus): one line per workload and cluster, and a
+    /// fleet-wide roll-up. Series without it read as before; '' turns it off.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_CLUSTER_LABEL",
+        value_name = "NAME",
+        default_value = "cluster"
+    )]
+    pub cluster_label: String,
     /// An agent's base URL, e.g. http://10.0.0.5:9965; repeat the flag (env:
     /// comma-separated) for several agents.
     #[arg(

@@ -30,6 +30,7 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
         Some(url) => Input::Prometheus {
             url,
             range: args.range,
+            cluster_label: Some(args.cluster_label).filter(|l| !l.is_empty()),
         },
         None if args.agents_via_api => Input::AgentsViaApi {
             namespace: args.agent_namespace.clone(),

@@ -128,6 +128,7 @@ pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentInciden
             continue;
         }
         let key = WorkloadKey {
+            cluster: String::new(),
             namespace: i.namespace.unwrap_or_default(),
             kind: i
                 .workload
@@ -208,6 +209,8 @@ pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentInciden
     Fleet {
         source: Source::Agents { urls },
         workloads,
+        // An agent knows its node, not its cluster.
+        clusters: None,
     }
 }
 

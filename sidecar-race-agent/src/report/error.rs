@@ -13,6 +13,8 @@ pub enum ReportError {
     },
     #[error("invalid range `{0}`: expected a Prometheus duration such as 7d, 12h or 1h30m")]
     BadRange(String),
+    #[error("invalid cluster label `{label}`: {reason}")]
+    BadClusterLabel { label: String, reason: &'static str },
     #[error("cannot reach {what} at {url}: {reason}")]
     Unreachable {
         what: &'static str,

@@ -18,9 +18,12 @@ pub enum Source {
     Agents { urls: Vec<String> },
 }
 
-/// A workload as the metrics label it; "" is unknown (no pod metadata).
+/// A workload as the metrics label it; "" is unknown (no pod metadata). Its cluster
+/// is the value of the cluster label on a federating or Thanos-style Prometheus, ""
+/// where the series carry none (one Prometheus per cluster, or the agents).
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct WorkloadKey {
+    pub cluster: String,
     pub namespace: String,
     pub kind: String,
     pub name: String,
@@ -66,11 +69,23 @@ pub struct Evidence {
     pub stuck_job_pods: BTreeMap<String, f64>,
 }
 
+/// What the fleet-wide roll-up needs beyond each cluster's evidence.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Clusters {
+    /// The label that names a series' cluster.
+    pub label: String,
+    /// The race window p50 and p95 of each workload over every cluster's buckets
+    /// (keys without a cluster): quantiles do not add up across clusters.
+    pub windows: BTreeMap<WorkloadKey, (Option<f64>, Option<f64>)>,
+}
+
 /// Everything a source collected, before ranking.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fleet {
     pub source: Source,
     pub workloads: BTreeMap<WorkloadKey, Evidence>,
+    /// Set when some series named a cluster: the report adds a fleet-wide roll-up.
+    pub clusters: Option<Clusters>,
 }
 /// Counts are whole in reality; `increase()`'s extrapolation is not evidence.
 pub(super) fn whole(x: f64) -> u64 {

@@ -5,8 +5,14 @@ use super::{agents, error::ReportError, fleet::Fleet, prometheus, via_api};
 /// What to read the evidence from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
-    /// A Prometheus base URL and a range in Prometheus duration syntax.
-    Prometheus { url: String, range: String },
+    /// A Prometheus base URL and a range in Prometheus duration syntax; the label
+    /// that names a series' cluster on a federating or Thanos-style Prometheus
+    /// (`None`: one line per workload whatever the series say).
+    Prometheus {
+        url: String,
+        range: String,
+        cluster_label: Option<String>,
+    },
     /// Agents' base URLs (`http://node:9965`), and the bearer token to send them (agents
     /// run with `--auth kubernetes`).
     Agents {
@@ -25,7 +31,11 @@ pub enum Input {
 /// Reads the evidence from `input`.
 pub async fn collect(input: &Input) -> Result<Fleet, ReportError> {
     match input {
-        Input::Prometheus { url, range } => prometheus::collect(url, range).await,
+        Input::Prometheus {
+            url,
+            range,
+            cluster_label,
+        } => prometheus::collect(url, range, cluster_label.as_deref()).await,
         Input::Agents { urls, token } => agents::collect(urls, token.as_deref()).await,
         Input::AgentsViaApi {
             namespace,

@@ -8,6 +8,9 @@
 //! One module per job: [`input`] says where evidence comes from and reads it,
 //! [`fleet`] holds it, [`rank`] ranks it into the [`Report`] (its doc says how),
 //! [`fixes`] gives each line its fixes, [`plan`] joins them with `lint`'s migration.
+//! Through a federating or Thanos-style Prometheus, [`promql`] keeps the cluster label
+//! in every query and [`rollup`] sums each workload over its clusters for the
+//! fleet-wide ranking.
 
 pub mod agents;
 pub mod client;
@@ -17,8 +20,11 @@ pub mod fleet;
 pub mod input;
 pub mod plan;
 pub mod prometheus;
+pub mod promql;
 pub mod rank;
 pub mod render;
+pub mod rollup;
+pub mod table;
 pub mod via_api;
 
 #[cfg(test)]
@@ -28,9 +34,9 @@ pub use self::{
     error::ReportError,
     fixes::Fix,
     fleet::{
-        Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey, parse_kind,
+        Clusters, Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey, parse_kind,
         parse_pattern,
     },
     input::{Input, collect},
-    rank::{Report, SidecarReport, WorkloadReport, build},
+    rank::{FleetReport, FleetWorkload, Report, SidecarReport, WorkloadReport, build},
 };

@@ -4,6 +4,10 @@
 //! severity, then error findings, then findings). Each row names its sidecars and the
 //! fix; `--with-patches` adds the kustomize patch of each workload found in the
 //! manifests, whose startupProbe ports come from the runtime evidence.
+//!
+//! A manifest is deployed to any number of clusters, so a report with a fleet-wide
+//! roll-up joins the manifests with the roll-up's workloads (and ranks), whose
+//! evidence sums every cluster's.
 
 use std::fmt::Write as _;
 
@@ -48,6 +52,14 @@ pub struct Plan {
     pub not_raced: Vec<RiskRow>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patches: Option<Vec<PatchRow>>,
+}
+
+/// The ranked workloads the manifests are joined with.
+fn raced(report: &Report) -> Vec<&WorkloadReport> {
+    match &report.fleet {
+        Some(f) => f.workloads.iter().map(|w| &w.line).collect(),
+        None => report.workloads.iter().collect(),
+    }
 }
 
 fn same(w: &Workload, r: &WorkloadReport) -> bool {
@@ -95,7 +107,8 @@ pub fn plan(
 ) -> Plan {
     let mut patches = Vec::new();
     let mut raced_in_manifests = 0;
-    for r in &report.workloads {
+    let raced = raced(&report);
+    for r in &raced {
         let Some(w) = workloads.iter().find(|w| same(w, r)) else {
             continue;
         };
@@ -113,7 +126,7 @@ pub fn plan(
     }
     let mut not_raced: Vec<(Workload, Vec<Finding>)> = workloads
         .iter()
-        .filter(|w| !report.workloads.iter().any(|r| same(w, r)))
+        .filter(|w| !raced.iter().any(|r| same(w, r)))
         .map(|w| {
             let findings = lint::lint(std::slice::from_ref(w), opts).findings;
             (w.clone(), findings)
@@ -130,7 +143,7 @@ pub fn plan(
             .cmp(&risk(fa))
             .then_with(|| (&a.namespace, &a.kind, &a.name).cmp(&(&b.namespace, &b.kind, &b.name)))
     });
-    let first = report.workloads.len() + 1;
+    let first = raced.len() + 1;
     let rows: Vec<RiskRow> = not_raced
         .into_iter()
         .enumerate()
@@ -189,8 +202,8 @@ pub fn render(plan: &Plan, format: render::Format) -> String {
         out,
         "\n{} of the {} raced workload{} found in the manifests ({} workloads read).",
         plan.raced_in_manifests,
-        plan.report.workloads.len(),
-        if plan.report.workloads.len() == 1 {
+        raced(&plan.report).len(),
+        if raced(&plan.report).len() == 1 {
             ""
         } else {
             "s"

@@ -8,112 +8,17 @@ use std::{
 
 use serde::Deserialize;
 
+pub use super::promql::{Queries, check_range, windowed_sum};
 use super::{
     client::Endpoint,
     error::ReportError,
     fleet::{
-        Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey, parse_kind,
+        Clusters, Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey, parse_kind,
         parse_pattern,
     },
+    promql::check_cluster_label,
 };
 use crate::detect::Phase;
-
-const WORKLOAD: &str = "namespace, workload_kind, workload";
-
-/// The PromQL of one report, all evaluated at the same instant.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Queries {
-    pub pod_starts: String,
-    pub affected_pod_starts: String,
-    pub incidents: String,
-    pub refused: String,
-    pub window_p50: String,
-    pub window_p95: String,
-    /// Most Job pods kept running by a sidecar at once, per workload and sidecar.
-    pub stuck_job_pods: String,
-    /// Asked only when everything else is empty: are the agents scraped at all?
-    pub agents_scraped: String,
-}
-
-impl Queries {
-    pub fn new(range: &str) -> Self {
-        let bucket = |q: f64| {
-            format!(
-                "histogram_quantile({q}, {})",
-                windowed_sum(
-                    "sidecar_race_window_seconds_bucket",
-                    &format!("{WORKLOAD}, le"),
-                    range
-                )
-            )
-        };
-        Self {
-            pod_starts: windowed_sum("sidecar_race_pod_starts_total", WORKLOAD, range),
-            affected_pod_starts: windowed_sum(
-                "sidecar_race_affected_pod_starts_total",
-                WORKLOAD,
-                range,
-            ),
-            incidents: windowed_sum(
-                "sidecar_race_incidents_total",
-                &format!("{WORKLOAD}, sidecar, phase, pattern, kind"),
-                range,
-            ),
-            refused: windowed_sum(
-                "sidecar_race_refused_connections_total",
-                &format!("{WORKLOAD}, container, sidecar, port, phase"),
-                range,
-            ),
-            window_p50: bucket(0.5),
-            window_p95: bucket(0.95),
-            stuck_job_pods: format!(
-                "max by ({WORKLOAD}, sidecar) (max_over_time(sidecar_race_stuck_job_pods[{range}]))"
-            ),
-            // build_info is 1 on every agent from its start, whatever it saw.
-            agents_scraped: format!("count(max_over_time(sidecar_race_build_info[{range}]))"),
-        }
-    }
-}
-
-/// What counter `metric` gained within `range`, summed by `by` (the scrape's own
-/// labels — instance, node, pod — summed away).
-///
-/// The agent creates a series when it first counts, already at 1 (and a restarted
-/// agent starts new series), so `increase()` alone misses a new series' first steps:
-/// it only measures change between samples in the range. Hence `increase()` for the
-/// series that existed at the range's start (`and m offset R`), and the whole value
-/// (`max_over_time`, a counter's latest value unless it reset) for the series born
-/// within the range.
-pub fn windowed_sum(metric: &str, by: &str, range: &str) -> String {
-    format!(
-        "sum by ({by}) ((increase({metric}[{range}]) and ({metric} offset {range})) or max_over_time({metric}[{range}]))"
-    )
-}
-
-/// Prometheus' duration syntax (`7d`, `12h`, `1h30m`, `500ms`), checked here so a typo
-/// is our one-sentence error rather than a PromQL parse error.
-pub fn check_range(range: &str) -> Result<(), ReportError> {
-    let bad = || ReportError::BadRange(range.to_string());
-    let mut rest = range;
-    let mut nonzero = false;
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return Err(bad());
-        }
-        nonzero |= rest[..digits].bytes().any(|b| b != b'0');
-        rest = &rest[digits..];
-        let unit = ["ms", "s", "m", "h", "d", "w", "y"]
-            .into_iter()
-            .find(|u| rest.starts_with(u))
-            .ok_or_else(bad)?;
-        rest = &rest[unit.len()..];
-    }
-    if nonzero { Ok(()) } else { Err(bad()) }
-}
 
 /// One element of an instant vector.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,8 +32,10 @@ impl Sample {
         self.metric.get(name).map(String::as_str).unwrap_or("")
     }
 
-    fn workload(&self) -> WorkloadKey {
+    /// Its workload, in its cluster when `cluster_label` names one.
+    fn workload(&self, cluster_label: Option<&str>) -> WorkloadKey {
         WorkloadKey {
+            cluster: cluster_label.map(|c| self.label(c)).unwrap_or("").into(),
             namespace: self.label("namespace").into(),
             kind: self.label("workload_kind").into(),
             name: self.label("workload").into(),
@@ -213,11 +120,20 @@ fn parse_value(v: &str) -> Option<f64> {
     }
 }
 
-/// Runs the report's queries against Prometheus at `url` over `range`.
-pub async fn collect(url: &str, range: &str) -> Result<Fleet, ReportError> {
+/// Runs the report's queries against Prometheus at `url` over `range`; with
+/// `cluster_label`, one line per workload and cluster, and the fleet-wide quantiles
+/// when some series named a cluster.
+pub async fn collect(
+    url: &str,
+    range: &str,
+    cluster_label: Option<&str>,
+) -> Result<Fleet, ReportError> {
     check_range(range)?;
+    if let Some(label) = cluster_label {
+        check_cluster_label(label)?;
+    }
     let ep = Endpoint::new("Prometheus", url)?;
-    let q = Queries::new(range);
+    let q = Queries::with_cluster_label(range, cluster_label);
     // One evaluation instant for all queries, so they describe the same range.
     let at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -246,20 +162,20 @@ pub async fn collect(url: &str, range: &str) -> Result<Fleet, ReportError> {
     let mut workloads: BTreeMap<WorkloadKey, Evidence> = BTreeMap::new();
     for s in &starts {
         *workloads
-            .entry(s.workload())
+            .entry(s.workload(cluster_label))
             .or_default()
             .pod_starts
             .get_or_insert(0.0) += finite(s.value);
     }
     for s in &affected {
         workloads
-            .entry(s.workload())
+            .entry(s.workload(cluster_label))
             .or_default()
             .affected_pod_starts += finite(s.value);
     }
     for s in &stuck {
         *workloads
-            .entry(s.workload())
+            .entry(s.workload(cluster_label))
             .or_default()
             .stuck_job_pods
             .entry(s.label("sidecar").into())
@@ -275,7 +191,7 @@ pub async fn collect(url: &str, range: &str) -> Result<Fleet, ReportError> {
             continue;
         }
         workloads
-            .entry(s.workload())
+            .entry(s.workload(cluster_label))
             .or_default()
             .incidents
             .push(IncidentCount {
@@ -292,7 +208,7 @@ pub async fn collect(url: &str, range: &str) -> Result<Fleet, ReportError> {
             continue;
         };
         workloads
-            .entry(s.workload())
+            .entry(s.workload(cluster_label))
             .or_default()
             .refusals
             .push(RefusalCount {
@@ -308,7 +224,7 @@ pub async fn collect(url: &str, range: &str) -> Result<Fleet, ReportError> {
     }
     for (samples, p95) in [(&p50, false), (&p95, true)] {
         for s in samples.iter().filter(|s| s.value.is_finite()) {
-            let ev = workloads.entry(s.workload()).or_default();
+            let ev = workloads.entry(s.workload(cluster_label)).or_default();
             *if p95 {
                 &mut ev.window_p95
             } else {
@@ -316,12 +232,34 @@ pub async fn collect(url: &str, range: &str) -> Result<Fleet, ReportError> {
             } = Some(s.value);
         }
     }
+    // The roll-up's quantiles, asked only of a Prometheus whose series name clusters
+    // (a federation or a Thanos-style query layer): one Prometheus per cluster pays
+    // no extra query.
+    let named = workloads.keys().any(|k| !k.cluster.is_empty());
+    let clusters = match (cluster_label, &q.fleet_window_p50, &q.fleet_window_p95) {
+        (Some(label), Some(p50), Some(p95)) if named => {
+            let (p50, p95) = tokio::try_join!(query(&ep, p50, at), query(&ep, p95, at))?;
+            let mut windows: BTreeMap<WorkloadKey, (Option<f64>, Option<f64>)> = BTreeMap::new();
+            for (samples, is_p95) in [(&p50, false), (&p95, true)] {
+                for s in samples.iter().filter(|s| s.value.is_finite()) {
+                    let w = windows.entry(s.workload(None)).or_default();
+                    *if is_p95 { &mut w.1 } else { &mut w.0 } = Some(s.value);
+                }
+            }
+            Some(Clusters {
+                label: label.to_string(),
+                windows,
+            })
+        }
+        _ => None,
+    };
     Ok(Fleet {
         source: Source::Prometheus {
             url: url.to_string(),
             range: range.to_string(),
         },
         workloads,
+        clusters,
     })
 }
 
@@ -362,46 +300,6 @@ async fn query(ep: &Endpoint, promql: &str, at: f64) -> Result<Vec<Sample>, Repo
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn windowed_sum_counts_new_series_in_full() {
-        assert_eq!(
-            windowed_sum("m_total", "namespace, workload", "7d"),
-            "sum by (namespace, workload) ((increase(m_total[7d]) and (m_total offset 7d)) or max_over_time(m_total[7d]))"
-        );
-    }
-
-    #[test]
-    fn queries_aggregate_by_the_right_labels() {
-        let q = Queries::new("24h");
-        assert!(q.pod_starts.starts_with(
-            "sum by (namespace, workload_kind, workload) ((increase(sidecar_race_pod_starts_total[24h])"
-        ));
-        assert!(q.incidents.starts_with(
-            "sum by (namespace, workload_kind, workload, sidecar, phase, pattern, kind) ("
-        ));
-        assert!(q.refused.starts_with(
-            "sum by (namespace, workload_kind, workload, container, sidecar, port, phase) ("
-        ));
-        assert!(q.window_p95.starts_with(
-            "histogram_quantile(0.95, sum by (namespace, workload_kind, workload, le) ((increase(sidecar_race_window_seconds_bucket[24h])"
-        ));
-        assert!(q.window_p50.starts_with("histogram_quantile(0.5, "));
-        assert!(
-            q.affected_pod_starts
-                .contains("sidecar_race_affected_pod_starts_total offset 24h")
-        );
-    }
-
-    #[test]
-    fn ranges_follow_prometheus_durations() {
-        for ok in ["7d", "12h", "1h30m", "500ms", "2w", "1y", "90s"] {
-            assert_eq!(check_range(ok), Ok(()), "{ok}");
-        }
-        for bad in ["", "7", "d", "7days", "1.5h", "-1d", "0d", "7d ", "1h+1m"] {
-            assert!(check_range(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn promql_travels_intact_in_the_query_string() {

@@ -13,6 +13,12 @@
 //! their counts: nothing ever listened on the port, a misconfiguration, not a race, so
 //! migrating the sidecar would not help them. `app_not_ready` findings (a sidecar
 //! dialing an app that was not listening yet) are never evidence here.
+//!
+//! **Clusters.** Read through a federating or Thanos-style Prometheus, a workload is
+//! one line per cluster (its `cluster`), ranked as above; ties keep one workload's
+//! clusters together. The fleet-wide roll-up ([`FleetReport`]) ranks each workload
+//! identity (namespace, kind, name) the same way on its evidence summed over every
+//! cluster ([`super::rollup`]), with the same fixes, and names the clusters it raced in.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,7 +26,10 @@ use serde::Serialize;
 
 use super::{
     fixes::{Fix, fixes, stuck_job_fix},
-    fleet::{Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey, known, whole},
+    fleet::{
+        Clusters, Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey, known, whole,
+    },
+    rollup,
 };
 use crate::{
     detect::{Kind, Phase},
@@ -36,11 +45,42 @@ pub struct Report {
     /// Workloads that started pods in the range without any incident (`null` from agents).
     pub workloads_without_incidents: Option<usize>,
     pub workloads: Vec<WorkloadReport>,
+    /// Each workload over every cluster, when the series named clusters (absent
+    /// otherwise, so a report of one cluster reads as it always did).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetReport>,
+}
+
+/// The fleet-wide roll-up: the report's ranking of each workload identity on its
+/// evidence summed over the clusters.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetReport {
+    /// The label that names a series' cluster.
+    pub cluster_label: String,
+    /// Every cluster the evidence names (raced or only started pods), sorted.
+    pub clusters: Vec<String>,
+    /// Workloads with evidence in any cluster, before `--top`.
+    pub workloads_total: usize,
+    /// Workloads that started pods in the range and raced in no cluster.
+    pub workloads_without_incidents: usize,
+    pub workloads: Vec<FleetWorkload>,
+}
+
+/// One workload over the fleet: a report line with no `cluster` of its own.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetWorkload {
+    #[serde(flatten)]
+    pub line: WorkloadReport,
+    /// The clusters it raced in, in the order of its lines in the per-cluster ranking.
+    pub clusters: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WorkloadReport {
     pub rank: usize,
+    /// The series' cluster label; absent when they carry none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     pub namespace: Option<String>,
     pub workload_kind: Option<String>,
     pub workload: Option<String>,
@@ -73,16 +113,32 @@ pub struct SidecarReport {
 }
 /// Ranks the workloads with evidence (see the module doc) and keeps the first `top`.
 pub fn build(fleet: Fleet, top: Option<usize>) -> Report {
+    let (lines, without) = lines(&fleet.workloads);
+    let fleet_wide =
+        (fleet.clusters.as_ref()).map(|clusters| roll_up(&fleet.workloads, clusters, &lines, top));
+    let (total, workloads) = first(lines, top);
+    let knows_starts = matches!(fleet.source, Source::Prometheus { .. });
+    Report {
+        source: fleet.source,
+        workloads_total: total,
+        workloads_without_incidents: knows_starts.then_some(without),
+        workloads,
+        fleet: fleet_wide,
+    }
+}
+
+/// Every workload's line, ranked; and how many workloads started pods without one.
+fn lines(workloads: &BTreeMap<WorkloadKey, Evidence>) -> (Vec<WorkloadReport>, usize) {
     let mut without = 0;
-    let mut workloads: Vec<WorkloadReport> = Vec::new();
-    for (key, ev) in &fleet.workloads {
+    let mut lines: Vec<WorkloadReport> = Vec::new();
+    for (key, ev) in workloads {
         match workload(key, ev) {
-            Some(w) => workloads.push(w),
+            Some(w) => lines.push(w),
             None if ev.pod_starts.is_some_and(|s| s > 0.0) => without += 1,
             None => {}
         }
     }
-    workloads.sort_by(|a, b| {
+    lines.sort_by(|a, b| {
         a.misconfiguration
             .cmp(&b.misconfiguration)
             .then(a.guarded.cmp(&b.guarded))
@@ -92,18 +148,47 @@ pub fn build(fleet: Fleet, top: Option<usize>) -> Report {
             .then(b.refusals.cmp(&a.refusals))
             .then(p95(b).total_cmp(&p95(a)))
             .then_with(|| name_order(a).cmp(&name_order(b)))
+            .then_with(|| a.cluster.cmp(&b.cluster))
     });
-    let total = workloads.len();
-    workloads.truncate(top.unwrap_or(usize::MAX));
-    for (i, w) in workloads.iter_mut().enumerate() {
+    (lines, without)
+}
+
+/// The first `top` of ranked `lines`, numbered; and how many there were.
+fn first(mut lines: Vec<WorkloadReport>, top: Option<usize>) -> (usize, Vec<WorkloadReport>) {
+    let total = lines.len();
+    lines.truncate(top.unwrap_or(usize::MAX));
+    for (i, w) in lines.iter_mut().enumerate() {
         w.rank = i + 1;
     }
-    let knows_starts = matches!(fleet.source, Source::Prometheus { .. });
-    Report {
-        source: fleet.source,
+    (total, lines)
+}
+
+/// The fleet-wide ranking; each workload names the clusters of its lines in
+/// `per_cluster` (all of them, ranked, before `--top`).
+fn roll_up(
+    workloads: &BTreeMap<WorkloadKey, Evidence>,
+    clusters: &Clusters,
+    per_cluster: &[WorkloadReport],
+    top: Option<usize>,
+) -> FleetReport {
+    let (lines, without) = lines(&rollup::by_identity(workloads, clusters));
+    let (total, lines) = first(lines, top);
+    FleetReport {
+        cluster_label: clusters.label.clone(),
+        clusters: rollup::cluster_names(workloads),
         workloads_total: total,
-        workloads_without_incidents: knows_starts.then_some(without),
-        workloads,
+        workloads_without_incidents: without,
+        workloads: lines
+            .into_iter()
+            .map(|line| FleetWorkload {
+                clusters: per_cluster
+                    .iter()
+                    .filter(|l| name_order(l) == name_order(&line))
+                    .filter_map(|l| l.cluster.clone())
+                    .collect(),
+                line,
+            })
+            .collect(),
     }
 }
 
@@ -143,6 +228,7 @@ pub(super) fn workload(key: &WorkloadKey, ev: &Evidence) -> Option<WorkloadRepor
     let starts = ev.pod_starts.map(whole);
     Some(WorkloadReport {
         rank: 0,
+        cluster: (!key.cluster.is_empty()).then(|| key.cluster.clone()),
         namespace: known(&key.namespace),
         workload_kind: known(&key.kind),
         workload: known(&key.name),

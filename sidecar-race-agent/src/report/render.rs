@@ -1,5 +1,7 @@
 //! The report as an aligned text table, a Markdown table (for tickets and docs) or
-//! JSON (the [`Report`] as is). Unknown values are "-" in text, `null` in JSON.
+//! JSON (the [`Report`] as is). Unknown values are "-" in text, `null` in JSON. When
+//! lines name their cluster, a CLUSTER column says which, and the fleet-wide roll-up
+//! comes first as a table of its own.
 
 use std::fmt::Write as _;
 
@@ -8,7 +10,8 @@ use clap::ValueEnum;
 use super::{
     fixes::Fix,
     fleet::Source,
-    rank::{Report, WorkloadReport},
+    rank::{FleetReport, Report, WorkloadReport},
+    table::{self, Column, md_escape, printable},
 };
 use crate::detect::{Phase, processes::summary};
 
@@ -21,7 +24,7 @@ pub enum Format {
 
 pub fn render(report: &Report, format: Format) -> String {
     match format {
-        Format::Table => table(report),
+        Format::Table => text(report),
         Format::Markdown => markdown(report),
         Format::Json => {
             let mut s = serde_json::to_string_pretty(report).expect("a report serializes");
@@ -31,71 +34,92 @@ pub fn render(report: &Report, format: Format) -> String {
     }
 }
 
-const HEADERS: [&str; 11] = [
-    "#",
-    "WORKLOAD",
-    "SIDECARS",
-    "STARTS",
-    "AFFECTED",
-    "SHARE",
-    "INCIDENTS",
-    "REFUSALS",
-    "P50",
-    "P95",
-    "PHASES",
-];
-const MD_HEADERS: [&str; 11] = [
-    "#",
-    "Workload",
-    "Sidecars",
-    "Pod starts",
-    "Affected starts",
-    "Share affected",
-    "Incidents",
-    "Refusals",
-    "Window p50",
-    "Window p95",
-    "Phases",
-];
-/// Numeric columns are right-aligned.
-const NUMERIC: [bool; 11] = [
-    true, false, false, true, true, true, true, true, true, true, false,
-];
+const fn column(header: &'static str, md_header: &'static str, numeric: bool) -> Column {
+    Column {
+        header,
+        md_header,
+        numeric,
+    }
+}
 
-fn table(r: &Report) -> String {
+/// A workload line's columns.
+const COLUMNS: [Column; 11] = [
+    column("#", "#", true),
+    column("WORKLOAD", "Workload", false),
+    column("SIDECARS", "Sidecars", false),
+    column("STARTS", "Pod starts", true),
+    column("AFFECTED", "Affected starts", true),
+    column("SHARE", "Share affected", true),
+    column("INCIDENTS", "Incidents", true),
+    column("REFUSALS", "Refusals", true),
+    column("P50", "Window p50", true),
+    column("P95", "Window p95", true),
+    column("PHASES", "Phases", false),
+];
+/// After `#`, when any line names its cluster.
+const CLUSTER: Column = column("CLUSTER", "Cluster", false);
+/// After `WORKLOAD`, in the fleet-wide roll-up.
+const CLUSTERS: Column = column("CLUSTERS", "Clusters", false);
+
+/// The per-cluster lines' columns and rows.
+fn lines_table(r: &Report, md: bool) -> (Vec<Column>, Vec<Vec<String>>) {
+    let named = r.workloads.iter().any(|w| w.cluster.is_some());
+    let mut columns = COLUMNS.to_vec();
+    if named {
+        columns.insert(1, CLUSTER);
+    }
+    let rows = r
+        .workloads
+        .iter()
+        .map(|w| {
+            let mut row = cells(w, md);
+            if named {
+                row.insert(1, escaped(w.cluster.as_deref().unwrap_or("-"), md));
+            }
+            row
+        })
+        .collect();
+    (columns, rows)
+}
+
+/// The fleet-wide roll-up's columns and rows.
+fn fleet_table(f: &FleetReport, md: bool) -> (Vec<Column>, Vec<Vec<String>>) {
+    let mut columns = COLUMNS.to_vec();
+    columns.insert(2, CLUSTERS);
+    let rows = f
+        .workloads
+        .iter()
+        .map(|w| {
+            let mut row = cells(&w.line, md);
+            let clusters = if w.clusters.is_empty() {
+                "-".to_string()
+            } else {
+                w.clusters.join(", ")
+            };
+            row.insert(2, escaped(&clusters, md));
+            row
+        })
+        .collect();
+    (columns, rows)
+}
+
+fn text(r: &Report) -> String {
     let mut out = format!("{}\n", printable(&headline(r)));
     if r.workloads.is_empty() {
         return out + &footer(r);
     }
-    let rows: Vec<[String; 11]> = r
-        .workloads
-        .iter()
-        .map(|w| cells(w, false).map(|c| printable(&c)))
-        .collect();
-    let mut widths = HEADERS.map(str::len);
-    for row in &rows {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
+    if let Some(f) = &r.fleet {
+        let _ = writeln!(out, "\n{}\n", printable(&fleet_headline(f)));
+        let (columns, rows) = fleet_table(f, false);
+        out.push_str(&table::aligned(&columns, &rows));
+        let _ = writeln!(out, "\n{}", printable(&by_cluster_headline(r)));
     }
     out.push('\n');
-    for row in std::iter::once(HEADERS.map(String::from)).chain(rows) {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            let pad = widths[i] - cell.chars().count();
-            let sep = if i == 0 { "" } else { "  " };
-            if NUMERIC[i] {
-                let _ = write!(line, "{sep}{}{cell}", " ".repeat(pad));
-            } else {
-                let _ = write!(line, "{sep}{cell}{}", " ".repeat(pad));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let (columns, rows) = lines_table(r, false);
+    out.push_str(&table::aligned(&columns, &rows));
     out.push_str("\nFixes:\n");
     for w in &r.workloads {
-        let _ = writeln!(out, "{}. {}", w.rank, printable(&workload_name(w)));
+        let _ = writeln!(out, "{}. {}", w.rank, printable(&line_name(w)));
         for f in &w.fixes {
             let _ = writeln!(
                 out,
@@ -113,18 +137,26 @@ fn markdown(r: &Report) -> String {
     if r.workloads.is_empty() {
         return out + &footer(r);
     }
-    let _ = writeln!(out, "\n| {} |", MD_HEADERS.join(" | "));
-    let align: Vec<&str> = NUMERIC
-        .iter()
-        .map(|n| if *n { "---:" } else { "---" })
-        .collect();
-    let _ = writeln!(out, "|{}|", align.join("|"));
-    for w in &r.workloads {
-        let _ = writeln!(out, "| {} |", cells(w, true).join(" | "));
+    if let Some(f) = &r.fleet {
+        let _ = writeln!(
+            out,
+            "\n### Across clusters\n\n{}\n",
+            md_escape(&fleet_headline(f))
+        );
+        let (columns, rows) = fleet_table(f, true);
+        out.push_str(&table::markdown(&columns, &rows));
+        let _ = writeln!(
+            out,
+            "\n### By cluster\n\n{}",
+            md_escape(&by_cluster_headline(r))
+        );
     }
+    out.push('\n');
+    let (columns, rows) = lines_table(r, true);
+    out.push_str(&table::markdown(&columns, &rows));
     out.push_str("\n### Fixes\n\n");
     for w in &r.workloads {
-        let _ = writeln!(out, "{}. **{}**", w.rank, md_escape(&workload_name(w)));
+        let _ = writeln!(out, "{}. **{}**", w.rank, md_escape(&line_name(w)));
         for f in &w.fixes {
             let _ = writeln!(
                 out,
@@ -137,6 +169,19 @@ fn markdown(r: &Report) -> String {
     out + &footer(r)
 }
 
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// `, top 3 shown` when `--top` cut the list.
+fn shown(shown: usize, total: usize) -> String {
+    if shown < total {
+        format!(", top {shown} shown")
+    } else {
+        String::new()
+    }
+}
+
 fn headline(r: &Report) -> String {
     let from = match &r.source {
         Source::Prometheus { url, range } => {
@@ -145,36 +190,72 @@ fn headline(r: &Report) -> String {
         Source::Agents { urls } => format!(
             "Sidecar races in the incident history of {} agent{} ({})",
             urls.len(),
-            if urls.len() == 1 { "" } else { "s" },
+            plural(urls.len()),
             urls.join(", ")
         ),
     };
     if r.workloads_total == 0 {
         return format!("{from}: none.");
     }
-    let shown = if r.workloads.len() < r.workloads_total {
-        format!(", top {} shown", r.workloads.len())
-    } else {
-        String::new()
-    };
+    let ranked =
+        "ranked by affected pod starts, then startup incidents, refusals and race window p95.";
+    match &r.fleet {
+        Some(f) => format!(
+            "{from}: {} workload{} in {} cluster{} ({}), {ranked}",
+            f.workloads_total,
+            plural(f.workloads_total),
+            f.clusters.len(),
+            plural(f.clusters.len()),
+            f.clusters.join(", "),
+        ),
+        None => format!(
+            "{from}: {} workload{}{}, {ranked}",
+            r.workloads_total,
+            plural(r.workloads_total),
+            shown(r.workloads.len(), r.workloads_total),
+        ),
+    }
+}
+
+fn fleet_headline(f: &FleetReport) -> String {
     format!(
-        "{from}: {} workload{}{shown}, ranked by affected pod starts, then startup incidents, refusals and race window p95.",
+        "Across clusters (label `{}`), each workload's evidence summed over its clusters: {} workload{}{}.",
+        f.cluster_label,
+        f.workloads_total,
+        plural(f.workloads_total),
+        shown(f.workloads.len(), f.workloads_total),
+    )
+}
+
+fn by_cluster_headline(r: &Report) -> String {
+    format!(
+        "By cluster: {} line{} of a workload in a cluster{}.",
         r.workloads_total,
-        if r.workloads_total == 1 { "" } else { "s" },
+        plural(r.workloads_total),
+        shown(r.workloads.len(), r.workloads_total),
     )
 }
 
 fn footer(r: &Report) -> String {
-    match r.workloads_without_incidents {
+    // Across clusters, a workload counts once however many clusters it started in.
+    let without = match &r.fleet {
+        Some(f) => Some(f.workloads_without_incidents),
+        None => r.workloads_without_incidents,
+    };
+    match without {
         Some(n) if n > 0 => format!(
             "\n{n} other workload{} started pods without any incident.\n",
-            if n == 1 { "" } else { "s" }
+            plural(n)
         ),
         _ => String::new(),
     }
 }
 
-fn cells(w: &WorkloadReport, md: bool) -> [String; 11] {
+fn escaped(s: &str, md: bool) -> String {
+    if md { md_escape(s) } else { s.to_string() }
+}
+
+fn cells(w: &WorkloadReport, md: bool) -> Vec<String> {
     let code = |s: &str| if md { format!("`{s}`") } else { s.to_string() };
     let sidecars = if w.sidecars.is_empty() {
         "-".to_string()
@@ -196,7 +277,7 @@ fn cells(w: &WorkloadReport, md: bool) -> [String; 11] {
     } else {
         phases
     };
-    let cells = [
+    [
         w.rank.to_string(),
         workload_name(w),
         sidecars,
@@ -210,12 +291,10 @@ fn cells(w: &WorkloadReport, md: bool) -> [String; 11] {
         seconds(w.race_window_p50_seconds),
         seconds(w.race_window_p95_seconds),
         phases,
-    ];
-    if md {
-        cells.map(|c| md_escape(&c))
-    } else {
-        cells
-    }
+    ]
+    .iter()
+    .map(|c| escaped(c, md))
+    .collect()
 }
 
 /// `Deployment shop/checkout`; "?" for a part the agents did not know.
@@ -228,6 +307,15 @@ pub fn workload_name(w: &WorkloadReport) -> String {
             ns.as_deref().unwrap_or("?"),
             name.as_deref().unwrap_or("?")
         ),
+    }
+}
+
+/// The workload, and its cluster when it names one: `Deployment shop/checkout in
+/// cluster east`.
+fn line_name(w: &WorkloadReport) -> String {
+    match &w.cluster {
+        Some(c) => format!("{} in cluster {c}", workload_name(w)),
+        None => workload_name(w),
     }
 }
 
@@ -288,29 +376,6 @@ fn seconds(v: Option<f64>) -> String {
     }
 }
 
-/// Keeps a cell a cell: `|` would split it, a newline would end the row.
-fn md_escape(s: &str) -> String {
-    printable(&s.replace('|', "\\|").replace('\n', " "))
-}
-
-/// Names come from users (pods, workloads, containers): control characters (terminal
-/// escapes, carriage returns, newlines) and bidirectional overrides are shown escaped
-/// (`\x1b`, `\u{202e}`) so they cannot rewrite the terminal or reorder what is read.
-pub fn printable(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if c.is_control() && (c as u32) < 0x100 {
-            let _ = write!(out, "\\x{:02x}", c as u32);
-        } else if c.is_control() || bidi {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,6 +404,7 @@ mod tests {
             workloads_without_incidents: None,
             workloads: vec![WorkloadReport {
                 rank: 1,
+                cluster: None,
                 namespace: Some("shop".into()),
                 workload_kind: Some("Deployment".into()),
                 workload: Some("checkout".into()),
@@ -362,6 +428,7 @@ mod tests {
                 guarded: false,
                 fixes: vec![fix],
             }],
+            fleet: None,
         }
     }
 

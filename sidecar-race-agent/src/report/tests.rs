@@ -28,6 +28,7 @@ fn huge_counts_saturate_instead_of_overflowing() {
     let fleet = Fleet {
         source: Source::Agents { urls: vec![] },
         workloads: [(key("checkout"), ev)].into(),
+        clusters: None,
     };
     let r = build(fleet, None);
     let w = &r.workloads[0];
@@ -38,6 +39,7 @@ fn huge_counts_saturate_instead_of_overflowing() {
 
 fn key(name: &str) -> WorkloadKey {
     WorkloadKey {
+        cluster: String::new(),
         namespace: "shop".into(),
         kind: "Deployment".into(),
         name: name.into(),
@@ -73,6 +75,7 @@ fn fleet(workloads: Vec<(WorkloadKey, Evidence)>) -> Fleet {
             range: "7d".into(),
         },
         workloads: workloads.into_iter().collect(),
+        clusters: None,
     }
 }
 
