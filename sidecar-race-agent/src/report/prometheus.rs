@@ -321,6 +321,27 @@ mod tests {
         );
     }
 
+    /// A federating Prometheus carries each cluster's external label on its series:
+    /// the same workload in two clusters is two keys, one where the label is absent.
+    #[test]
+    fn samples_name_their_cluster_by_the_label_given() {
+        let v = parse_vector(
+            r#"{"status":"success","data":{"resultType":"vector","result":[
+                {"metric":{"k8s":"east","namespace":"shop","workload_kind":"Deployment","workload":"checkout"},"value":[1,"3"]},
+                {"metric":{"k8s":"west","namespace":"shop","workload_kind":"Deployment","workload":"checkout"},"value":[1,"1"]},
+                {"metric":{"namespace":"shop","workload_kind":"Deployment","workload":"checkout"},"value":[1,"2"]}]}}"#,
+        )
+        .unwrap();
+        let keys: Vec<WorkloadKey> = v.iter().map(|s| s.workload(Some("k8s"))).collect();
+        let clusters: Vec<&str> = keys.iter().map(|k| k.cluster.as_str()).collect();
+        assert_eq!(clusters, ["east", "west", ""]);
+        assert!(
+            keys.iter()
+                .all(|k| k.name == "checkout" && k.namespace == "shop")
+        );
+        assert!(v.iter().all(|s| s.workload(None).cluster.is_empty()));
+    }
+
     #[test]
     fn parses_vectors_and_errors() {
         let v = parse_vector(

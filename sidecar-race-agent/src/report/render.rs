@@ -229,7 +229,7 @@ fn fleet_headline(f: &FleetReport) -> String {
 
 fn by_cluster_headline(r: &Report) -> String {
     format!(
-        "By cluster: {} line{} of a workload in a cluster{}.",
+        "By cluster, one line per workload and cluster: {} line{}{}.",
         r.workloads_total,
         plural(r.workloads_total),
         shown(r.workloads.len(), r.workloads_total),

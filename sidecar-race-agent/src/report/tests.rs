@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::{
     fixes::fix,
-    fleet::{Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey},
+    fleet::{Clusters, Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey},
     rank::{build, workload},
 };
 use crate::{
@@ -322,4 +322,249 @@ fn zero_counts_are_no_evidence() {
         ..Evidence::default()
     };
     assert!(workload(&key("x"), &ev).is_none());
+}
+
+fn in_cluster(cluster: &str, name: &str) -> WorkloadKey {
+    WorkloadKey {
+        cluster: cluster.into(),
+        ..key(name)
+    }
+}
+
+fn racing(affected: f64, refusals: f64, p95: f64) -> Evidence {
+    Evidence {
+        pod_starts: Some(affected + 1.0),
+        affected_pod_starts: affected,
+        incidents: vec![inc("proxy", Phase::Startup, Pattern::Classic, affected)],
+        refusals: vec![refused("proxy", Phase::Startup, 15001, refusals)],
+        window_p95: Some(p95),
+        ..Evidence::default()
+    }
+}
+
+/// checkout raced in east (3 starts) and west (1), ledger in west (2); catalog
+/// started pods in both without racing, and cluster north only started pods.
+fn two_clusters() -> Fleet {
+    let quiet = Evidence {
+        pod_starts: Some(5.0),
+        ..Evidence::default()
+    };
+    Fleet {
+        clusters: Some(Clusters {
+            label: "cluster".into(),
+            windows: [
+                (key("checkout"), (Some(1.2), Some(1.8))),
+                (key("ledger"), (None, Some(1.0))),
+            ]
+            .into(),
+        }),
+        ..fleet(vec![
+            (in_cluster("east", "checkout"), racing(3.0, 30.0, 1.5)),
+            (in_cluster("west", "checkout"), racing(1.0, 10.0, 1.9)),
+            (in_cluster("west", "ledger"), racing(2.0, 20.0, 1.0)),
+            (in_cluster("west", "catalog"), quiet.clone()),
+            (in_cluster("east", "catalog"), quiet.clone()),
+            (in_cluster("north", "idle"), quiet),
+        ])
+    }
+}
+
+/// One workload name in two clusters stays two lines, each ranked on its own
+/// cluster's evidence and naming it; the roll-up sums them into one line with the
+/// fleet-wide quantiles, one fix holding both clusters' refusals, and the clusters it
+/// raced in, worst first.
+#[test]
+fn clusters_rank_apart_and_roll_up_by_workload() {
+    let r = build(two_clusters(), None);
+    let lines: Vec<(&str, &str, u64)> = r
+        .workloads
+        .iter()
+        .map(|w| {
+            (
+                w.cluster.as_deref().unwrap(),
+                w.workload.as_deref().unwrap(),
+                w.affected_pod_starts,
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("east", "checkout", 3),
+            ("west", "ledger", 2),
+            ("west", "checkout", 1)
+        ]
+    );
+    assert_eq!(r.workloads_total, 3);
+    assert_eq!(
+        r.workloads_without_incidents,
+        Some(3),
+        "catalog twice, idle"
+    );
+    assert_eq!(r.workloads[2].refusals, 10);
+    assert_eq!(r.workloads[2].race_window_p95_seconds, Some(1.9));
+
+    let f = r.fleet.as_ref().expect("a roll-up");
+    assert_eq!(f.cluster_label, "cluster");
+    assert_eq!(f.clusters, ["east", "north", "west"]);
+    assert_eq!((f.workloads_total, f.workloads_without_incidents), (2, 2));
+    let checkout = &f.workloads[0];
+    assert_eq!(checkout.clusters, ["east", "west"]);
+    let w = &checkout.line;
+    assert_eq!((w.rank, w.cluster.as_deref()), (1, None));
+    assert_eq!(w.workload.as_deref(), Some("checkout"));
+    assert_eq!((w.pod_starts, w.affected_pod_starts), (Some(6), 4));
+    assert_eq!((w.incidents, w.startup_incidents, w.refusals), (4, 4, 40));
+    assert_eq!(
+        (w.race_window_p50_seconds, w.race_window_p95_seconds),
+        (Some(1.2), Some(1.8))
+    );
+    assert_eq!(w.fixes.len(), 1, "{:?}", w.fixes);
+    assert_eq!(w.fixes[0].refusals, 40);
+    assert_eq!(w.fixes[0].startup_probe_port, Some(15001));
+    assert_eq!(w.sidecars[0].incidents, 4);
+    let ledger = &f.workloads[1];
+    assert_eq!(ledger.clusters, ["west"]);
+    assert_eq!((ledger.line.rank, ledger.line.affected_pod_starts), (2, 2));
+
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["workloads"][0]["cluster"], "east");
+    assert_eq!(json["fleet"]["workloads"][0]["clusters"][1], "west");
+    assert_eq!(json["fleet"]["workloads"][0]["refusals"], 40);
+    assert!(json["fleet"]["workloads"][0].get("cluster").is_none());
+
+    // --top cuts both rankings; a workload's clusters are all its lines'.
+    let top = build(two_clusters(), Some(1));
+    let f = top.fleet.unwrap();
+    assert_eq!((top.workloads.len(), f.workloads.len()), (1, 1));
+    assert_eq!((top.workloads_total, f.workloads_total), (3, 2));
+    assert_eq!(f.workloads[0].clusters, ["east", "west"]);
+}
+
+/// Equal evidence: one workload's clusters stay together.
+#[test]
+fn ties_keep_a_workloads_clusters_together() {
+    let r = build(
+        fleet(vec![
+            (in_cluster("b", "a"), racing(1.0, 1.0, 1.0)),
+            (in_cluster("a", "b"), racing(1.0, 1.0, 1.0)),
+            (in_cluster("a", "a"), racing(1.0, 1.0, 1.0)),
+        ]),
+        None,
+    );
+    let order: Vec<(&str, &str)> = r
+        .workloads
+        .iter()
+        .map(|w| {
+            (
+                w.workload.as_deref().unwrap(),
+                w.cluster.as_deref().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(order, [("a", "a"), ("a", "b"), ("b", "a")]);
+}
+
+/// The text formats: a CLUSTER column, the roll-up's table first with its CLUSTERS,
+/// and each fix list entry naming its cluster.
+#[test]
+fn text_formats_name_the_clusters() {
+    use super::render::{Format, render};
+    let r = build(two_clusters(), None);
+    let t = render(&r, Format::Table);
+    assert!(
+        t.starts_with("Sidecar races in the last 7d, from Prometheus at http://p: 2 workloads in 3 clusters (east, north, west), ranked by"),
+        "{t}"
+    );
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(
+        lines[2],
+        "Across clusters (label `cluster`), each workload's evidence summed over its clusters: 2 workloads.",
+        "{t}"
+    );
+    assert!(
+        lines[4].starts_with("#  WORKLOAD                  CLUSTERS    SIDECARS"),
+        "{t}"
+    );
+    assert!(
+        lines[5].starts_with("1  Deployment shop/checkout  east, west  proxy (classic)"),
+        "{t}"
+    );
+    assert_eq!(
+        lines[8], "By cluster, one line per workload and cluster: 3 lines.",
+        "{t}"
+    );
+    assert!(lines[10].starts_with("#  CLUSTER  WORKLOAD"), "{t}");
+    assert!(
+        lines[11].starts_with("1  east     Deployment shop/checkout"),
+        "{t}"
+    );
+    assert!(
+        lines[13].starts_with("3  west     Deployment shop/checkout"),
+        "{t}"
+    );
+    assert!(
+        t.contains("\nFixes:\n1. Deployment shop/checkout in cluster east\n   - startup: app → proxy:15001 (classic, 30 refusals): Move"),
+        "{t}"
+    );
+    assert!(
+        t.ends_with("\n2 other workloads started pods without any incident.\n"),
+        "{t}"
+    );
+
+    let md = render(&r, Format::Markdown);
+    assert!(md.contains("\n### Across clusters\n\n"), "{md}");
+    assert!(
+        md.contains("| # | Workload | Clusters | Sidecars | Pod starts |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| 1 | Deployment shop/checkout | east, west | `proxy` (classic) | 6 | 4 |"),
+        "{md}"
+    );
+    assert!(md.contains("\n### By cluster\n\n"), "{md}");
+    assert!(md.contains("| # | Cluster | Workload | Sidecars |"), "{md}");
+    assert!(
+        md.contains("| 3 | west | Deployment shop/checkout | `proxy` (classic) | 2 | 1 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("1. **Deployment shop/checkout in cluster east**"),
+        "{md}"
+    );
+}
+
+/// A manifest is deployed to every cluster: the plan joins it with the roll-up, one
+/// patch per workload, its probe on the port of the summed evidence.
+#[test]
+fn the_plan_joins_manifests_with_the_roll_up() {
+    use crate::lint;
+    let manifest = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: checkout\n  namespace: shop\nspec:\n  selector:\n    matchLabels:\n      app: checkout\n  template:\n    metadata:\n      labels:\n        app: checkout\n    spec:\n      containers:\n      - name: app\n        image: example.com/app:1\n      - name: proxy\n        image: example.com/proxy:1\n        ports:\n        - containerPort: 15001\n";
+    let opts = lint::Options {
+        site_sidecars: vec!["proxy".into()],
+        ..lint::Options::default()
+    };
+    let (workloads, errors) = lint::load(
+        &[lint::input::Source {
+            name: "checkout.yaml".into(),
+            text: manifest.into(),
+        }],
+        &opts,
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    let p = super::plan::plan(build(two_clusters(), None), &workloads, &opts, true);
+    assert_eq!(p.raced_in_manifests, 1);
+    let patches = p.patches.as_ref().unwrap();
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    assert_eq!(patches[0].rank, 1);
+    assert!(
+        patches[0].patch.contains("port: 15001"),
+        "{}",
+        patches[0].patch
+    );
+    let text = super::plan::render(&p, super::render::Format::Table);
+    assert!(
+        text.contains("1 of the 2 raced workloads found in the manifests"),
+        "{text}"
+    );
 }
