@@ -268,6 +268,12 @@ impl RunAgent {
         Self::spawn(args, env, Command::new(agent_binary()))
     }
 
+    /// [`RunAgent::start`] on `addr`, for a scraper configured before the agent
+    /// starts (e.g. a fresh loopback port from [`crate::http::free_port`]).
+    pub fn start_at(addr: &str, args: &[&str]) -> Self {
+        Self::spawn_at(addr.to_string(), args, &[], Command::new(agent_binary()))
+    }
+
     /// [`RunAgent::start`] as on a kernel without BTF: the agent runs in a mount
     /// namespace of its own with an empty tmpfs over `/sys/kernel/btf`.
     pub fn start_without_btf(args: &[&str]) -> Self {
@@ -290,8 +296,12 @@ impl RunAgent {
         Self::spawn(args, &[], cmd)
     }
 
-    fn spawn(args: &[&str], env: &[(&str, &str)], mut cmd: Command) -> Self {
+    fn spawn(args: &[&str], env: &[(&str, &str)], cmd: Command) -> Self {
         let addr = format!("127.0.0.1:{}", crate::http::free_port());
+        Self::spawn_at(addr, args, env, cmd)
+    }
+
+    fn spawn_at(addr: String, args: &[&str], env: &[(&str, &str)], mut cmd: Command) -> Self {
         let mut child = cmd
             // No Events: a developer's KUBECONFIG must not receive the tests' races.
             .args([
