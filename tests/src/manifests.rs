@@ -47,11 +47,26 @@ pub fn helm() -> PathBuf {
 }
 
 /// `helm template` of the chart with `values` files (paths relative to the workspace)
-/// and `--set` pairs, as JSON documents.
+/// and `--set` pairs, as JSON documents: what `helm install` creates, without the
+/// `helm test` hooks (`helm_template_tests` renders those).
 pub fn helm_template(values: &[&Path], set: &[&str]) -> Vec<Value> {
+    helm_template_with(values, set, &["--skip-tests"])
+}
+
+/// The `helm test` hooks' objects alone.
+pub fn helm_template_tests(values: &[&Path], set: &[&str]) -> Vec<Value> {
+    helm_template_with(
+        values,
+        set,
+        &["--show-only", "templates/tests/agent-answers.yaml"],
+    )
+}
+
+fn helm_template_with(values: &[&Path], set: &[&str], extra: &[&str]) -> Vec<Value> {
     let mut cmd = Command::new(helm());
     cmd.current_dir(workspace())
-        .args(["template", "sidecar-race", CHART]);
+        .args(["template", "sidecar-race", CHART])
+        .args(extra);
     for v in values {
         cmd.arg("--values").arg(v);
     }
@@ -97,10 +112,17 @@ pub fn by_key(docs: &[Value]) -> BTreeMap<String, Value> {
         .collect()
 }
 
-/// Objects of CRDs (Prometheus Operator): no schema in kubernetes-validate.
+/// Objects of CRDs (Prometheus Operator, cert-manager, OpenShift's SCC): no schema in
+/// kubernetes-validate.
 pub fn is_crd_object(doc: &Value) -> bool {
     let api = str_at(doc, "/apiVersion");
-    api.starts_with("monitoring.coreos.com/") || api.starts_with("cert-manager.io/")
+    [
+        "monitoring.coreos.com/",
+        "cert-manager.io/",
+        "security.openshift.io/",
+    ]
+    .iter()
+    .any(|group| api.starts_with(group))
 }
 
 /// The newest Kubernetes version the installed kubernetes-validate ships schemas for.

@@ -72,9 +72,78 @@ fn agent_container() -> Value {
     cluster().agent_pod()["spec"]["containers"][0].clone()
 }
 
+/// OpenShift's SecurityContextConstraints CRD (openshift/api, which setup downloads),
+/// so that the API server serves security.openshift.io/v1 as OpenShift's does.
+fn install_scc_crd() -> String {
+    let crd = std::env::var("SIDECAR_RACE_SCC_CRD").unwrap_or_else(|_| {
+        panic!(
+            "SIDECAR_RACE_SCC_CRD is not set ({}): run the tier with `cargo xtask test`",
+            std::env::var("SIDECAR_RACE_SCC_CRD_ERROR").unwrap_or_default()
+        )
+    });
+    let c = cluster();
+    c.kubectl(&["apply", "--server-side", "-f", &crd]);
+    c.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/securitycontextconstraints.security.openshift.io",
+    ]);
+    crd
+}
+
+/// `helm test`: its pod's report exits 0 only when every Running agent answered. On a
+/// failure the pod is kept (hook-succeeded deletes only a passed one): its log is shown.
+fn helm_test() {
+    let c = cluster();
+    let out = Command::new(helm())
+        .current_dir(workspace())
+        .arg("--kubeconfig")
+        .arg(&c.kubeconfig)
+        .args(["test", RELEASE, "--timeout", "3m"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || !stdout.contains("Phase:          Succeeded") {
+        let logs = c
+            .cmd()
+            .args([
+                "-n",
+                AGENT_NAMESPACE,
+                "logs",
+                "sidecar-race-test-agents-answer",
+            ])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout).into_owned()
+                    + &String::from_utf8_lossy(&o.stderr)
+            })
+            .unwrap_or_default();
+        panic!(
+            "helm test failed:\n{stdout}{}\n--- the test pod's log\n{logs}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 fn helm_install_upgrade_uninstall() {
     let c = cluster();
+    let crd = install_scc_crd();
+    let result = std::panic::catch_unwind(helm_install_test_upgrade_rollback_uninstall);
+    let _ = c
+        .cmd()
+        .args(["delete", "-f", &crd, "--ignore-not-found"])
+        .output();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+fn helm_install_test_upgrade_rollback_uninstall() {
+    let c = cluster();
     let image = format!("image.repository={LOCAL_IMAGE}");
+    // Non-default values; openshift.scc.create stays `auto`, which the served
+    // security.openshift.io/v1 turns on.
     helm_cmd(&[
         "install",
         RELEASE,
@@ -87,12 +156,50 @@ fn helm_install_upgrade_uninstall() {
         "prometheusRule.enabled=true",
         "--set",
         "dashboard.enabled=true",
+        "--set",
+        "podLabels.team=platform",
+        "--set",
+        "podAnnotations.example\\.com/owner=platform",
+        "--set",
+        "updateStrategy.rollingUpdate.maxUnavailable=1",
         "--wait",
         "--timeout",
         "3m",
     ]);
     c.agent_rolled_out();
     let pod = c.agent_pod();
+    assert_eq!(pod["metadata"]["labels"]["team"], "platform", "{pod:#}");
+    assert_eq!(
+        pod["metadata"]["annotations"]["example.com/owner"], "platform",
+        "{pod:#}"
+    );
+    // The SCC the API server validated against OpenShift's schema on create, for the
+    // agent's ServiceAccount; and the object passes a server-side dry run as is.
+    let scc = c.json(&["get", "securitycontextconstraints", "sidecar-race-agent"]);
+    assert_eq!(
+        scc["users"],
+        serde_json::json!(["system:serviceaccount:sidecar-race:sidecar-race-agent"])
+    );
+    c.kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-k",
+        &kustomize_dir("deploy/overlays/openshift"),
+    ]);
+    // helm test: the agent's own binary reads every agent through the pod proxy with
+    // the scraper's token; its hook objects are gone once it passed.
+    helm_test();
+    let left = c.kubectl(&[
+        "-n",
+        AGENT_NAMESPACE,
+        "get",
+        "pods,serviceaccounts,roles,rolebindings",
+        "-l",
+        "app.kubernetes.io/component=test",
+        "-o",
+        "name",
+    ]);
+    assert!(left.trim().is_empty(), "helm test left: {left}");
     let args = &pod["spec"]["containers"][0]["args"];
     assert_eq!(
         *args,
@@ -183,12 +290,53 @@ fn helm_install_upgrade_uninstall() {
     let history: Value = serde_json::from_str(&history).unwrap();
     assert_eq!(history.as_array().map(Vec::len), Some(2), "{history:#}");
 
+    // Rollback to revision 1: its flags, limit, PodMonitor and dashboard are back, and
+    // the ServiceMonitor of revision 2 is gone.
+    helm_cmd(&["rollback", RELEASE, "1", "--wait", "--timeout", "3m"]);
+    c.agent_rolled_out();
+    let agent = wait_until(
+        "the rolled-back agent pod",
+        Duration::from_secs(120),
+        || {
+            let container = agent_container();
+            (container["resources"]["limits"]["memory"] == "256Mi").then_some(container)
+        },
+    );
+    assert!(
+        !agent["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--metrics-pod-label"),
+        "{agent:#}"
+    );
+    for (k, n) in [
+        ("podmonitor", "sidecar-race-agent"),
+        ("configmap", "sidecar-race-dashboard"),
+    ] {
+        c.kubectl(&["-n", AGENT_NAMESPACE, "get", k, n]);
+    }
+    let gone = c.kubectl(&[
+        "-n",
+        AGENT_NAMESPACE,
+        "get",
+        "servicemonitor",
+        "-l",
+        PART_OF,
+        "-o",
+        "name",
+    ]);
+    assert!(gone.trim().is_empty(), "left from revision 2: {gone}");
+    helm_test();
+
     helm_cmd(&["uninstall", RELEASE, "--wait", "--timeout", "3m"]);
     wait_all_gone("helm uninstall");
     let releases = helm_cmd(&["list", "--all-namespaces", "--all", "-q"]);
     assert!(releases.trim().is_empty(), "releases left: {releases}");
     let secrets = c.kubectl(&["get", "secrets", "-A", "-l", "owner=helm", "-o", "name"]);
     assert!(secrets.trim().is_empty(), "release records left: {secrets}");
+    let scc = c.kubectl(&["get", "securitycontextconstraints", "-o", "name"]);
+    assert!(scc.trim().is_empty(), "left: {scc}");
 }
 
 /// The agent's certificate from the chart (tls.source=helm), the probes over HTTPS,

@@ -1068,8 +1068,14 @@ fn overlay_example_sets_every_knob_and_changes_nothing_else() {
     let without_knobs = |ds: &Value| {
         let mut pod = ds["spec"]["template"]["spec"].clone();
         let o = pod.as_object_mut().unwrap();
-        o.remove("tolerations");
-        o.remove("nodeSelector");
+        for k in [
+            "tolerations",
+            "nodeSelector",
+            "affinity",
+            "imagePullSecrets",
+        ] {
+            o.remove(k);
+        }
         let c = pod["containers"][0].as_object_mut().unwrap();
         for k in ["image", "resources", "args", "env"] {
             c.remove(k);
@@ -1098,6 +1104,31 @@ fn overlay_example_sets_every_knob_and_changes_nothing_else() {
     // node selector: added to the base's
     assert_eq!(pod["nodeSelector"]["sidecar-race.io/observe"], "true");
     assert_eq!(pod["nodeSelector"]["kubernetes.io/os"], "linux");
+    // affinity, a pull secret, pod labels and annotations (the selector's label kept),
+    // and the update strategy
+    assert_eq!(
+        pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            [0]["matchExpressions"][0]["key"],
+        "kubernetes.io/arch"
+    );
+    assert_eq!(
+        pod["imagePullSecrets"],
+        serde_json::json!([{"name": "regcred"}])
+    );
+    let meta = &ds["spec"]["template"]["metadata"];
+    assert_eq!(meta["labels"]["team"], "platform");
+    assert_eq!(
+        meta["labels"]["app.kubernetes.io/name"],
+        "sidecar-race-agent"
+    );
+    assert_eq!(
+        meta["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"],
+        "true"
+    );
+    assert_eq!(
+        ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
+        1
+    );
     // arguments (pod source and flags) and environment
     let args: Vec<&str> = c["args"]
         .as_array()

@@ -17,7 +17,8 @@ use std::{
 use serde_json::{Value, json};
 use sidecar_race_tests::{
     manifests::{
-        CHART, by_key, helm, helm_template, is_crd_object, kind, rendered, schema_versions,
+        CHART, by_key, helm, helm_template, helm_template_tests, is_crd_object, kind, rendered,
+        schema_versions,
     },
     tools::{run, validate_strictly, workspace},
 };
@@ -205,6 +206,140 @@ fn tls_toggle_renders_the_tls_overlays() {
     );
 }
 
+/// `openshift.scc.create=true` renders deploy/overlays/openshift; `auto` (the default)
+/// renders it only where the API server serves security.openshift.io/v1.
+#[test]
+fn openshift_scc_renders_the_openshift_overlay_when_asked_or_served() {
+    assert_same_objects(
+        &helm_template(&[], &["openshift.scc.create=true"]),
+        &rendered("overlays/openshift"),
+        "openshift.scc.create=true vs deploy/overlays/openshift",
+    );
+    let scc = |docs: &[Value]| {
+        docs.iter()
+            .filter(|d| kind(d) == "SecurityContextConstraints")
+            .count()
+    };
+    assert_eq!(scc(&helm_template(&[], &[])), 0, "auto, not OpenShift");
+    let mut cmd = Command::new(helm());
+    cmd.current_dir(workspace())
+        .args(["template", "sidecar-race", CHART, "--skip-tests"])
+        .args(["--api-versions", "security.openshift.io/v1"]);
+    let openshift = sidecar_race_tests::manifests::yaml_docs(&run(&mut cmd, None));
+    assert_eq!(scc(&openshift), 1, "auto, on OpenShift");
+    let docs = helm_template(
+        &[],
+        &["openshift.scc.create=true", "namespace.name=observability"],
+    );
+    let scc = docs
+        .iter()
+        .find(|d| kind(d) == "SecurityContextConstraints")
+        .unwrap();
+    assert_eq!(
+        scc["users"],
+        json!(["system:serviceaccount:observability:sidecar-race-agent"])
+    );
+    assert_eq!(scc["allowedCapabilities"], json!(["BPF", "PERFMON"]));
+    assert_eq!(scc["allowPrivilegedContainer"], false);
+}
+
+/// The conventions of the charts users already run: a registry before the repository,
+/// extra objects rendered with tpl, and values.schema.json refusing a wrong type or an
+/// unknown key with the value's path.
+#[test]
+fn chart_conventions_global_registry_extra_objects_and_the_schema() {
+    let docs = helm_template(&[&chart_file(EVERY_TOGGLE_VALUES)], &[]);
+    let ds = docs.iter().find(|d| kind(d) == "DaemonSet").unwrap();
+    assert_eq!(
+        ds["spec"]["template"]["spec"]["containers"][0]["image"],
+        "mirror.example.com/ghcr.io/sidecar-race/sidecar-race-agent:0.1.0"
+    );
+    assert_eq!(
+        ds["spec"]["template"]["metadata"]["labels"]["team"],
+        "platform"
+    );
+    assert_eq!(
+        ds["spec"]["selector"]["matchLabels"],
+        json!({"app.kubernetes.io/name": "sidecar-race-agent"}),
+        "podLabels never reach the selector"
+    );
+    let extra = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "sidecar-race-extra")
+        .expect("the extra ConfigMap, its name rendered with tpl");
+    assert_eq!(extra["metadata"]["namespace"], "sidecar-race");
+    for (set, want) in [
+        ("port=http", "at '/port': got string, want integer"),
+        (
+            "tls.enabled=yes",
+            "at '/tls/enabled': got string, want boolean",
+        ),
+        (
+            "podsource=api",
+            "additional properties 'podsource' not allowed",
+        ),
+        ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
+        ("openshift.scc.create=maybe", "at '/openshift/scc/create'"),
+    ] {
+        let out = Command::new(helm())
+            .current_dir(workspace())
+            .args(["template", "sidecar-race", CHART, "--set", set])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{set} was accepted");
+        assert!(
+            err.contains("values don't meet the specifications of the schema"),
+            "{set}: {err}"
+        );
+        assert!(err.contains(want), "{set}: {err}");
+    }
+}
+
+/// The `helm test` pod: the agent's own image and binary (`report --agents-via-api`),
+/// with the scraper's token when a monitor made one, else its own ServiceAccount's,
+/// whose Role allows exactly what the report needs; it validates strictly.
+#[test]
+fn helm_test_pod_reads_the_agents_with_the_agents_own_binary() {
+    let with_scraper = helm_template_tests(&[], &["podMonitor.enabled=true"]);
+    let pod = with_scraper.iter().find(|d| kind(d) == "Pod").unwrap();
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    let c = &pod["spec"]["containers"][0];
+    assert_eq!(c["image"], "ghcr.io/sidecar-race/sidecar-race-agent:0.1.0");
+    assert_eq!(
+        c["args"],
+        json!([
+            "report",
+            "--agents-via-api",
+            "--agent-namespace=sidecar-race",
+            "--agent-port=9965",
+            "--agent-token-file=/var/run/sidecar-race/scraper/token"
+        ])
+    );
+    assert_eq!(
+        pod["spec"]["volumes"][0]["secret"]["secretName"],
+        "sidecar-race-scraper-token"
+    );
+    let own = helm_template_tests(&[], &[]);
+    let pod = own.iter().find(|d| kind(d) == "Pod").unwrap();
+    assert_eq!(
+        pod["spec"]["containers"][0]["args"][4],
+        "--agent-token-file=/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+    let role = own.iter().find(|d| kind(d) == "Role").unwrap();
+    assert_eq!(
+        role["rules"],
+        json!([
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]},
+            {"apiGroups": ["sidecar-race.io"], "resources": ["incidents"], "verbs": ["get"]},
+        ])
+    );
+    let versions = schema_versions();
+    let objects: Vec<&Value> = with_scraper.iter().chain(own.iter()).collect();
+    validate_strictly("helm_test_hooks", &objects, &versions);
+}
+
 /// `tls.source=helm`: the chart makes one kubernetes.io/tls Secret holding a
 /// certificate for the name the monitors verify, and the CA that signed it; the
 /// monitors point at that CA. A source the chart does not know is refused.
@@ -245,6 +380,20 @@ fn tls_from_helm_makes_the_secret_the_monitors_verify_and_unknown_sources_are_re
         .args(["--set", "tls.enabled=true", "--set", "tls.source=vault"]);
     let out = cmd.output().unwrap();
     assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at '/tls/source'"), "the schema: {err}");
+    // Without the schema (`--skip-schema-validation`) the template says it too.
+    let out = Command::new(helm())
+        .current_dir(workspace())
+        .args([
+            "template",
+            "sidecar-race",
+            CHART,
+            "--skip-schema-validation",
+        ])
+        .args(["--set", "tls.enabled=true", "--set", "tls.source=vault"])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(r#"tls.source is "vault": expected secret, helm or cert-manager"#),

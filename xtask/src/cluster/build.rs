@@ -30,7 +30,8 @@ use std::{
 use anyhow::{Context, bail};
 
 use super::versions::{
-    ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, OPERATOR_VERSION, PROMETHEUS_VERSION,
+    ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, OPENSHIFT_API_VERSION, OPERATOR_VERSION,
+    PROMETHEUS_VERSION,
 };
 use crate::run::{checked, output};
 
@@ -109,7 +110,8 @@ pub fn missing() -> Vec<PathBuf> {
 /// Builds whatever is missing; nothing to do (and no Go needed) when all are there.
 pub fn ensure() -> anyhow::Result<()> {
     if missing().is_empty() {
-        return operator_source().map(drop);
+        operator_source()?;
+        return scc_crd().map(drop);
     }
     let go = go()?;
     let started = Instant::now();
@@ -123,7 +125,8 @@ pub fn ensure() -> anyhow::Result<()> {
         started.elapsed().as_secs(),
         cache_root().display()
     );
-    operator_source().map(drop)
+    operator_source()?;
+    scc_crd().map(drop)
 }
 
 /// The `go` command, or a clear error.
@@ -467,6 +470,29 @@ pub fn operator_source() -> anyhow::Result<PathBuf> {
             .as_str()
             .context("no Dir from go mod download")?,
     ))
+}
+
+/// OpenShift's SecurityContextConstraints CRD, from the openshift/api module in Go's
+/// module cache (the cluster tier installs it to check the chart's SCC against its
+/// schema on the real API server).
+pub fn scc_crd() -> anyhow::Result<PathBuf> {
+    let go = go()?;
+    let dir = cache_root();
+    fs::create_dir_all(&dir)?;
+    let info = download(
+        &go,
+        &dir,
+        &format!("github.com/openshift/api@{OPENSHIFT_API_VERSION}"),
+    )?;
+    let crd = PathBuf::from(
+        info["Dir"]
+            .as_str()
+            .context("no Dir from go mod download")?,
+    )
+    .join("security/v1/zz_generated.crd-manifests")
+    .join("0000_03_config-operator_01_securitycontextconstraints.crd.yaml");
+    anyhow::ensure!(crd.exists(), "no SCC CRD at {}", crd.display());
+    Ok(crd)
 }
 
 #[cfg(test)]

@@ -104,6 +104,11 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
                 .env("SIDECAR_RACE_KUBECTL", build::kubernetes_bin("kubectl"))
                 .env("SIDECAR_RACE_HELM", build::helm_bin())
                 .env("SIDECAR_RACE_PROMETHEUS_BIN", build::prometheus_bin());
+            // Setup downloaded it; if it cannot be found, the case that needs it says why.
+            match build::scc_crd() {
+                Ok(crd) => cmd.env("SIDECAR_RACE_SCC_CRD", crd),
+                Err(e) => cmd.env("SIDECAR_RACE_SCC_CRD_ERROR", format!("{e:#}")),
+            };
         }
         Err(e) => {
             cmd.env("SIDECAR_RACE_CLUSTER_ERROR", format!("{e:#}"));

@@ -17,3 +17,6 @@ pub const OPERATOR_VERSION: &str = "v0.87.1";
 /// whose service discoveries can be left out by build tags (`remove_all_sd`); the
 /// operator generates for any version at or above its matrix's last (v3.7.3).
 pub const PROMETHEUS_VERSION: &str = "v3.10.0";
+/// OpenShift's API types (no releases: a commit of its master, as operators pin it),
+/// for the SecurityContextConstraints CRD the chart's SCC is checked against.
+pub const OPENSHIFT_API_VERSION: &str = "v0.0.0-20251021124544-a2cb0c5d994d";

@@ -18,10 +18,14 @@ app.kubernetes.io/name: sidecar-race-agent
 
 {{- define "sidecar-race.image" -}}
 {{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- $repository := .Values.image.repository -}}
+{{- with (.Values.global).imageRegistry -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository -}}
+{{- end -}}
 {{- if .Values.image.digest -}}
-{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{ $repository }}@{{ .Values.image.digest }}
 {{- else -}}
-{{ .Values.image.repository }}:{{ $tag }}
+{{ $repository }}:{{ $tag }}
 {{- end -}}
 {{- end }}
 
@@ -86,4 +90,13 @@ sidecar-race-agent.{{ .Values.namespace.name }}.svc
 {{- if and .Values.tls.enabled (not (has .Values.tls.source (list "secret" "helm" "cert-manager"))) -}}
 {{- fail (printf "tls.source is %q: expected secret, helm or cert-manager" .Values.tls.source) -}}
 {{- end -}}
+{{- end }}
+
+{{/* The `helm test` objects' labels. Not the agents' name label: the DaemonSet would
+adopt (and delete) a pod that carries its selector, and the report would take it for
+an agent. */}}
+{{- define "sidecar-race.testLabels" -}}
+app.kubernetes.io/name: sidecar-race-test
+app.kubernetes.io/part-of: sidecar-race
+app.kubernetes.io/component: test
 {{- end }}
