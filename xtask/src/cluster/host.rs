@@ -417,6 +417,23 @@ pub fn mounts_under(dir: &str) -> Vec<PathBuf> {
     mountinfo::mount_points_under(&mountinfo::read_self().unwrap_or_default(), Path::new(dir))
 }
 
+/// Makes /run/netns a shared bind mount of itself before containerd starts, as
+/// `ip netns add` does when it is not a mount point yet. containerd 1.6 mounts the
+/// pods' network namespaces on files there without one; a later `ip netns add` (a host
+/// test, a case's own namespace) then binds /run/netns over them, and the kubelet can
+/// never remove those pods' namespaces ("remove netns: device or resource busy"): the
+/// pods stay Terminating. With the bind first, both put their files in the same mount.
+/// Left as it is when anything is mounted there already. `down` undoes it once empty.
+pub fn share_netns_dir() -> anyhow::Result<()> {
+    let dir = "/run/netns";
+    fs::create_dir_all(dir)?;
+    if !mounts_under(dir).is_empty() {
+        return Ok(());
+    }
+    checked(Command::new("mount").args(["--bind", dir, dir]))?;
+    checked(Command::new("mount").args(["--make-shared", dir]))
+}
+
 pub fn unmount_all_under(dir: &str) {
     for m in mounts_under(dir) {
         let _ = Command::new("umount").arg("-l").arg(&m).status();

@@ -104,6 +104,7 @@ fn start(modules_loaded: &[String]) -> anyhow::Result<()> {
         }
     }
     host::create_cgroups()?;
+    host::share_netns_dir()?;
     containerd::start()?;
     start_etcd()?;
     start_apiserver(&pki_dir)?;
