@@ -24,11 +24,11 @@ use std::{
 
 use serde_json::{Value, json};
 use sidecar_race_tests::{
-    agent::{RunAgent, agent_binary},
+    agent::RunAgent,
     http::get,
     operator::{DiscoveredPod, pod_monitor_scrape_config, service_monitor_scrape_config},
     pod::{Declared, SimPod, empty_pods_file, write_pod_list},
-    prometheus::{Prometheus, encode},
+    prometheus::{Prometheus, encode, report},
     root::{have, is_root_or_skip},
     scenario::{app_done, proxy},
 };
@@ -468,22 +468,6 @@ fn scrape_and_check(monitor: Monitor) {
     );
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::remove_file(pods_file).unwrap();
-}
-
-/// `report --prometheus URL --range 10m ARGS`, which must succeed: its stdout.
-fn report(prom_url: &str, args: &[&str]) -> String {
-    let out = Command::new(agent_binary())
-        .args(["report", "--prometheus", prom_url, "--range", "10m"])
-        .args(args)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "report {args:?} failed: {}{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// The racing Deployment as its manifest says it: proxy a classic sidecar on 15001.

@@ -27,13 +27,13 @@ use std::{
 
 use serde_json::{Value, json};
 use sidecar_race_tests::{
-    agent::{RunAgent, agent_binary},
+    agent::RunAgent,
     cluster::wait_until,
     http::free_port,
     operator::{DiscoveredPod, pod_monitor_scrape_config},
     operator_prometheus,
     pod::{Declared, SimPod, empty_pods_file, write_pod_list},
-    prometheus::Prometheus,
+    prometheus::{Prometheus, report},
     root::is_root_or_skip,
     scenario::{app_done, proxy},
 };
@@ -290,23 +290,6 @@ fn race_in(
     drop(running);
     std::fs::remove_file(pods_file).unwrap();
     counted
-}
-
-/// `report --prometheus URL --range 10m ARGS`, which must succeed: its stdout.
-fn report(url: &str, args: &[&str]) -> String {
-    let out = Command::new(agent_binary())
-        .args(["report", "--prometheus", url, "--range", "10m"])
-        .args(args)
-        .env_remove("SIDECAR_RACE_CLUSTER_LABEL")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "report {args:?} failed: {}{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// The lines of our workloads (other tests' pods on this kernel have no metadata).

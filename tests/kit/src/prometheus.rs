@@ -151,3 +151,22 @@ pub fn encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// `report --prometheus URL --range 10m ARGS` of the agent binary, which must succeed:
+/// its stdout. `SIDECAR_RACE_CLUSTER_LABEL` is not passed on, so only `ARGS` choose
+/// the cluster label.
+pub fn report(url: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(crate::agent::agent_binary())
+        .args(["report", "--prometheus", url, "--range", "10m"])
+        .args(args)
+        .env_remove("SIDECAR_RACE_CLUSTER_LABEL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "report {args:?} failed: {}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}

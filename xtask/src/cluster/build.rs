@@ -457,14 +457,17 @@ fn prometheus_module_version(version: &str) -> anyhow::Result<String> {
 
 /// The Prometheus Operator's source tree in Go's module cache (for its CRDs).
 pub fn operator_source() -> anyhow::Result<PathBuf> {
+    module_source(&format!(
+        "github.com/prometheus-operator/prometheus-operator@{OPERATOR_VERSION}"
+    ))
+}
+
+/// A module's source tree in Go's module cache, downloaded when missing.
+fn module_source(module: &str) -> anyhow::Result<PathBuf> {
     let go = go()?;
     let dir = cache_root();
     fs::create_dir_all(&dir)?;
-    let info = download(
-        &go,
-        &dir,
-        &format!("github.com/prometheus-operator/prometheus-operator@{OPERATOR_VERSION}"),
-    )?;
+    let info = download(&go, &dir, module)?;
     Ok(PathBuf::from(
         info["Dir"]
             .as_str()
@@ -476,21 +479,9 @@ pub fn operator_source() -> anyhow::Result<PathBuf> {
 /// module cache (the cluster tier installs it to check the chart's SCC against its
 /// schema on the real API server).
 pub fn scc_crd() -> anyhow::Result<PathBuf> {
-    let go = go()?;
-    let dir = cache_root();
-    fs::create_dir_all(&dir)?;
-    let info = download(
-        &go,
-        &dir,
-        &format!("github.com/openshift/api@{OPENSHIFT_API_VERSION}"),
-    )?;
-    let crd = PathBuf::from(
-        info["Dir"]
-            .as_str()
-            .context("no Dir from go mod download")?,
-    )
-    .join("security/v1/zz_generated.crd-manifests")
-    .join("0000_03_config-operator_01_securitycontextconstraints.crd.yaml");
+    let crd = module_source(&format!("github.com/openshift/api@{OPENSHIFT_API_VERSION}"))?
+        .join("security/v1/zz_generated.crd-manifests")
+        .join("0000_03_config-operator_01_securitycontextconstraints.crd.yaml");
     anyhow::ensure!(crd.exists(), "no SCC CRD at {}", crd.display());
     Ok(crd)
 }
