@@ -11,7 +11,7 @@ use sidecar_race_tests::{
     agent::RunAgent,
     pod::SimPod,
     root::is_root_or_skip,
-    scenario::{app_done, late_proxy_race, proxy},
+    scenario::{app_done, late_proxy_race, proxy_serving},
 };
 
 const PODS: usize = 50;
@@ -32,8 +32,8 @@ fn fifty_well_ordered_pod_starts_give_no_incident() {
         uids.push(pod.uid.clone());
         let p = pod.container("proxy").unwrap();
         let a = pod.container("app").unwrap();
-        proxy(&mut pod, &p, &["--listen", "127.0.0.1:15001"]);
-        std::thread::sleep(Duration::from_millis(300)); // native sidecar + startupProbe: serving first
+        // A native sidecar with a startupProbe: the app starts once it serves.
+        proxy_serving(&mut pod, &p, 15001);
         app_done(
             &mut pod,
             &a,

@@ -30,7 +30,7 @@ use sidecar_race_tests::{
     pod::{Declared, SimPod, empty_pods_file, write_pod_list},
     prometheus::{Prometheus, encode, report},
     root::{have, is_root_or_skip},
-    scenario::{app_done, proxy},
+    scenario::{app_done, proxy, proxy_serving},
 };
 
 /// A pod of Deployment `name`: `racing` starts app and proxy together with a slow
@@ -53,8 +53,7 @@ fn start_pod(
             &["--listen", "127.0.0.1:15001", "--delay-ms", "1200"],
         );
     } else {
-        proxy(&mut pod, &p, &["--listen", "127.0.0.1:15001"]);
-        std::thread::sleep(Duration::from_millis(300));
+        proxy_serving(&mut pod, &p, 15001);
     }
     app_done(
         &mut pod,

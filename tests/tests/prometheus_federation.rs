@@ -28,14 +28,13 @@ use std::{
 use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::RunAgent,
-    cluster::wait_until,
     http::free_port,
     operator::{DiscoveredPod, pod_monitor_scrape_config},
     operator_prometheus,
     pod::{Declared, SimPod, empty_pods_file, write_pod_list},
     prometheus::{Prometheus, report},
     root::is_root_or_skip,
-    scenario::{app_done, proxy},
+    scenario::{app_done, proxy, proxy_serving},
 };
 
 /// A Deployment's pods in one cluster: namespace, name, how many raced (the proxy
@@ -163,12 +162,7 @@ fn start_pod(w: &Pods, racing: bool, pods_file: &Path, manifests: &mut Vec<Value
             &["--listen", "127.0.0.1:15001", "--delay-ms", &delay],
         );
     } else {
-        let pid = proxy(&mut pod, &p, &["--listen", "127.0.0.1:15001"]);
-        wait_until(
-            "the proxy of an ordered pod listening",
-            Duration::from_secs(10),
-            || listening(pid, 15001).then_some(()),
-        );
+        proxy_serving(&mut pod, &p, 15001);
     }
     app_done(
         &mut pod,
@@ -176,20 +170,6 @@ fn start_pod(w: &Pods, racing: bool, pods_file: &Path, manifests: &mut Vec<Value
         &["--connect", "127.0.0.1:15001", "--interval-ms", "100"],
     );
     pod
-}
-
-/// Whether process `pid`'s network namespace has a TCP listener on 127.0.0.1:`port`
-/// (`/proc/<pid>/net/tcp`: local address `0100007F:<port hex>`, state `0A`).
-fn listening(pid: u32, port: u16) -> bool {
-    let local = format!("0100007F:{port:04X}");
-    std::fs::read_to_string(format!("/proc/{pid}/net/tcp"))
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.get(1) == Some(&local.as_str()) && f.get(3) == Some(&"0A")
-        })
 }
 
 /// What one cluster's agent counted for a workload.

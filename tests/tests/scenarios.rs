@@ -8,7 +8,7 @@ use sidecar_race_tests::{
     agent::RunAgent,
     pod::{Decl, Declared, SimContainer, SimPod, mark_deleting, sibling_binary, write_pod_list},
     root::{have, is_root_or_skip},
-    scenario::{CountedApp, app, app_done, app_named, app_refused, proxy},
+    scenario::{CountedApp, app, app_done, app_named, app_refused, proxy, proxy_serving},
 };
 
 const SETTLE: Duration = Duration::from_secs(10);
@@ -110,8 +110,7 @@ fn ordered_start_gives_no_incident() {
     let mut pod = SimPod::new("ordered").unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
-    proxy(&mut pod, &p, &["--listen", "127.0.0.1:15001"]);
-    std::thread::sleep(Duration::from_millis(500));
+    proxy_serving(&mut pod, &p, 15001);
     app_done(
         &mut pod,
         &a,

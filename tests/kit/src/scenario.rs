@@ -20,6 +20,35 @@ pub fn proxy(pod: &mut SimPod, c: &SimContainer, args: &[&str]) -> u32 {
     pod.spawn(c, cmd).expect("start sr-proxy")
 }
 
+/// Starts `sr-proxy` in `c` listening on 127.0.0.1:`port` at once, and returns once
+/// it serves (a native sidecar whose startupProbe passed): its pid.
+pub fn proxy_serving(pod: &mut SimPod, c: &SimContainer, port: u16) -> u32 {
+    let pid = proxy(pod, c, &["--listen", &format!("127.0.0.1:{port}")]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !listening(pid, port) {
+        assert!(
+            Instant::now() < deadline,
+            "sr-proxy (pid {pid}) did not listen on 127.0.0.1:{port} within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    pid
+}
+
+/// Whether process `pid`'s network namespace has a TCP listener on 127.0.0.1:`port`
+/// (`/proc/<pid>/net/tcp`: local address `0100007F:<port hex>`, state `0A`).
+pub fn listening(pid: u32, port: u16) -> bool {
+    let local = format!("0100007F:{port:04X}");
+    std::fs::read_to_string(format!("/proc/{pid}/net/tcp"))
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(1) == Some(&local.as_str()) && f.get(3) == Some(&"0A")
+        })
+}
+
 /// Starts `sr-app` in `c` with `args` (e.g. `--connect 127.0.0.1:15001`).
 pub fn app(pod: &mut SimPod, c: &SimContainer, args: &[&str]) -> u32 {
     let mut cmd = Command::new(require_binary(&sibling_binary("sr-app")));
