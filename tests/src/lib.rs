@@ -3,7 +3,8 @@
 //! under the names the tests use): the kubelet's side of the CRI against a real
 //! containerd (`cri`), the scrape configurations the Prometheus Operator generates
 //! (`operator`), a real Prometheus (`prometheus`), Debian's Prometheus on the real
-//! operator's configuration (`operator_prometheus`), the kernel tier's VMs (`vm`), the
+//! operator's configuration (`operator_prometheus`), a real OpenTelemetry Collector
+//! (`otelcol`), the kernel tier's VMs (`vm`), the
 //! cluster tier's cases (`cluster`) and the commands of the docs (`docs`).
 
 pub mod bench_verdicts;
@@ -22,6 +23,6 @@ pub mod vm_arch;
 
 // The simulated pod kit and the cluster's view, where the tests have always found them.
 pub use sidecar_race_kit::{
-    agent, cluster, flood, glibc_fleet, http, operator_prometheus, pod, prometheus, root, scenario,
-    stand_in,
+    agent, cluster, flood, glibc_fleet, http, operator_prometheus, otelcol, pod, prometheus, root,
+    scenario, stand_in,
 };

@@ -11,6 +11,7 @@ mod host;
 mod image;
 mod kernels;
 mod krew;
+mod otelcol;
 mod private_apt;
 mod run;
 mod setup;

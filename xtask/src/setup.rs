@@ -148,6 +148,8 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
         crate::kernels::ensure(&mut apt)?;
         // krew, which tests/tests/krew_plugin.rs installs the kubectl plugin with (Go).
         crate::krew::ensure_tool()?;
+        // The OpenTelemetry Collector the OTLP tests push to (xtask/otelcol, Go).
+        crate::otelcol::ensure()?;
     }
     if tier >= Tier::Cluster {
         // The cluster tier's Kubernetes, etcd and Prometheus Operator, built once per

@@ -131,6 +131,20 @@ pub struct RunArgs {
         value_parser = parse_duration
     )]
     pub series_ttl: std::time::Duration,
+    /// Also push the metrics over OTLP/HTTP (protobuf) to this OpenTelemetry collector:
+    /// its base URL (`http://otel-collector:4318`) or a URL ending in `/v1/metrics`.
+    /// Off by default.
+    #[arg(long, env = "SIDECAR_RACE_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// How often the metrics are pushed with --otlp-endpoint (`10s`, `1m`); once more
+    /// when the agent stops.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_OTLP_INTERVAL",
+        default_value = "30s",
+        value_parser = parse_duration
+    )]
+    pub otlp_interval: std::time::Duration,
     /// Milliseconds kernel facts are held to be put back in time order.
     #[arg(long, env = "SIDECAR_RACE_REORDER_WINDOW_MS", default_value_t = 200)]
     pub reorder_window_ms: u64,

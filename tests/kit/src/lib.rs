@@ -16,6 +16,7 @@ pub mod flood;
 pub mod glibc_fleet;
 pub mod http;
 pub mod operator_prometheus;
+pub mod otelcol;
 pub mod pod;
 pub mod prometheus;
 pub mod root;

@@ -28,7 +28,7 @@ use crate::{
     shutdown,
     sinks::incident_logs::IncidentLogs,
     sinks::k8s_events::EventPublisher,
-    sinks::metrics::Metrics,
+    sinks::{metrics::Metrics, otlp::Exporter},
 };
 
 mod totals;
@@ -41,6 +41,8 @@ const SUPPRESSED: Duration = Duration::from_secs(1);
 const RELEASE_GRAIN: Duration = Duration::from_millis(10);
 /// Kernel events taken into the pipeline under one lock.
 const BATCH: usize = 512;
+/// How long the last OTLP push may hold the agent's exit.
+const OTLP_LAST_PUSH: Duration = Duration::from_secs(3);
 
 pub struct RunOptions {
     pub agent: AgentOptions,
@@ -64,6 +66,13 @@ pub struct RunOptions {
     pub reorder_window: Duration,
     /// How long final accounting waits for the pod source to name an incident's pod.
     pub metadata_wait: Duration,
+    /// Push the metrics over OTLP (`--otlp-endpoint`).
+    pub otlp: Option<OtlpOptions>,
+}
+
+pub struct OtlpOptions {
+    pub endpoint: String,
+    pub interval: Duration,
 }
 
 /// Starts the agent, then runs the daemon as a task on the runtime's workers, beside
@@ -74,15 +83,25 @@ pub struct RunOptions {
 /// this thread: its BTF parses are freed into the main heap, which gives them back,
 /// where a worker's heap kept some 9 MiB of them resident.
 pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
+    // A bad collector URL stops the agent before anything is loaded.
+    let otlp = opts
+        .otlp
+        .as_ref()
+        .map(|o| Exporter::new(&o.endpoint, o.interval))
+        .transpose()?;
     let agent = agent::start(&opts.agent)?;
-    match tokio::spawn(daemon(opts, agent)).await {
+    match tokio::spawn(daemon(opts, agent, otlp)).await {
         Ok(result) => result,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(e) => Err(anyhow::anyhow!("the daemon task was cancelled: {e}")),
     }
 }
 
-async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
+async fn daemon(
+    opts: RunOptions,
+    agent: agent::Agent,
+    otlp: Option<Exporter>,
+) -> anyhow::Result<()> {
     let agent::Agent {
         env,
         mut probes,
@@ -133,6 +152,8 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
         .with_series_ttl(opts.series_ttl)
         .with_totals(Box::new(totals.clone())),
     ));
+    let stop_otlp = Arc::new(Notify::new());
+    let otlp = otlp.map(|e| tokio::spawn(e.run(metrics.clone(), stop_otlp.clone())));
     let ready = Arc::new(AtomicBool::new(false));
     let stop_http = Arc::new(Notify::new());
     let stop = stop_http.clone();
@@ -221,6 +242,12 @@ async fn daemon(opts: RunOptions, agent: agent::Agent) -> anyhow::Result<()> {
     outcomes.extend(read_suppressed(&mut probes, &pipeline, true));
     account(&outcomes, &metrics, None, &mut logs);
     totals.log();
+    if let Some(export) = otlp {
+        // The last push holds the final counts; a collector that does not answer
+        // within the limit does not hold the agent's exit.
+        stop_otlp.notify_one();
+        let _ = tokio::time::timeout(OTLP_LAST_PUSH, export).await;
+    }
     stop_http.notify_one();
     server.await??;
     Ok(())
