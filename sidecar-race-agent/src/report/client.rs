@@ -39,23 +39,13 @@ impl Endpoint {
         url: &str,
         token: Option<&str>,
     ) -> Result<Self, ReportError> {
-        let bad = |reason: String| ReportError::BadUrl {
-            what,
-            url: url.to_string(),
-            reason,
-        };
-        let uri: http::Uri = url.parse().map_err(|e| bad(format!("{e}")))?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
-            return Err(bad("expected http://host:port or https://host:port".into()));
-        }
-        if uri.query().is_some() {
-            return Err(bad("a base URL has no query string".into()));
-        }
-        let mut config = kube::Config::new(uri);
-        config.connect_timeout = Some(CONNECT_TIMEOUT);
-        config.read_timeout = Some(READ_TIMEOUT);
-        config.auth_info.token = token.map(|t| t.to_string().into());
-        let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
+        let client = crate::outbound::client(url, CONNECT_TIMEOUT, READ_TIMEOUT, token).map_err(
+            |reason| ReportError::BadUrl {
+                what,
+                url: url.to_string(),
+                reason,
+            },
+        )?;
         Ok(Self {
             what,
             url: url.to_string(),

@@ -64,17 +64,8 @@ impl Exporter {
             .trim_end_matches('/')
             .trim_end_matches(METRICS_PATH)
             .to_string();
-        let uri: http::Uri = base.parse().map_err(|e| bad(format!("{e}")))?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
-            return Err(bad("expected http://host:port or https://host:port".into()));
-        }
-        if uri.query().is_some() {
-            return Err(bad("no query string".into()));
-        }
-        let mut config = kube::Config::new(uri);
-        config.connect_timeout = Some(CONNECT_TIMEOUT);
-        config.read_timeout = Some(SEND_TIMEOUT);
-        let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
+        let client =
+            crate::outbound::client(&base, CONNECT_TIMEOUT, SEND_TIMEOUT, None).map_err(bad)?;
         let mut resource = vec![
             ("service.name", "sidecar-race-agent".to_string()),
             ("service.version", env!("CARGO_PKG_VERSION").to_string()),
