@@ -19,7 +19,8 @@ use crate::{
         attach::ProbeError,
         globals::ProcessNames,
         options::ProbeOptions,
-        probes::Probes,
+        pins::Pins,
+        probes::{Origin, Probes},
         requirements::{self, Environment, Locations, MissingRequirements},
         tracepoints::SetStateHook,
     },
@@ -37,6 +38,8 @@ pub struct AgentOptions {
     pub source: SourceOptions,
     /// Site-wide classic sidecar names.
     pub sidecar_names: Vec<String>,
+    /// Pin the kernel state there (or adopt what an earlier agent pinned).
+    pub pins: Option<Pins>,
 }
 
 #[derive(Debug, Error)]
@@ -72,7 +75,20 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         tracefs: opts.tracefs.clone(),
         cgroup2: opts.cgroup_root.clone(),
     })?;
-    let mut probes = Probes::load(&env.layout, opts.probes)?;
+    let mut probes = match &opts.pins {
+        Some(pins) => Probes::start_pinned(&env.layout, opts.probes, pins, &env.kernel_release)?,
+        None => Probes::load(&env.layout, opts.probes)?,
+    };
+    match &probes.origin {
+        Origin::Loaded => {}
+        Origin::Pinned { key } => tracing::info!(%key, "programs and maps pinned: they outlive this agent"),
+        Origin::Adopted { key, pinned_by } => tracing::info!(
+            %key,
+            pinned_by = %pinned_by,
+            "adopted the programs and maps an earlier agent pinned: what the kernel \
+             recorded while no agent ran is read now"
+        ),
+    }
     // What tracefs could not serve, unless its BTF tracepoint did.
     for u in env
         .layout

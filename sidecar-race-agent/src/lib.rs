@@ -15,6 +15,7 @@ pub mod kernel;
 pub mod kube_yaml;
 pub mod lint;
 pub mod logging;
+pub mod node_lock;
 pub mod outbound;
 pub mod pipeline;
 pub mod report;

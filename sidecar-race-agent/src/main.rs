@@ -55,10 +55,12 @@ async fn main() -> anyhow::Result<()> {
                         endpoint,
                         interval: args.otlp_interval.max(Duration::from_secs(1)),
                     }),
+                state: args.state,
             })
             .await
         }
         Command::Report(args) => commands::report::run(args).await,
+        Command::Unpin(args) => commands::unpin::run(&args),
         Command::Lint(args) => match commands::lint::run(args).await {
             Ok(0) => Ok(()),
             Ok(code) => std::process::exit(code),

@@ -16,6 +16,8 @@ fn run_serves_health_and_readiness_and_stops_on_sigterm() {
     let addr = format!("127.0.0.1:{}", 20_000 + std::process::id() % 20_000);
     let child = Command::new(agent_binary())
         .args(["run", "--listen", &addr])
+        // Pinning is the restart test's (agent_restart.rs); this one leaves nothing.
+        .env("SIDECAR_RACE_PIN", "off")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -89,6 +91,7 @@ fn api_listen_moves_the_incidents_api_off_the_main_address() {
     for (api_listen, api_addr) in [(api.as_str(), Some(api.as_str())), ("off", None)] {
         let child = Command::new(agent_binary())
             .args(["run", "--listen", &main, "--api-listen", api_listen])
+            .env("SIDECAR_RACE_PIN", "off")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -406,6 +406,8 @@ fn attach_and_stop(binary: &Path, verb: &str, rest: &[&str]) -> Outcome {
     let mut child = Command::new(binary)
         .arg(verb)
         .args(&args)
+        // A documented `run` must not pin on the host running the tests.
+        .env("SIDECAR_RACE_PIN", "off")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

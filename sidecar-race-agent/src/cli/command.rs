@@ -3,7 +3,9 @@
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use super::{lint::LintArgs, report::ReportArgs, run::RunArgs, trace::TraceArgs};
+use super::{
+    lint::LintArgs, report::ReportArgs, run::RunArgs, state::UnpinArgs, trace::TraceArgs,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,7 +35,7 @@ pub fn invoked_as_plugin(argv0: &std::ffi::OsStr) -> bool {
 }
 
 /// Parses the command line. Invoked as `kubectl-sidecar_race`, the binary is
-/// `kubectl sidecar-race` and offers `report` and `lint` (`trace` and `run` belong to
+/// `kubectl sidecar-race` and offers `report` and `lint` (`trace`, `run` and `unpin` belong to
 /// the node agent).
 pub fn parse_args(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
     let plugin = args.first().is_some_and(|a| invoked_as_plugin(a));
@@ -43,14 +45,18 @@ pub fn parse_args(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
             .name("kubectl sidecar-race")
             .bin_name("kubectl sidecar-race")
             .mut_subcommand("trace", |s| s.hide(true))
-            .mut_subcommand("run", |s| s.hide(true));
+            .mut_subcommand("run", |s| s.hide(true))
+            .mut_subcommand("unpin", |s| s.hide(true));
     }
     let matches = cmd.clone().try_get_matches_from(args)?;
     let cli = Cli::from_arg_matches(&matches)?;
-    if plugin && matches!(cli.command, Command::Trace(_) | Command::Run(_)) {
+    if plugin && matches!(
+            cli.command,
+            Command::Trace(_) | Command::Run(_) | Command::Unpin(_)
+        ) {
         return Err(cmd.error(
             clap::error::ErrorKind::InvalidSubcommand,
-            "as a kubectl plugin, sidecar-race runs `report` and `lint`; `trace` and `run` belong to the node agent (sidecar-race-agent)",
+            "as a kubectl plugin, sidecar-race runs `report` and `lint`; `trace`, `run` and `unpin` belong to the node agent (sidecar-race-agent)",
         ));
     }
     Ok(cli)
@@ -74,6 +80,9 @@ pub enum Command {
     /// Find race-prone pod templates in manifests (files, directories, `-` for
     /// stdin) and write the native-sidecar migration (`--fix`). Needs no cluster.
     Lint(LintArgs),
+    /// Remove what agents pinned on this node (their programs detach): after an
+    /// uninstall. Waits for a running agent's lock.
+    Unpin(UnpinArgs),
 }
 
 #[cfg(test)]

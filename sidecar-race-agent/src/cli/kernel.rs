@@ -138,6 +138,7 @@ impl KernelArgs {
                 ..ProbeOptions::default()
             },
             channel_capacity: self.channel_capacity.max(1),
+            pins: None,
             grace: Duration::from_secs(self.grace_seconds),
             pods_from: self.pods.spec(),
             source: self.pods.options(),

@@ -1,13 +1,15 @@
 //! Command-line interface (a public interface: documented in docs/reference.md). Every
 //! flag can also be set through the environment variable named in its help. One module
 //! per subcommand; `kernel.rs` holds the flags `trace` and `run` share, `values.rs` the
-//! value parsers several use, `command.rs` the top-level command line and its parsing.
+//! value parsers several use, `command.rs` the top-level command line and its parsing, `state.rs` where
+//! `run` keeps what outlives it (and `unpin` removes it).
 
 mod command;
 mod kernel;
 mod lint;
 mod report;
 mod run;
+mod state;
 mod trace;
 mod values;
 
@@ -17,6 +19,7 @@ pub use self::{
     lint::{FailOn, FixMode, LintArgs},
     report::ReportArgs,
     run::{AuthMode, RunArgs},
+    state::{PinMode, StateArgs, UnpinArgs},
     trace::TraceArgs,
     values::clean_names,
 };

@@ -150,6 +150,8 @@ pub struct RunArgs {
     pub reorder_window_ms: u64,
     #[command(flatten)]
     pub kernel: KernelArgs,
+    #[command(flatten)]
+    pub state: super::state::StateArgs,
 }
 
 /// `--auth`.

@@ -2,3 +2,4 @@ pub mod lint;
 pub mod report;
 pub mod run;
 pub mod trace;
+pub mod unpin;

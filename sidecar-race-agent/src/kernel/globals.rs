@@ -88,7 +88,7 @@ impl Globals {
 }
 
 /// Whose `comm` the kernel records as a socket owner's name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ProcessNames {
     /// The thread-group leader's: the process name.
     Leader,

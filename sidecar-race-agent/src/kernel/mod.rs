@@ -16,6 +16,7 @@ pub mod globals;
 pub mod layout;
 pub mod lockdown;
 pub mod options;
+pub mod pins;
 pub mod probes;
 pub mod recursion;
 pub mod requirements;

@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf},
 };
 use sidecar_race_ebpf::abi::counter;
 
@@ -15,6 +15,13 @@ use super::{
     globals::{Globals, ProcessNames},
     layout::{KernelLayout, Tracepoint},
     options::ProbeOptions,
+    pins::{
+        PinError, Pins,
+        adopt::Adopted,
+        key::{LayoutKey, object_digest},
+        manifest::{self, Coverage, Manifest},
+        pin::pin_all,
+    },
     recursion::RecursionMisses,
     tracepoints::{self, BtfReady, Degraded, SetStateHook},
     unix_hooks::{self, UnixCoverage, UnixHookChoice},
@@ -26,8 +33,8 @@ pub(super) static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sidecar-race.bpf.o"));
 
 pub struct Probes {
-    // Keeps programs and links alive.
-    _ebpf: Ebpf,
+    // Keeps programs and links alive; `None` when adopted (their pins do).
+    _ebpf: Option<Ebpf>,
     /// Refusals.
     pub ring: Option<RingBuf<MapData>>,
     /// Control records: cgroups and listeners.
@@ -45,12 +52,86 @@ pub struct Probes {
     pub process_names: ProcessNames,
     /// What is seen of Unix domain sockets.
     pub unix: UnixCoverage,
+    /// Whether the kernel state was loaded, pinned or adopted.
+    pub origin: Origin,
+}
+
+/// Where the kernel state came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// Loaded by this agent; it goes with it.
+    Loaded,
+    /// Loaded by this agent and pinned under the key: it outlives the agent.
+    Pinned { key: String },
+    /// Adopted from an earlier agent of the same build: nothing was loaded.
+    Adopted { key: String, pinned_by: String },
 }
 
 impl Probes {
     /// Loads and attaches every usable tracepoint. Fails only when a required one
     /// cannot be attached; optional ones end up in `degraded`.
     pub fn load(layout: &KernelLayout, opts: ProbeOptions) -> Result<Self, ProbeError> {
+        Self::load_pinned(layout, opts, None)
+    }
+
+    /// Adopts what an earlier agent of this build pinned, or loads and pins anew;
+    /// loads unpinned (with a warning) when pinning fails. Old builds' pins go once
+    /// this load is attached.
+    pub fn start_pinned(
+        layout: &KernelLayout,
+        opts: ProbeOptions,
+        pins: &Pins,
+        kernel_release: &str,
+    ) -> Result<Self, ProbeError> {
+        let key = LayoutKey::new(OBJECT, &opts, layout.without_tracefs, kernel_release);
+        let key = key.as_str();
+        match pins.manifest(key) {
+            Ok(Some(m)) => match Adopted::open(&pins.dir(key), &m) {
+                Ok(adopted) => return Self::adopt(adopted, &m),
+                Err(e) => {
+                    tracing::warn!("cannot adopt the pins of {key} ({e}): loading anew");
+                    pins.remove(key);
+                }
+            },
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("{e}: loading anew");
+                pins.remove(key);
+            }
+        }
+        let probes = Self::load_pinned(layout, opts, Some((pins, key)))?;
+        for old in pins.remove_others(Some(key)) {
+            tracing::info!(key = %old, "unpinned an earlier build's programs and maps");
+        }
+        Ok(probes)
+    }
+
+    fn adopt(mut adopted: Adopted, m: &Manifest) -> Result<Self, ProbeError> {
+        let recursion = RecursionMisses::of_programs(std::mem::take(&mut adopted.programs));
+        let maps = Maps::take(|name| {
+            adopted
+                .take(name)
+                .ok_or_else(|| ProbeError::Missing(format!("pinned {name} map")))
+        }, recursion)?;
+        let c = &m.coverage;
+        Ok(Self::with(None, maps, Origin::Adopted {
+            key: m.key.clone(),
+            pinned_by: m.agent_version.clone(),
+        }, Attached {
+            per_cgroup_budgets: c.per_cgroup_budgets.clone(),
+            attached: c.attached(),
+            degraded: c.degraded(),
+            set_state_hook: c.set_state_hook.clone(),
+            process_names: c.process_names.clone(),
+            unix: c.unix.clone(),
+        }))
+    }
+
+    fn load_pinned(
+        layout: &KernelLayout,
+        opts: ProbeOptions,
+        pins: Option<(&Pins, &str)>,
+    ) -> Result<Self, ProbeError> {
         opts.check_ring_size()?;
         let globals = Globals::new(layout, &opts);
         let mut ebpf = {
@@ -90,21 +171,51 @@ impl Probes {
         );
         drop(kernel_btf);
         return_freed_memory();
-        let maps = Maps::take(&mut ebpf)?;
-        Ok(Self {
-            _ebpf: ebpf,
-            ring: Some(maps.ring),
-            control: Some(maps.control),
-            counters: Arc::new(maps.counters),
-            suppressed: maps.suppressed,
-            charge_points: maps.charge_points,
+        let attached = Attached {
             per_cgroup_budgets: globals.per_cgroup_budgets,
             attached: tracepoints.tracepoints,
             degraded: tracepoints.degraded,
             set_state_hook: tracepoints.set_state_hook,
             process_names: globals.process_names,
             unix,
-        })
+        };
+        let origin = match pins {
+            None => Origin::Loaded,
+            Some((pins, key)) => match pin(&ebpf, pins, key, &attached) {
+                Ok(()) => Origin::Pinned {
+                    key: key.to_string(),
+                },
+                Err(e) => {
+                    tracing::warn!(
+                        "degraded: the programs and maps could not be pinned ({e}): a \
+                         restart of the agent loses what happens until the next one runs"
+                    );
+                    pins.remove(key);
+                    Origin::Loaded
+                }
+            },
+        };
+        let recursion = RecursionMisses::of(&ebpf);
+        let maps = Maps::take(|name| take(&mut ebpf, name), recursion)?;
+        Ok(Self::with(Some(ebpf), maps, origin, attached))
+    }
+
+    fn with(ebpf: Option<Ebpf>, maps: Maps, origin: Origin, a: Attached) -> Self {
+        Self {
+            _ebpf: ebpf,
+            ring: Some(maps.ring),
+            control: Some(maps.control),
+            counters: Arc::new(maps.counters),
+            suppressed: maps.suppressed,
+            charge_points: maps.charge_points,
+            per_cgroup_budgets: a.per_cgroup_budgets,
+            attached: a.attached,
+            degraded: a.degraded,
+            set_state_hook: a.set_state_hook,
+            process_names: a.process_names,
+            unix: a.unix,
+            origin,
+        }
     }
 
     /// Exact kernel counts per kind, summed over CPUs.
@@ -162,50 +273,86 @@ struct Maps {
 }
 
 impl Maps {
-    fn take(ebpf: &mut Ebpf) -> Result<Self, ProbeError> {
-        let ring = RingBuf::try_from(take(ebpf, "EVENTS")?).map_err(|cause| ProbeError::Map {
+    /// The maps `take` gives by name (from a load, or from pins), typed.
+    fn take(
+        mut take: impl FnMut(&'static str) -> Result<Map, ProbeError>,
+        recursion: Option<RecursionMisses>,
+    ) -> Result<Self, ProbeError> {
+        let ring = RingBuf::try_from(take("EVENTS")?).map_err(|cause| ProbeError::Map {
             name: "EVENTS",
             cause,
         })?;
-        let control =
-            RingBuf::try_from(take(ebpf, "CONTROL")?).map_err(|cause| ProbeError::Map {
-                name: "CONTROL",
-                cause,
-            })?;
+        let control = RingBuf::try_from(take("CONTROL")?).map_err(|cause| ProbeError::Map {
+            name: "CONTROL",
+            cause,
+        })?;
         let counters =
-            PerCpuArray::try_from(take(ebpf, "COUNTERS")?).map_err(|cause| ProbeError::Map {
+            PerCpuArray::try_from(take("COUNTERS")?).map_err(|cause| ProbeError::Map {
                 name: "COUNTERS",
                 cause,
             })?;
-        let suppressed = hash_map(ebpf, "SUPPRESSED")?;
-        let charge_points = hash_map(ebpf, "CHARGE_POINTS")?;
+        let suppressed = hash_map(take("SUPPRESSED")?, "SUPPRESSED")?;
+        let charge_points = hash_map(take("CHARGE_POINTS")?, "CHARGE_POINTS")?;
         let tables = LruTables {
-            budget: hash_map(ebpf, "BUDGET")?,
-            control_budget: hash_map(ebpf, "CONTROL_BUDGET")?,
-            local_refusals: hash_map(ebpf, "LOCAL_REFUSALS")?,
-            unix_kprobe_calls: hash_map(ebpf, "UNIX_KPROBE_CALLS")?,
+            budget: hash_map(take("BUDGET")?, "BUDGET")?,
+            control_budget: hash_map(take("CONTROL_BUDGET")?, "CONTROL_BUDGET")?,
+            local_refusals: hash_map(take("LOCAL_REFUSALS")?, "LOCAL_REFUSALS")?,
+            unix_kprobe_calls: hash_map(take("UNIX_KPROBE_CALLS")?, "UNIX_KPROBE_CALLS")?,
         };
         Ok(Maps {
             ring,
             control,
-            counters: KernelCounters::new(counters, tables, RecursionMisses::of(ebpf)),
+            counters: KernelCounters::new(counters, tables, recursion),
             suppressed,
             charge_points,
         })
     }
 }
 
-fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, ProbeError> {
+/// What a load attached, and how: found by loading, or read from the pins' manifest.
+struct Attached {
+    per_cgroup_budgets: Option<String>,
+    attached: Vec<Tracepoint>,
+    degraded: Vec<Degraded>,
+    set_state_hook: SetStateHook,
+    process_names: ProcessNames,
+    unix: UnixCoverage,
+}
+
+/// Pins `ebpf`'s maps and links for `key`, with the manifest that makes them adoptable.
+fn pin(ebpf: &Ebpf, pins: &Pins, key: &str, a: &Attached) -> Result<(), PinError> {
+    let staging = pins.staging(key)?;
+    let (links, maps) = pin_all(ebpf, &staging)?;
+    let m = Manifest {
+        version: manifest::VERSION,
+        key: key.to_string(),
+        object: object_digest(OBJECT),
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        links,
+        maps,
+        coverage: Coverage::of(
+            &a.attached,
+            &a.degraded,
+            &a.set_state_hook,
+            &a.unix,
+            &a.process_names,
+            &a.per_cgroup_budgets,
+        ),
+    };
+    pins.commit(key, &m)
+}
+
+fn take(ebpf: &mut Ebpf, name: &str) -> Result<Map, ProbeError> {
     ebpf.take_map(name)
         .ok_or_else(|| ProbeError::Missing(format!("{name} map")))
 }
 
-/// A hash or LRU hash map of the object, typed.
+/// A hash or LRU hash map, typed.
 fn hash_map<K: aya::Pod, V: aya::Pod>(
-    ebpf: &mut Ebpf,
+    map: Map,
     name: &'static str,
 ) -> Result<BpfHashMap<MapData, K, V>, ProbeError> {
-    BpfHashMap::try_from(take(ebpf, name)?).map_err(|cause| ProbeError::Map { name, cause })
+    BpfHashMap::try_from(map).map_err(|cause| ProbeError::Map { name, cause })
 }
 
 /// Gives the pages of freed allocations back to the kernel. The BTF parses above are

@@ -31,19 +31,22 @@ impl RecursionMisses {
     /// The programs `ebpf` loaded; `None` where the kernel does not count every hook's
     /// skipped runs.
     pub(super) fn of(ebpf: &Ebpf) -> Option<Self> {
+        Self::of_programs(
+            ebpf.programs()
+                .filter_map(|(name, program)| {
+                    let fd = program.fd().ok()?.as_fd().try_clone_to_owned().ok()?;
+                    Some((name.to_string(), fd))
+                })
+                .collect(),
+        )
+    }
+
+    /// These programs (adopted ones, by their names in the object); `None` where the
+    /// kernel does not count every hook's skipped runs.
+    pub(super) fn of_programs(programs: Vec<(String, OwnedFd)>) -> Option<Self> {
         let counted = aya::util::KernelVersion::current()
             .is_ok_and(|v| v >= aya::util::KernelVersion::new(COUNTED_FROM.0, COUNTED_FROM.1, 0));
-        if !counted {
-            return None;
-        }
-        let programs = ebpf
-            .programs()
-            .filter_map(|(name, program)| {
-                let fd = program.fd().ok()?.as_fd().try_clone_to_owned().ok()?;
-                Some((name.to_string(), fd))
-            })
-            .collect();
-        Some(Self { programs })
+        counted.then_some(Self { programs })
     }
 
     /// Each program's skipped runs so far (a program whose fdinfo cannot be read is

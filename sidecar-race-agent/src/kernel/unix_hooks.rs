@@ -44,7 +44,7 @@ pub const SYSCALLS_COST: &str =
     "about 35 % more CPU per syscall: 212 → 288 ns per getppid in BENCHMARKS.md";
 
 /// What the agent sees of Unix domain sockets on this kernel.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum UnixCoverage {
     /// Refusals (connect, send), listeners up and down, with paths, inodes and netns.
     Fexit,

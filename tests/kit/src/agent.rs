@@ -314,6 +314,9 @@ impl RunAgent {
             ])
             .args(args)
             .env("SIDECAR_RACE_LOG_FORMAT", "json")
+            // Tests run agents side by side on one kernel: none pins (one would own the
+            // node) unless its test asks.
+            .env("SIDECAR_RACE_PIN", "off")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

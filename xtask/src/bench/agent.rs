@@ -53,6 +53,8 @@ impl Agent {
             .args(["run", "--listen", &addr, "--events=false"])
             .args(["--unix-hooks", hooks.flag()])
             .args(extra)
+            // Nothing may stay attached after a run: the next measures a bare kernel.
+            .env("SIDECAR_RACE_PIN", "off")
             .stdout(Stdio::null())
             .stderr(File::create(&log).with_context(|| log.display().to_string())?)
             .spawn()

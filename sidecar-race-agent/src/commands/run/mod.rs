@@ -16,13 +16,15 @@ use tokio::sync::Notify;
 use crate::{
     agent::{self, AgentOptions},
     cli::AuthMode,
+    cli::{PinMode, StateArgs},
     clock,
     detect::DetectorConfig,
     http::{
         self, HttpState,
         auth::{Authenticator, CacheTtls, KubeReviewer, NoClient, Reviewer},
     },
-    kernel::charge_points::ChargePoints,
+    kernel::{charge_points::ChargePoints, pins::Pins},
+    node_lock::{LockError, NodeLock},
     pipeline::Pipeline,
     pipeline::outcome::Outcome,
     shutdown,
@@ -68,6 +70,8 @@ pub struct RunOptions {
     pub metadata_wait: Duration,
     /// Push the metrics over OTLP (`--otlp-endpoint`).
     pub otlp: Option<OtlpOptions>,
+    /// `--pin`, `--bpffs`, `--state-dir`.
+    pub state: StateArgs,
 }
 
 pub struct OtlpOptions {
@@ -89,11 +93,67 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         .as_ref()
         .map(|o| Exporter::new(&o.endpoint, o.interval))
         .transpose()?;
-    let agent = agent::start(&opts.agent)?;
+    let (agent, _lock) = start_owned(&opts)?;
     match tokio::spawn(daemon(opts, agent, otlp)).await {
         Ok(result) => result,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(e) => Err(anyhow::anyhow!("the daemon task was cancelled: {e}")),
+    }
+}
+
+/// How long a new agent waits for the one before it to release the node.
+const LOCK_WAIT: Duration = Duration::from_secs(60);
+
+/// Starts the agent as the node's one owner of pinned state (`--pin=auto`: the lock,
+/// then pins adopted or made), or unpinned, removing what an earlier agent pinned.
+fn start_owned(opts: &RunOptions) -> anyhow::Result<(agent::Agent, Option<NodeLock>)> {
+    let state = &opts.state;
+    let mut agent_opts = opts.agent.clone();
+    if state.pin == PinMode::Off {
+        let agent = agent::start(&agent_opts)?;
+        unpin_leftovers(&state.bpffs, &state.state_dir);
+        return Ok((agent, None));
+    }
+    let lock = match NodeLock::acquire(&state.state_dir, LOCK_WAIT) {
+        Ok(lock) => lock,
+        // Another agent holds the node: two would read one ring.
+        Err(e @ LockError::Held { .. }) => return Err(e.into()),
+        Err(e) => {
+            tracing::warn!(
+                "degraded: {e}: nothing is pinned and no checkpoint kept, so a restart of \
+                 the agent loses what happens until the next one runs"
+            );
+            return Ok((agent::start(&agent_opts)?, None));
+        }
+    };
+    agent_opts.pins = match Pins::new(&state.bpffs, &state.state_dir) {
+        Ok(pins) => Some(pins),
+        Err(why) => {
+            tracing::warn!(
+                "degraded: the programs and maps are not pinned ({why}): a restart of the \
+                 agent loses what happens until the next one runs"
+            );
+            None
+        }
+    };
+    Ok((agent::start(&agent_opts)?, Some(lock)))
+}
+
+/// With `--pin=off`, pins an earlier agent left would keep its programs running
+/// unread: they go, unless another agent holds the node.
+fn unpin_leftovers(bpffs: &std::path::Path, state_dir: &std::path::Path) {
+    if !bpffs.join("sidecar-race").exists() {
+        return;
+    }
+    match NodeLock::acquire(state_dir, Duration::ZERO) {
+        Ok(_lock) => {
+            if let Ok(pins) = Pins::new(bpffs, state_dir) {
+                for key in pins.remove_others(None) {
+                    tracing::info!(%key, "--pin=off: unpinned what an earlier agent pinned");
+                }
+            }
+        }
+        Err(e) => tracing::warn!("--pin=off: left the pins of another agent alone: {e}"),
     }
 }
 

@@ -1,0 +1,97 @@
+//! Adopting what an earlier agent of the same build pinned: its maps, checked against
+//! the shapes it recorded, and its links' programs (for their skipped-run counts).
+//! Nothing is loaded or attached: the programs never stopped.
+
+use std::{os::fd::OwnedFd, path::Path};
+
+use aya::{
+    maps::{Map, MapData},
+    programs::{links::PinnedLink, loaded_programs},
+};
+
+use super::{
+    PinError,
+    manifest::{Manifest, MapPin},
+};
+
+/// The pinned state, opened.
+pub struct Adopted {
+    maps: Vec<(String, MapData)>,
+    /// Each link's program, by its name in the object, with an fd of it.
+    pub programs: Vec<(String, OwnedFd)>,
+}
+
+impl Adopted {
+    /// Opens every pin `manifest` lists under `dir`; fails on a missing pin or a map
+    /// whose shape is not the recorded one.
+    pub fn open(dir: &Path, manifest: &Manifest) -> Result<Self, PinError> {
+        let mut maps = Vec::new();
+        for want in &manifest.maps {
+            let path = dir.join("maps").join(&want.name);
+            let got = map_info(&path)?;
+            if got.map_type != want.map_type
+                || got.key_size != want.key_size
+                || got.value_size != want.value_size
+                || got.max_entries != want.max_entries
+            {
+                return Err(PinError::Shape {
+                    map: want.name.clone(),
+                    want: describe(want),
+                    got: describe(&got),
+                });
+            }
+            let data = MapData::from_pin(&path)
+                .map_err(|e| PinError::Io(format!("open map {}: {e}", want.name)))?;
+            maps.push((want.name.clone(), data));
+        }
+        let mut programs = Vec::new();
+        let loaded: Vec<_> = loaded_programs().flatten().collect();
+        for l in &manifest.links {
+            let path = dir.join("links").join(&l.file);
+            let link = PinnedLink::from_pin(&path)
+                .map_err(|e| PinError::Io(format!("open link {}: {e}", l.file)))?;
+            let link: aya::programs::links::FdLink = link.into();
+            let id = link
+                .info()
+                .map_err(|e| PinError::Io(format!("link {}: {e}", l.file)))?
+                .program_id();
+            let fd = loaded
+                .iter()
+                .find(|p| p.id() == id)
+                .and_then(|p| p.fd().ok())
+                .and_then(|fd| std::os::fd::AsFd::as_fd(&fd).try_clone_to_owned().ok());
+            if let Some(fd) = fd {
+                programs.push((l.program.clone(), fd));
+            }
+        }
+        Ok(Self { maps, programs })
+    }
+
+    /// Map `name`, once.
+    pub fn take(&mut self, name: &str) -> Option<Map> {
+        let i = self.maps.iter().position(|(n, _)| n == name)?;
+        Map::from_map_data(self.maps.swap_remove(i).1).ok()
+    }
+}
+
+/// The shape of the map pinned at `path` (its name left empty).
+pub fn map_info(path: &Path) -> Result<MapPin, PinError> {
+    let info = aya::maps::MapInfo::from_pin(path)
+        .map_err(|e| PinError::Io(format!("{}: {e}", path.display())))?;
+    Ok(MapPin {
+        name: String::new(),
+        map_type: info
+            .map_type()
+            .map_or_else(|e| format!("unknown ({e})"), |t| format!("{t:?}")),
+        key_size: info.key_size(),
+        value_size: info.value_size(),
+        max_entries: info.max_entries(),
+    })
+}
+
+fn describe(m: &MapPin) -> String {
+    format!(
+        "{} of {} entries, keys {} and values {} bytes",
+        m.map_type, m.max_entries, m.key_size, m.value_size
+    )
+}

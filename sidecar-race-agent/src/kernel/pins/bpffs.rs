@@ -1,0 +1,84 @@
+//! The BPF filesystem: whether a path is one, and the two calls aya does not expose
+//! for links it did not make (a link's fd from its id, and pinning an fd).
+
+use std::{
+    ffi::CString,
+    io,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    path::Path,
+};
+
+/// `BPF_FS_MAGIC` of `statfs(2)`.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+const BPF_OBJ_PIN: libc::c_int = 6;
+const BPF_LINK_GET_FD_BY_ID: libc::c_int = 30;
+
+/// Whether `path` is the root or a directory of a mounted bpffs.
+pub fn is_bpffs(path: &Path) -> io::Result<bool> {
+    let c = cstring(path)?;
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and `st` a valid statfs to fill.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)]
+    Ok(st.f_type as i64 == BPF_FS_MAGIC)
+}
+
+/// An fd of the link with kernel id `id`.
+pub fn link_fd_by_id(id: u32) -> io::Result<OwnedFd> {
+    #[repr(C)]
+    struct Attr {
+        link_id: u32,
+        next_id: u32,
+        open_flags: u32,
+    }
+    let attr = Attr {
+        link_id: id,
+        next_id: 0,
+        open_flags: 0,
+    };
+    let fd = bpf(BPF_LINK_GET_FD_BY_ID, &attr)?;
+    // SAFETY: the kernel returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Pins the object behind `fd` (a link here) at `path` on a bpffs.
+pub fn pin_fd(fd: &OwnedFd, path: &Path) -> io::Result<()> {
+    #[repr(C)]
+    struct Attr {
+        pathname: u64,
+        bpf_fd: u32,
+        file_flags: u32,
+    }
+    let c = cstring(path)?;
+    let attr = Attr {
+        pathname: c.as_ptr() as u64,
+        bpf_fd: fd.as_raw_fd() as u32,
+        file_flags: 0,
+    };
+    bpf(BPF_OBJ_PIN, &attr).map(|_| ())
+}
+
+fn bpf<T>(cmd: libc::c_int, attr: &T) -> io::Result<libc::c_long> {
+    // SAFETY: `attr` is a `repr(C)` prefix of `union bpf_attr` for `cmd`; the kernel
+    // reads `size_of::<T>()` bytes of it and zero-fills the rest.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *const T,
+            std::mem::size_of::<T>() as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn cstring(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))
+}

@@ -1,0 +1,76 @@
+//! The layout key: what must be equal for a new agent to adopt what an old one left
+//! pinned. The same object loaded with the same options on the same kernel makes the
+//! same programs, maps and record layout; anything else is a new build.
+
+use sha2::{Digest, Sha256};
+
+use crate::kernel::options::ProbeOptions;
+
+/// A short hex digest of the object's bytes, every load option and the kernel release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutKey(String);
+
+impl LayoutKey {
+    pub fn new(
+        object: &[u8],
+        opts: &ProbeOptions,
+        without_tracefs: bool,
+        kernel_release: &str,
+    ) -> Self {
+        let mut h = Sha256::new();
+        h.update(Sha256::digest(object));
+        // `Debug` of the options names every field: a new option changes the key.
+        h.update(format!("{opts:?}").as_bytes());
+        // Without tracefs, other programs are attached (BTF tracepoints).
+        h.update([u8::from(without_tracefs)]);
+        h.update(kernel_release.as_bytes());
+        let digest = h.finalize();
+        Self(digest[..8].iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for LayoutKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The object's own digest, kept in the manifest: two keys with the same object differ
+/// only in options or kernel.
+pub fn object_digest(object: &[u8]) -> String {
+    Sha256::digest(object)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_changes_with_the_object_an_option_and_the_kernel() {
+        let opts = ProbeOptions::default();
+        let base = LayoutKey::new(b"object", &opts, false, "6.1.0");
+        assert_eq!(base, LayoutKey::new(b"object", &opts, false, "6.1.0"));
+        assert_eq!(base.as_str().len(), 16);
+        assert_ne!(base, LayoutKey::new(b"object2", &opts, false, "6.1.0"));
+        assert_ne!(base, LayoutKey::new(b"object", &opts, false, "6.12.0"));
+        assert_ne!(base, LayoutKey::new(b"object", &opts, true, "6.1.0"), "no tracefs");
+        assert_ne!(base, LayoutKey::new(b"object", &opts, true, "6.1.0"));
+        let bigger = ProbeOptions {
+            ring_buffer_bytes: 1 << 22,
+            ..opts
+        };
+        assert_ne!(base, LayoutKey::new(b"object", &bigger, false, "6.1.0"));
+        let no_btf = ProbeOptions {
+            set_state_btf: false,
+            ..opts
+        };
+        assert_ne!(base, LayoutKey::new(b"object", &no_btf, false, "6.1.0"));
+    }
+}

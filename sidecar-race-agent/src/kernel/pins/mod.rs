@@ -1,0 +1,149 @@
+//! Kernel state that outlives the agent: the maps, ring buffers and links of a load,
+//! pinned under `<bpffs>/sidecar-race/<layout key>/`, with a manifest in the state
+//! directory. A new agent of the same build adopts them and loads nothing, so the
+//! kernel records through a restart and the new reader resumes where the old one
+//! stopped (the ring's consumer position lives in the kernel). A new build loads its
+//! own, then removes the old ones.
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+pub mod adopt;
+pub mod bpffs;
+pub mod key;
+pub mod manifest;
+pub mod pin;
+
+/// The first release whose tracepoint attachments are bpf_links, hence pinnable.
+const LINKS_FROM: (u8, u8) = (5, 15);
+
+#[derive(Debug, Error)]
+pub enum PinError {
+    #[error("{0}")]
+    Io(String),
+    #[error("pinned map {map} is {got}, this build makes {want}")]
+    Shape {
+        map: String,
+        want: String,
+        got: String,
+    },
+}
+
+/// Where pins and their manifests go.
+#[derive(Debug, Clone)]
+pub struct Pins {
+    /// `<bpffs>/sidecar-race`.
+    root: PathBuf,
+    state_dir: PathBuf,
+}
+
+impl Pins {
+    /// Pins under `bpffs`, manifests in `state_dir`; why not, when the kernel cannot
+    /// keep links or `bpffs` is no BPF filesystem.
+    pub fn new(bpffs: &Path, state_dir: &Path) -> Result<Self, String> {
+        let links_from =
+            aya::util::KernelVersion::new(LINKS_FROM.0, LINKS_FROM.1, 0);
+        match aya::util::KernelVersion::current() {
+            Ok(v) if v >= links_from => {}
+            Ok(_) => {
+                return Err(format!(
+                    "this kernel attaches tracepoints through perf events, which cannot be \
+                     pinned (bpf_links from {}.{})",
+                    LINKS_FROM.0, LINKS_FROM.1
+                ));
+            }
+            Err(e) => return Err(format!("the kernel's release is unknown: {e}")),
+        }
+        match bpffs::is_bpffs(bpffs) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(format!(
+                    "{} is not a BPF filesystem (mount one: `mount -t bpf bpf {}`)",
+                    bpffs.display(),
+                    bpffs.display()
+                ));
+            }
+            Err(e) => return Err(format!("{}: {e}", bpffs.display())),
+        }
+        Ok(Self {
+            root: bpffs.join("sidecar-race"),
+            state_dir: state_dir.to_path_buf(),
+        })
+    }
+
+    /// The pins of `key`.
+    pub fn dir(&self, key: &str) -> PathBuf {
+        self.root.join(key)
+    }
+
+    pub fn manifest_path(&self, key: &str) -> PathBuf {
+        manifest::path(&self.state_dir, key)
+    }
+
+    /// `key`'s manifest, if its pins are complete; why not, if it cannot be read.
+    pub fn manifest(&self, key: &str) -> Result<Option<manifest::Manifest>, String> {
+        if !self.dir(key).exists() {
+            return Ok(None);
+        }
+        manifest::read(&self.manifest_path(key))
+    }
+
+    /// An empty directory to pin `key`'s load into before it is complete (`-new`:
+    /// bpffs refuses names with dots).
+    pub fn staging(&self, key: &str) -> Result<PathBuf, PinError> {
+        let dir = self.root.join(format!("{key}-new"));
+        remove_dir(&dir);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| PinError::Io(format!("mkdir {}: {e}", dir.display())))?;
+        Ok(dir)
+    }
+
+    /// Makes the staged pins of `key` the adoptable ones: the manifest first, then the
+    /// directory renamed into place (a half-pinned load is never adopted).
+    pub fn commit(&self, key: &str, m: &manifest::Manifest) -> Result<(), PinError> {
+        std::fs::create_dir_all(&self.state_dir)
+            .and_then(|()| manifest::write(&self.manifest_path(key), m))
+            .map_err(|e| PinError::Io(format!("write the pins' manifest: {e}")))?;
+        let dir = self.dir(key);
+        remove_dir(&dir);
+        std::fs::rename(self.root.join(format!("{key}-new")), &dir)
+            .map_err(|e| PinError::Io(format!("rename into {}: {e}", dir.display())))
+    }
+
+    /// Unpins `key` (its programs detach once no agent holds them) and forgets it.
+    pub fn remove(&self, key: &str) {
+        remove_dir(&self.dir(key));
+        remove_dir(&self.root.join(format!("{key}-new")));
+        let _ = std::fs::remove_file(self.manifest_path(key));
+    }
+
+    /// Unpins every key but `keep`; the keys removed.
+    pub fn remove_others(&self, keep: Option<&str>) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        let mut removed = Vec::new();
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with("-new") {
+                remove_dir(&e.path());
+            } else if Some(name.as_str()) != keep {
+                self.remove(&name);
+                removed.push(name);
+            }
+        }
+        if keep.is_none() {
+            let _ = std::fs::remove_dir(&self.root);
+        }
+        removed
+    }
+}
+
+fn remove_dir(dir: &Path) {
+    if dir.exists()
+        && let Err(e) = std::fs::remove_dir_all(dir)
+    {
+        tracing::warn!("cannot unpin {}: {e}", dir.display());
+    }
+}
