@@ -81,7 +81,9 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
     };
     match &probes.origin {
         Origin::Loaded => {}
-        Origin::Pinned { key } => tracing::info!(%key, "programs and maps pinned: they outlive this agent"),
+        Origin::Pinned { key } => {
+            tracing::info!(%key, "programs and maps pinned: they outlive this agent")
+        }
         Origin::Adopted { key, pinned_by } => tracing::info!(
             %key,
             pinned_by = %pinned_by,

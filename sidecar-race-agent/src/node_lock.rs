@@ -81,7 +81,10 @@ impl NodeLock {
                 });
             }
             if !told {
-                tracing::info!("waiting for another agent ({holder}) to release {}", path.display());
+                tracing::info!(
+                    "waiting for another agent ({holder}) to release {}",
+                    path.display()
+                );
                 told = true;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -115,7 +118,10 @@ mod tests {
         let first = NodeLock::acquire(&dir, Duration::ZERO).unwrap();
         let err = NodeLock::acquire(&dir, Duration::from_millis(250)).unwrap_err();
         let said = err.to_string();
-        assert!(said.contains(&format!("pid {}", std::process::id())), "{said}");
+        assert!(
+            said.contains(&format!("pid {}", std::process::id())),
+            "{said}"
+        );
         assert!(said.contains("one agent runs per node"), "{said}");
         drop(first);
         NodeLock::acquire(&dir, Duration::ZERO).expect("free once the first is gone");

@@ -23,6 +23,6 @@ pub mod vm_arch;
 
 // The simulated pod kit and the cluster's view, where the tests have always found them.
 pub use sidecar_race_kit::{
-    agent, cluster, flood, glibc_fleet, http, operator_prometheus, otelcol, pod, prometheus, root,
-    scenario, stand_in,
+    agent, cluster, flood, glibc_fleet, http, operator_prometheus, otelcol, pinned, pod,
+    prometheus, root, scenario, stand_in,
 };

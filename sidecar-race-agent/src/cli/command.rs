@@ -3,9 +3,7 @@
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use super::{
-    lint::LintArgs, report::ReportArgs, run::RunArgs, state::UnpinArgs, trace::TraceArgs,
-};
+use super::{lint::LintArgs, report::ReportArgs, run::RunArgs, state::UnpinArgs, trace::TraceArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -50,10 +48,12 @@ pub fn parse_args(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
     }
     let matches = cmd.clone().try_get_matches_from(args)?;
     let cli = Cli::from_arg_matches(&matches)?;
-    if plugin && matches!(
+    if plugin
+        && matches!(
             cli.command,
             Command::Trace(_) | Command::Run(_) | Command::Unpin(_)
-        ) {
+        )
+    {
         return Err(cmd.error(
             clap::error::ErrorKind::InvalidSubcommand,
             "as a kubectl plugin, sidecar-race runs `report` and `lint`; `trace`, `run` and `unpin` belong to the node agent (sidecar-race-agent)",

@@ -15,7 +15,10 @@ pub fn run(args: &UnpinArgs) -> anyhow::Result<()> {
     // The checkpoint belongs to the pins: without them it describes a ring that is gone.
     let _ = std::fs::remove_file(args.state_dir.join("checkpoint.json"));
     if removed.is_empty() {
-        println!("nothing pinned under {}", args.bpffs.join("sidecar-race").display());
+        println!(
+            "nothing pinned under {}",
+            args.bpffs.join("sidecar-race").display()
+        );
     } else {
         println!("unpinned {}", removed.join(", "));
     }

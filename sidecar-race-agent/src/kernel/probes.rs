@@ -108,23 +108,31 @@ impl Probes {
 
     fn adopt(mut adopted: Adopted, m: &Manifest) -> Result<Self, ProbeError> {
         let recursion = RecursionMisses::of_programs(std::mem::take(&mut adopted.programs));
-        let maps = Maps::take(|name| {
-            adopted
-                .take(name)
-                .ok_or_else(|| ProbeError::Missing(format!("pinned {name} map")))
-        }, recursion)?;
+        let maps = Maps::take(
+            |name| {
+                adopted
+                    .take(name)
+                    .ok_or_else(|| ProbeError::Missing(format!("pinned {name} map")))
+            },
+            recursion,
+        )?;
         let c = &m.coverage;
-        Ok(Self::with(None, maps, Origin::Adopted {
-            key: m.key.clone(),
-            pinned_by: m.agent_version.clone(),
-        }, Attached {
-            per_cgroup_budgets: c.per_cgroup_budgets.clone(),
-            attached: c.attached(),
-            degraded: c.degraded(),
-            set_state_hook: c.set_state_hook.clone(),
-            process_names: c.process_names.clone(),
-            unix: c.unix.clone(),
-        }))
+        Ok(Self::with(
+            None,
+            maps,
+            Origin::Adopted {
+                key: m.key.clone(),
+                pinned_by: m.agent_version.clone(),
+            },
+            Attached {
+                per_cgroup_budgets: c.per_cgroup_budgets.clone(),
+                attached: c.attached(),
+                degraded: c.degraded(),
+                set_state_hook: c.set_state_hook.clone(),
+                process_names: c.process_names.clone(),
+                unix: c.unix.clone(),
+            },
+        ))
     }
 
     fn load_pinned(

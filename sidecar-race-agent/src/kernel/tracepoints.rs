@@ -114,7 +114,9 @@ pub struct Degraded {
 }
 
 /// How `inet_sock_set_state` is hooked.
-#[derive(Debug, Clone, PartialEq, Eq, strum::IntoStaticStr, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, strum::IntoStaticStr, serde::Serialize, serde::Deserialize,
+)]
 #[strum(serialize_all = "snake_case")]
 pub enum SetStateHook {
     /// The BTF tracepoint: the states are arguments, no trace record is filled.

@@ -17,6 +17,7 @@ pub mod glibc_fleet;
 pub mod http;
 pub mod operator_prometheus;
 pub mod otelcol;
+pub mod pinned;
 pub mod pod;
 pub mod prometheus;
 pub mod root;

@@ -60,7 +60,11 @@ mod tests {
         assert_eq!(base.as_str().len(), 16);
         assert_ne!(base, LayoutKey::new(b"object2", &opts, false, "6.1.0"));
         assert_ne!(base, LayoutKey::new(b"object", &opts, false, "6.12.0"));
-        assert_ne!(base, LayoutKey::new(b"object", &opts, true, "6.1.0"), "no tracefs");
+        assert_ne!(
+            base,
+            LayoutKey::new(b"object", &opts, true, "6.1.0"),
+            "no tracefs"
+        );
         assert_ne!(base, LayoutKey::new(b"object", &opts, true, "6.1.0"));
         let bigger = ProbeOptions {
             ring_buffer_bytes: 1 << 22,

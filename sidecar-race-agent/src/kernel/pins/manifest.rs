@@ -185,7 +185,11 @@ mod tests {
         let back = read(&p).unwrap().unwrap();
         assert_eq!(back, m);
         assert_eq!(
-            back.coverage.attached().iter().map(|t| t.name).collect::<Vec<_>>(),
+            back.coverage
+                .attached()
+                .iter()
+                .map(|t| t.name)
+                .collect::<Vec<_>>(),
             ["inet_sock_set_state"],
             "a tracepoint this build does not know is left out"
         );

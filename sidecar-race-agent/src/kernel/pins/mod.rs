@@ -42,8 +42,7 @@ impl Pins {
     /// Pins under `bpffs`, manifests in `state_dir`; why not, when the kernel cannot
     /// keep links or `bpffs` is no BPF filesystem.
     pub fn new(bpffs: &Path, state_dir: &Path) -> Result<Self, String> {
-        let links_from =
-            aya::util::KernelVersion::new(LINKS_FROM.0, LINKS_FROM.1, 0);
+        let links_from = aya::util::KernelVersion::new(LINKS_FROM.0, LINKS_FROM.1, 0);
         match aya::util::KernelVersion::current() {
             Ok(v) if v >= links_from => {}
             Ok(_) => {

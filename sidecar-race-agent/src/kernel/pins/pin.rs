@@ -41,7 +41,10 @@ pub fn pin_all(ebpf: &Ebpf, dir: &Path) -> Result<(Vec<LinkPin>, Vec<MapPin>), P
             continue;
         };
         let fd = bpffs::link_fd_by_id(info.id()).map_err(|e| io("open a link", e))?;
-        let n = links.iter().filter(|l: &&LinkPin| &l.program == program).count();
+        let n = links
+            .iter()
+            .filter(|l: &&LinkPin| &l.program == program)
+            .count();
         let file = if n == 0 {
             program.clone()
         } else {
