@@ -11,7 +11,8 @@ mount -t devtmpfs dev /dev 2>/dev/null
 mount -t sysfs sys /sys
 mount -t tmpfs tmp /tmp
 . /scenario.env
-export SIDECAR_RACE_LOG_FORMAT=json SIDECAR_RACE_LOG=info
+# Agents here do not pin, but section 5b's, which asks.
+export SIDECAR_RACE_LOG_FORMAT=json SIDECAR_RACE_LOG=info SIDECAR_RACE_PIN=off
 AGENT=/bin/sidecar-race-agent
 CG=/sys/fs/cgroup
 
@@ -228,6 +229,50 @@ kill -TERM $RUN
 wait $RUN
 say run_rc $?
 emit run_err /tmp/run.err
+
+# 5b. A restart mid-race (#33): an agent that pins (a bpffs of its own) is stopped
+# 1 s into a startup race (the proxy listens 3 s late) and a new one starts at once.
+mkdir -p /tmp/bpf && mount -t bpf bpf /tmp/bpf
+PIN="--pin auto --bpffs /tmp/bpf --state-dir /tmp/state"
+start_run() {
+    $AGENT run --listen 127.0.0.1:9965 --pods-from none --events=false $PIN >"/tmp/$1.out" 2>"/tmp/$1.err" &
+    RUN=$!
+    i=0
+    until wget -q -O /dev/null http://127.0.0.1:9965/readyz 2>/dev/null; do
+        i=$((i + 1))
+        [ "$i" -gt 600 ] && break
+        usleep 100000
+    done
+}
+start_run restart_old
+POD5=$QOS/kubepods-burstable-pod$(echo "$POD5_UID" | tr - _).slice
+mkdir -p "$POD5/cri-containerd-$POD5_PROXY.scope" "$POD5/cri-containerd-$POD5_APP.scope"
+in_cgroup "$POD5/cri-containerd-$POD5_PROXY.scope" sr-proxy --listen 127.0.0.1:15001 --delay-ms 3000 >/tmp/proxy5.out
+P5=$!
+in_cgroup "$POD5/cri-containerd-$POD5_APP.scope" sr-app --connect 127.0.0.1:15001 --interval-ms 100 >/tmp/app7.out
+A5=$!
+sleep 1
+kill -TERM $RUN
+wait $RUN
+say restart_old_rc $?
+start_run restart_new
+wait $A5
+emit restart_app /tmp/app7.out
+i=0
+until incidents "?state=resolved" | grep -q "$POD5_UID"; do
+    i=$((i + 1))
+    [ "$i" -gt 200 ] && break
+    usleep 100000
+done
+incidents "" >/tmp/incidents_restart.json
+echo >>/tmp/incidents_restart.json
+emit incidents_restart /tmp/incidents_restart.json
+kill $P5
+kill -TERM $RUN
+wait $RUN
+say restart_new_rc $?
+emit restart_old_err /tmp/restart_old.err
+emit restart_new_err /tmp/restart_new.err
 
 # 6. Least privilege: uid 0 with only capabilities $2 (bounding, inheritable, ambient;
 #    no_new_privs), as the DaemonSet runs it; `trace` must see one refused connect.
