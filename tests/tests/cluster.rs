@@ -24,7 +24,9 @@ use sidecar_race_tests::{
         self, POD_MONITOR_JOB, SERVICE_MONITOR_JOB, cleanup_scraper_rbac, generated_config,
         prometheus_resource, scraper_rbac,
     },
-    stand_in::{LATE_S, deployment, dialer, late_listener, listen, listener, shell},
+    stand_in::{
+        LATE_S, deployment, dialer, late_listener, late_listener_after, listen, listener, shell,
+    },
 };
 
 /// A namespace of this run (the agent's counters are per namespace and workload, so
@@ -487,7 +489,7 @@ fn case4_a_job_kept_alive_by_its_classic_sidecar_is_stuck_until_deleted() {
 
 #[test]
 #[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
-fn case9_a_deleted_agent_pod_is_recreated_leaks_no_bpf_and_reports_again() {
+fn case9_a_deleted_agent_pod_is_recreated_adopts_its_pinned_programs_and_reports_again() {
     let c = cluster();
     let old = c.agent_pod();
     let old_uid = uid(&old);
@@ -502,7 +504,6 @@ fn case9_a_deleted_agent_pod_is_recreated_leaks_no_bpf_and_reports_again() {
         progs.len() >= 2 && !links.is_empty(),
         "the agent holds its programs and links: {progs:?} {links:?}"
     );
-    assert!(progs.iter().all(|p| bpftool_ids("prog").contains(p)));
 
     c.kubectl(&[
         "-n",
@@ -524,17 +525,105 @@ fn case9_a_deleted_agent_pod_is_recreated_leaks_no_bpf_and_reports_again() {
                 && condition(p, "Ready")
         },
     );
-    let (now_progs, now_links) = (bpftool_ids("prog"), bpftool_ids("link"));
-    let leaked: Vec<&u64> = progs.iter().filter(|p| now_progs.contains(p)).collect();
-    let leaked_links: Vec<&u64> = links.iter().filter(|l| now_links.contains(l)).collect();
+    // Pinned (#33): the old agent's links stay attached, and the new agent adopts
+    // them and their programs; it loads no second set.
+    let now_links = bpftool_ids("link");
     assert!(
-        leaked.is_empty() && leaked_links.is_empty(),
-        "bpftool still lists the deleted agent's programs {leaked:?} and links {leaked_links:?}"
+        links.iter().all(|l| now_links.contains(l)),
+        "the deleted agent's links {links:?} are pinned, still attached: {now_links:?}"
+    );
+    let log = c.kubectl(&["-n", AGENT_NAMESPACE, "logs", &name(&new)]);
+    assert!(
+        log.contains("adopted the programs and maps"),
+        "the new agent adopted the pins: {log}"
+    );
+    let new_pids = container_pids(&container_id(&new, "agent"));
+    let (new_progs, _) = bpf_ids_of(new_pids[0]);
+    assert!(
+        !new_progs.is_empty() && new_progs.iter().all(|p| progs.contains(p)),
+        "the new agent holds the old one's programs {progs:?}, no new ones: {new_progs:?}"
     );
     let (_ns, pod, incident) = classic_race("after-restart");
     assert_eq!(incident["pod"], name(&pod).as_str());
     assert_eq!(incident["container_id"], container_id(&pod, "app").as_str());
     eprintln!("new agent pod {} reported {}", name(&new), incident["id"]);
+}
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case15_a_rollout_restart_of_the_agents_mid_race_loses_no_refusal() {
+    let c = cluster();
+    let ns = &fresh_namespace("agent-rollout");
+    // Late enough for the agents' whole rollout to happen inside the race.
+    let mut proxy = shell("proxy", &late_listener_after(15001, 30));
+    proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
+    c.apply(&deployment(
+        ns,
+        "checkout",
+        json!({"containers": [shell("app", &dialer(15001)), proxy]}),
+    ));
+    let pod = running_pod(ns, "checkout");
+    let (pod_name, pod_uid) = (name(&pod), uid(&pod));
+    let old = c.agent_pod();
+    let open = wait_until("the open incident", Duration::from_secs(30), || {
+        incidents_of(&c.agent_addr(), &pod_uid)
+            .into_iter()
+            .find(|i| i["state"] == "open" && i["refused_count"].as_u64() > Some(0))
+    });
+    eprintln!("before the rollout: {} refusals", open["refused_count"]);
+    c.kubectl(&[
+        "-n",
+        AGENT_NAMESPACE,
+        "rollout",
+        "restart",
+        "ds/sidecar-race-agent",
+    ]);
+    c.kubectl(&[
+        "-n",
+        AGENT_NAMESPACE,
+        "rollout",
+        "status",
+        "ds/sidecar-race-agent",
+        "--timeout=120s",
+    ]);
+    let new = c.agent_pod();
+    assert_ne!(uid(&new), uid(&old), "the rollout replaced the agent pod");
+    let log = c.kubectl(&["-n", AGENT_NAMESPACE, "logs", &name(&new)]);
+    assert!(
+        log.contains("adopted the programs and maps") && log.contains("checkpoint"),
+        "the new agent adopted the pins and the checkpoint: {log}"
+    );
+    let still = incidents_of(&c.agent_addr(), &pod_uid);
+    assert!(
+        still.iter().any(|i| i["state"] == "open"),
+        "the listener is still {} s away, and the new agent holds the race open: {still:#?}",
+        30
+    );
+    let refused = refused_printed(ns, &pod_name, "app");
+    let addr = c.agent_addr();
+    let incident = wait_until("the startup incident", Duration::from_secs(60), || {
+        incidents_of(&addr, &pod_uid)
+            .into_iter()
+            .find(named_and_resolved)
+    });
+    let all = incidents_of(&addr, &pod_uid);
+    assert_eq!(all.len(), 1, "one incident across the rollout: {all:#?}");
+    assert_eq!(incident["phase"], "startup", "{incident:#}");
+    assert_eq!(
+        incident["refused_count"], refused,
+        "the app's own count, across the agents' rollout: {incident:#}"
+    );
+    let event = wait_event(ns, &pod_name, "SidecarStartupRace");
+    let note = event["message"].as_str().unwrap_or_default();
+    assert!(
+        note.contains(&format!("was refused {refused} times")),
+        "the Event carries the app's count ({refused}): {note}"
+    );
+    assert_eq!(
+        event["count"].as_u64().unwrap_or(1),
+        1,
+        "one Event: {event:#}"
+    );
 }
 
 /// deploy/kubelet-source with the image set the same way as `cargo xtask cluster up`'s

@@ -60,5 +60,10 @@ pub fn listener(port: u16) -> String {
 
 /// Listens on `port` after `LATE_S` seconds; exits at once on SIGTERM.
 pub fn late_listener(port: u16) -> String {
-    format!("trap 'exit 0' TERM; sleep {LATE_S}; {}wait", listen(port))
+    late_listener_after(port, LATE_S)
+}
+
+/// Listens on `port` after `seconds`; exits at once on SIGTERM.
+pub fn late_listener_after(port: u16, seconds: u32) -> String {
+    format!("trap 'exit 0' TERM; sleep {seconds}; {}wait", listen(port))
 }
