@@ -3,6 +3,11 @@
 //! under a background refusal storm from one pod, and must neither grow nor lose
 //! anything. `cargo xtask soak --minutes N` runs it with the release build; a 2-minute
 //! run is in the test suite (tests/tests/soak.rs). Same code for both.
+//!
+//! With restarts (#33), the agent pins its kernel state (a bpffs of the soak's own)
+//! and is stopped and started again every so often, in the middle of a race: every
+//! racing pod must still have exactly one incident holding exactly the refusals its
+//! app counted.
 
 use std::{
     fmt::Write as _,
@@ -12,8 +17,9 @@ use std::{
 
 use sidecar_race_kit::{
     agent::RunAgent,
-    pod::{Declared, SimPod, empty_pods_file, write_pod_list},
-    scenario::{app, app_done, proxy},
+    pinned::PinnedPlace,
+    pod::{Declared, SimPod, empty_pods_file, sibling_binary, write_pod_list},
+    scenario::{CountedApp, app, app_done, proxy},
 };
 
 /// Growth allowed after warm-up, in percent of the warm-up value.
@@ -68,6 +74,11 @@ pub struct SoakReport {
     pub other_incidents: usize,
     /// Agent stderr lines that tell of a panic.
     pub panics: Vec<String>,
+    /// Agent restarts mid-race (SIGTERM, then a new agent adopting the pins).
+    pub restarts: usize,
+    /// Racing pods whose one incident did not hold exactly the refusals their app
+    /// counted: `uid: agent's vs app's`.
+    pub counts_wrong: Vec<String>,
 }
 
 impl SoakReport {
@@ -125,6 +136,12 @@ impl SoakReport {
                 self.false_incidents.join("; ")
             ));
         }
+        if !self.counts_wrong.is_empty() {
+            out.push(format!(
+                "incidents not holding their app's refusals: {}",
+                self.counts_wrong.join("; ")
+            ));
+        }
         if !self.panics.is_empty() {
             out.push(format!("the agent panicked: {}", self.panics.join(" | ")));
         }
@@ -179,6 +196,18 @@ impl SoakReport {
         );
         let _ = writeln!(
             t,
+            "| racing pods whose incident holds exactly the app's refusals | | {} / {} | all | {} |",
+            self.racing_pods - self.counts_wrong.len().min(self.racing_pods),
+            self.racing_pods,
+            verdict(Some(self.counts_wrong.is_empty() && self.racing_pods > 0))
+        );
+        let _ = writeln!(
+            t,
+            "| agent restarts mid-race (pinned state, checkpoint) | | {} | | |",
+            self.restarts
+        );
+        let _ = writeln!(
+            t,
             "| fixed pods with an incident | | {} / {} | 0 | {} |",
             self.false_incidents.len(),
             self.fixed_pods,
@@ -224,23 +253,36 @@ fn sample(pid: u32, at: Duration) -> Option<Sample> {
 }
 
 /// Runs the soak for `duration` against the agent built next to this binary (see
-/// [`sidecar_race_kit::agent::agent_binary`]); the first quarter is warm-up.
-pub fn run(duration: Duration) -> SoakReport {
+/// [`sidecar_race_kit::agent::agent_binary`]), restarting it every `restart_every`;
+/// the first quarter is warm-up.
+pub fn run(duration: Duration, restart_every: Option<Duration>) -> SoakReport {
     let warm_up = duration / 4;
     let (pods_file, source) = empty_pods_file("soak");
+    let place = restart_every.map(|_| PinnedPlace::new("soak"));
     // Deleted pods and removed cgroups are kept 20 s (not 10 min), and the history is
     // small, so the run reaches its steady state within the warm-up.
-    let agent = RunAgent::start(&[
-        "--pods-from",
-        &source,
-        "--pods-poll-seconds",
-        "0.2",
-        "--grace-seconds",
-        "20",
-        "--incident-history",
-        HISTORY,
-    ]);
+    let start_agent = || {
+        let mut args: Vec<String> = [
+            "--pods-from",
+            &source,
+            "--pods-poll-seconds",
+            "0.2",
+            "--grace-seconds",
+            "20",
+            "--incident-history",
+            HISTORY,
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(place.iter().flat_map(PinnedPlace::args));
+        RunAgent::start(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let mut agent = start_agent();
     let started = Instant::now();
+    let mut next_restart = restart_every.unwrap_or(Duration::MAX);
+    let mut restarts = 0;
+    let mut panics = Vec::new();
+    let mut counts_wrong = Vec::new();
 
     // The storm: one pod dialing a port nobody opens, all along.
     let mut storm = SimPod::new("storm").expect("storm pod");
@@ -289,16 +331,37 @@ pub fn run(duration: Duration) -> SoakReport {
                 &p,
                 &["--listen", "127.0.0.1:15001", "--delay-ms", RACE_DELAY_MS],
             );
-            app_done(
+            let dialing = CountedApp::start(
                 &mut pod,
                 &a,
+                &sibling_binary("sr-app"),
                 &["--connect", "127.0.0.1:15001", "--interval-ms", "50"],
             );
+            if started.elapsed() >= next_restart {
+                // Mid-race: the app has been refused a few times, the proxy is not up.
+                std::thread::sleep(Duration::from_millis(200));
+                let log = agent.stop();
+                panics.extend(log.into_iter().filter(|l| l.contains("panicked")));
+                agent = start_agent();
+                agent.wait_log(&["adopted the programs and maps"], INCIDENT_WAIT);
+                restarts += 1;
+                next_restart += restart_every.unwrap_or(Duration::MAX);
+            }
+            let refused = dialing.refused(&mut pod);
             let found = agent.wait_incidents(&pod.uid, INCIDENT_WAIT, |i| {
                 i.iter().any(|i| i["state"] == "resolved")
+                    && i.iter()
+                        .map(|i| i["refused_count"].as_u64().unwrap_or(0))
+                        .sum::<u64>()
+                        >= refused
             });
             match found.as_slice() {
-                [i] if i["phase"] == "startup" && i["state"] == "resolved" => {}
+                [i] if i["phase"] == "startup" && i["state"] == "resolved" => {
+                    if i["refused_count"].as_u64() != Some(refused) {
+                        counts_wrong
+                            .push(format!("{}: {} vs {refused}", pod.uid, i["refused_count"]));
+                    }
+                }
                 other => wrong.push(format!(
                     "{}: {}",
                     pod.uid,
@@ -386,14 +449,23 @@ pub fn run(duration: Duration) -> SoakReport {
         refusals_seen,
         events_lost,
         other_incidents,
-        panics: log.into_iter().filter(|l| l.contains("panicked")).collect(),
+        panics: panics
+            .into_iter()
+            .chain(log.into_iter().filter(|l| l.contains("panicked")))
+            .collect(),
+        restarts,
+        counts_wrong,
     }
 }
 
 /// Runs the soak, prints its table, writes it to `out` when given; an error names
 /// every check that failed.
-pub fn run_and_report(duration: Duration, out: Option<&Path>) -> anyhow::Result<SoakReport> {
-    let report = run(duration);
+pub fn run_and_report(
+    duration: Duration,
+    restart_every: Option<Duration>,
+    out: Option<&Path>,
+) -> anyhow::Result<SoakReport> {
+    let report = run(duration, restart_every);
     let table = report.table();
     println!("{table}");
     if let Some(path) = out {

@@ -93,6 +93,9 @@ enum Task {
     Soak {
         #[arg(long, default_value_t = 30.0)]
         minutes: f64,
+        /// Restart the agent mid-race this often (pinned state, checkpoint); 0: never.
+        #[arg(long, default_value_t = 5.0)]
+        restart_every_minutes: f64,
         /// Where the summary table goes (default target/soak/SOAK.md).
         #[arg(long)]
         out: Option<std::path::PathBuf>,
@@ -183,9 +186,13 @@ fn main() -> anyhow::Result<()> {
             }
             cluster::run(action)
         }
-        Task::Soak { minutes, out } => {
+        Task::Soak {
+            minutes,
+            restart_every_minutes,
+            out,
+        } => {
             setup::ensure(Tier::Demo)?;
-            soak::soak(minutes, out)
+            soak::soak(minutes, restart_every_minutes, out)
         }
         Task::Demo { cluster: false } => demo::simulated(),
         Task::Demo { cluster: true } => demo::on_cluster(),
