@@ -91,6 +91,14 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
              recorded while no agent ran is read now"
         ),
     }
+    if let Some(h) = &probes.handover {
+        tracing::info!(
+            records = h.events.len(),
+            duplicates_skipped = h.duplicates_skipped,
+            "read what an earlier build's agent left in its rings, up to the moment this \
+             build's programs were attached"
+        );
+    }
     // What tracefs could not serve, unless its BTF tracepoint did.
     for u in env
         .layout

@@ -18,7 +18,8 @@ use super::{
     pins::{
         PinError, Pins,
         adopt::Adopted,
-        key::{LayoutKey, object_digest},
+        handover::{Handover, OldRings},
+        key::{LayoutKey, abi_digest, object_digest},
         manifest::{self, Coverage, Manifest},
         pin::pin_all,
     },
@@ -54,6 +55,8 @@ pub struct Probes {
     pub unix: UnixCoverage,
     /// Whether the kernel state was loaded, pinned or adopted.
     pub origin: Origin,
+    /// What an earlier build's rings held, when this one replaced its pins.
+    pub handover: Option<Handover>,
 }
 
 /// Where the kernel state came from.
@@ -99,9 +102,24 @@ impl Probes {
                 pins.remove(key);
             }
         }
-        let probes = Self::load_pinned(layout, opts, Some((pins, key)))?;
+        // An earlier build's rings, opened before its pins go (see `handover`).
+        let old = OldRings::open(pins, key);
+        let mut probes = Self::load_pinned(layout, opts, Some((pins, key)))?;
+        let cut_boot_ns = crate::clock::boot_now_ns();
         for old in pins.remove_others(Some(key)) {
             tracing::info!(key = %old, "unpinned an earlier build's programs and maps");
+        }
+        for key in &old.unreadable {
+            tracing::warn!(
+                %key,
+                "what an earlier build's agent left unread in its rings is lost: its record \
+                 layout is not this build's"
+            );
+        }
+        if !old.is_empty() {
+            // A program that was running at the unpinning finishes its record first.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            probes.handover = Some(old.drain(cut_boot_ns));
         }
         Ok(probes)
     }
@@ -223,6 +241,7 @@ impl Probes {
             process_names: a.process_names,
             unix: a.unix,
             origin,
+            handover: None,
         }
     }
 
@@ -335,6 +354,7 @@ fn pin(ebpf: &Ebpf, pins: &Pins, key: &str, a: &Attached) -> Result<(), PinError
         version: manifest::VERSION,
         key: key.to_string(),
         object: object_digest(OBJECT),
+        abi: abi_digest(),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         links,
         maps,

@@ -25,7 +25,7 @@ impl LayoutKey {
         h.update([u8::from(without_tracefs)]);
         h.update(kernel_release.as_bytes());
         let digest = h.finalize();
-        Self(digest[..8].iter().map(|b| format!("{b:02x}")).collect())
+        Self(hex(&digest[..8]))
     }
 
     pub fn as_str(&self) -> &str {
@@ -42,10 +42,20 @@ impl std::fmt::Display for LayoutKey {
 /// The object's own digest, kept in the manifest: two keys with the same object differ
 /// only in options or kernel.
 pub fn object_digest(object: &[u8]) -> String {
-    Sha256::digest(object)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(object))
+}
+
+/// The records' layout as this build writes and reads them: a digest of the source
+/// that defines it. Any edit there (a comment too) makes another build's ring
+/// unreadable to this one, which is the safe side.
+pub fn abi_digest() -> String {
+    hex(&Sha256::digest(include_str!(
+        "../../../../sidecar-race-ebpf/src/abi.rs"
+    )))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -25,6 +25,9 @@ pub struct Manifest {
     pub key: String,
     /// SHA-256 of the eBPF object.
     pub object: String,
+    /// The records' layout ([`super::key::abi_digest`]): a new build with the same one
+    /// reads what is left in this load's rings.
+    pub abi: String,
     pub agent_version: String,
     pub links: Vec<LinkPin>,
     pub maps: Vec<MapPin>,
@@ -157,6 +160,7 @@ mod tests {
             version: VERSION,
             key: "0123456789abcdef".into(),
             object: "ab".into(),
+            abi: "cd".into(),
             agent_version: "0.0.0".into(),
             links: vec![LinkPin {
                 file: "inet_sock_set_state".into(),

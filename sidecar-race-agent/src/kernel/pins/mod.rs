@@ -11,6 +11,7 @@ use thiserror::Error;
 
 pub mod adopt;
 pub mod bpffs;
+pub mod handover;
 pub mod key;
 pub mod manifest;
 pub mod pin;
@@ -108,6 +109,18 @@ impl Pins {
         remove_dir(&dir);
         std::fs::rename(self.root.join(format!("{key}-new")), &dir)
             .map_err(|e| PinError::Io(format!("rename into {}: {e}", dir.display())))
+    }
+
+    /// The keys pinned now (complete or not).
+    pub fn keys(&self) -> Vec<String> {
+        std::fs::read_dir(&self.root)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| !n.ends_with("-new"))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Unpins `key` (its programs detach once no agent holds them) and forgets it.
