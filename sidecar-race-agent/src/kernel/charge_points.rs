@@ -36,6 +36,15 @@ pub struct ChargePoints {
 }
 
 impl ChargePoints {
+    /// Starts from the marks the kernel map already holds (pins an earlier agent left),
+    /// so that the first sync removes those of cgroups gone while no agent ran.
+    pub fn with_marked(marked: impl IntoIterator<Item = u64>) -> Self {
+        Self {
+            marked: marked.into_iter().collect(),
+            ..Self::default()
+        }
+    }
+
     /// Brings the marks in line with the index, when it changed since the last call.
     pub fn sync(&mut self, index: &CgroupIndex, marks: &mut impl Marks) {
         if self.generation == Some(index.generation()) {
@@ -132,5 +141,17 @@ mod tests {
         index.removed(3, &container(), 10);
         points.sync(&index, &mut set);
         assert_eq!(set.0, HashSet::from([2]), "a removed container is unmarked");
+    }
+
+    #[test]
+    fn marks_an_earlier_agent_left_for_gone_cgroups_are_removed_at_the_first_sync() {
+        let dir = std::env::temp_dir().join(format!("sr-charge-adopt-{}", std::process::id()));
+        let mut index = CgroupIndex::new(&dir, 0);
+        index.created(2, POD);
+        // 9: a container removed while no agent ran; its mark is in the pinned map.
+        let mut set = Set(HashSet::from([2, 9]));
+        let mut points = ChargePoints::with_marked(set.0.clone());
+        points.sync(&index, &mut set);
+        assert_eq!(set.0, HashSet::from([2]));
     }
 }

@@ -285,6 +285,11 @@ impl Probes {
             })
     }
 
+    /// The cgroups marked in the kernel now (an adopted map holds the old agent's).
+    pub fn charge_point_ids(&self) -> Vec<u64> {
+        self.charge_points.keys().flatten().collect()
+    }
+
     pub fn unmark_charge_point(&mut self, cgroup_id: u64) {
         let _ = self.charge_points.remove(&cgroup_id);
     }

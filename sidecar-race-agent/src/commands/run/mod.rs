@@ -253,7 +253,7 @@ async fn daemon(
     tokio::pin!(signal);
     let mut stopping = false;
     let lock = || pipeline.lock();
-    let mut charge_points = ChargePoints::default();
+    let mut charge_points = ChargePoints::with_marked(probes.charge_point_ids());
     charge_points.sync(&lock().inventory().cgroups, &mut probes);
     loop {
         let until_due = lock()
