@@ -4,6 +4,7 @@
 pub mod admission;
 pub(crate) mod agent;
 pub(crate) mod catalog;
+pub mod checkpoint;
 pub mod cli;
 pub mod clock;
 pub mod commands;

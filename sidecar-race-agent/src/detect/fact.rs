@@ -3,12 +3,14 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
+use serde::{Deserialize, Serialize};
+
 use crate::ingest::events::{Comm, UnixName};
 
 /// Which client made a refused connect: its container, or its cgroup when the cgroup
 /// is not a container (a process in the pod cgroup itself). The id is shared with
 /// the inventory's cache: every refusal of a container clones a count, not the id.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Client {
     Container(Arc<str>),
     Cgroup(u64),
@@ -33,7 +35,7 @@ impl Client {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Fact {
     /// A connect refused for a task of `pod_uid`.
     Refused {
@@ -101,6 +103,22 @@ pub enum Fact {
 }
 
 impl Fact {
+    /// The pod the fact is about.
+    pub fn pod_uid(&self) -> &str {
+        match self {
+            Fact::Refused { pod_uid, .. }
+            | Fact::ListenerUp { pod_uid, .. }
+            | Fact::ListenerDown { pod_uid, .. }
+            | Fact::UnixRefused { pod_uid, .. }
+            | Fact::UnixListenerUp { pod_uid, .. }
+            | Fact::UnixListenerDown { pod_uid, .. }
+            | Fact::PodStarted { pod_uid, .. }
+            | Fact::PodRemoved { pod_uid, .. }
+            | Fact::ContainerStarted { pod_uid, .. }
+            | Fact::ContainerRemoved { pod_uid, .. } => pod_uid,
+        }
+    }
+
     pub fn ts(&self) -> u64 {
         match self {
             Fact::Refused { ts, .. }

@@ -6,7 +6,7 @@ use std::{
     net::SocketAddr,
 };
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{
     fact::Client,
@@ -22,6 +22,7 @@ use super::{
     Eq,
     Hash,
     Serialize,
+    Deserialize,
     PartialOrd,
     Ord,
     strum::IntoStaticStr,
@@ -50,7 +51,17 @@ impl Phase {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr, strum::EnumString)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum State {
@@ -116,7 +127,7 @@ impl Kind {
 }
 
 /// What an incident is about.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Subject {
     /// Connects refused on a port of the pod.
     Refusals,
@@ -127,7 +138,7 @@ pub enum Subject {
 }
 
 /// Why an incident is not shown (yet).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Hidden {
     /// hostNetwork pods: loopback is the node's; shown once a listener in the pod or a
     /// declared port ties the port to the pod.
@@ -170,7 +181,7 @@ impl Hidden {
 
 /// What the refusals happened relative to: the listener never seen yet, or the
 /// listener that went away at `closed_at`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Episode {
     BeforeListener,
     AfterClose { closed_at: u64 },
@@ -178,7 +189,7 @@ pub enum Episode {
 
 /// One race: a client container refused on one port of its pod, in one phase.
 /// Times are kernel boot-clock nanoseconds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Incident {
     pub id: u64,
     pub subject: Subject,
@@ -415,6 +426,22 @@ impl IncidentLog {
 
     pub fn get(&self, id: u64) -> Option<&Incident> {
         self.incidents.get(&id)
+    }
+
+    /// The id the next incident gets.
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    /// Stores incidents of a checkpoint under their own ids (oldest first), within
+    /// this log's bounds; the next new incident gets an id after `next_id`.
+    pub fn restore(&mut self, mut incidents: Vec<Incident>, next_id: u64) {
+        incidents.sort_by_key(|i| i.id);
+        for incident in incidents {
+            self.next_id = self.next_id.max(incident.id);
+            self.insert(incident);
+        }
+        self.next_id = self.next_id.max(next_id);
     }
 
     pub fn get_mut(&mut self, id: u64) -> Option<&mut Incident> {

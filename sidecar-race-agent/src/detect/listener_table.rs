@@ -7,6 +7,8 @@ use std::{
     net::SocketAddr,
 };
 
+use serde::{Deserialize, Serialize};
+
 use super::listeners::Listener;
 
 /// Open listeners tracked per pod at most (a pod listening on thousands of ports).
@@ -14,7 +16,7 @@ pub const OPEN_LISTENERS_PER_POD: usize = 1_024;
 /// Closed listener records kept per pod at most (ephemeral listeners coming and going).
 pub const CLOSED_LISTENERS_PER_POD: usize = 256;
 
-#[derive(Default)]
+#[derive(Default, Clone, Serialize, Deserialize)]
 pub struct ListenerTable {
     by_port: HashMap<u16, Vec<Listener>>,
     open: usize,

@@ -2,7 +2,9 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Listener {
     pub addr: SocketAddr,
     pub container_id: Option<String>,

@@ -7,6 +7,7 @@ pub(crate) mod fact;
 pub mod incident;
 pub(crate) mod listener_table;
 pub(crate) mod listeners;
+pub(crate) mod pairs;
 pub mod processes;
 pub mod render;
 pub mod service;

@@ -24,7 +24,7 @@ pub struct ProcessCount {
 }
 
 /// The refused processes of one incident.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Processes {
     /// Exact counts of the first [`TRACKED`] names, in order of first refusal.
     counts: Vec<(String, u64)>,

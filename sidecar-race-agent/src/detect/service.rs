@@ -2,13 +2,15 @@
 //! that both containers' views of it meet (the volume and path on it, an abstract
 //! name, or the path itself when no volume is known).
 
+use serde::{Deserialize, Serialize};
+
 use crate::{
     ingest::events::UnixName,
     inventory::{mounts, pod_info::ContainerInfo},
 };
 
 /// The identity of a Unix socket in a pod.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum SocketKey {
     /// A path on a pod volume: the same for every container that mounts it.
     OnVolume { volume: String, relative: String },
@@ -19,7 +21,7 @@ pub enum SocketKey {
 }
 
 /// A Unix socket as an incident names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnixSocket {
     pub key: SocketKey,
     /// As the client dialed it (the path, or `@name`).
@@ -70,7 +72,7 @@ impl UnixSocket {
 }
 
 /// What an incident is keyed on besides its client.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Service {
     Port(u16),
     Socket(SocketKey),

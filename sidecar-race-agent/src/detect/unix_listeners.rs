@@ -5,10 +5,12 @@
 
 use std::collections::HashMap;
 
-use super::{listener_table::OPEN_LISTENERS_PER_POD, service::SocketKey};
+use serde::{Deserialize, Serialize};
+
+use super::{listener_table::OPEN_LISTENERS_PER_POD, pairs, service::SocketKey};
 
 /// The newest listener of one socket.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnixListener {
     pub container_id: Option<String>,
     pub up_at: Option<u64>,
@@ -21,8 +23,9 @@ impl UnixListener {
     }
 }
 
-#[derive(Default)]
+#[derive(Default, Clone, Serialize, Deserialize)]
 pub struct UnixListeners {
+    #[serde(with = "pairs")]
     by_socket: HashMap<SocketKey, UnixListener>,
 }
 

@@ -58,11 +58,21 @@ impl StreamStats {
     }
 }
 
+/// What the reader is told to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    On,
+    /// Take what is left in the rings, then stop.
+    Drain,
+    /// Stop after the batch in hand: the rest stays in the rings for the next agent.
+    Leave,
+}
+
 pub struct EventStream {
     /// Batches of decoded records, oldest first.
     pub events: BatchReceiver,
     pub stats: Arc<StreamStats>,
-    shutdown: watch::Sender<bool>,
+    shutdown: watch::Sender<Reading>,
     pub reader: JoinHandle<()>,
 }
 
@@ -80,7 +90,7 @@ impl EventStream {
         // SAFETY: as above.
         let mut control = unsafe { AsyncFd::register(control) }.map_err(|e| e.into_parts().1)?;
         let (tx, rx) = batches::channel(capacity);
-        let (shutdown, mut shutdown_rx) = watch::channel(false);
+        let (shutdown, mut shutdown_rx) = watch::channel(Reading::On);
         let stats = Arc::new(StreamStats::default());
         let reader_stats = stats.clone();
         let reader = tokio::spawn(async move {
@@ -89,11 +99,18 @@ impl EventStream {
             // Each ring's last batch size, for the next to reserve.
             let (mut batch, mut control_batch) = (0, 0);
             loop {
+                // Checked between batches: a drain in hand (and its pause) ends first.
+                if *shutdown_rx.borrow() == Reading::Leave {
+                    break;
+                }
                 reader_stats
                     .last_poll_boot_ns
                     .store(clock::boot_now_ns(), Relaxed);
                 tokio::select! {
                     _ = shutdown_rx.changed() => {
+                        if *shutdown_rx.borrow() == Reading::Leave {
+                            break;
+                        }
                         drain(control.get_mut(), &mut decoder, &mut control_batch, &tx, &reader_stats);
                         drain(fd.get_mut(), &mut decoder, &mut batch, &tx, &reader_stats);
                         break;
@@ -145,7 +162,14 @@ impl EventStream {
     /// Asks the reader to take what is left in the ring and stop; the channel closes
     /// once it has.
     pub fn stop(&self) {
-        let _ = self.shutdown.send(true);
+        let _ = self.shutdown.send(Reading::Drain);
+    }
+
+    /// Asks the reader to stop after the batch it is taking, leaving the rest in the
+    /// rings (whose read position is the kernel's) for the next agent; the channel
+    /// closes once it has.
+    pub fn leave(&self) {
+        let _ = self.shutdown.send(Reading::Leave);
     }
 }
 

@@ -1,8 +1,9 @@
 //! What the pipeline's sinks were told so far: incidents waiting for their names,
 //! settled incidents and their counted refusals, pod starts waiting for names.
 
-/// What the pipeline's sinks were told so far.
-#[derive(Debug, Default)]
+/// What the pipeline's sinks were told so far (a checkpoint carries it: what one agent
+/// published, the next does not publish again).
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub(super) struct Accounts {
     /// Final incidents whose pod or client is not named yet, with the boot-clock time
     /// their accounting stops waiting.

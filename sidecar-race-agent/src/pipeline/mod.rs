@@ -10,6 +10,7 @@ pub mod outcome;
 #[cfg(test)]
 mod process_tests;
 pub(crate) mod reorder;
+mod snapshot;
 mod state;
 mod steps;
 pub(crate) mod suppressed;
@@ -20,6 +21,7 @@ mod views;
 
 pub use self::{
     accounting::POD_START_NAME_WAIT_NS,
+    snapshot::{PipelineSnapshot, Restored, SnapshotSummary},
     state::{Pipeline, PipelineCounts},
     views::wall,
 };

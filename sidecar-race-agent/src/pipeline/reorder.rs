@@ -20,6 +20,8 @@ use std::{
     collections::{BinaryHeap, VecDeque},
 };
 
+use serde::{Deserialize, Serialize};
+
 use crate::detect::Fact;
 
 struct Held {
@@ -43,6 +45,14 @@ impl Ord for Held {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         (self.ts, self.seq).cmp(&(o.ts, o.seq))
     }
+}
+
+/// Facts held for reordering, oldest first, as a checkpoint carries them.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct ReorderSnapshot {
+    pub(super) facts: Vec<Fact>,
+    newest: Option<u64>,
+    released: Option<u64>,
 }
 
 pub struct Reorder {
@@ -163,6 +173,37 @@ impl Reorder {
     /// (`sidecar_race_facts_out_of_order_total`).
     pub fn out_of_order(&self) -> u64 {
         self.out_of_order
+    }
+
+    /// The facts held, in release order, and the watermarks, for a checkpoint.
+    pub fn snapshot(&self) -> ReorderSnapshot {
+        let mut held: Vec<&Held> = self
+            .in_order
+            .iter()
+            .chain(self.heap.iter().map(|Reverse(h)| h))
+            .collect();
+        held.sort();
+        ReorderSnapshot {
+            facts: held.into_iter().map(|h| h.fact.clone()).collect(),
+            newest: self.newest,
+            released: self.released,
+        }
+    }
+
+    /// Takes a checkpoint's facts in (before any new one); those `keep` refuses are
+    /// left out, and counted in the return value.
+    pub fn restore(&mut self, snap: ReorderSnapshot, keep: impl Fn(&Fact) -> bool) -> usize {
+        let mut left_out = 0;
+        for fact in snap.facts {
+            if keep(&fact) {
+                self.push(fact);
+            } else {
+                left_out += 1;
+            }
+        }
+        self.newest = self.newest.max(snap.newest);
+        self.released = self.released.max(snap.released);
+        left_out
     }
 
     /// Everything, in order (at shutdown).

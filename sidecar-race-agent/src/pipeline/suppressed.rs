@@ -9,6 +9,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use serde::{Deserialize, Serialize};
+
 use super::outcome::Outcome;
 use crate::{
     detect::Client,
@@ -57,8 +59,13 @@ impl Suppressed {
         last: bool,
     ) -> Reading {
         let mut out = Reading::default();
-        let unkeyed = counts.unkeyed.saturating_sub(self.unkeyed);
-        self.unkeyed = self.unkeyed.max(counts.unkeyed);
+        // A count below the last one read started again from zero (a new kernel map,
+        // after a restore from a checkpoint whose pinned map was not adopted).
+        if counts.unkeyed < self.unkeyed {
+            self.unkeyed = 0;
+        }
+        let unkeyed = counts.unkeyed - self.unkeyed;
+        self.unkeyed = counts.unkeyed;
         if unkeyed > 0 {
             out.outcomes.push(Outcome::Suppressed {
                 who: Attribution::default(),
@@ -71,8 +78,11 @@ impl Suppressed {
                 held: 0,
                 first_seen: now,
             });
-            t.held += value.saturating_sub(t.read);
-            t.read = t.read.max(value);
+            if value < t.read {
+                t.read = 0; // counting again from zero, as above
+            }
+            t.held += value - t.read;
+            t.read = value;
             let info = inventory
                 .cgroups
                 .resolve(cgroup_id)
@@ -117,6 +127,59 @@ impl Suppressed {
         self.by_client.retain(|(uid, _), (_, at)| {
             pods.contains(uid.as_str()) || now.duration_since(*at) < memory
         });
+    }
+}
+
+/// What a checkpoint carries of [`Suppressed`]: the kernel's values already read (the
+/// next agent reads the same kernel map) and the totals per incident client. Ages are
+/// not carried: waits and memory start again at the restore.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct SuppressedSnapshot {
+    /// (cgroup id, value read, held for names).
+    cgroups: Vec<(u64, u64, u64)>,
+    by_client: Vec<(String, Client, u64)>,
+    unkeyed: u64,
+}
+
+impl Suppressed {
+    pub fn snapshot(&self) -> SuppressedSnapshot {
+        SuppressedSnapshot {
+            cgroups: self
+                .cgroups
+                .iter()
+                .map(|(id, t)| (*id, t.read, t.held))
+                .collect(),
+            by_client: self
+                .by_client
+                .iter()
+                .map(|((uid, client), (n, _))| (uid.clone(), client.clone(), *n))
+                .collect(),
+            unkeyed: self.unkeyed,
+        }
+    }
+
+    pub fn restore(&mut self, snap: SuppressedSnapshot, now: Instant) {
+        self.cgroups = snap
+            .cgroups
+            .into_iter()
+            .map(|(id, read, held)| {
+                let first_seen = now;
+                (
+                    id,
+                    Tracked {
+                        read,
+                        held,
+                        first_seen,
+                    },
+                )
+            })
+            .collect();
+        self.by_client = snap
+            .by_client
+            .into_iter()
+            .map(|(uid, client, n)| ((uid, client), (n, now)))
+            .collect();
+        self.unkeyed = snap.unkeyed;
     }
 }
 

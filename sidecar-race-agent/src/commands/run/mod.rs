@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 
 use crate::{
     agent::{self, AgentOptions},
+    checkpoint::CheckpointFile,
     cli::AuthMode,
     cli::{PinMode, StateArgs},
     clock,
@@ -33,6 +34,7 @@ use crate::{
     sinks::{metrics::Metrics, otlp::Exporter},
 };
 
+pub mod checkpoint;
 mod totals;
 
 /// How often held facts are released and time advances in the detector.
@@ -72,6 +74,10 @@ pub struct RunOptions {
     pub otlp: Option<OtlpOptions>,
     /// `--pin`, `--bpffs`, `--state-dir`.
     pub state: StateArgs,
+    /// The checkpoint file: restored at start, written at SIGTERM with the rest of the
+    /// ring left unread for the next agent. `None`: a stop takes the whole ring and
+    /// accounts for every open incident.
+    pub checkpoint: Option<std::path::PathBuf>,
 }
 
 pub struct OtlpOptions {
@@ -182,6 +188,21 @@ async fn daemon(
             has_pod_source.then(|| opts.agent.source.refresh.clone()),
         ),
     ));
+    let checkpoint = opts
+        .checkpoint
+        .as_ref()
+        .and_then(|path| match CheckpointFile::new(path) {
+            Ok(file) => Some(file),
+            Err(e) => {
+                tracing::warn!("{e}: no checkpoint is read or written");
+                None
+            }
+        });
+    // Before the loop takes the first record from the ring. (`Restore::is_restored`:
+    // whether the previous agent's state was carried over.)
+    let restore = checkpoint
+        .as_ref()
+        .map(|file| checkpoint::restore(file, &mut pipeline.lock(), clock::boot_now_ns()));
     let source_name = opts.agent.pods_from.name();
     let events = match opts.events {
         Some(per_minute) => start_events(&opts.agent, per_minute).await,
@@ -212,6 +233,10 @@ async fn daemon(
         .with_series_ttl(opts.series_ttl)
         .with_totals(Box::new(totals.clone())),
     ));
+    if let Some(checkpoint::Restore::Restored(r)) = &restore {
+        // Incidents of pods gone while no agent ran, ended by the restore.
+        account(&r.outcomes, &metrics, events.as_ref(), &mut logs);
+    }
     let stop_otlp = Arc::new(Notify::new());
     let otlp = otlp.map(|e| tokio::spawn(e.run(metrics.clone(), stop_otlp.clone())));
     let ready = Arc::new(AtomicBool::new(false));
@@ -294,13 +319,23 @@ async fn daemon(
                 tracing::info!("stopping");
                 stopping = true;
                 ready.store(false, Relaxed);
-                stream.stop();
+                match checkpoint {
+                    Some(_) => stream.leave(),
+                    None => stream.stop(),
+                }
             }
         }
     }
-    let mut outcomes = lock().flush(clock::boot_now_ns());
-    outcomes.extend(read_suppressed(&mut probes, &pipeline, true));
-    account(&outcomes, &metrics, None, &mut logs);
+    // With a checkpoint, what the stream handed over is in the pipeline now and goes to
+    // the next agent as it is: nothing is finalised or published here.
+    let saved = checkpoint
+        .as_ref()
+        .is_some_and(|file| checkpoint::save(file, &lock(), clock::boot_now_ns()));
+    if !saved {
+        let mut outcomes = lock().flush(clock::boot_now_ns());
+        outcomes.extend(read_suppressed(&mut probes, &pipeline, true));
+        account(&outcomes, &metrics, None, &mut logs);
+    }
     totals.log();
     if let Some(export) = otlp {
         // The last push holds the final counts; a collector that does not answer

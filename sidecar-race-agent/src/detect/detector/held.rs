@@ -9,6 +9,8 @@
 
 use std::{collections::VecDeque, sync::Arc};
 
+use serde::{Deserialize, Serialize};
+
 use crate::{
     detect::fact::{Client, Fact},
     ingest::events::{Comm, UnixName},
@@ -19,7 +21,7 @@ use crate::{
 pub const HELD_PER_POD: usize = 256;
 
 /// Refusals `first..=last`, `count` of them, by one client, process and socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct Burst {
     pub(super) first: u64,
     pub(super) last: u64,
@@ -37,6 +39,7 @@ impl Burst {
 }
 
 /// A held Unix fact.
+#[derive(Clone, Serialize, Deserialize)]
 pub(super) enum HeldFact {
     Refused {
         burst: Burst,
@@ -119,7 +122,7 @@ pub(super) fn named(meta: &dyn PodMeta, pod_uid: &str, id: Option<&str>) -> bool
 }
 
 /// One pod's held facts, oldest first.
-#[derive(Default)]
+#[derive(Default, Clone, Serialize, Deserialize)]
 pub(super) struct Held {
     facts: VecDeque<HeldFact>,
 }
@@ -127,6 +130,11 @@ pub(super) struct Held {
 impl Held {
     pub(super) fn is_empty(&self) -> bool {
         self.facts.is_empty()
+    }
+
+    /// Facts held (a run of refusals is one).
+    pub(super) fn len(&self) -> usize {
+        self.facts.len()
     }
 
     /// Holds `fact` behind the others; a refusal like the last one held joins its run.

@@ -3,9 +3,12 @@
 //! through `insert`, which drops the victims from the index in the same call, so an
 //! index never names an incident the log no longer holds.
 
+use serde::{Deserialize, Serialize};
+
 use crate::detect::{
     fact::Client,
     incident::{Hidden, Incident, IncidentLog},
+    pairs,
     service::Service,
 };
 
@@ -17,14 +20,17 @@ pub(super) struct Incidents {
     pods: foldhash::HashMap<String, PodIndex>,
 }
 
-#[derive(Default)]
-struct PodIndex {
+#[derive(Default, Clone, Serialize, Deserialize)]
+pub(super) struct PodIndex {
     /// The open incident of each client and port (pod-local refusals).
+    #[serde(with = "pairs")]
     open: foldhash::HashMap<Key, u64>,
     /// The open incident of each client and port whose refusals to a non-loopback
     /// address wait for the pod's IPs: kept apart, so loopback refusals never join it.
+    #[serde(with = "pairs")]
     open_awaiting_ips: foldhash::HashMap<Key, u64>,
     /// The incident each key's last resolving listener closed, for late refusals.
+    #[serde(with = "pairs")]
     resolved_by_listener: foldhash::HashMap<Key, u64>,
     /// The open stuck-Job incident of this pod.
     stuck_job: Option<u64>,
@@ -258,6 +264,32 @@ impl Incidents {
     pub(super) fn take_stuck_job(&mut self, pod: &str) -> Option<&mut Incident> {
         let id = self.pods.get_mut(pod)?.stuck_job.take()?;
         self.log.get_mut(id)
+    }
+
+    /// The log's incidents and the per-pod index, for a checkpoint.
+    pub(super) fn parts(&self) -> (&IncidentLog, &foldhash::HashMap<String, PodIndex>) {
+        (&self.log, &self.pods)
+    }
+
+    /// Takes a checkpoint's incidents and index into this (empty) store; index entries
+    /// of incidents the log did not keep (its bounds) are dropped.
+    pub(super) fn restore(
+        &mut self,
+        incidents: Vec<Incident>,
+        next_id: u64,
+        index: foldhash::HashMap<String, PodIndex>,
+    ) {
+        self.log.restore(incidents, next_id);
+        self.pods = index;
+        let log = &self.log;
+        for index in self.pods.values_mut() {
+            let gone = |id: &u64| log.get(*id).is_none();
+            index.open.retain(|_, id| !gone(id));
+            index.open_awaiting_ips.retain(|_, id| !gone(id));
+            index.resolved_by_listener.retain(|_, id| !gone(id));
+            index.awaiting.retain(|id| !gone(id));
+            index.stuck_job = index.stuck_job.filter(|id| !gone(id));
+        }
     }
 
     /// The pod is gone: its index goes (its incidents stay in the log).

@@ -17,6 +17,7 @@ mod lifecycle;
 mod listener;
 mod observe;
 mod refusal;
+mod snapshot;
 mod state;
 mod unix;
 mod unix_wait;
@@ -24,5 +25,6 @@ mod unix_wait;
 pub use self::{
     change::{Change, NotARace},
     config::DetectorConfig,
+    snapshot::DetectorSnapshot,
     state::Detector,
 };

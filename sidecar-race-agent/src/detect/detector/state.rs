@@ -6,6 +6,8 @@ use std::{
     sync::Arc,
 };
 
+use serde::{Deserialize, Serialize};
+
 use super::{
     config::DetectorConfig, held::Held, incidents::Incidents, last_socket::ResolvedSocket,
 };
@@ -14,7 +16,7 @@ use crate::detect::{listener_table::ListenerTable, unix_listeners::UnixListeners
 /// Removed container ids remembered per pod, to merge a crash loop's instances.
 pub(super) const REMOVED_PER_POD: usize = 64;
 
-#[derive(Default)]
+#[derive(Default, Clone, Serialize, Deserialize)]
 pub(super) struct PodState {
     /// The pod's cgroup was created while the agent watched.
     pub(super) started_at: Option<u64>,

@@ -8,7 +8,9 @@ use sidecar_race_ebpf::unix::{ECONNREFUSED, ENOENT, UnixEvent, hook};
 use super::{c_string::until_nul, sender::Sender};
 
 /// A Unix socket's name as bound or dialed.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum UnixName {
     /// A path in the filesystem, as the process gave it.
     Path(Arc<str>),

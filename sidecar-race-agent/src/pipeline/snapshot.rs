@@ -1,0 +1,133 @@
+//! The pipeline's state as a checkpoint carries it from one agent to the next: what
+//! was derived from the records already taken from the ring and is not rebuilt by a
+//! new agent (the detector's state, the facts in the reorder window, what the sinks
+//! were told, the kernel's suppressed counts already read). The inventory is not
+//! carried (the cgroup tree is scanned again, pods come again from the pod source),
+//! nor the counters (metrics restart with the agent).
+
+use std::{collections::HashSet, time::Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    accounts::Accounts, outcome::Outcome, reorder::ReorderSnapshot, state::Pipeline,
+    suppressed::SuppressedSnapshot,
+};
+use crate::detect::detector::DetectorSnapshot;
+
+#[derive(Serialize, Deserialize)]
+pub struct PipelineSnapshot {
+    detector: DetectorSnapshot,
+    reorder: ReorderSnapshot,
+    accounts: Accounts,
+    suppressed: SuppressedSnapshot,
+    /// Boot ns when the last fact arrived.
+    last_arrival: u64,
+}
+
+/// What a snapshot holds, for the log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotSummary {
+    pub pods: usize,
+    pub incidents: usize,
+    pub open_incidents: usize,
+    /// Unix facts held for their pod's metadata.
+    pub held_facts: usize,
+    /// Facts in the reorder window, not yet seen by the detector.
+    pub reorder_facts: usize,
+}
+
+/// What a restore took in and what it left out.
+#[derive(Debug, Default)]
+pub struct Restored {
+    pub summary: SnapshotSummary,
+    /// Pods whose cgroups are gone from the node: their open incidents ended as if their
+    /// removal had been seen now, and their state was dropped.
+    pub dead_pods: usize,
+    /// Facts of those pods still in the reorder window, dropped.
+    pub dead_facts: usize,
+    /// What ending those incidents means to the sinks.
+    pub outcomes: Vec<Outcome>,
+}
+
+impl PipelineSnapshot {
+    pub fn summary(&self) -> SnapshotSummary {
+        let incidents = self.detector.incidents();
+        SnapshotSummary {
+            pods: self.detector.pods(),
+            incidents: incidents.len(),
+            open_incidents: incidents.iter().filter(|i| !i.is_final()).count(),
+            held_facts: self.detector.held_facts(),
+            reorder_facts: self.reorder.facts.len(),
+        }
+    }
+
+    /// Leaves out the oldest incidents whose final accounting the sinks already had,
+    /// until about `bytes` of their JSON are gone; returns how many were left out.
+    pub fn drop_oldest_published(&mut self, bytes: usize) -> usize {
+        let mut freed = 0;
+        let mut ids = HashSet::new();
+        for inc in self.detector.incidents() {
+            if freed >= bytes {
+                break;
+            }
+            if inc.is_final() && self.accounts.is_settled(inc.id) {
+                // A comma besides the incident's own bytes.
+                freed += serde_json::to_vec(inc).map_or(0, |v| v.len() + 1);
+                ids.insert(inc.id);
+            }
+        }
+        self.detector.drop_incidents(&ids);
+        self.accounts.settled.retain(|id, _| !ids.contains(id));
+        ids.len()
+    }
+}
+
+impl Pipeline {
+    /// A copy of what the next agent needs to go on where this one stopped.
+    pub fn snapshot(&self) -> PipelineSnapshot {
+        PipelineSnapshot {
+            detector: self.detector.snapshot(),
+            reorder: self.reorder.snapshot(),
+            accounts: self.accounts.clone(),
+            suppressed: self.suppressed.snapshot(),
+            last_arrival: self.last_arrival,
+        }
+    }
+
+    /// Takes a checkpoint in, before any kernel event: pods whose cgroups the inventory
+    /// no longer has (scanned afresh) end as a lost removal ends them, at `now_boot_ns`.
+    pub fn restore(&mut self, snap: PipelineSnapshot, now_boot_ns: u64) -> Restored {
+        let summary = snap.summary();
+        let live = self.inventory.pods_with_cgroups();
+        let dead: Vec<String> = snap
+            .detector
+            .pod_uids()
+            .filter(|uid| !live.contains(*uid))
+            .map(str::to_string)
+            .collect();
+        let dead_set: HashSet<&str> = dead.iter().map(String::as_str).collect();
+        self.detector.restore(snap.detector);
+        let dead_facts = self
+            .reorder
+            .restore(snap.reorder, |f| !dead_set.contains(f.pod_uid()));
+        self.accounts = snap.accounts;
+        self.suppressed.restore(snap.suppressed, Instant::now());
+        self.last_arrival = snap.last_arrival;
+        let mut changes = Vec::new();
+        for uid in &dead {
+            changes.extend(
+                self.detector
+                    .forget_pod(now_boot_ns, uid, &self.inventory.pods),
+            );
+        }
+        let outcomes = self.outcomes(&changes, now_boot_ns, false);
+        self.publish();
+        Restored {
+            summary,
+            dead_pods: dead.len(),
+            dead_facts,
+            outcomes,
+        }
+    }
+}
