@@ -40,10 +40,3 @@ pub enum SaveError {
     #[error("cannot write the checkpoint {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
 }
-
-#[derive(Debug, thiserror::Error)]
-#[error("cannot read this boot's id from {path}: {source}")]
-pub struct BootIdError {
-    pub path: &'static str,
-    pub source: io::Error,
-}

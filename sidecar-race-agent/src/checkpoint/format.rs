@@ -4,7 +4,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::error::BootIdError;
 use crate::pipeline::PipelineSnapshot;
 
 pub const MAGIC: &str = "sidecar-race-checkpoint";
@@ -13,6 +12,13 @@ pub const MAGIC: &str = "sidecar-race-checkpoint";
 pub const FORMAT: u32 = 1;
 
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read this boot's id from {path}: {source}")]
+pub struct BootIdError {
+    pub path: &'static str,
+    pub source: std::io::Error,
+}
 
 /// This boot's id.
 pub fn boot_id() -> Result<String, BootIdError> {

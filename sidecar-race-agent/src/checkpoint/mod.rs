@@ -14,8 +14,11 @@ use std::{
     path::{Path, PathBuf},
 };
 
-pub use self::error::{BootIdError, LoadError, SaveError, Stale};
 use self::format::{FORMAT, Header, Incoming, MAGIC};
+pub use self::{
+    error::{LoadError, SaveError, Stale},
+    format::BootIdError,
+};
 use crate::pipeline::{PipelineSnapshot, SnapshotSummary};
 
 /// The most a checkpoint may take on disk.

@@ -254,4 +254,22 @@ mod tests {
         assert_eq!(total(&r), 3);
         assert_eq!(s.of_client(UID, &client), 804);
     }
+
+    #[test]
+    fn after_a_restore_only_growth_counts_and_a_new_map_counts_from_zero() {
+        let mut inv = inventory();
+        let (now, wait) = (Instant::now(), Duration::from_secs(10));
+        let mut old = Suppressed::default();
+        old.read(&counts(&[(11, 500)], 7), &mut inv, now, wait, false);
+        let mut s = Suppressed::default();
+        s.restore(old.snapshot(), now);
+        let client = Client::Container("a".repeat(64).into());
+        assert_eq!(s.of_client(UID, &client), 500);
+        // The same kernel map, adopted: what the old agent read is not counted again.
+        let r = s.read(&counts(&[(11, 520)], 7), &mut inv, now, wait, false);
+        assert_eq!(total(&r), 20);
+        // A new map (its pins were not adopted): its counts are new.
+        let r = s.read(&counts(&[(11, 5)], 1), &mut inv, now, wait, false);
+        assert_eq!(total(&r), 6);
+    }
 }
