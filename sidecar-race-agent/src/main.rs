@@ -50,7 +50,7 @@ async fn main() -> anyhow::Result<()> {
                 reorder_window: Duration::from_millis(args.reorder_window_ms),
                 metadata_wait: Duration::from_secs_f64(args.metadata_wait_seconds.max(0.0)),
                 // Not wired to `--state-dir` yet: no checkpoint, shutdown as before.
-                checkpoint: None,
+                checkpoint: args.state.checkpoint(),
                 otlp: args
                     .otlp_endpoint
                     .map(|endpoint| commands::run::OtlpOptions {

@@ -38,15 +38,15 @@ fn agent(place: &PinnedPlace, source: &str) -> RunAgent {
     RunAgent::start(&args)
 }
 
-/// A new pod (Deployment shop/checkout) whose proxy listens `LATE_MS` late, and its
+/// A new pod (Deployment shop/checkout) whose proxy listens `late_ms` late, and its
 /// app dialling it; the agent watches from before the pod starts.
-fn race(name: &str, pods_file: &std::path::Path) -> (SimPod, CountedApp, Instant) {
+fn race(name: &str, pods_file: &std::path::Path, late_ms: u64) -> (SimPod, CountedApp, Instant) {
     let mut pod = SimPod::new(name).unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();
     let manifest = pod.app_and_proxy_manifest("shop", "checkout", &a, &p, Declared::App);
     write_pod_list(pods_file, &[manifest]);
-    let delay = LATE_MS.to_string();
+    let delay = late_ms.to_string();
     proxy(
         &mut pod,
         &p,
@@ -72,7 +72,7 @@ fn a_startup_race_across_an_agent_restart_is_one_incident_with_every_refusal() {
     let (pods_file, source) = empty_pods_file("restart");
     let old = agent(&place, &source);
     old.wait_log(&["programs and maps pinned"], Duration::from_secs(5));
-    let (mut pod, app, started) = race("restart", &pods_file);
+    let (mut pod, app, started) = race("restart", &pods_file, LATE_MS);
     // 1.5 s into the race (about 15 refusals read by the old agent), a rollout stops
     // it; the new one starts at once, the proxy listens 3.5 s later.
     std::thread::sleep(Duration::from_millis(1_500).saturating_sub(started.elapsed()));
@@ -114,29 +114,27 @@ fn a_killed_agent_loses_at_most_what_it_read_since_its_last_checkpoint_and_says_
     let (pods_file, source) = empty_pods_file("killed");
     let old = agent(&place, &source);
     old.wait_log(&["programs and maps pinned"], Duration::from_secs(5));
-    let (mut pod, app, started) = race("killed", &pods_file);
-    std::thread::sleep(Duration::from_millis(1_500).saturating_sub(started.elapsed()));
+    // The proxy is 9 s late; the agent is killed 7 s in, after its periodic checkpoint
+    // at 5 s of its life.
+    let (mut pod, app, started) = race("killed", &pods_file, 9_000);
+    std::thread::sleep(Duration::from_millis(7_000).saturating_sub(started.elapsed()));
     old.kill();
-    let killed_at = started.elapsed();
     let new = agent(&place, &source);
-    let said = new.wait_log(&["adopted the programs and maps"], Duration::from_secs(5));
-    assert!(!said.is_empty());
+    new.wait_log(&["adopted the programs and maps"], Duration::from_secs(5));
+    let said = new.wait_log(&["without its final checkpoint"], Duration::from_secs(5));
+    assert!(said.contains("are lost"), "{said}");
     let refused = app.refused(&mut pod);
     let i = new.one_resolved_holding(&pod.uid, 0, Duration::from_secs(15));
+    assert_eq!(i["phase"], "startup", "{i:#}");
     let seen = i["refused_count"].as_u64().unwrap();
-    // What the killed agent had read since its last checkpoint is gone with it: at
-    // most the refusals of its life (1.5 s of dials), never those after it.
-    let dials_while_it_ran = (killed_at.as_millis() as u64) / 100 + 2;
+    // Lost: what the killed agent read after its last checkpoint, at most one
+    // interval's dials (5 s at one per 100 ms); the ring kept the rest.
     assert!(
-        seen <= refused && seen + dials_while_it_ran >= refused,
-        "{seen} of {refused} refusals after a kill -9 at {killed_at:?}: {i:#}"
+        seen <= refused && seen + 52 >= refused,
+        "{seen} of {refused} refusals after a kill -9: {i:#}"
     );
-    let log = new.stop();
-    assert!(
-        log.iter()
-            .any(|l| l.contains("no checkpoint") || l.contains("without a checkpoint")),
-        "the new agent says the old one left no checkpoint: {log:#?}"
-    );
+    eprintln!("kill -9: {} of {refused} refusals lost", refused - seen);
+    new.stop();
     let _ = std::fs::remove_file(pods_file);
 }
 

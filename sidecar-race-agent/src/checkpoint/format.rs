@@ -39,11 +39,16 @@ pub struct Header {
     pub written_at_boot_ns: u64,
     /// The same instant as RFC 3339, for a person reading the file.
     pub written_at: String,
+    /// Written at the agent's stop, after its last read: nothing it read is missing.
+    /// The periodic ones in between are not (a killed agent leaves one of those).
+    #[serde(default)]
+    pub last: bool,
 }
 
 impl Header {
-    pub fn now(boot_id: &str, now_boot_ns: u64) -> Self {
+    pub fn now(boot_id: &str, now_boot_ns: u64, last: bool) -> Self {
         Header {
+            last,
             magic: MAGIC.into(),
             format: FORMAT,
             agent_version: env!("CARGO_PKG_VERSION").into(),

@@ -71,9 +71,15 @@ impl CheckpointFile {
     }
 
     /// Writes `state` (less its oldest published incidents when over the cap), at
-    /// boot ns `now`; replaces the file whole or leaves it as it was.
-    pub fn save(&self, state: &mut PipelineSnapshot, now: u64) -> Result<Saved, SaveError> {
-        let header = Header::now(&self.boot_id, now);
+    /// boot ns `now`, as the agent's `last` (at its stop) or a periodic one; replaces
+    /// the file whole or leaves it as it was.
+    pub fn save(
+        &self,
+        state: &mut PipelineSnapshot,
+        now: u64,
+        last: bool,
+    ) -> Result<Saved, SaveError> {
+        let header = Header::now(&self.boot_id, now, last);
         let (bytes, dropped_incidents) = encode::within_cap(&header, state, self.cap)?;
         atomic::write(&self.path, &bytes).map_err(|source| SaveError::Write {
             path: self.path.clone(),

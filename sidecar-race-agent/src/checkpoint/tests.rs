@@ -105,7 +105,7 @@ fn hand_over(
     now: u64,
 ) -> crate::pipeline::Restored {
     let file = CheckpointFile::with_boot_id(temp_dir(name).join("checkpoint.json"), "boot-1");
-    file.save(&mut old.snapshot(), now).unwrap();
+    file.save(&mut old.snapshot(), now, true).unwrap();
     let loaded = file.load(now + MS).unwrap();
     new.restore(loaded.state, now + MS)
 }
@@ -242,12 +242,12 @@ fn over_the_cap_the_oldest_published_incidents_go_first_and_never_a_cut_file() {
     let dir = temp_dir("ckpt-cap-file");
     let path = dir.join("checkpoint.json");
     let full = CheckpointFile::with_boot_id(&path, "b")
-        .save(&mut p.snapshot(), 1_000 * MS)
+        .save(&mut p.snapshot(), 1_000 * MS, true)
         .unwrap();
     assert_eq!(full.dropped_incidents, 0);
     let cap = full.bytes * 3 / 4;
     let file = CheckpointFile::with_boot_id(&path, "b").with_cap(cap);
-    let saved = file.save(&mut p.snapshot(), 1_000 * MS).unwrap();
+    let saved = file.save(&mut p.snapshot(), 1_000 * MS, true).unwrap();
     assert!(saved.dropped_incidents > 0);
     assert!(saved.bytes <= cap && std::fs::metadata(&path).unwrap().len() as usize == saved.bytes);
     let mut next = agent("ckpt-cap-new", 0, &cgroups());
@@ -269,7 +269,7 @@ fn over_the_cap_the_oldest_published_incidents_go_first_and_never_a_cut_file() {
     let before = std::fs::read(&path).unwrap();
     let tiny = CheckpointFile::with_boot_id(&path, "b").with_cap(200);
     assert!(matches!(
-        tiny.save(&mut p.snapshot(), 1_000 * MS),
+        tiny.save(&mut p.snapshot(), 1_000 * MS, true),
         Err(SaveError::TooLarge { cap: 200, .. })
     ));
     assert_eq!(
@@ -286,7 +286,7 @@ fn written(name: &str) -> (CheckpointFile, Pipeline) {
     feed(&mut p, &[refused(10 * MS, 15001)]);
     p.tick(20 * MS);
     let file = CheckpointFile::with_boot_id(temp_dir(name).join("checkpoint.json"), "boot-1");
-    file.save(&mut p.snapshot(), 20 * MS).unwrap();
+    file.save(&mut p.snapshot(), 20 * MS, true).unwrap();
     (file, p)
 }
 
@@ -294,12 +294,28 @@ fn written(name: &str) -> (CheckpointFile, Pipeline) {
 /// removed the file.
 fn start_with(file: &CheckpointFile, name: &str) -> Restore {
     let mut p = agent(name, 0, &cgroups());
-    let r = daemon::restore(file, &mut p, 30 * MS);
+    let r = daemon::restore(file, &mut p, 30 * MS, false);
     assert!(!file.path().exists(), "read once");
     if !r.is_restored() {
         assert!(incidents(&p).is_empty() && p.detector().tracked_pods() == 0);
     }
     r
+}
+
+#[test]
+fn a_periodic_checkpoint_is_told_from_the_last_one_a_stop_writes() {
+    let (file, p) = written("ckpt-periodic");
+    assert!(
+        file.load(30 * MS).unwrap().header.last,
+        "written at the stop"
+    );
+    file.save(&mut p.snapshot(), 25 * MS, false).unwrap();
+    let loaded = file.load(30 * MS).unwrap();
+    assert!(
+        !loaded.header.last,
+        "a periodic one: its agent may have read more"
+    );
+    assert_eq!(loaded.header.written_at_boot_ns, 25 * MS);
 }
 
 #[test]

@@ -1,9 +1,13 @@
 //! The daemon's side of the checkpoint: restored at start before any kernel record is
-//! taken into the pipeline, written at a stop that left the rest of the ring unread.
+//! taken into the pipeline, written at a stop that left the rest of the ring unread,
+//! and every [`EVERY`] in between, so that a killed agent (the OOM killer, a node
+//! crash) loses only what it read since its last one.
+
+use std::time::Duration;
 
 use crate::{
     checkpoint::{CheckpointFile, LoadError},
-    pipeline::{Pipeline, Restored},
+    pipeline::{Pipeline, PipelineSnapshot, Restored},
 };
 
 /// What became of the checkpoint at start.
@@ -23,10 +27,14 @@ impl Restore {
     }
 }
 
+/// How often a running agent writes its state (when it read anything since).
+pub const EVERY: Duration = Duration::from_secs(5);
+
 /// Reads the checkpoint into `pipeline` (fresh, nothing taken from the ring yet) at boot
 /// ns `now`, then removes the file so an agent that crashes later does not read it
-/// again. Logs one line whatever happens; never fails.
-pub fn restore(file: &CheckpointFile, pipeline: &mut Pipeline, now: u64) -> Restore {
+/// again. `adopted`: this agent adopted pins, so an agent ran before it. Logs what
+/// happened, and what was lost when the agent before did not stop cleanly; never fails.
+pub fn restore(file: &CheckpointFile, pipeline: &mut Pipeline, now: u64, adopted: bool) -> Restore {
     let loaded = file.load(now);
     if !matches!(loaded, Err(LoadError::Missing(_)))
         && let Err(e) = file.remove()
@@ -37,6 +45,15 @@ pub fn restore(file: &CheckpointFile, pipeline: &mut Pipeline, now: u64) -> Rest
         );
     }
     match loaded {
+        Err(LoadError::Missing(path)) if adopted => {
+            tracing::warn!(
+                path = %path.display(),
+                "the agent before this one stopped without its final checkpoint and left \
+                 none (killed before its first): the refusals it read are lost, those it \
+                 left in the ring are read now"
+            );
+            Restore::Missing
+        }
         Err(LoadError::Missing(path)) => {
             tracing::info!(
                 path = %path.display(),
@@ -49,6 +66,15 @@ pub fn restore(file: &CheckpointFile, pipeline: &mut Pipeline, now: u64) -> Rest
             Restore::Discarded(e.to_string())
         }
         Ok(loaded) => {
+            if !loaded.header.last {
+                tracing::warn!(
+                    written_at = %loaded.header.written_at,
+                    "the agent before this one stopped without its final checkpoint \
+                     (killed, or its node crashed): the refusals it read after its last \
+                     periodic checkpoint ({}) are lost",
+                    loaded.header.written_at
+                );
+            }
             let restored = pipeline.restore(loaded.state, now);
             let s = restored.summary;
             tracing::info!(
@@ -75,10 +101,33 @@ pub fn restore(file: &CheckpointFile, pipeline: &mut Pipeline, now: u64) -> Rest
     }
 }
 
-/// Writes the pipeline's state at boot ns `now`; false (logged) when it could not be.
+/// Writes `state` (the pipeline's, taken at boot ns `now`) between reads, outside the
+/// pipeline's lock; a failure is logged (when the last one did not fail too) and left
+/// to the next.
+pub fn save_periodic(
+    file: &CheckpointFile,
+    mut state: PipelineSnapshot,
+    now: u64,
+    failing: &mut bool,
+) {
+    match file.save(&mut state, now, false) {
+        Ok(saved) => {
+            *failing = false;
+            tracing::debug!(bytes = saved.bytes, "wrote a periodic checkpoint");
+        }
+        Err(e) if !*failing => {
+            *failing = true;
+            tracing::warn!("{e}; a killed agent would lose what it read since its last checkpoint");
+        }
+        Err(_) => {}
+    }
+}
+
+/// Writes the pipeline's state at the stop, at boot ns `now`; false (logged) when it
+/// could not be.
 pub fn save(file: &CheckpointFile, pipeline: &Pipeline, now: u64) -> bool {
     let mut state = pipeline.snapshot();
-    match file.save(&mut state, now) {
+    match file.save(&mut state, now, true) {
         Ok(saved) => {
             if saved.dropped_incidents > 0 {
                 tracing::warn!(

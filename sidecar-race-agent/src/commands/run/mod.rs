@@ -24,7 +24,7 @@ use crate::{
         self, HttpState,
         auth::{Authenticator, CacheTtls, KubeReviewer, NoClient, Reviewer},
     },
-    kernel::{charge_points::ChargePoints, pins::Pins},
+    kernel::{charge_points::ChargePoints, pins::Pins, probes::Origin},
     node_lock::{LockError, NodeLock},
     pipeline::Pipeline,
     pipeline::outcome::Outcome,
@@ -92,14 +92,18 @@ pub struct OtlpOptions {
 /// worker, the woken loop runs next on the reader's own thread. The start stays on
 /// this thread: its BTF parses are freed into the main heap, which gives them back,
 /// where a worker's heap kept some 9 MiB of them resident.
-pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
+pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
     // A bad collector URL stops the agent before anything is loaded.
     let otlp = opts
         .otlp
         .as_ref()
         .map(|o| Exporter::new(&o.endpoint, o.interval))
         .transpose()?;
-    let (agent, _lock) = start_owned(&opts)?;
+    let (agent, lock) = start_owned(&opts)?;
+    if lock.is_none() {
+        // Not the node's owner of kept state: nothing to restore or leave behind.
+        opts.checkpoint = None;
+    }
     match tokio::spawn(daemon(opts, agent, otlp)).await {
         Ok(result) => result,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -200,9 +204,18 @@ async fn daemon(
         });
     // Before the loop takes the first record from the ring. (`Restore::is_restored`:
     // whether the previous agent's state was carried over.)
+    let adopted = matches!(probes.origin, Origin::Adopted { .. });
     let restore = checkpoint
         .as_ref()
-        .map(|file| checkpoint::restore(file, &mut pipeline.lock(), clock::boot_now_ns()));
+        .map(|file| checkpoint::restore(file, &mut pipeline.lock(), clock::boot_now_ns(), adopted));
+    // What an earlier build's rings held up to the cut, after the restored state; the
+    // new rings' records before the cut are the same ones again.
+    let handover = probes.handover.take();
+    let cut_boot_ns = handover.as_ref().map_or(0, |h| h.cut_boot_ns);
+    if let Some(h) = handover {
+        let p = &mut *pipeline.lock();
+        h.events.iter().for_each(|ev| p.kernel_event(ev));
+    }
     let source_name = opts.agent.pods_from.name();
     let events = match opts.events {
         Some(per_minute) => start_events(&opts.agent, per_minute).await,
@@ -274,6 +287,9 @@ async fn daemon(
     stats.tick().await;
     let mut tick = tokio::time::interval(TICK);
     let mut suppressed = tokio::time::interval(SUPPRESSED);
+    let mut periodic = tokio::time::interval(checkpoint::EVERY);
+    periodic.tick().await;
+    let (mut read_since_saved, mut save_failing) = (false, false);
     let signal = shutdown::signal();
     tokio::pin!(signal);
     let mut stopping = false;
@@ -292,8 +308,12 @@ async fn daemon(
                 // A scrape waits for at most one chunk.
                 for chunk in batch.chunks(BATCH) {
                     let p = &mut *lock();
-                    chunk.iter().for_each(|ev| p.kernel_event(ev));
+                    chunk
+                        .iter()
+                        .filter(|ev| ev.ts_boot_ns() >= cut_boot_ns)
+                        .for_each(|ev| p.kernel_event(ev));
                 }
+                read_since_saved = true;
                 // New containers are charged as such from their first refusal on.
                 charge_points.sync(&lock().inventory().cgroups, &mut probes);
             }
@@ -315,6 +335,13 @@ async fn daemon(
                 account(&outcomes, &metrics, events.as_ref(), &mut logs);
             }
             _ = stats.tick() => totals.log(),
+            _ = periodic.tick(), if checkpoint.is_some() && read_since_saved && !stopping => {
+                if let Some(file) = &checkpoint {
+                    let state = lock().snapshot();
+                    checkpoint::save_periodic(file, state, clock::boot_now_ns(), &mut save_failing);
+                }
+                read_since_saved = false;
+            }
             _ = &mut signal, if !stopping => {
                 tracing::info!("stopping");
                 stopping = true;

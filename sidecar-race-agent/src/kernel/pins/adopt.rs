@@ -10,7 +10,7 @@ use aya::{
 };
 
 use super::{
-    PinError,
+    error::PinError,
     manifest::{Manifest, MapPin},
 };
 

@@ -8,7 +8,7 @@
 
 use aya::maps::{Map, MapData, RingBuf};
 
-use super::{Pins, key::abi_digest};
+use super::{key::abi_digest, place::Pins};
 use crate::ingest::events::{Decoder, KernelEvent};
 
 /// The rings of earlier builds' pins, held open so they outlive the unpinning.

@@ -2,14 +2,15 @@
 //! programs, so that they outlive the process. Links are found by their program's id
 //! (aya keeps the links it made to itself). Before 5.15 tracepoints are attached
 //! through perf events, which are no bpf_links and cannot be pinned: there nothing is
-//! (see [`super::Pins::pinnable`]).
+//! (see [`super::place::Pins::new`]).
 
 use std::{collections::HashMap, path::Path};
 
 use aya::{Ebpf, programs::loaded_links};
 
 use super::{
-    PinError, bpffs,
+    bpffs,
+    error::PinError,
     manifest::{LinkPin, MapPin},
 };
 
