@@ -4,7 +4,7 @@ use std::{
     net::SocketAddr,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering::Relaxed},
+        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
     },
     time::{Duration, Instant},
 };
@@ -212,6 +212,25 @@ async fn daemon(
     // new rings' records before the cut are the same ones again.
     let handover = probes.handover.take();
     let cut_boot_ns = handover.as_ref().map_or(0, |h| h.cut_boot_ns);
+    let start = Arc::new(totals::Start {
+        kernel_state: match probes.origin {
+            Origin::Loaded => "loaded",
+            Origin::Pinned { .. } => "pinned",
+            Origin::Adopted { .. } => "adopted",
+        },
+        checkpoint: match &restore {
+            None => "off",
+            Some(checkpoint::Restore::Missing) => "missing",
+            Some(checkpoint::Restore::Discarded(_)) => "discarded",
+            Some(checkpoint::Restore::Restored(_)) => "restored",
+        },
+        records_before_start: AtomicU64::new(
+            handover.as_ref().map_or(0, |h| h.events.len() as u64),
+        ),
+    });
+    // Records in adopted rings written before now were left by the agent before this
+    // one, or written while none ran; a fresh load's rings hold none.
+    let started_boot_ns = if adopted { clock::boot_now_ns() } else { 0 };
     if let Some(h) = handover {
         let p = &mut *pipeline.lock();
         h.events.iter().for_each(|ev| p.kernel_event(ev));
@@ -235,6 +254,7 @@ async fn daemon(
         events: events.as_ref().map(|e| e.stats.clone()),
         log_lines_suppressed: logs.budget().suppressed_counter(),
         auth: auth.as_ref().map(|a| a.counts.clone()),
+        start: start.clone(),
     };
     let metrics = Arc::new(Mutex::new(
         Metrics::new(
@@ -305,6 +325,10 @@ async fn daemon(
                 let Some(batch) = batch else {
                     break; // the reader stopped and the channel is empty
                 };
+                if started_boot_ns > 0 {
+                    let before = batch.iter().filter(|ev| ev.ts_boot_ns() < started_boot_ns).count();
+                    start.records_before_start.fetch_add(before as u64, Relaxed);
+                }
                 // A scrape waits for at most one chunk.
                 for chunk in batch.chunks(BATCH) {
                     let p = &mut *lock();

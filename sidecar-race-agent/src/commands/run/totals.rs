@@ -19,7 +19,7 @@ use crate::{
     kernel::{attach::ProbeError, counters::KernelCounters},
     pipeline::totals::{PipelineTotals, PublishedTotals},
     sinks::k8s_events::PublisherStats,
-    sinks::metrics::{BoundsTotals, KernelTotals, Totals, TotalsSource},
+    sinks::metrics::{BoundsTotals, KernelTotals, StartTotals, Totals, TotalsSource},
 };
 
 /// Where the kernel's totals are read: its per-CPU counters (fixed ones in tests).
@@ -55,6 +55,16 @@ pub(super) struct NodeTotals {
     pub events: Option<Arc<PublisherStats>>,
     pub log_lines_suppressed: Arc<AtomicU64>,
     pub auth: Option<Arc<AuthCounts>>,
+    /// How the agent started, and the records it read from before its start.
+    pub start: Arc<Start>,
+}
+
+/// How the agent started (see [`StartTotals`]).
+#[derive(Debug, Default)]
+pub(super) struct Start {
+    pub kernel_state: &'static str,
+    pub checkpoint: &'static str,
+    pub records_before_start: AtomicU64,
 }
 
 impl std::fmt::Debug for NodeTotals {
@@ -105,6 +115,11 @@ impl NodeTotals {
                 log_lines_suppressed: self.log_lines_suppressed.load(Relaxed),
             },
             auth: self.auth.as_ref().map(|a| a.read().to_vec()),
+            start: Some(StartTotals {
+                kernel_state: self.start.kernel_state,
+                checkpoint: self.start.checkpoint,
+                records_before_start: self.start.records_before_start.load(Relaxed),
+            }),
         };
         Snapshot {
             totals,
@@ -189,6 +204,7 @@ mod tests {
             events: None,
             log_lines_suppressed: Arc::default(),
             auth: None,
+            start: Arc::default(),
         }
     }
 

@@ -26,7 +26,7 @@ use prometheus_client::{encoding::text::encode, registry::Registry};
 use self::{cap::SeriesCap, families::Families, sink::Sink, totals::TotalsCollector};
 pub use self::{
     cap::{DEFAULT_MAX_SERIES, DEFAULT_SERIES_TTL},
-    totals::{BoundsTotals, KernelTotals, Totals, TotalsSource},
+    totals::{BoundsTotals, KernelTotals, StartTotals, Totals, TotalsSource},
 };
 use crate::pipeline::outcome::Outcome;
 

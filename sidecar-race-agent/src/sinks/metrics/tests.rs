@@ -132,6 +132,7 @@ fn golden_exposition() {
             ("forbidden", 1),
             ("unavailable", 3),
         ]),
+        start: None,
     })));
     let mut m = m;
     let app = Attribution {
@@ -400,4 +401,38 @@ fn thirty_thousand_job_runs_keep_new_workloads_labelled() {
         .count();
     // An hour of runs, plus the sweep's granularity.
     assert!((40..=42).contains(&live), "{live} series of pod starts");
+}
+
+#[derive(Debug)]
+struct Started(StartTotals);
+
+impl TotalsSource for Started {
+    fn totals(&self) -> Totals {
+        Totals {
+            start: Some(self.0.clone()),
+            ..Totals::default()
+        }
+    }
+}
+
+#[test]
+fn how_the_agent_started_is_exported_with_the_records_from_before_its_start() {
+    let m = Metrics::new(false, "0.1.0", "6.18.0-test");
+    assert!(!m.encode().contains("agent_start_info"), "only `run` says");
+    let m = m.with_totals(Box::new(Started(StartTotals {
+        kernel_state: "adopted",
+        checkpoint: "restored",
+        records_before_start: 23,
+    })));
+    let classic = m.encode_classic();
+    assert!(
+        classic.contains(
+            r#"sidecar_race_agent_start_info{kernel_state="adopted",checkpoint="restored"} 1"#
+        ),
+        "{classic}"
+    );
+    assert!(
+        classic.contains("sidecar_race_records_before_start_total 23"),
+        "{classic}"
+    );
 }

@@ -5,7 +5,7 @@
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeMetric},
-    metrics::{MetricType, counter::ConstCounter},
+    metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
 };
 
 /// What the agent counted so far, as totals since it started.
@@ -28,6 +28,21 @@ pub struct Totals {
     pub bounds: BoundsTotals,
     /// Requests to the protected endpoints by result; `None` when `--auth` is off.
     pub auth: Option<Vec<(&'static str, u64)>>,
+    /// How the agent started (`run` only).
+    pub start: Option<StartTotals>,
+}
+
+/// How the agent started: what it found of the agent before it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartTotals {
+    /// `loaded` (unpinned), `pinned` (loaded and pinned) or `adopted` (an earlier
+    /// agent's pins).
+    pub kernel_state: &'static str,
+    /// `restored`, `missing`, `discarded` or `off`.
+    pub checkpoint: &'static str,
+    /// Records read that the kernel wrote before this agent started reading: left in
+    /// the pinned rings by the agent before it, or written while none ran.
+    pub records_before_start: u64,
 }
 
 /// Kernel events seen per kind, and those the full ring buffer could not take.
@@ -172,6 +187,24 @@ impl Collector for TotalsCollector {
             for (result, n) in results {
                 ConstCounter::new(*n).encode(family.encode_family(&[("result", *result)])?)?;
             }
+        }
+        if let Some(start) = &t.start {
+            let mut family = encoder.encode_descriptor(
+                "agent_start_info",
+                "How this agent started: kernel_state loaded (unpinned), pinned (loaded and pinned) or adopted (an earlier agent's pins: nothing was lost in between); checkpoint restored, missing, discarded or off.",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(1i64).encode(family.encode_family(&[
+                ("kernel_state", start.kernel_state),
+                ("checkpoint", start.checkpoint),
+            ])?)?;
+            counter(
+                &mut encoder,
+                "records_before_start",
+                "Kernel records this agent read that were written before it started reading: left in the pinned rings by the agent before it, or written while no agent ran.",
+                start.records_before_start,
+            )?;
         }
         counter(
             &mut encoder,
