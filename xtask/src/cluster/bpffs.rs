@@ -23,7 +23,7 @@ pub const BPFFS: &str = "/sys/fs/bpf";
 /// each that `up` found absent.
 pub const AGENT_LEFTOVERS: [&str; 2] = ["/sys/fs/bpf/sidecar-race", "/var/lib/sidecar-race"];
 
-/// One change `prepare_bpffs` made to the host, recorded for `down`.
+/// One change `prepare` made to the host, recorded for `down`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BpffsChange {
     /// A bpffs mounted at [`BPFFS`] (none was there).
@@ -137,7 +137,7 @@ pub fn prepare() -> anyhow::Result<()> {
     record_bpffs(&changes)
 }
 
-/// Undoes what `prepare_bpffs` recorded, once no agent runs: the agent's leftovers
+/// Undoes what `prepare` recorded, once no agent runs: the agent's leftovers
 /// that were absent before `up` (its pins, which keep its programs attached, and its
 /// state dir), the shared flag, the mount. What is still there (none should be).
 pub fn restore() -> Vec<String> {
