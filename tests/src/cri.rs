@@ -556,6 +556,8 @@ pub struct ContainerSpec {
     pub envs: Vec<(String, String)>,
     /// (container path, host path), read-only.
     pub ro_mounts: Vec<(String, String)>,
+    /// (container path, host path), read-write, private propagation.
+    pub rw_mounts: Vec<(String, String)>,
     pub security: Option<cri::LinuxContainerSecurityContext>,
 }
 
@@ -612,6 +614,12 @@ impl ContainerSpec {
                     readonly: true,
                     ..Default::default()
                 })
+                .chain(self.rw_mounts.iter().map(|(c, h)| cri::Mount {
+                    container_path: c.clone(),
+                    host_path: h.clone(),
+                    readonly: false,
+                    ..Default::default()
+                }))
                 .collect(),
             labels,
             log_path: format!("{}.log", self.name),

@@ -263,18 +263,27 @@ fn agent_container(reference: &str, pods_dir: &Path) -> (ContainerSpec, Vec<Stri
             )
         })
         .collect();
-    let mut ro_mounts: Vec<(String, String)> = c["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            assert_eq!(m["readOnly"], true, "{m}");
-            (
-                m["mountPath"].as_str().unwrap().to_string(),
-                volumes[m["name"].as_str().unwrap()].clone(),
-            )
-        })
-        .collect();
+    // The read-write ones are the agent's node state (#33), kept off this host: the
+    // state dir is a directory of the test's own, and the node's bpffs is not mounted,
+    // so the agent runs unpinned (its container's /sys/fs/bpf is no bpffs) and leaves
+    // nothing attached here; HostToContainer would also need the host's mount shared.
+    let (mut ro_mounts, mut rw_mounts) = (Vec::new(), Vec::new());
+    for m in c["volumeMounts"].as_array().unwrap() {
+        let (at, host) = (
+            m["mountPath"].as_str().unwrap().to_string(),
+            volumes[m["name"].as_str().unwrap()].clone(),
+        );
+        match (m["readOnly"] == true, host.as_str()) {
+            (true, _) => ro_mounts.push((at, host)),
+            (false, "/sys/fs/bpf") => {}
+            (false, "/var/lib/sidecar-race") => {
+                let state = pods_dir.with_file_name("agent-state");
+                fs::create_dir_all(&state).unwrap();
+                rw_mounts.push((at, state.display().to_string()));
+            }
+            (false, other) => panic!("a read-write host path this test does not know: {other}"),
+        }
+    }
     ro_mounts.push(("/etc/sidecar-race".into(), pods_dir.display().to_string()));
     let caps = |k: &str| -> Vec<String> {
         sc["capabilities"][k]
@@ -323,6 +332,7 @@ fn agent_container(reference: &str, pods_dir: &Path) -> (ContainerSpec, Vec<Stri
             args,
             envs,
             ro_mounts,
+            rw_mounts,
             security: Some(security),
         },
         add,

@@ -25,8 +25,21 @@ use sidecar_race_tests::{
 /// ("Privileges") says why each is needed; change both together.
 const AGENT_CAPABILITIES: &[&str] = &["BPF", "PERFMON"];
 
-/// The only host paths the agent mounts, both read-only (SECURITY.md, "Privileges").
-const HOST_PATHS: &[&str] = &["/sys/fs/cgroup", "/sys/kernel/tracing"];
+/// The host paths the agent mounts read-only (SECURITY.md, "Privileges"): it reads
+/// the tracepoints' formats and walks the cgroup tree, and writes neither.
+const READ_ONLY_HOST_PATHS: &[&str] = &["/sys/fs/cgroup", "/sys/kernel/tracing"];
+
+/// The host paths the agent writes, with their hostPath type and mount propagation
+/// (SECURITY.md, "Privileges"). Added for zero-loss restarts (#33): the node's bpffs,
+/// where the agent pins its links, maps and rings so that the kernel keeps recording
+/// while no agent runs and the next agent adopts them (HostToContainer: a bpffs the
+/// node mounts later is seen; never Bidirectional, which would need a privileged
+/// container); and its state dir, holding the lock (one agent per node) and the
+/// checkpoint written at SIGTERM (made by the kubelet when absent).
+const READ_WRITE_HOST_PATHS: &[(&str, &str, Option<&str>)] = &[
+    ("/sys/fs/bpf", "Directory", Some("HostToContainer")),
+    ("/var/lib/sidecar-race", "DirectoryOrCreate", None),
+];
 
 /// What the default install's ClusterRole may grant: (API group, resource, verb).
 const DEFAULT_GRANTS: &[(&str, &str, &str)] = &[
@@ -256,9 +269,27 @@ fn assert_least_privilege(docs: &[Value], what: &str) {
         .collect();
     assert_eq!(
         host_volumes.values().copied().collect::<BTreeSet<_>>(),
-        HOST_PATHS.iter().copied().collect(),
+        READ_ONLY_HOST_PATHS
+            .iter()
+            .copied()
+            .chain(READ_WRITE_HOST_PATHS.iter().map(|(p, _, _)| *p))
+            .collect(),
         "{what}: host paths mounted (see SECURITY.md, Privileges)"
     );
+    for v in pod["volumes"].as_array().into_iter().flatten() {
+        let Some(path) = v.pointer("/hostPath/path").and_then(Value::as_str) else {
+            continue;
+        };
+        let want = READ_WRITE_HOST_PATHS
+            .iter()
+            .find(|(p, _, _)| *p == path)
+            .map_or("Directory", |(_, t, _)| *t);
+        assert_eq!(
+            v.pointer("/hostPath/type").and_then(Value::as_str),
+            Some(want),
+            "{what}: hostPath {path}: its type"
+        );
+    }
 
     let expected_caps: BTreeSet<&str> = AGENT_CAPABILITIES.iter().copied().collect();
     let all = containers(pod);
@@ -304,12 +335,20 @@ fn assert_least_privilege(docs: &[Value], what: &str) {
 
         for mount in c["volumeMounts"].as_array().into_iter().flatten() {
             let volume = str_at(mount, "/name");
-            if host_volumes.contains_key(volume) {
-                assert_eq!(
-                    mount.get("readOnly"),
-                    Some(&Value::Bool(true)),
-                    "{what}/{cname}: host volume {volume} must be mounted read-only"
-                );
+            if let Some(host) = host_volumes.get(volume) {
+                let read_write = READ_WRITE_HOST_PATHS.iter().find(|(p, _, _)| p == host);
+                match read_write {
+                    None => assert_eq!(
+                        mount.get("readOnly"),
+                        Some(&Value::Bool(true)),
+                        "{what}/{cname}: host volume {volume} must be mounted read-only"
+                    ),
+                    Some((_, _, propagation)) => assert_eq!(
+                        mount.get("mountPropagation").and_then(Value::as_str),
+                        *propagation,
+                        "{what}/{cname}: host volume {volume}: its mount propagation"
+                    ),
+                }
                 assert_eq!(
                     str_at(mount, "/mountPath"),
                     host_volumes[volume],

@@ -484,6 +484,72 @@ fn flags_render_as_the_agent_accepts_them() {
     sidecar_race_tests::agent::assert_accepts_args(&args, "the chart");
 }
 
+fn agent_pod(docs: &[Value]) -> Value {
+    docs.iter()
+        .find(|d| kind(d) == "DaemonSet")
+        .expect("a DaemonSet")["spec"]["template"]["spec"]
+        .clone()
+}
+
+/// `pin.enabled=false` drops the bpffs mount (nothing stays attached after the agent
+/// stops) and tells the agent so; the state dir stays, and `stateDir` moves it on
+/// the node only (the pod sees it where the agent looks by default).
+#[test]
+fn pin_disabled_drops_the_bpffs_mount_and_turns_pinning_off() {
+    let names = |pod: &Value, list: &str| -> Vec<String> {
+        pod[list]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| v["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let pinned = agent_pod(&helm_template(&[], &[]));
+    assert!(names(&pinned, "volumes").contains(&"bpffs".to_string()));
+    let pod = agent_pod(&helm_template(
+        &[],
+        &["pin.enabled=false", "stateDir=/var/lib/agents/sr"],
+    ));
+    let agent = &pod["containers"][0];
+    assert!(!names(&pod, "volumes").contains(&"bpffs".to_string()));
+    assert!(!names(agent, "volumeMounts").contains(&"bpffs".to_string()));
+    assert!(
+        agent["env"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "SIDECAR_RACE_PIN", "value": "off"})),
+        "{agent:#}"
+    );
+    let state = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "state")
+        .expect("the state volume");
+    assert_eq!(
+        state["hostPath"],
+        json!({"path": "/var/lib/agents/sr", "type": "DirectoryOrCreate"})
+    );
+    assert!(
+        agent["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "state", "mountPath": "/var/lib/sidecar-race"}))
+    );
+    let out = Command::new(helm())
+        .current_dir(workspace())
+        .args([
+            "template",
+            "sidecar-race",
+            CHART,
+            "--set",
+            "stateDir=relative",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a relative stateDir was accepted");
+}
+
 #[test]
 fn an_empty_network_policy_is_refused_rather_than_admitting_everyone() {
     let out = Command::new(helm())

@@ -1,8 +1,8 @@
 //! `cargo xtask cluster down`: stops what `up` started, by the pids it recorded, and
 //! removes what it made: containers and their network namespaces, mounts under the
 //! state directory, the kubelet's cgroups, KUBE-* iptables chains, the bridge (and the
-//! Service CIDR's route with it), the sysctls it changed, the state directory. Logs stay
-//! in LOG_DIR.
+//! Service CIDR's route with it), the sysctls it changed, the agent's pins and state
+//! dir and the bpffs `up` mounted, the state directory. Logs stay in LOG_DIR.
 
 use std::{
     fs,
@@ -14,6 +14,7 @@ use std::{
 use anyhow::bail;
 
 use super::{
+    bpffs,
     clients::ctr,
     egress, host, modules,
     node::{BRIDGE, LOG_DIR, STATE_DIR, containerd_socket},
@@ -67,6 +68,8 @@ pub fn teardown() -> anyhow::Result<()> {
     }
     remove_netns_dir();
     host::unmount_all_under(STATE_DIR);
+    // No agent runs now: its pins (still attached) and state dir go, then the bpffs.
+    let bpffs_left = bpffs::restore();
     remove_pod_logs(&pod_uids);
     let cgroups_left = host::remove_cgroups();
     let mut rules_left = host::remove_kube_chains();
@@ -89,6 +92,9 @@ pub fn teardown() -> anyhow::Result<()> {
     }
     if !mounts_left.is_empty() {
         problems.push(format!("mounts left: {mounts_left:?}"));
+    }
+    if !bpffs_left.is_empty() {
+        problems.push(format!("the agent's node state left: {bpffs_left:?}"));
     }
     if host::bridge_exists() {
         problems.push(format!("the bridge {} is still there", BRIDGE));

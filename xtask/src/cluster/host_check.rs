@@ -1,12 +1,17 @@
 //! The cluster tier's own check that `down` leaves the host as `up` found it: every
-//! sysctl `up` or its components change, our iptables chain, the loaded modules.
+//! sysctl `up` or its components change, our iptables chain, the loaded modules, the
+//! bpffs mount at /sys/fs/bpf and the agent's pins and state dir on the node.
 //! `ip_forward` is already 1 on these machines, so the check first sets it to 0, a
 //! value the CNI bridge is known to change, and puts the machine's own value back
 //! after.
 
 use std::{fs, path::Path, process::Command};
 
-use super::{egress, host::SYSCTLS};
+use super::{
+    bpffs::{AGENT_LEFTOVERS, bpffs_mount},
+    egress,
+    host::SYSCTLS,
+};
 use crate::run::output;
 
 const IP_FORWARD: &str = "net/ipv4/ip_forward";
@@ -17,6 +22,17 @@ pub struct Before {
     modules: Option<String>,
     /// The machine's own `ip_forward`, put back after the check.
     ip_forward: Option<String>,
+    /// What is mounted at /sys/fs/bpf (type, shared or slave).
+    bpffs: Option<(String, bool)>,
+    /// Which of the agent's node paths exist.
+    leftovers: Vec<(&'static str, bool)>,
+}
+
+fn leftovers() -> Vec<(&'static str, bool)> {
+    AGENT_LEFTOVERS
+        .iter()
+        .map(|p| (*p, Path::new(p).exists()))
+        .collect()
 }
 
 fn sysctl(key: &str) -> Option<String> {
@@ -41,6 +57,8 @@ pub fn before() -> Before {
         sysctls: SYSCTLS.iter().map(|k| (*k, sysctl(k))).collect(),
         modules: modules(),
         ip_forward,
+        bpffs: bpffs_mount(),
+        leftovers: leftovers(),
     }
 }
 
@@ -69,6 +87,18 @@ pub fn after(before: Before) -> Result<(), String> {
             "loaded modules: {:?} before, {now:?} after",
             before.modules
         ));
+    }
+    let bpffs = bpffs_mount();
+    if bpffs != before.bpffs {
+        differs.push(format!(
+            "/sys/fs/bpf mount (type, shared): {:?} before, {bpffs:?} after",
+            before.bpffs
+        ));
+    }
+    for ((path, was), (_, is)) in before.leftovers.iter().zip(leftovers()) {
+        if *was != is {
+            differs.push(format!("{path}: exists {was} before, {is} after"));
+        }
     }
     if let Some(v) = before.ip_forward {
         let _ = fs::write(Path::new("/proc/sys").join(IP_FORWARD), v);

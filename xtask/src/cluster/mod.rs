@@ -8,6 +8,7 @@
 //! bridge, so a packet kube-proxy did not translate never leaves through the default
 //! route. See docs/cluster.md.
 
+mod bpffs;
 pub mod build;
 mod clients;
 mod containerd;

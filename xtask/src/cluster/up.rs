@@ -12,6 +12,7 @@ use std::{
 use anyhow::{Context, bail};
 
 use super::{
+    bpffs,
     build::{self, etcd_bin, kubernetes_bin},
     clients::{http_get, kubectl},
     containerd, down, egress, host,
@@ -105,6 +106,7 @@ fn start(modules_loaded: &[String]) -> anyhow::Result<()> {
     }
     host::create_cgroups()?;
     host::share_netns_dir()?;
+    bpffs::prepare()?;
     containerd::start()?;
     start_etcd()?;
     start_apiserver(&pki_dir)?;
