@@ -17,6 +17,7 @@ use sidecar_race_tests::{
     agent::agent_binary,
     fake_api::{FakeApi, Mode},
     http::get,
+    pinned::PinnedPlace,
     root::{have, is_root_or_skip},
     scenario::assert_startup_race_detected_as,
 };
@@ -103,6 +104,9 @@ fn the_manifests_capabilities_are_enough_to_detect_a_startup_race() {
     let api = FakeApi::start(Mode::Healthy);
     api.add_token(READER_TOKEN, "system:serviceaccount:monitoring:reader");
     api.allow("system:serviceaccount:monitoring:reader", "incidents");
+    // Pinning as the DaemonSet pins (#33), in a bpffs of the test's own: nothing is
+    // left on the host, and the capabilities are shown to be enough for it too.
+    let place = PinnedPlace::new("least-privilege");
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=0", "--regid=0", "--clear-groups", "--no-new-privs"])
         .arg(format!("--bounding-set=-all,{cap_list}"))
@@ -111,6 +115,7 @@ fn the_manifests_capabilities_are_enough_to_detect_a_startup_race() {
         .arg("--")
         .arg(agent_binary())
         .args(&args)
+        .args(place.args())
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("NODE_NAME", "least-privilege-node")
@@ -166,4 +171,8 @@ fn the_manifests_capabilities_are_enough_to_detect_a_startup_race() {
     assert!(out.status.success(), "{stderr}");
     // The api pod source used the API server.
     assert!(stderr.contains("pod source api"), "{stderr}");
+    assert!(
+        stderr.contains("programs and maps pinned") && stderr.contains("wrote the checkpoint"),
+        "pinned and checkpointed with only {caps:?}: {stderr}"
+    );
 }
