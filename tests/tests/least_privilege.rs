@@ -175,4 +175,18 @@ fn the_manifests_capabilities_are_enough_to_detect_a_startup_race() {
         stderr.contains("programs and maps pinned") && stderr.contains("wrote the checkpoint"),
         "pinned and checkpointed with only {caps:?}: {stderr}"
     );
+    // Its links are pinned, found without CAP_SYS_ADMIN (which asking the kernel for
+    // links by id would need): they outlive it.
+    let keys = place.keys();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let links = std::fs::read_dir(
+        place
+            .bpffs
+            .join("sidecar-race")
+            .join(&keys[0])
+            .join("links"),
+    )
+    .map(|d| d.count())
+    .unwrap_or(0);
+    assert!(links >= 4, "{links} links pinned with only {caps:?}");
 }

@@ -207,7 +207,7 @@ impl Probes {
         };
         let origin = match pins {
             None => Origin::Loaded,
-            Some((pins, key)) => match pin(&ebpf, pins, key, &attached) {
+            Some((pins, key)) => match pin(&mut ebpf, pins, key, &attached) {
                 Ok(()) => Origin::Pinned {
                     key: key.to_string(),
                 },
@@ -352,9 +352,9 @@ struct Attached {
 }
 
 /// Pins `ebpf`'s maps and links for `key`, with the manifest that makes them adoptable.
-fn pin(ebpf: &Ebpf, pins: &Pins, key: &str, a: &Attached) -> Result<(), PinError> {
+fn pin(ebpf: &mut Ebpf, pins: &Pins, key: &str, a: &Attached) -> Result<(), PinError> {
     let staging = pins.staging(key)?;
-    let (links, maps) = pin_all(ebpf, &staging)?;
+    let (links, maps) = pin_all(ebpf, &staging, &a.attached)?;
     let m = Manifest {
         version: manifest::VERSION,
         key: key.to_string(),

@@ -1,15 +1,17 @@
 //! Adopting what an earlier agent of the same build pinned: its maps, checked against
-//! the shapes it recorded, and its links' programs (for their skipped-run counts).
+//! the shapes it recorded, its links (each must be there), and their programs (for
+//! their skipped-run counts).
 //! Nothing is loaded or attached: the programs never stopped.
 
 use std::{os::fd::OwnedFd, path::Path};
 
 use aya::{
     maps::{Map, MapData},
-    programs::{links::PinnedLink, loaded_programs},
+    programs::links::PinnedLink,
 };
 
 use super::{
+    bpffs,
     error::PinError,
     manifest::{Manifest, MapPin},
 };
@@ -25,6 +27,9 @@ impl Adopted {
     /// Opens every pin `manifest` lists under `dir`; fails on a missing pin or a map
     /// whose shape is not the recorded one.
     pub fn open(dir: &Path, manifest: &Manifest) -> Result<Self, PinError> {
+        if manifest.links.is_empty() {
+            return Err(PinError::Io("the manifest lists no links".into()));
+        }
         let mut maps = Vec::new();
         for want in &manifest.maps {
             let path = dir.join("maps").join(&want.name);
@@ -45,24 +50,16 @@ impl Adopted {
             maps.push((want.name.clone(), data));
         }
         let mut programs = Vec::new();
-        let loaded: Vec<_> = loaded_programs().flatten().collect();
         for l in &manifest.links {
             let path = dir.join("links").join(&l.file);
-            let link = PinnedLink::from_pin(&path)
+            PinnedLink::from_pin(&path)
                 .map_err(|e| PinError::Io(format!("open link {}: {e}", l.file)))?;
-            let link: aya::programs::links::FdLink = link.into();
-            let id = link
-                .info()
-                .map_err(|e| PinError::Io(format!("link {}: {e}", l.file)))?
-                .program_id();
-            let fd = loaded
-                .iter()
-                .find(|p| p.id() == id)
-                .and_then(|p| p.fd().ok())
-                .and_then(|fd| std::os::fd::AsFd::as_fd(&fd).try_clone_to_owned().ok());
-            if let Some(fd) = fd {
-                programs.push((l.program.clone(), fd));
+            if programs.iter().any(|(p, _)| p == &l.program) {
+                continue;
             }
+            let prog = bpffs::open_pin(&dir.join("progs").join(&l.program))
+                .map_err(|e| PinError::Io(format!("open program {}: {e}", l.program)))?;
+            programs.push((l.program.clone(), prog));
         }
         Ok(Self { maps, programs })
     }

@@ -1,17 +1,17 @@
 //! The BPF filesystem: whether a path is one, and the two calls aya does not expose
-//! for links it did not make (a link's fd from its id, and pinning an fd).
+//! for objects it did not make (pinning an fd, opening a pinned program).
 
 use std::{
     ffi::CString,
     io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::{FromRawFd, OwnedFd},
     path::Path,
 };
 
 /// `BPF_FS_MAGIC` of `statfs(2)`.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 const BPF_OBJ_PIN: libc::c_int = 6;
-const BPF_LINK_GET_FD_BY_ID: libc::c_int = 30;
+const BPF_OBJ_GET: libc::c_int = 7;
 
 /// Whether `path` is the root or a directory of a mounted bpffs.
 pub fn is_bpffs(path: &Path) -> io::Result<bool> {
@@ -25,26 +25,8 @@ pub fn is_bpffs(path: &Path) -> io::Result<bool> {
     Ok(st.f_type as i64 == BPF_FS_MAGIC)
 }
 
-/// An fd of the link with kernel id `id`.
-pub fn link_fd_by_id(id: u32) -> io::Result<OwnedFd> {
-    #[repr(C)]
-    struct Attr {
-        link_id: u32,
-        next_id: u32,
-        open_flags: u32,
-    }
-    let attr = Attr {
-        link_id: id,
-        next_id: 0,
-        open_flags: 0,
-    };
-    let fd = bpf(BPF_LINK_GET_FD_BY_ID, &attr)?;
-    // SAFETY: the kernel returned a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// Pins the object behind `fd` (a link here) at `path` on a bpffs.
-pub fn pin_fd(fd: &OwnedFd, path: &Path) -> io::Result<()> {
+/// Pins the object behind this process's `fd` (a link here) at `path` on a bpffs.
+pub fn pin_raw_fd(fd: i32, path: &Path) -> io::Result<()> {
     #[repr(C)]
     struct Attr {
         pathname: u64,
@@ -54,10 +36,29 @@ pub fn pin_fd(fd: &OwnedFd, path: &Path) -> io::Result<()> {
     let c = cstring(path)?;
     let attr = Attr {
         pathname: c.as_ptr() as u64,
-        bpf_fd: fd.as_raw_fd() as u32,
+        bpf_fd: fd as u32,
         file_flags: 0,
     };
     bpf(BPF_OBJ_PIN, &attr).map(|_| ())
+}
+
+/// An fd of the object pinned at `path` (a program here).
+pub fn open_pin(path: &Path) -> io::Result<OwnedFd> {
+    #[repr(C)]
+    struct Attr {
+        pathname: u64,
+        bpf_fd: u32,
+        file_flags: u32,
+    }
+    let c = cstring(path)?;
+    let attr = Attr {
+        pathname: c.as_ptr() as u64,
+        bpf_fd: 0,
+        file_flags: 0,
+    };
+    let fd = bpf(BPF_OBJ_GET, &attr)?;
+    // SAFETY: the kernel returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 fn bpf<T>(cmd: libc::c_int, attr: &T) -> io::Result<libc::c_long> {

@@ -1,12 +1,14 @@
 //! Pinning what a load made: every map the agent reads and every link of its
-//! programs, so that they outlive the process. Links are found by their program's id
-//! (aya keeps the links it made to itself). Before 5.15 tracepoints are attached
+//! programs, so that they outlive the process. aya keeps the links it made to itself:
+//! they are found among the process's own fds. Before 5.15 tracepoints are attached
 //! through perf events, which are no bpf_links and cannot be pinned: there nothing is
 //! (see [`super::place::Pins::new`]).
 
 use std::{collections::HashMap, path::Path};
 
-use aya::{Ebpf, programs::loaded_links};
+use aya::Ebpf;
+
+use crate::kernel::layout::Tracepoint;
 
 use super::{
     bpffs,
@@ -27,36 +29,63 @@ pub const MAPS: [&str; 9] = [
     "UNIX_KPROBE_CALLS",
 ];
 
-/// Pins the maps of [`MAPS`] under `dir/maps` and every link of `ebpf`'s programs
-/// under `dir/links`.
-pub fn pin_all(ebpf: &Ebpf, dir: &Path) -> Result<(Vec<LinkPin>, Vec<MapPin>), PinError> {
+/// Pins the maps of [`MAPS`] under `dir/maps`, every link of `ebpf`'s programs under
+/// `dir/links` and their programs under `dir/progs` (a new agent reads their
+/// skipped-run counts through them). Each tracepoint of `attached` must have a link
+/// (on its program or its BTF program), or nothing is pinned that a new agent would
+/// trust.
+pub fn pin_all(
+    ebpf: &mut Ebpf,
+    dir: &Path,
+    attached: &[Tracepoint],
+) -> Result<(Vec<LinkPin>, Vec<MapPin>), PinError> {
     let io = |what: &str, e: std::io::Error| PinError::Io(format!("{what}: {e}"));
     let programs: HashMap<u32, String> = ebpf
         .programs()
         .filter_map(|(name, p)| Some((p.info().ok()?.id(), name.to_string())))
         .collect();
-    let mut links = Vec::new();
+    let mut links: Vec<LinkPin> = Vec::new();
     std::fs::create_dir_all(dir.join("links")).map_err(|e| io("mkdir links", e))?;
-    for info in loaded_links().flatten() {
-        let Some(program) = programs.get(&info.program_id()) else {
+    for (fd, prog_id) in own_links().map_err(|e| io("list the agent's links", e))? {
+        let Some(program) = programs.get(&prog_id) else {
             continue;
         };
-        let fd = bpffs::link_fd_by_id(info.id()).map_err(|e| io("open a link", e))?;
-        let n = links
-            .iter()
-            .filter(|l: &&LinkPin| &l.program == program)
-            .count();
+        let n = links.iter().filter(|l| &l.program == program).count();
         let file = if n == 0 {
             program.clone()
         } else {
             format!("{program}-{n}")
         };
-        bpffs::pin_fd(&fd, &dir.join("links").join(&file))
+        bpffs::pin_raw_fd(fd, &dir.join("links").join(&file))
             .map_err(|e| io(&format!("pin link {file}"), e))?;
         links.push(LinkPin {
             file,
             program: program.clone(),
         });
+    }
+    let linked = |p: &str| links.iter().any(|l| l.program == p);
+    let unlinked: Vec<&str> = attached
+        .iter()
+        .filter(|tp| !linked(tp.program) && !tp.btf_program.is_some_and(linked))
+        .map(|tp| tp.name)
+        .collect();
+    if links.is_empty() || !unlinked.is_empty() {
+        return Err(PinError::Io(format!(
+            "no bpf_link found for the attached tracepoint(s) {unlinked:?}"
+        )));
+    }
+    std::fs::create_dir_all(dir.join("progs")).map_err(|e| io("mkdir progs", e))?;
+    let mut pinned_programs = Vec::new();
+    for l in &links {
+        if pinned_programs.contains(&l.program) {
+            continue;
+        }
+        let p = ebpf
+            .program_mut(&l.program)
+            .ok_or_else(|| PinError::Io(format!("no program {}", l.program)))?;
+        p.pin(dir.join("progs").join(&l.program))
+            .map_err(|e| PinError::Io(format!("pin program {}: {e}", l.program)))?;
+        pinned_programs.push(l.program.clone());
     }
     std::fs::create_dir_all(dir.join("maps")).map_err(|e| io("mkdir maps", e))?;
     let mut maps = Vec::new();
@@ -73,4 +102,47 @@ pub fn pin_all(ebpf: &Ebpf, dir: &Path) -> Result<(Vec<LinkPin>, Vec<MapPin>), P
         });
     }
     Ok((links, maps))
+}
+
+/// The bpf_links this process holds open (aya holds one fd per link it made), with
+/// their programs' ids, from `/proc/self/fd` and their fdinfo. Asking the kernel for
+/// links by id would need CAP_SYS_ADMIN, which the agent does not have.
+fn own_links() -> std::io::Result<Vec<(i32, u32)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd")?.flatten() {
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let is_link =
+            std::fs::read_link(entry.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:bpf_link");
+        if !is_link {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+        if let Some(prog_id) = fdinfo_field(&info, "prog_id") {
+            out.push((fd, prog_id));
+        }
+    }
+    Ok(out)
+}
+
+/// A numeric field of an fdinfo.
+fn fdinfo_field(fdinfo: &str, key: &str) -> Option<u32> {
+    fdinfo.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == key).then(|| v.trim().parse().ok())?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_links_program_is_read_from_its_fdinfo() {
+        let fdinfo = "pos:\t0\nflags:\t02000000\nmnt_id:\t15\nino:\t1057\n\
+                      link_type:\ttracing\nlink_id:\t7\nprog_tag:\tb7ba1bb7b5e8d9a3\n\
+                      prog_id:\t42\n";
+        assert_eq!(super::fdinfo_field(fdinfo, "prog_id"), Some(42));
+        assert_eq!(super::fdinfo_field(fdinfo, "link_id"), Some(7));
+        assert_eq!(super::fdinfo_field("pos:\t0\n", "prog_id"), None);
+    }
 }
