@@ -33,6 +33,25 @@ pub fn bpf_ids_of(pid: u32) -> (Vec<u64>, Vec<u64>) {
 
 /// Ids `bpftool <object> show` lists now.
 pub fn bpftool_ids(object: &str) -> Vec<u64> {
+    bpftool_show(object)
+        .iter()
+        .filter_map(|o| o["id"].as_u64())
+        .collect()
+}
+
+/// The links attached now whose program is one of `programs`, by id.
+pub fn links_of_programs(programs: &[u64]) -> Vec<u64> {
+    let mut ids: Vec<u64> = bpftool_show("link")
+        .iter()
+        .filter(|l| l["prog_id"].as_u64().is_some_and(|p| programs.contains(&p)))
+        .filter_map(|l| l["id"].as_u64())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// `bpftool <object> show --json`.
+fn bpftool_show(object: &str) -> Vec<Value> {
     let out = Command::new("bpftool")
         .args([object, "show", "--json"])
         .output()
@@ -43,11 +62,7 @@ pub fn bpftool_ids(object: &str) -> Vec<u64> {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|o| o["id"].as_u64())
-        .collect()
+    v.as_array().cloned().unwrap_or_default()
 }
 
 /// The entries of `pid`'s hash map `name` with u64 keys and u64 values (native byte
