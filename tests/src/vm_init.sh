@@ -155,16 +155,21 @@ say trace_rc $?
 emit trace_out /tmp/trace.out
 emit trace_err /tmp/trace.err
 
+# Waits (bounded) until the agent on 127.0.0.1:9965 is ready; $i: the 100 ms waits.
+wait_ready() {
+    i=0
+    until wget -q -O /dev/null http://127.0.0.1:9965/readyz 2>/dev/null; do
+        i=$((i + 1))
+        [ "$i" -gt 600 ] && break
+        usleep 100000
+    done
+}
+
 # 5. `run`: a classic startup race and a drain race, read back from /api/v1/incidents.
 $AGENT run --listen 127.0.0.1:9965 --pods-from none --events=false --stats-interval-seconds 5 \
     >/tmp/run.out 2>/tmp/run.err &
 RUN=$!
-i=0
-until wget -q -O /dev/null http://127.0.0.1:9965/readyz 2>/dev/null; do
-    i=$((i + 1))
-    [ "$i" -gt 600 ] && break
-    usleep 100000
-done
+wait_ready
 say run_ready "$i"
 incidents() { wget -q -O - "http://127.0.0.1:9965/api/v1/incidents$1" 2>/dev/null; }
 
@@ -237,12 +242,7 @@ PIN="--pin auto --bpffs /tmp/bpf --state-dir /tmp/state"
 start_run() {
     $AGENT run --listen 127.0.0.1:9965 --pods-from none --events=false $PIN >"/tmp/$1.out" 2>"/tmp/$1.err" &
     RUN=$!
-    i=0
-    until wget -q -O /dev/null http://127.0.0.1:9965/readyz 2>/dev/null; do
-        i=$((i + 1))
-        [ "$i" -gt 600 ] && break
-        usleep 100000
-    done
+    wait_ready
 }
 start_run restart_old
 POD5=$QOS/kubepods-burstable-pod$(echo "$POD5_UID" | tr - _).slice

@@ -64,14 +64,7 @@ fn case1_classic_sidecar_late_listener_in_a_deployment() {
     let c = cluster();
     let addr = c.agent_addr();
     let ns = &fresh_namespace("classic");
-    let mut proxy = shell("proxy", &late_listener(15001));
-    proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
-    c.apply(&deployment(
-        ns,
-        "checkout",
-        json!({"containers": [shell("app", &dialer(15001)), proxy]}),
-    ));
-    let pod = running_pod(ns, "checkout");
+    let pod = racing_checkout(ns, LATE_S);
     let (pod_name, pod_uid) = (name(&pod), uid(&pod));
     let refused = refused_printed(ns, &pod_name, "app");
     assert!(
@@ -384,19 +377,25 @@ fn wait_metric(addr: &str, series: &str) -> String {
     )
 }
 
+/// Deployment `checkout` in `ns`: an app dialing 127.0.0.1:15001 every 100 ms and a
+/// classic sidecar listening there `late_s` seconds late; its running pod.
+fn racing_checkout(ns: &str, late_s: u32) -> Value {
+    let mut proxy = shell("proxy", &late_listener_after(15001, late_s));
+    proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
+    cluster().apply(&deployment(
+        ns,
+        "checkout",
+        json!({"containers": [shell("app", &dialer(15001)), proxy]}),
+    ));
+    running_pod(ns, "checkout")
+}
+
 /// A classic late-listener Deployment `checkout` in a fresh namespace and its startup
 /// incident as the agent at `addr` reports it.
 fn classic_race(base: &str) -> (TestNamespace, Value, Value) {
     let c = cluster();
     let ns = fresh_namespace(base);
-    let mut proxy = shell("proxy", &late_listener(15001));
-    proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
-    c.apply(&deployment(
-        &ns,
-        "checkout",
-        json!({"containers": [shell("app", &dialer(15001)), proxy]}),
-    ));
-    let pod = running_pod(&ns, "checkout");
+    let pod = racing_checkout(&ns, LATE_S);
     let refused = refused_printed(&ns, &name(&pod), "app");
     let addr = c.agent_addr();
     let incident = wait_until("the startup incident", Duration::from_secs(30), || {
@@ -558,14 +557,7 @@ fn case15_a_rollout_restart_of_the_agents_mid_race_loses_no_refusal() {
     let c = cluster();
     let ns = &fresh_namespace("agent-rollout");
     // Late enough for the agents' whole rollout to happen inside the race.
-    let mut proxy = shell("proxy", &late_listener_after(15001, 30));
-    proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
-    c.apply(&deployment(
-        ns,
-        "checkout",
-        json!({"containers": [shell("app", &dialer(15001)), proxy]}),
-    ));
-    let pod = running_pod(ns, "checkout");
+    let pod = racing_checkout(ns, 30);
     let (pod_name, pod_uid) = (name(&pod), uid(&pod));
     let old = c.agent_pod();
     let open = wait_until("the open incident", Duration::from_secs(30), || {

@@ -3,7 +3,7 @@
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use super::{lint::LintArgs, report::ReportArgs, run::RunArgs, state::UnpinArgs, trace::TraceArgs};
+use super::{lint::LintArgs, report::ReportArgs, run::RunArgs, state::PlaceArgs, trace::TraceArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -82,7 +82,7 @@ pub enum Command {
     Lint(LintArgs),
     /// Remove what agents pinned on this node (their programs detach): after an
     /// uninstall. Waits for a running agent's lock.
-    Unpin(UnpinArgs),
+    Unpin(PlaceArgs),
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ pub use self::{
     lint::{FailOn, FixMode, LintArgs},
     report::ReportArgs,
     run::{AuthMode, RunArgs},
-    state::{PinMode, StateArgs, UnpinArgs},
+    state::{PinMode, PlaceArgs, StateArgs},
     trace::TraceArgs,
     values::clean_names,
 };

@@ -13,6 +13,20 @@ pub struct StateArgs {
     /// state goes with it (pins an earlier agent left are removed).
     #[arg(long, env = "SIDECAR_RACE_PIN", value_enum, default_value_t = PinMode::Auto)]
     pub pin: PinMode,
+    #[command(flatten)]
+    pub place: PlaceArgs,
+}
+
+/// `--pin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PinMode {
+    Auto,
+    Off,
+}
+
+/// Where the pins and the state directory are (`run`, and `unpin`, which removes them).
+#[derive(Debug, Clone, Args)]
+pub struct PlaceArgs {
     /// A mounted BPF filesystem; pins go under `<bpffs>/sidecar-race/`.
     #[arg(long, env = "SIDECAR_RACE_BPFFS", default_value = "/sys/fs/bpf")]
     pub bpffs: PathBuf,
@@ -26,31 +40,9 @@ pub struct StateArgs {
     pub state_dir: PathBuf,
 }
 
-/// `--pin`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PinMode {
-    Auto,
-    Off,
-}
-
-/// The same places for `unpin`, which has no --pin.
-#[derive(Debug, Clone, Args)]
-pub struct UnpinArgs {
-    /// The BPF filesystem the agents pinned under.
-    #[arg(long, env = "SIDECAR_RACE_BPFFS", default_value = "/sys/fs/bpf")]
-    pub bpffs: PathBuf,
-    /// The agents' state directory (its lock is taken first).
-    #[arg(
-        long,
-        env = "SIDECAR_RACE_STATE_DIR",
-        default_value = "/var/lib/sidecar-race"
-    )]
-    pub state_dir: PathBuf,
-}
-
 impl StateArgs {
     /// The checkpoint's file, when the agent keeps one.
     pub fn checkpoint(&self) -> Option<PathBuf> {
-        (self.pin == PinMode::Auto).then(|| self.state_dir.join("checkpoint.json"))
+        (self.pin == PinMode::Auto).then(|| self.place.state_dir.join("checkpoint.json"))
     }
 }

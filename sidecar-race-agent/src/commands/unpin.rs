@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use crate::{cli::UnpinArgs, kernel::pins::Pins, node_lock::NodeLock};
+use crate::{cli::PlaceArgs, kernel::pins::Pins, node_lock::NodeLock};
 
 /// How long `unpin` waits for a running agent to release the node.
 const WAIT: Duration = Duration::from_secs(10);
 
-pub fn run(args: &UnpinArgs) -> anyhow::Result<()> {
+pub fn run(args: &PlaceArgs) -> anyhow::Result<()> {
     let _lock = NodeLock::acquire(&args.state_dir, WAIT)?;
     let pins = Pins::new(&args.bpffs, &args.state_dir).map_err(anyhow::Error::msg)?;
     let removed = pins.remove_others(None);

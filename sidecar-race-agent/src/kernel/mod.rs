@@ -12,6 +12,7 @@ pub mod btf;
 pub mod charge_points;
 pub mod counters;
 mod evicted;
+pub mod fdinfo;
 pub mod globals;
 pub mod layout;
 pub mod lockdown;

@@ -65,22 +65,5 @@ impl RecursionMisses {
 
 /// `recursion_misses` of a program fd's fdinfo.
 fn parse(fdinfo: &str) -> Option<u64> {
-    fdinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("recursion_misses:")?.trim().parse().ok())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn recursion_misses_are_read_from_a_programs_fdinfo() {
-        let fdinfo = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\n\
-                      prog_type:\t5\nprog_jited:\t1\nprog_tag:\tb7ba1bb7b5e8d9a3\n\
-                      memlock:\t4096\nprog_id:\t42\nrun_time_ns:\t0\nrun_cnt:\t0\n\
-                      recursion_misses:\t17\nverified_insns:\t312\n";
-        assert_eq!(parse(fdinfo), Some(17));
-        assert_eq!(parse("prog_id:\t42\nrun_cnt:\t0\n"), None, "before 5.12");
-    }
+    super::fdinfo::field(fdinfo, "recursion_misses")
 }

@@ -117,9 +117,9 @@ const LOCK_WAIT: Duration = Duration::from_secs(60);
 /// Starts the agent as the node's one owner of pinned state (`--pin=auto`: the lock,
 /// then pins adopted or made), or unpinned, removing what an earlier agent pinned.
 fn start_owned(opts: &RunOptions) -> anyhow::Result<(agent::Agent, Option<NodeLock>)> {
-    let state = &opts.state;
+    let (pin, state) = (opts.state.pin, &opts.state.place);
     let mut agent_opts = opts.agent.clone();
-    if state.pin == PinMode::Off {
+    if pin == PinMode::Off {
         let agent = agent::start(&agent_opts)?;
         unpin_leftovers(&state.bpffs, &state.state_dir);
         return Ok((agent, None));

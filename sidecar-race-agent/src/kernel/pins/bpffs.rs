@@ -27,23 +27,18 @@ pub fn is_bpffs(path: &Path) -> io::Result<bool> {
 
 /// Pins the object behind this process's `fd` (a link here) at `path` on a bpffs.
 pub fn pin_raw_fd(fd: i32, path: &Path) -> io::Result<()> {
-    #[repr(C)]
-    struct Attr {
-        pathname: u64,
-        bpf_fd: u32,
-        file_flags: u32,
-    }
-    let c = cstring(path)?;
-    let attr = Attr {
-        pathname: c.as_ptr() as u64,
-        bpf_fd: fd as u32,
-        file_flags: 0,
-    };
-    bpf(BPF_OBJ_PIN, &attr).map(|_| ())
+    obj(BPF_OBJ_PIN, path, fd as u32).map(|_| ())
 }
 
 /// An fd of the object pinned at `path` (a program here).
 pub fn open_pin(path: &Path) -> io::Result<OwnedFd> {
+    let fd = obj(BPF_OBJ_GET, path, 0)?;
+    // SAFETY: the kernel returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `BPF_OBJ_PIN` or `BPF_OBJ_GET` of `path` (with `fd` to pin).
+fn obj(cmd: libc::c_int, path: &Path, fd: u32) -> io::Result<libc::c_long> {
     #[repr(C)]
     struct Attr {
         pathname: u64,
@@ -53,12 +48,10 @@ pub fn open_pin(path: &Path) -> io::Result<OwnedFd> {
     let c = cstring(path)?;
     let attr = Attr {
         pathname: c.as_ptr() as u64,
-        bpf_fd: 0,
+        bpf_fd: fd,
         file_flags: 0,
     };
-    let fd = bpf(BPF_OBJ_GET, &attr)?;
-    // SAFETY: the kernel returned a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    bpf(cmd, &attr)
 }
 
 fn bpf<T>(cmd: libc::c_int, attr: &T) -> io::Result<libc::c_long> {

@@ -8,7 +8,7 @@ use std::{collections::HashMap, path::Path};
 
 use aya::Ebpf;
 
-use crate::kernel::layout::Tracepoint;
+use crate::kernel::{fdinfo, layout::Tracepoint};
 
 use super::{
     bpffs,
@@ -119,30 +119,9 @@ fn own_links() -> std::io::Result<Vec<(i32, u32)>> {
             continue;
         }
         let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
-        if let Some(prog_id) = fdinfo_field(&info, "prog_id") {
-            out.push((fd, prog_id));
+        if let Some(prog_id) = fdinfo::field(&info, "prog_id") {
+            out.push((fd, prog_id as u32));
         }
     }
     Ok(out)
-}
-
-/// A numeric field of an fdinfo.
-fn fdinfo_field(fdinfo: &str, key: &str) -> Option<u32> {
-    fdinfo.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        (k.trim() == key).then(|| v.trim().parse().ok())?
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_links_program_is_read_from_its_fdinfo() {
-        let fdinfo = "pos:\t0\nflags:\t02000000\nmnt_id:\t15\nino:\t1057\n\
-                      link_type:\ttracing\nlink_id:\t7\nprog_tag:\tb7ba1bb7b5e8d9a3\n\
-                      prog_id:\t42\n";
-        assert_eq!(super::fdinfo_field(fdinfo, "prog_id"), Some(42));
-        assert_eq!(super::fdinfo_field(fdinfo, "link_id"), Some(7));
-        assert_eq!(super::fdinfo_field("pos:\t0\n", "prog_id"), None);
-    }
 }
