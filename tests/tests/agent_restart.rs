@@ -98,6 +98,11 @@ fn a_startup_race_across_an_agent_restart_is_one_incident_with_every_refusal() {
         "window {} vs the proxy's {truth} s delay: {i:#}",
         window(&i)
     );
+    eprintln!(
+        "SIGTERM restart: {} of {refused} refusals in the incident, window {:.3} s (truth {truth} s)",
+        i["refused_count"],
+        window(&i)
+    );
     assert_eq!(place.keys().len(), 1, "one build, one set of pins");
     new.stop();
     let _ = std::fs::remove_file(pods_file);
