@@ -27,6 +27,11 @@ fn window(i: &Value) -> f64 {
 
 /// A pinning agent reading the pods file `source`.
 fn agent(place: &PinnedPlace, source: &str) -> RunAgent {
+    agent_with(place, source, &[])
+}
+
+/// [`agent`] with `extra` arguments (another load option: another build's key).
+fn agent_with(place: &PinnedPlace, source: &str, extra: &[&str]) -> RunAgent {
     let mut args = vec![
         "--pods-from".to_string(),
         source.to_string(),
@@ -34,6 +39,7 @@ fn agent(place: &PinnedPlace, source: &str) -> RunAgent {
         "0.1".into(),
     ];
     args.extend(place.args());
+    args.extend(extra.iter().map(|a| a.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     RunAgent::start(&args)
 }
@@ -139,6 +145,47 @@ fn a_killed_agent_loses_at_most_what_it_read_since_its_last_checkpoint_and_says_
         "{seen} of {refused} refusals after a kill -9: {i:#}"
     );
     eprintln!("kill -9: {} of {refused} refusals lost", refused - seen);
+    new.stop();
+    let _ = std::fs::remove_file(pods_file);
+}
+
+#[test]
+fn a_new_build_takes_over_mid_race_without_losing_or_doubling_a_refusal() {
+    if !is_root_or_skip("a_new_build_takes_over_mid_race_without_losing_or_doubling_a_refusal") {
+        return;
+    }
+    let place = PinnedPlace::new("handover");
+    let (pods_file, source) = empty_pods_file("handover");
+    let old = agent(&place, &source);
+    old.wait_log(&["programs and maps pinned"], Duration::from_secs(5));
+    let old_keys = place.keys();
+    let (mut pod, app, started) = race("handover", &pods_file, LATE_MS);
+    std::thread::sleep(Duration::from_millis(1_500).saturating_sub(started.elapsed()));
+    old.stop();
+    // Another ring size is another layout key: the new agent loads its own programs
+    // beside the old ones, then takes over what the old rings hold.
+    let new = agent_with(&place, &source, &["--ring-buffer-bytes", "2097152"]);
+    new.wait_log(
+        &["read what an earlier build's agent left"],
+        Duration::from_secs(5),
+    );
+    let keys = place.keys();
+    assert!(
+        keys.len() == 1 && keys != old_keys,
+        "{old_keys:?} → {keys:?}: the old pins went"
+    );
+    let refused = app.refused(&mut pod);
+    let i = new.one_resolved_holding(&pod.uid, refused, Duration::from_secs(15));
+    assert_eq!(
+        i["refused_count"].as_u64(),
+        Some(refused),
+        "every refusal once, across the handover: {i:#}"
+    );
+    assert!(
+        (window(&i) - LATE_MS as f64 / 1000.0).abs() <= 0.3,
+        "window {}: {i:#}",
+        window(&i)
+    );
     new.stop();
     let _ = std::fs::remove_file(pods_file);
 }
