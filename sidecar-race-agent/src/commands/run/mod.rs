@@ -99,12 +99,15 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
         .as_ref()
         .map(|o| Exporter::new(&o.endpoint, o.interval))
         .transpose()?;
+    // Before anything is loaded: a SIGTERM while the agent starts stops it cleanly
+    // (with its checkpoint) once the loop runs, instead of killing it.
+    let signal = Box::pin(shutdown::signal());
     let (agent, lock) = start_owned(&opts)?;
     if lock.is_none() {
         // Not the node's owner of kept state: nothing to restore or leave behind.
         opts.checkpoint = None;
     }
-    match tokio::spawn(daemon(opts, agent, otlp)).await {
+    match tokio::spawn(daemon(opts, agent, otlp, signal)).await {
         Ok(result) => result,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(e) => Err(anyhow::anyhow!("the daemon task was cancelled: {e}")),
@@ -171,6 +174,7 @@ async fn daemon(
     opts: RunOptions,
     agent: agent::Agent,
     otlp: Option<Exporter>,
+    mut signal: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 ) -> anyhow::Result<()> {
     let agent::Agent {
         env,
@@ -310,8 +314,6 @@ async fn daemon(
     let mut periodic = tokio::time::interval(checkpoint::EVERY);
     periodic.tick().await;
     let (mut read_since_saved, mut save_failing) = (false, false);
-    let signal = shutdown::signal();
-    tokio::pin!(signal);
     let mut stopping = false;
     let lock = || pipeline.lock();
     let mut charge_points = ChargePoints::with_marked(probes.charge_point_ids());
