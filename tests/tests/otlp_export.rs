@@ -275,8 +275,11 @@ fn otlp_push_carries_every_family_of_the_exposition_to_a_real_collector() {
             .get(key)
             .unwrap_or_else(|| panic!("{key:?} was pushed, not scraped"));
         let (low, high) = (first.min(last), first.max(last));
+        // serde_json parses a float to within an ulp or so of it (without its
+        // float_roundtrip feature): sums of windows are compared that closely.
+        let ulps = 4.0 * f64::EPSILON * high.abs().max(1.0);
         assert!(
-            low <= *value && *value <= high,
+            low - ulps <= *value && *value <= high + ulps,
             "{key:?}: pushed {value}, scraped {first} then {last}"
         );
     }
