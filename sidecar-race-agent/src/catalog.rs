@@ -51,6 +51,9 @@ pub struct Sidecar {
     pub health: Option<Health>,
     #[serde(default)]
     pub uses_listener: bool,
+    /// Its images have no shell: an exec probe cannot run in them.
+    #[serde(default)]
+    pub no_shell: bool,
     pub listener_port: Option<u16>,
     /// The pod annotation that moves the listener off `listener_port`.
     pub listener_port_annotation: Option<String>,
@@ -73,6 +76,9 @@ pub struct Ready {
     /// The port is configurable: count it only when the container declares it.
     #[serde(default)]
     pub only_if_declared: bool,
+    /// What makes it serve the endpoint where the kubelet reaches it, said to the user
+    /// when the container does not declare the port.
+    pub enable: Option<String>,
 }
 
 /// A readiness endpoint served only when flags ask for it.

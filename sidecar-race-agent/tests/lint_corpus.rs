@@ -174,8 +174,10 @@ fn a_known_sidecar_without_a_known_port_is_still_a_finding_and_no_port_is_invent
 }
 
 #[test]
-fn a_classic_sidecar_serving_a_unix_socket_the_app_mounts_gets_an_exec_probe_on_it() {
-    // The app names the socket at its own mount; the probe tests it at the sidecar's.
+fn a_classic_sidecar_serving_a_unix_socket_the_app_mounts_gets_a_probe_its_image_can_run() {
+    // The app names the socket at its own mount; the finding names it at the
+    // sidecar's. The collector's image is built FROM scratch: no shell for an exec
+    // probe, so --fix makes it native without one and says what would give one.
     let f = findings(&["otel-collector-uds.yaml"], None);
     let (_, _, severity, reason, fix) = &f[0];
     assert_eq!(severity, "error");
@@ -184,18 +186,37 @@ fn a_classic_sidecar_serving_a_unix_socket_the_app_mounts_gets_an_exec_probe_on_
         "{reason}"
     );
     assert!(
-        fix.contains("a startupProbe (exec `sh -c 'test -S /sockets/otlp.sock'`, which tests the Unix socket as a tcpSocket probe cannot; the image needs a shell)"),
-        "the fix text says what --fix does: {fix}"
+        fix.contains("otc-container's image has no shell, so no exec probe can test a Unix socket at /sockets/otlp.sock (volume otel-socket): no startupProbe is added; serve its readiness endpoint on port 13133 (the health_check extension with `endpoint: 0.0.0.0:13133` in its config) and declare that containerPort"),
+        "the fix text says what --fix does and cannot: {fix}"
     );
     let fixed = lint(&["--fix", "otel-collector-uds.yaml"], None);
     assert!(
         fixed.contains(
             "      initContainers:\n      - name: otc-container\n        image: otel/opentelemetry-collector-contrib:0.120.0\n        restartPolicy: Always\n"
-        ) && fixed.contains(
-            "        startupProbe:\n          exec:\n            command:\n            - sh\n            - -c\n            - test -S /sockets/otlp.sock\n"
-        ),
+        ) && !fixed.contains("startupProbe"),
         "{fixed}"
     );
+
+    // With its health_check port declared, the collector's readiness endpoint is the
+    // probe (the one its Helm chart uses).
+    let original = std::fs::read_to_string(dir().join("otel-collector-uds.yaml")).unwrap();
+    let declared = original.replace(
+        "        - --config=/conf/collector.yaml\n",
+        "        - --config=/conf/collector.yaml\n        ports:\n        - {name: health, containerPort: 13133}\n",
+    );
+    assert_ne!(declared, original);
+    let (_, id, _, _, fix) = &findings(&["-"], Some(&declared))[0];
+    assert_eq!(id, "SR012");
+    assert!(
+        fix.contains("a startupProbe (httpGet / on port 13133)"),
+        "{fix}"
+    );
+    let fixed = lint(&["--fix", "-"], Some(&declared));
+    assert!(
+        fixed.contains("        startupProbe:\n          httpGet:\n            path: /\n            port: 13133\n"),
+        "{fixed}"
+    );
+    assert!(findings(&["-"], Some(&fixed)).is_empty(), "{fixed}");
 
     // A known proxy's socket directory (--unix-socket): its own /startup endpoint,
     // which needs no shell in a distroless image, beats a test of the socket.
@@ -315,9 +336,11 @@ fn after_the_fix_only_what_the_fix_cannot_do_is_left() {
             only_injected,
             "{file}: --fix changes it unless it cannot"
         );
+        // Left: injection (SR011) and a probe --fix says it cannot give (SR003).
         let left = findings(&["-"], Some(&fixed));
         assert!(
-            left.iter().all(|(_, id, ..)| id == "SR011"),
+            left.iter().all(|(_, id, _, _, fix)| id == "SR011"
+                || (id == "SR003" && fix.contains("no startupProbe is added"))),
             "{file} after --fix: {left:?}"
         );
     }

@@ -25,14 +25,17 @@ pub fn sidecar(c: &ContainerInfo) -> Option<&'static Sidecar> {
 }
 
 /// The sidecar serves the app (a proxy, or an agent with a listener the app may
-/// use), as against one that only ships logs or telemetry.
+/// use), as against one that only ships logs or telemetry, or that serves only an
+/// app seen dialing it (`uses_listener`: a collector's readiness endpoint is no
+/// sign that the app sends to it).
 pub fn serves_app(s: &Sidecar) -> bool {
-    !(s.redirect_ports.is_empty()
-        && s.ports.is_empty()
-        && s.port_flags.is_empty()
-        && s.address_flags.is_empty()
-        && s.ready.is_none()
-        && s.health.is_none())
+    !s.uses_listener
+        && !(s.redirect_ports.is_empty()
+            && s.ports.is_empty()
+            && s.port_flags.is_empty()
+            && s.address_flags.is_empty()
+            && s.ready.is_none()
+            && s.health.is_none())
 }
 
 /// The ports a known sidecar gets by redirect (no client names them).

@@ -2,6 +2,7 @@
 //! and who dials them, the startupProbe a fix gives, and how findings name them.
 
 use crate::{
+    catalog::Sidecar,
     inventory::pod_info::{ContainerInfo, Role},
     lint::{known, options::Options, refs, sockets, workload::Workload},
 };
@@ -143,6 +144,9 @@ pub fn probe_for(w: &Workload, sidecar: &ContainerInfo, opts: &Options) -> Probe
         return ProbePlan::Add(ProbeSpec::Tcp { port }, Vec::new());
     }
     if let Some(socket) = sockets::shared(w, sidecar).first() {
+        if let Some(s) = known::sidecar(sidecar).filter(|s| s.no_shell) {
+            return ProbePlan::Unknown(no_shell_reason(&sidecar.name, s, socket));
+        }
         return ProbePlan::Add(
             ProbeSpec::Socket {
                 test: socket.test(),
@@ -162,6 +166,26 @@ pub fn probe_for(w: &Workload, sidecar: &ContainerInfo, opts: &Options) -> Probe
             sidecar.name
         )),
     }
+}
+
+/// Why a known sidecar without a shell gets no probe of the socket it serves, and
+/// what would let `--fix` give one (its readiness endpoint, where it has one).
+fn no_shell_reason(name: &str, s: &Sidecar, socket: &sockets::SharedSocket) -> String {
+    let mut why = format!(
+        "{name}'s image has no shell, so no exec probe can test {}: no startupProbe is added",
+        socket.describe()
+    );
+    if let Some(r) = &s.ready {
+        let enable = r
+            .enable
+            .as_deref()
+            .map_or(String::new(), |e| format!(" ({e})"));
+        why.push_str(&format!(
+            "; serve its readiness endpoint on port {}{enable} and declare that containerPort, and --fix probes httpGet {} on it",
+            r.port, r.path
+        ));
+    }
+    why
 }
 
 /// The plan for a sidecar that may already have a startupProbe.

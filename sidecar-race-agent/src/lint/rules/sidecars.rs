@@ -117,11 +117,17 @@ fn classic_socket(
                     names(&containers[1..]),
                     if containers.len() == 2 { "s" } else { "" }
                 ),
-                format!(
-                    "Move {} to initContainers with restartPolicy: Always{}, so the app starts once it serves and it stops after the app",
-                    s.name,
-                    probe_plan(w, s, opts).clause(&s.name)
-                ),
+                match probe_plan(w, s, opts) {
+                    ProbePlan::Unknown(why) => format!(
+                        "Move {} to initContainers with restartPolicy: Always, so that it stops after the app; {why} (without one, the app starts once it has started, not once it serves)",
+                        s.name
+                    ),
+                    plan => format!(
+                        "Move {} to initContainers with restartPolicy: Always{}, so the app starts once it serves and it stops after the app",
+                        s.name,
+                        plan.clause(&s.name)
+                    ),
+                },
             ),
     );
 }
