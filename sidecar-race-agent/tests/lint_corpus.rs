@@ -205,7 +205,10 @@ fn a_classic_sidecar_serving_a_unix_socket_the_app_mounts_gets_a_probe_its_image
         "        - --config=/conf/collector.yaml\n        ports:\n        - {name: health, containerPort: 13133}\n",
     );
     assert_ne!(declared, original);
-    let (_, id, _, _, fix) = &findings(&["-"], Some(&declared))[0];
+    let declared_findings = findings(&["-"], Some(&declared));
+    // The health port is the kubelet's, not one the app races: no SR001 for it.
+    assert_eq!(declared_findings.len(), 1, "{declared_findings:?}");
+    let (_, id, _, _, fix) = &declared_findings[0];
     assert_eq!(id, "SR012");
     assert!(
         fix.contains("a startupProbe (httpGet / on port 13133)"),
