@@ -3,7 +3,10 @@
 use std::net::SocketAddr;
 
 use super::incident::{Kind, Phase};
-use crate::inventory::pod_info::{Pattern, ProbeTarget};
+use crate::{
+    catalog::Sidecar,
+    inventory::pod_info::{Pattern, ProbeTarget},
+};
 
 /// What the advice is about.
 pub struct Subject<'a> {
@@ -31,6 +34,8 @@ pub struct Subject<'a> {
     /// For a Unix socket incident: the socket as the client dialed it, and as the
     /// serving container binds it (through its own mount of the volume), if known.
     pub socket: Option<(&'a str, Option<&'a str>)>,
+    /// The serving container is this known sidecar (`crate::catalog`).
+    pub known: Option<&'a Sidecar>,
 }
 
 impl Subject<'_> {
@@ -43,9 +48,28 @@ impl Subject<'_> {
     }
 
     /// The startupProbe that would hold the client back until the target serves: a
-    /// tcpSocket probe cannot test a Unix socket, an exec probe that connects can.
+    /// known sidecar's health endpoint where its flags serve one; a tcpSocket probe
+    /// cannot test a Unix socket, an exec probe that connects can, where the image
+    /// has a shell.
     pub fn probe(&self) -> String {
+        // A health endpoint its flags turn on: its port for the app may be loopback
+        // only (the Cloud SQL proxy's), where a kubelet probe cannot reach.
+        if let Some(h) = self.known.and_then(|k| k.health.as_ref()) {
+            return format!(
+                "a startupProbe on its readiness endpoint (httpGet {} on its {} port, {} by default, served with {} and {}=0.0.0.0 where the kubelet reaches it)",
+                h.path, h.port_flag, h.default_port, h.enable_flag, h.address_flag
+            );
+        }
         match self.socket {
+            Some(_) if let Some(known) = self.known.filter(|k| k.no_shell) => match &known.ready {
+                Some(r) => format!(
+                    "a startupProbe on its readiness endpoint (httpGet {} on port {}{}; its image has no shell for an exec probe of the socket)",
+                    r.path,
+                    r.port,
+                    r.enable.as_deref().map_or(String::new(), |e| format!(", {e}"))
+                ),
+                None => "a startupProbe that tests the socket (its image has no shell for an exec probe: it needs a readiness endpoint)".to_string(),
+            },
             Some((dialed, served)) => {
                 let path = served.unwrap_or(dialed);
                 format!(
@@ -217,7 +241,59 @@ mod tests {
             listening_on: None,
             dialed: None,
             socket: None,
+            known: None,
         })
+    }
+
+    #[test]
+    fn a_sidecar_whose_image_has_no_shell_gets_its_readiness_endpoint_not_an_exec_probe() {
+        let collector = crate::catalog::CATALOG
+            .sidecar("otel-collector")
+            .expect("the collector in the catalog");
+        let text = advice(&Subject {
+            kind: Kind::SidecarRace,
+            phase: Phase::Startup,
+            pattern: Pattern::Classic,
+            container: Some("app"),
+            sidecar: Some("otc-container"),
+            port: 0,
+            dialed_port: None,
+            startup_probe: None,
+            roles_known: true,
+            client_is_sidecar: false,
+            listening_on: None,
+            dialed: None,
+            socket: Some(("/var/run/otel/otlp.sock", Some("/sockets/otlp.sock"))),
+            known: Some(collector),
+        });
+        assert_eq!(
+            text,
+            "Move otc-container from containers to initContainers with restartPolicy: Always and give it a startupProbe on its readiness endpoint (httpGet / on port 13133, the health_check extension with `endpoint: 0.0.0.0:13133` in its config; its image has no shell for an exec probe of the socket), so app starts only once otc-container serves."
+        );
+    }
+
+    #[test]
+    fn a_proxy_with_a_health_endpoint_gets_it_not_a_probe_of_its_loopback_port() {
+        let text = advice(&Subject {
+            kind: Kind::SidecarRace,
+            phase: Phase::Startup,
+            pattern: Pattern::Classic,
+            container: Some("app"),
+            sidecar: Some("cloud-sql-proxy"),
+            port: 5432,
+            dialed_port: None,
+            startup_probe: None,
+            roles_known: true,
+            client_is_sidecar: false,
+            listening_on: None,
+            dialed: None,
+            socket: None,
+            known: crate::catalog::CATALOG.sidecar("cloud-sql-proxy"),
+        });
+        assert_eq!(
+            text,
+            "Move cloud-sql-proxy from containers to initContainers with restartPolicy: Always and give it a startupProbe on its readiness endpoint (httpGet /startup on its --http-port port, 9090 by default, served with --health-check and --http-address=0.0.0.0 where the kubelet reaches it), so app starts only once cloud-sql-proxy serves."
+        );
     }
 
     #[test]
@@ -237,6 +313,7 @@ mod tests {
                 listening_on: None,
                 dialed: None,
                 socket: Some(("/var/run/dapr/app.sock", served)),
+                known: None,
             })
         };
         assert_eq!(

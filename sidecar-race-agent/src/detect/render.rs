@@ -11,6 +11,7 @@ use super::{
 use crate::inventory::{
     pod_info::{Pattern, Role, Workload},
     pod_meta::PodMeta,
+    sidecars,
 };
 
 pub use super::socket_view::SocketView;
@@ -153,10 +154,10 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         (Some(p), Some(name)) => p.pattern(name),
         _ => Pattern::Unknown,
     };
-    let startup_probe = pod
+    let sidecar_info = pod
         .zip(sidecar.as_deref())
-        .and_then(|(p, name)| p.container(name))
-        .and_then(|c| c.startup_probe.as_ref());
+        .and_then(|(p, name)| p.container(name));
+    let startup_probe = sidecar_info.and_then(|c| c.startup_probe.as_ref());
     let wait_tool = inc.processes.wait_tool();
     let socket_in_sidecar = inc.socket.as_ref().and_then(|s| {
         let served_by = pod?.container(sidecar.as_deref()?)?;
@@ -179,6 +180,7 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
             .socket
             .as_ref()
             .map(|s| (s.path.as_str(), socket_in_sidecar.as_deref())),
+        known: sidecar_info.and_then(sidecars::known),
     };
     let mut advice = advice(&subject);
     if let Some(tool) = wait_tool.filter(|_| shows_workaround(kind, inc.phase)) {

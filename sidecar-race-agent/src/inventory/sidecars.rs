@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::catalog::CATALOG;
+use super::pod_info::ContainerInfo;
+use crate::catalog::{CATALOG, Sidecar};
 
 /// The pod annotation that declares classic sidecars explicitly.
 pub const ANNOTATION: &str = "sidecar-race.io/sidecars";
@@ -115,6 +116,18 @@ pub fn repository_name(image: &str) -> &str {
     let without_digest = image.split('@').next().unwrap_or(image);
     let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
     last.split(':').next().unwrap_or(last)
+}
+
+/// The known sidecar (`crate::catalog`) container `c` is, by name first, then image.
+pub fn known(c: &ContainerInfo) -> Option<&'static Sidecar> {
+    let sidecars = &CATALOG.sidecars;
+    sidecars
+        .iter()
+        .find(|s| s.containers.contains(&c.name))
+        .or_else(|| {
+            let repo = repository_name(c.image.as_deref()?);
+            sidecars.iter().find(|s| s.images.iter().any(|i| i == repo))
+        })
 }
 
 fn known_image(image: &str) -> bool {

@@ -8,20 +8,13 @@ use k8s_openapi::api::core::v1::Container;
 
 use super::workload::Workload;
 use crate::{
-    catalog::{CATALOG, Sidecar},
-    inventory::{pod_info::ContainerInfo, sidecars::repository_name},
+    catalog::Sidecar,
+    inventory::{pod_info::ContainerInfo, sidecars},
 };
 
 /// The known sidecar `c` is, by name first, then image.
 pub fn sidecar(c: &ContainerInfo) -> Option<&'static Sidecar> {
-    let sidecars = &CATALOG.sidecars;
-    sidecars
-        .iter()
-        .find(|s| s.containers.contains(&c.name))
-        .or_else(|| {
-            let repo = repository_name(c.image.as_deref()?);
-            sidecars.iter().find(|s| s.images.iter().any(|i| i == repo))
-        })
+    sidecars::known(c)
 }
 
 /// The sidecar serves the app (a proxy, or an agent with a listener the app may
@@ -329,6 +322,7 @@ pub fn istio_holds_application(w: &Workload) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::CATALOG;
 
     fn typed(v: serde_json::Value) -> Container {
         serde_json::from_value(v).unwrap()

@@ -106,6 +106,7 @@ pub(super) fn fix(i: &IncidentCount, r: &RefusalCount) -> Fix {
         listening_on: None,
         dialed: None,
         socket: None,
+        known: None,
     };
     let mut advice_text = advice(&subject);
     if r.guarded && shows_workaround(kind, phase) {
@@ -149,6 +150,7 @@ pub(super) fn stuck_job_fix(sidecar: &str) -> Fix {
             listening_on: None,
             dialed: None,
             socket: None,
+            known: None,
         }),
         kind: Kind::StuckJob,
         phase: Phase::Drain,

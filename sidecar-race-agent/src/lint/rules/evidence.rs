@@ -68,7 +68,12 @@ impl ProbePlan {
 /// the kubelet's probes reach (a collector's declared health_check port).
 pub fn served_ports(w: &Workload, c: &ContainerInfo) -> Vec<u16> {
     let ready = known::ready_endpoint(c, w.container(&c.name)).map(|e| e.port);
-    let mut ports: Vec<u16> = c.ports.iter().copied().filter(|p| Some(*p) != ready).collect();
+    let mut ports: Vec<u16> = c
+        .ports
+        .iter()
+        .copied()
+        .filter(|p| Some(*p) != ready)
+        .collect();
     let mut more: Vec<u16> = known::redirect_ports(c).to_vec();
     if let (Some(s), Some(t)) = (known::sidecar(c), w.container(&c.name)) {
         more.extend(known::flag_ports(s, t));
