@@ -5,10 +5,12 @@
 //! (`operator`), a real Prometheus (`prometheus`), Debian's Prometheus on the real
 //! operator's configuration (`operator_prometheus`), a real OpenTelemetry Collector
 //! (`otelcol`), the kernel tier's VMs (`vm`), the
-//! cluster tier's cases (`cluster`) and the commands of the docs (`docs`).
+//! cluster tier's cases (`cluster`, and what its case files share: `cluster_cases`) and
+//! the commands of the docs (`docs`).
 
 pub mod bench_verdicts;
 pub mod bpf;
+pub mod cluster_cases;
 pub mod cri;
 pub mod docs;
 pub mod fake_api;
@@ -24,5 +26,5 @@ pub mod vm_arch;
 // The simulated pod kit and the cluster's view, where the tests have always found them.
 pub use sidecar_race_kit::{
     agent, cluster, flood, glibc_fleet, http, operator_prometheus, otelcol, pinned, pod,
-    prometheus, root, scenario, stand_in,
+    prometheus, real_sidecars, root, scenario, stand_in,
 };

@@ -18,6 +18,9 @@ use sidecar_race_tests::{
         container_pids, container_status, name, refused_printed, running_pod, running_pod_matching,
         uid, wait_event, wait_until,
     },
+    cluster_cases::{
+        fresh_namespace, incidents_of, lint_fixed, metrics, named_and_resolved, namespace_series,
+    },
     glibc_fleet,
     http::{get, get_as},
     operator_prometheus::{
@@ -28,35 +31,6 @@ use sidecar_race_tests::{
         LATE_S, deployment, dialer, late_listener, late_listener_after, listen, listener, shell,
     },
 };
-
-/// A namespace of this run (the agent's counters are per namespace and workload, so
-/// a second run against the same cluster starts from zero too), deleted when the case
-/// ends, passed or failed.
-fn fresh_namespace(base: &str) -> TestNamespace {
-    TestNamespace::create(format!("{base}-{}", std::process::id()))
-}
-
-/// Resolved, with the client container named (the kubelet pod source learns container
-/// IDs from its next poll of /pods, up to --pods-poll-seconds after the race).
-fn named_and_resolved(i: &Value) -> bool {
-    i["state"] == "resolved" && i["container"].is_string()
-}
-
-/// The agent's incidents for one pod UID (read with the scraper's token: the
-/// DaemonSet runs the agent with `--auth kubernetes`).
-fn incidents_of(addr: &str, uid: &str) -> Vec<Value> {
-    incidents_at_as(addr, "", Some(cluster().scraper_token()))
-        .into_iter()
-        .filter(|i| i["pod_uid"] == uid)
-        .collect()
-}
-
-fn metrics(addr: &str) -> String {
-    let (status, body) = get_as(addr, "/metrics", Some(cluster().scraper_token()))
-        .expect("the agent's /metrics answers");
-    assert_eq!(status, 200, "{body}");
-    body
-}
 
 #[test]
 #[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
@@ -1190,20 +1164,6 @@ fn pod_selector(w: &Value) -> String {
         .join(",")
 }
 
-/// `sidecar-race-agent lint --fix` of `manifest` (for Kubernetes 1.34), parsed.
-fn lint_fixed(manifest: &Value) -> Value {
-    let file = std::env::temp_dir().join(format!("sr-corpus-{}.yaml", std::process::id()));
-    std::fs::write(&file, manifest.to_string()).unwrap();
-    let out = sidecar_race_tests::tools::run(
-        std::process::Command::new(agent_binary())
-            .args(["lint", "--kube-version", "1.34", "--fix"])
-            .arg(&file),
-        None,
-    );
-    let _ = std::fs::remove_file(&file);
-    serde_saphyr::from_str(&out).unwrap_or_else(|e| panic!("lint --fix output ({e}):\n{out}"))
-}
-
 /// A stand-in proxy: `LATE_S` seconds late, it listens on `port` (when given) and
 /// serves `path` over HTTP on `http_port` (its readiness endpoint); exits at once on
 /// SIGTERM.
@@ -1459,20 +1419,6 @@ fn agent_events(ns: &str) -> Vec<Value> {
                 || REASONS.iter().any(|r| e["reason"] == *r)
         })
         .cloned()
-        .collect()
-}
-
-/// The incident and refusal series of `/metrics` labelled with namespace `ns`.
-fn namespace_series(addr: &str, ns: &str) -> Vec<String> {
-    let label = format!("namespace=\"{ns}\"");
-    metrics(addr)
-        .lines()
-        .filter(|l| {
-            (l.starts_with("sidecar_race_incidents_total{")
-                || l.starts_with("sidecar_race_refused_connections_total{"))
-                && l.contains(&label)
-        })
-        .map(str::to_string)
         .collect()
 }
 

@@ -1,7 +1,8 @@
-// Program otelcol is the OpenTelemetry Collector the tests push OTLP to: what the
-// collector builder (ocb) generates for a distribution of the OTLP receiver and the
-// file exporter only, at one collector release (core v0.161.0 / v1.67.0, contrib
-// v0.161.0). `cargo xtask setup` builds it (xtask/src/otelcol.rs) into
+// Program otelcol is the OpenTelemetry Collector the tests push OTLP to, and the
+// cluster tier's real Unix-socket sidecar: what the collector builder (ocb) generates
+// for a distribution of the OTLP receiver, the file exporter and the health_check
+// extension (the readiness endpoint the collector's Helm chart probes), at one
+// collector release (core v0.161.0 / v1.67.0, contrib v0.161.0). `cargo xtask setup` builds it (xtask/src/otelcol.rs) into
 // ~/.cache/sidecar-race/go/otelcol-<version>/bin/otelcol; tests/kit/src/otelcol.rs runs it.
 package main
 
@@ -9,6 +10,7 @@ import (
 	"os"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/healthcheckextension"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/provider/envprovider"
@@ -32,8 +34,13 @@ func components() (otelcol.Factories, error) {
 	factories := otelcol.Factories{
 		Telemetry: otelconftelemetry.NewFactory(),
 	}
-	if factories.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](); err != nil {
+	if factories.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](
+		healthcheckextension.NewFactory(),
+	); err != nil {
 		return otelcol.Factories{}, err
+	}
+	factories.ExtensionModules = map[component.Type]string{
+		healthcheckextension.NewFactory().Type(): "github.com/open-telemetry/opentelemetry-collector-contrib/extension/healthcheckextension v0.161.0",
 	}
 	if factories.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](
 		otlpreceiver.NewFactory(),
@@ -64,7 +71,7 @@ func main() {
 	set := otelcol.CollectorSettings{
 		BuildInfo: component.BuildInfo{
 			Command:     "otelcol",
-			Description: "sidecar-race test collector (OTLP receiver, file exporter)",
+			Description: "sidecar-race test collector (OTLP receiver, file exporter, health_check extension)",
 			Version:     version,
 		},
 		Factories: components,

@@ -15,6 +15,7 @@ mod otelcol;
 mod private_apt;
 mod run;
 mod setup;
+mod sidecars;
 mod skipped;
 mod soak;
 

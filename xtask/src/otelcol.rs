@@ -1,11 +1,13 @@
-//! The OpenTelemetry Collector the tests push OTLP metrics to (tests/kit/src/otelcol.rs):
-//! a distribution of our own, as the collector builder (ocb) would generate it, with the
-//! OTLP receiver and the file exporter only, at one collector release (core
-//! `COLLECTOR_VERSION` and its v1 modules, contrib `COLLECTOR_VERSION`). Its Go module is
-//! `xtask/otelcol/` (go.mod, go.sum, main.go); `cargo xtask setup` copies it into
-//! `~/.cache/sidecar-race/go/otelcol-<version>/` and builds
-//! `~/.cache/sidecar-race/go/otelcol-<version>/bin/otelcol` there once per machine, like
-//! the cluster's Go tools (`cluster::build`). A cold build takes a few minutes.
+//! The OpenTelemetry Collector the tests push OTLP metrics to (tests/kit/src/otelcol.rs)
+//! and the cluster tier runs as a real Unix-socket sidecar (its image: `cargo xtask
+//! cluster up` imports it when built): a distribution of our own, as the collector
+//! builder (ocb) would generate it, with the OTLP receiver, the file exporter and the
+//! health_check extension, at one collector release (core `COLLECTOR_VERSION` and its v1
+//! modules, contrib `COLLECTOR_VERSION`). Its Go module is `xtask/otelcol/` (go.mod,
+//! go.sum, main.go); `cargo xtask setup` copies it into
+//! `~/.cache/sidecar-race/go/otelcol-<version>-<distribution>/` and builds `bin/otelcol`
+//! there once per machine, like the cluster's Go tools (`cluster::build`). A cold build
+//! takes a few minutes.
 
 use std::{fs, path::PathBuf, time::Instant};
 
@@ -19,11 +21,16 @@ use crate::{cluster::build, run::workspace_root};
 /// tests/kit/src/otelcol.rs.
 pub const COLLECTOR_VERSION: &str = "v0.161.0";
 
+/// The distribution's revision, in the cache directory's name so that a machine that
+/// built an earlier set of components builds this one: 2 added the health_check
+/// extension. Keep in step with tests/kit/src/otelcol.rs.
+const DISTRIBUTION: &str = "r2";
+
 /// What the binary's module is built from, in the checkout.
 const SOURCES: [&str; 3] = ["go.mod", "go.sum", "main.go"];
 
 fn dir() -> PathBuf {
-    build::cache_root().join(format!("otelcol-{COLLECTOR_VERSION}"))
+    build::cache_root().join(format!("otelcol-{COLLECTOR_VERSION}-{DISTRIBUTION}"))
 }
 
 /// The cached collector (tests find it through `SIDECAR_RACE_OTELCOL_BIN` or this path).
@@ -46,7 +53,7 @@ pub fn ensure() -> anyhow::Result<()> {
     }
     eprintln!(
         "xtask: building the OpenTelemetry Collector {COLLECTOR_VERSION} (OTLP receiver, file \
-         exporter; a cold build takes minutes)"
+         exporter, health_check; a cold build takes minutes)"
     );
     let started = Instant::now();
     let ldflags = format!("-s -w -X main.version={COLLECTOR_VERSION}");

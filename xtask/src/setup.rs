@@ -96,6 +96,8 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
             // Debian's essential packages).
             ("readelf", "binutils"),
             ("curl", "curl"),
+            // psql, the glibc image's client of the Cloud SQL proxy (cluster case 17).
+            ("psql", "postgresql-client"),
         ]);
         if !package_installed("busybox-static") {
             apt.want(&["busybox-static"]);
@@ -148,8 +150,10 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
         crate::kernels::ensure(&mut apt)?;
         // krew, which tests/tests/krew_plugin.rs installs the kubectl plugin with (Go).
         crate::krew::ensure_tool()?;
-        // The OpenTelemetry Collector the OTLP tests push to (xtask/otelcol, Go).
+        // The OpenTelemetry Collector the OTLP tests push to and the cluster tier runs as
+        // a sidecar (xtask/otelcol, Go), and the cluster tier's other real sidecars.
         crate::otelcol::ensure()?;
+        crate::sidecars::ensure()?;
     }
     if tier >= Tier::Cluster {
         // The cluster tier's Kubernetes, etcd and Prometheus Operator, built once per

@@ -22,13 +22,13 @@ pub fn sidecar(c: &ContainerInfo) -> Option<&'static Sidecar> {
 /// app seen dialing it (`uses_listener`: a collector's readiness endpoint is no
 /// sign that the app sends to it).
 pub fn serves_app(s: &Sidecar) -> bool {
-    !s.uses_listener
-        && !(s.redirect_ports.is_empty()
-            && s.ports.is_empty()
-            && s.port_flags.is_empty()
-            && s.address_flags.is_empty()
-            && s.ready.is_none()
-            && s.health.is_none())
+    let serves_something = !s.redirect_ports.is_empty()
+        || !s.ports.is_empty()
+        || !s.port_flags.is_empty()
+        || !s.address_flags.is_empty()
+        || s.ready.is_some()
+        || s.health.is_some();
+    !s.uses_listener && serves_something
 }
 
 /// The ports a known sidecar gets by redirect (no client names them).

@@ -5,7 +5,8 @@
 //!
 //! And the view of the real cluster of `cargo xtask cluster up` (`cluster`: kubectl,
 //! pods, the agent's pod; `stand_in`: busybox pods; `glibc_fleet`: ordinary glibc
-//! pods and the racing shapes in the glibc image; `operator_prometheus`: the real
+//! pods and the racing shapes in the glibc image; `real_sidecars`: the real OpenTelemetry
+//! Collector on a Unix socket and its glibc client; `operator_prometheus`: the real
 //! Prometheus on the Prometheus Operator's configuration), which the cluster tier and
 //! `cargo xtask demo --cluster` (`sr-cluster-demo`) share. Nothing here needs protoc.
 
@@ -20,6 +21,7 @@ pub mod otelcol;
 pub mod pinned;
 pub mod pod;
 pub mod prometheus;
+pub mod real_sidecars;
 pub mod root;
 pub mod scenario;
 pub mod stand_in;

@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 
 use crate::http::free_port;
 
-/// What `cargo xtask setup` builds (xtask/src/otelcol.rs, COLLECTOR_VERSION).
-const DEFAULT_OTELCOL: &str = ".cache/sidecar-race/go/otelcol-v0.161.0/bin/otelcol";
+/// What `cargo xtask setup` builds (xtask/src/otelcol.rs, COLLECTOR_VERSION and
+/// DISTRIBUTION).
+const DEFAULT_OTELCOL: &str = ".cache/sidecar-race/go/otelcol-v0.161.0-r2/bin/otelcol";
 
 /// The collector binary: `SIDECAR_RACE_OTELCOL_BIN`, or the one `cargo xtask setup` built.
 pub fn binary() -> PathBuf {

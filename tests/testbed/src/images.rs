@@ -1,8 +1,9 @@
 //! The images the test bed's pods run, made here (no registry is reachable): the
 //! sandbox image containerd's CRI plugin uses, a busybox image (`sh`, `nc`, `httpd`,
 //! `sleep`, ...), both from Debian's busybox-static, and a glibc image with the host's
-//! own `getent`, `logger`, `curl` and `perl`, written as OCI archives for `ctr images
-//! import`. One uncompressed layer, uid/gid 0, mtime 0, entries sorted.
+//! own `getent`, `logger`, `curl`, `perl` and `psql`, written as OCI archives for `ctr
+//! images import`; and the real sidecars `cargo xtask setup` builds (the OpenTelemetry
+//! Collector, the Cloud SQL Auth Proxy), each packaged as its vendor packages it. One uncompressed layer, uid/gid 0, mtime 0, entries sorted.
 
 use std::{
     collections::BTreeMap,
@@ -24,10 +25,40 @@ pub const PAUSE_IMAGE: &str = "sr-test.local/pause:1";
 pub const BUSYBOX_IMAGE: &str = "sr-test.local/busybox:1";
 /// Ordinary glibc programs, as a fleet's pods run them: busybox's applets, and the
 /// host's Debian `getent` (glibc's resolver: the nscd socket, then DNS), `logger`
-/// (syslog on `/dev/log`), `curl` (also `--unix-socket`) and `perl` with perl-base's
-/// modules (`IO::Socket::UNIX`). No `/dev/log` and no nscd socket: they are what the
+/// (syslog on `/dev/log`), `curl` (also `--unix-socket`), `perl` with perl-base's
+/// modules (`IO::Socket::UNIX`) and `psql` (libpq, the Cloud SQL proxy's client). No `/dev/log` and no nscd socket: they are what the
 /// programs try and are refused on.
 pub const GLIBC_IMAGE: &str = "sr-test.local/glibc:1";
+/// A real sidecar's image as its vendor makes it: its static binary alone (no shell:
+/// an exec probe cannot run in it) as the entrypoint, run as a non-root user.
+pub struct VendorImage {
+    pub reference: &'static str,
+    /// The archive's file name.
+    archive: &'static str,
+    /// The binary's path in the image, at its root.
+    entrypoint: &'static str,
+    user: &'static str,
+    cmd: &'static [&'static str],
+}
+
+/// The OpenTelemetry Collector `cargo xtask setup` builds (xtask/otelcol, v0.161.0), as
+/// `otel/opentelemetry-collector` is made (FROM scratch, user 10001).
+pub const COLLECTOR: VendorImage = VendorImage {
+    reference: "sr-test.local/opentelemetry-collector:0.161.0",
+    archive: "opentelemetry-collector.oci.tar",
+    entrypoint: "otelcol",
+    user: "10001",
+    cmd: &["--config", "/etc/otelcol/config.yaml"],
+};
+/// The Cloud SQL Auth Proxy (xtask/src/sidecars.rs), as its distroless image is made
+/// (user nonroot, 65532).
+pub const CLOUD_SQL_PROXY: VendorImage = VendorImage {
+    reference: "sr-test.local/cloud-sql-proxy:2.27.0",
+    archive: "cloud-sql-proxy.oci.tar",
+    entrypoint: "cloud-sql-proxy",
+    user: "65532",
+    cmd: &[],
+};
 const APPLETS: [&str; 9] = [
     "sh", "nc", "httpd", "sleep", "true", "cat", "wget", "kill", "date",
 ];
@@ -51,6 +82,23 @@ const GLIBC_PROGRAMS: [(&str, &str); 4] = [
     ("usr/bin/curl", "/usr/bin/curl"),
     ("usr/bin/perl", "/usr/bin/perl"),
 ];
+/// Where Debian's postgresql-client puts `psql` (`/usr/bin/psql` is a perl wrapper
+/// choosing among versions): the newest is the image's `usr/bin/psql`.
+const POSTGRESQL_LIB: &str = "/usr/lib/postgresql";
+
+/// The host's newest `psql` binary, if postgresql-client is installed.
+fn host_psql() -> Option<String> {
+    let mut versions: Vec<(u32, String)> = fs::read_dir(POSTGRESQL_LIB)
+        .ok()?
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let psql = format!("{POSTGRESQL_LIB}/{name}/bin/psql");
+            Some((name.parse().ok()?, psql)).filter(|(_, p)| Path::new(p).exists())
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, psql)| psql)
+}
 /// Files of the glibc image that come from no package: name lookups in files, then
 /// DNS; root and nobody.
 const GLIBC_ETC: [(&str, &str); 3] = [
@@ -70,11 +118,20 @@ pub enum ImageError {
     #[error("cannot read {BUSYBOX} (busybox-static; `cargo xtask setup` installs it): {0}")]
     Busybox(io::Error),
     #[error(
-        "the glibc image's programs (getent, logger, curl, perl; `cargo xtask setup` installs them): {0}"
+        "the glibc image's programs (getent, logger, curl, perl, psql; `cargo xtask setup` installs them): {0}"
     )]
     Glibc(#[from] TreeError),
+    #[error(
+        "the glibc image's psql: no {POSTGRESQL_LIB}/<version>/bin/psql (postgresql-client; `cargo xtask setup` installs it)"
+    )]
+    Psql,
     #[error("cannot read {}: {source}", path.display())]
     Read { path: PathBuf, source: io::Error },
+    #[error(
+        "cannot read the sidecar's binary at {} (`cargo xtask setup` builds it): {source}",
+        path.display()
+    )]
+    Sidecar { path: PathBuf, source: io::Error },
     #[error("cannot write {}: {source}", path.display())]
     Write { path: PathBuf, source: io::Error },
 }
@@ -221,7 +278,10 @@ fn glibc_layer(busybox: &[u8]) -> Result<Vec<u8>, ImageError> {
         root: Path::new("/"),
         lib_dirs: &HOST_LIB_DIRS,
     };
-    let tree = host.collect(&GLIBC_PROGRAMS, &[PERL_BASE])?;
+    let psql = host_psql().ok_or(ImageError::Psql)?;
+    let mut programs = GLIBC_PROGRAMS.to_vec();
+    programs.push(("usr/bin/psql", &psql));
+    let tree = host.collect(&programs, &[PERL_BASE])?;
     let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
     let links = applet_links();
     for entry in busybox_entries(busybox, &links) {
@@ -318,6 +378,61 @@ pub fn write(dir: &Path) -> Result<Vec<(PathBuf, &'static str)>, ImageError> {
     ])
 }
 
+/// A vendor image's layer: its binary at `entrypoint`, and the directories runc
+/// mounts over.
+fn vendor_layer(entrypoint: &str, binary: &[u8]) -> io::Result<Vec<u8>> {
+    let mut entries = vec![
+        Entry::Dir("dev/", 0o755),
+        Entry::Dir("etc/", 0o755),
+        Entry::File("etc/hostname", 0o644, b""),
+        Entry::File("etc/hosts", 0o644, b""),
+        Entry::File("etc/resolv.conf", 0o644, b""),
+        Entry::File(entrypoint, 0o755, binary),
+        Entry::Dir("proc/", 0o555),
+        Entry::Dir("sys/", 0o555),
+        Entry::Dir("tmp/", 0o1777),
+        Entry::Dir("var/", 0o755),
+        Entry::Dir("var/run/", 0o755),
+        Entry::Dir("var/run/secrets/", 0o755),
+    ];
+    entries.sort_by_key(|e| match e {
+        Entry::Dir(p, _) | Entry::File(p, ..) | Entry::Link(p, _) => *p,
+    });
+    tar(&entries)
+}
+
+/// Writes `image`'s archive into `dir` from the binary at `binary`: (archive,
+/// reference), for `ctr images import`.
+pub fn write_vendor(
+    dir: &Path,
+    image: &VendorImage,
+    binary: &Path,
+) -> Result<(PathBuf, &'static str), ImageError> {
+    let bytes = fs::read(binary).map_err(|source| ImageError::Sidecar {
+        path: binary.to_path_buf(),
+        source,
+    })?;
+    let path = dir.join(image.archive);
+    let mut config = json!({
+        "User": image.user,
+        "Entrypoint": [format!("/{}", image.entrypoint)],
+    });
+    if !image.cmd.is_empty() {
+        config["Cmd"] = json!(image.cmd);
+    }
+    vendor_layer(image.entrypoint, &bytes)
+        .and_then(|layer| oci_archive(image.reference, &layer, config))
+        .and_then(|archive| {
+            fs::create_dir_all(dir)?;
+            fs::write(&path, archive)
+        })
+        .map_err(|source| ImageError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    Ok((path, image.reference))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +443,32 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().path().unwrap().display().to_string())
             .collect()
+    }
+
+    #[test]
+    fn a_vendor_image_is_the_binary_alone_with_no_shell() {
+        let dir = std::env::temp_dir().join(format!("sr-vendor-image-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let binary = dir.join("cloud-sql-proxy");
+        fs::write(&binary, b"\x7fELF proxy").unwrap();
+        let (archive, reference) = write_vendor(&dir, &CLOUD_SQL_PROXY, &binary).unwrap();
+        assert_eq!(reference, CLOUD_SQL_PROXY.reference);
+        let files = names(&vendor_layer(CLOUD_SQL_PROXY.entrypoint, b"\x7fELF proxy").unwrap());
+        assert!(files.contains(&"cloud-sql-proxy".to_string()), "{files:?}");
+        assert!(files.windows(2).all(|w| w[0] < w[1]), "sorted: {files:?}");
+        assert!(
+            !files
+                .iter()
+                .any(|f| f.ends_with("/sh") || f.ends_with("busybox")),
+            "no shell, as the vendor's image: {files:?}"
+        );
+        assert!(names(&fs::read(&archive).unwrap()).contains(&"index.json".to_string()));
+        let missing = write_vendor(&dir, &COLLECTOR, &dir.join("absent")).unwrap_err();
+        assert!(
+            missing.to_string().contains("cargo xtask setup"),
+            "{missing}"
+        );
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -367,6 +508,7 @@ mod tests {
             "usr/bin/logger",
             "usr/bin/curl",
             "usr/bin/perl",
+            "usr/bin/psql",
             "bin/busybox",
             "bin/nc",
             "etc/nsswitch.conf",
@@ -380,6 +522,7 @@ mod tests {
         let has = |suffix: &str| names.iter().any(|n| n.ends_with(suffix));
         assert!(has("/libc.so.6"), "{names:?}");
         assert!(has("/libcurl.so.4"), "{names:?}");
+        assert!(has("/libpq.so.5"), "{names:?}");
         assert!(
             names
                 .iter()

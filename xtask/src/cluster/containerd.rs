@@ -12,7 +12,10 @@ use super::{
     node::{BRIDGE, NODE_IP, POD_CIDR, containerd_dir, state},
     procs,
 };
-use crate::run::{checked, succeeds};
+use crate::{
+    run::{checked, succeeds},
+    sidecars::CLOUD_SQL_PROXY,
+};
 
 pub fn start() -> anyhow::Result<()> {
     let d = containerd_dir();
@@ -52,7 +55,19 @@ pub fn start() -> anyhow::Result<()> {
     procs::wait_ready("containerd", Duration::from_secs(30), || {
         succeeds(ctr().args(["version"]))
     })?;
-    for (archive, reference) in images::write(&state("images"))? {
+    let mut archives = images::write(&state("images"))?;
+    // The cluster tier's real sidecars, where the test tier's set-up built them (the
+    // demo's set-up does not).
+    let sidecars = [
+        (&images::COLLECTOR, crate::otelcol::binary()),
+        (&images::CLOUD_SQL_PROXY, CLOUD_SQL_PROXY.binary()),
+    ];
+    for (image, binary) in sidecars {
+        if binary.exists() {
+            archives.push(images::write_vendor(&state("images"), image, &binary)?);
+        }
+    }
+    for (archive, reference) in archives {
         checked(ctr().args(["images", "import"]).arg(&archive))
             .with_context(|| format!("cannot import {reference}"))?;
     }

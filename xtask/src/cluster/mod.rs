@@ -76,6 +76,8 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
         "cluster_helm",
         "--test",
         "cluster_admission",
+        "--test",
+        "cluster_real_sidecars",
         "--",
         "--ignored",
         "--test-threads=1",

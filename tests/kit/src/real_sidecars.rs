@@ -1,0 +1,174 @@
+//! Real sidecars as users run them, for the cluster tier, each built by `cargo xtask
+//! setup` from its Go modules and packaged as its vendor packages it (the binary
+//! alone, no shell), with a glibc client that counts its own refusals: the
+//! OpenTelemetry Collector with its OTLP/gRPC receiver on a Unix socket in an emptyDir,
+//! exported to as an OpenTelemetry SDK does (`OTEL_EXPORTER_OTLP_ENDPOINT=unix:///…`,
+//! gRPC over HTTP/2 with Debian's curl); and the Cloud SQL Auth Proxy on
+//! 127.0.0.1:5432, queried with Debian's psql. Each client makes one last attempt at
+//! SIGTERM, as SDKs and pools flush at shutdown.
+
+use serde_json::{Value, json};
+
+use crate::{glibc_fleet::glibc_sh, stand_in::deployment};
+
+use sidecar_race_testbed::images::{
+    CLOUD_SQL_PROXY as CLOUD_SQL_PROXY_IMAGE, COLLECTOR as COLLECTOR_IMAGE,
+};
+
+/// The container name the OpenTelemetry Operator gives the collector it injects.
+pub const COLLECTOR: &str = "otc-container";
+/// The Cloud SQL proxy's container, as its docs name it.
+pub const CLOUD_SQL_PROXY: &str = "cloud-sql-proxy";
+
+/// The collector's configuration: OTLP/gRPC on `/sockets/otlp.sock`, what it
+/// receives written to a file, the health_check extension where the kubelet reaches
+/// it (the endpoint the collector's Helm chart probes), no telemetry of its own.
+const COLLECTOR_CONFIG: &str = "\
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: /sockets/otlp.sock
+        transport: unix
+exporters:
+  file:
+    path: /tmp/received.jsonl
+extensions:
+  health_check:
+    endpoint: 0.0.0.0:13133
+service:
+  extensions: [health_check]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    metrics:
+      receivers: [otlp]
+      exporters: [file]
+";
+
+/// One OTLP export of an empty metrics request, as gRPC over HTTP/2 on the socket of
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`: curl's status 7 is no connection (the socket missing
+/// or without a listener); like an SDK, it gives up an export after a while (2 s).
+const EXPORT: &str = "curl -s -m 2 -o /dev/null --http2-prior-knowledge --unix-socket \"${OTEL_EXPORTER_OTLP_ENDPOINT#unix://}\" \
+     -H 'content-type: application/grpc' -H 'te: trailers' --data-binary @/tmp/request \
+     http://localhost/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+
+/// One query through the Cloud SQL proxy on 127.0.0.1:5432 (libpq: one connect, no
+/// TLS, given up after 3 s). Refused, psql says `Connection refused`; once the proxy
+/// listens it accepts and closes (it cannot reach Google from here): `server closed
+/// the connection unexpectedly`.
+const QUERY: &str = "psql 'host=127.0.0.1 port=5432 user=inventory dbname=inventory sslmode=disable \
+     gssencmode=disable connect_timeout=3' -c 'select 1'";
+
+/// A client that counts its own refusals: `attempt` every 50 ms while `refused` (a
+/// shell test of its status `$rc` and output `$out`) holds, then `refused <n>` printed
+/// and one attempt a second; at SIGTERM, after 0.2 s finishing its work in flight,
+/// one last attempt (as SDKs and connection pools flush at shutdown) that, refused,
+/// writes `refused` to `/evidence/<pod>`, which outlives the pod.
+fn counting_client(setup: &str, attempt: &str, refused: &str) -> String {
+    format!(
+        "{setup} attempt() {{ out=$({attempt} 2>&1); rc=$?; }}; \
+         n=0; while :; do attempt; {refused} || break; n=$((n+1)); sleep 0.05; done; \
+         echo \"refused $n\"; \
+         trap 'sleep 0.2; attempt; {refused} && echo refused >> /evidence/$(hostname); echo flushed; exit 0' TERM; \
+         while :; do attempt; sleep 1; done"
+    )
+}
+
+/// The hostPath volume `evidence` at `path`.
+fn evidence_volume(path: &str) -> Value {
+    json!({"name": "evidence", "hostPath": {"path": path, "type": "DirectoryOrCreate"}})
+}
+
+/// The ConfigMap `<name>-collector` holding the collector's configuration.
+pub fn collector_config(ns: &str, name: &str) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("{name}-collector"), "namespace": ns},
+        "data": {"config.yaml": COLLECTOR_CONFIG},
+    })
+    .to_string()
+}
+
+/// Deployment `name` in `ns`: the app, and the collector as a classic sidecar after it
+/// in `containers` (how the Operator injects it without native sidecars), the socket
+/// volume mounted at different paths in each, as in the Operator's examples. The app's
+/// evidence of a refused last export goes to the host directory `evidence`.
+pub fn telemetry(ns: &str, name: &str, evidence: &str) -> Value {
+    let mut app = glibc_sh(
+        "app",
+        &counting_client(
+            "printf '\\0\\0\\0\\0\\0' > /tmp/request;",
+            EXPORT,
+            "[ $rc = 7 ]",
+        ),
+    );
+    app["env"] =
+        json!([{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "unix:///var/run/otel/otlp.sock"}]);
+    app["volumeMounts"] = json!([
+        {"name": "otel-socket", "mountPath": "/var/run/otel"},
+        {"name": "evidence", "mountPath": "/evidence"},
+    ]);
+    let collector = json!({
+        "name": COLLECTOR, "image": COLLECTOR_IMAGE.reference, "imagePullPolicy": "Never",
+        "args": ["--config=/conf/config.yaml"],
+        "ports": [{"name": "health", "containerPort": 13133}],
+        "volumeMounts": [
+            {"name": "otel-socket", "mountPath": "/sockets"},
+            {"name": "otel-config", "mountPath": "/conf"},
+        ],
+    });
+    let spec = json!({
+        "containers": [app, collector],
+        "terminationGracePeriodSeconds": 10,
+        "volumes": [
+            {"name": "otel-socket", "emptyDir": {}},
+            {"name": "otel-config", "configMap": {"name": format!("{name}-collector")}},
+            evidence_volume(evidence),
+        ],
+    });
+    serde_json::from_str(&deployment(ns, name, spec)).expect("a Deployment")
+}
+
+/// The Cloud SQL Auth Proxy's flags here: a static token (it asks Google for nothing
+/// until a client connects, and then cannot reach it), the port for the app, its
+/// health checks on 9090 where the kubelet reaches them.
+const PROXY_ARGS: [&str; 6] = [
+    "--token=offline-test-token",
+    "--port=5432",
+    "--health-check",
+    "--http-address=0.0.0.0",
+    "--http-port=9090",
+    "sr-test:us-central1:inventory",
+];
+
+/// Deployment `name` in `ns`: the app querying its database through the Cloud SQL
+/// proxy, a classic sidecar after it in `containers` (how its docs long showed it),
+/// the app naming the proxy as `DB_HOST=127.0.0.1`. The app's evidence of a refused
+/// last query goes to the host directory `evidence`.
+pub fn inventory(ns: &str, name: &str, evidence: &str) -> Value {
+    let mut app = glibc_sh(
+        "app",
+        &counting_client(
+            "",
+            QUERY,
+            "case \"$out\" in *\"Connection refused\"*) true;; *) false;; esac",
+        ),
+    );
+    app["env"] = json!([
+        {"name": "DB_HOST", "value": "127.0.0.1"},
+        {"name": "DB_PORT", "value": "5432"},
+    ]);
+    app["volumeMounts"] = json!([{"name": "evidence", "mountPath": "/evidence"}]);
+    let proxy = json!({
+        "name": CLOUD_SQL_PROXY, "image": CLOUD_SQL_PROXY_IMAGE.reference,
+        "imagePullPolicy": "Never", "args": PROXY_ARGS,
+    });
+    let spec = json!({
+        "containers": [app, proxy],
+        "terminationGracePeriodSeconds": 10,
+        "volumes": [evidence_volume(evidence)],
+    });
+    serde_json::from_str(&deployment(ns, name, spec)).expect("a Deployment")
+}

@@ -1,0 +1,68 @@
+//! What the cluster tier's case files share: a namespace of their own per case, the
+//! agent's incidents and series as the scraper's token reads them, and `lint --fix`
+//! of a manifest.
+
+use serde_json::Value;
+
+use crate::{
+    agent::{agent_binary, incidents_at_as},
+    cluster::{TestNamespace, cluster},
+    http::get_as,
+};
+
+/// A namespace of this run (the agent's counters are per namespace and workload, so
+/// a second run against the same cluster starts from zero too), deleted when the case
+/// ends, passed or failed.
+pub fn fresh_namespace(base: &str) -> TestNamespace {
+    TestNamespace::create(format!("{base}-{}", std::process::id()))
+}
+
+/// Resolved, with the client container named (the kubelet pod source learns container
+/// IDs from its next poll of /pods, up to --pods-poll-seconds after the race).
+pub fn named_and_resolved(i: &Value) -> bool {
+    i["state"] == "resolved" && i["container"].is_string()
+}
+
+/// The agent's incidents for one pod UID (read with the scraper's token: the
+/// DaemonSet runs the agent with `--auth kubernetes`).
+pub fn incidents_of(addr: &str, uid: &str) -> Vec<Value> {
+    incidents_at_as(addr, "", Some(cluster().scraper_token()))
+        .into_iter()
+        .filter(|i| i["pod_uid"] == uid)
+        .collect()
+}
+
+pub fn metrics(addr: &str) -> String {
+    let (status, body) = get_as(addr, "/metrics", Some(cluster().scraper_token()))
+        .expect("the agent's /metrics answers");
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// `sidecar-race-agent lint --fix` of `manifest` (for Kubernetes 1.34), parsed.
+pub fn lint_fixed(manifest: &Value) -> Value {
+    let file = std::env::temp_dir().join(format!("sr-corpus-{}.yaml", std::process::id()));
+    std::fs::write(&file, manifest.to_string()).unwrap();
+    let out = crate::tools::run(
+        std::process::Command::new(agent_binary())
+            .args(["lint", "--kube-version", "1.34", "--fix"])
+            .arg(&file),
+        None,
+    );
+    let _ = std::fs::remove_file(&file);
+    serde_saphyr::from_str(&out).unwrap_or_else(|e| panic!("lint --fix output ({e}):\n{out}"))
+}
+
+/// The incident and refusal series of `/metrics` labelled with namespace `ns`.
+pub fn namespace_series(addr: &str, ns: &str) -> Vec<String> {
+    let label = format!("namespace=\"{ns}\"");
+    metrics(addr)
+        .lines()
+        .filter(|l| {
+            (l.starts_with("sidecar_race_incidents_total{")
+                || l.starts_with("sidecar_race_refused_connections_total{"))
+                && l.contains(&label)
+        })
+        .map(str::to_string)
+        .collect()
+}
