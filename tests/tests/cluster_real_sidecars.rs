@@ -1,7 +1,8 @@
 //! The cluster tier with real sidecars as users run them (tests/kit/src/real_sidecars.rs),
 //! built from their Go modules and packaged as their vendors package them, on the
 //! real kubelet: the OpenTelemetry Collector on a Unix socket its app exports to over
-//! gRPC, and the Cloud SQL Auth Proxy its app queries with psql.
+//! gRPC, the Cloud SQL Auth Proxy its app queries with psql, and oauth2-proxy in front
+//! of an app still warming up.
 //!
 //! Ignored by a plain `cargo test`: `cargo xtask test` runs them on the cluster of
 //! `cargo xtask cluster up`, with the other cluster cases.
@@ -15,9 +16,12 @@ use sidecar_race_tests::{
         wait_until,
     },
     cluster_cases::{
-        fresh_namespace, incidents_of, lint_fixed, named_and_resolved, namespace_series,
+        fresh_namespace, incidents_of, lint_fixed, metrics, named_and_resolved, namespace_series,
     },
-    real_sidecars::{CLOUD_SQL_PROXY, COLLECTOR, collector_config, inventory, telemetry},
+    real_sidecars::{
+        CLOUD_SQL_PROXY, COLLECTOR, OAUTH2_PROXY, collector_config, gateway, gateway_client,
+        inventory, telemetry,
+    },
 };
 
 /// Seconds between the first refusal and the listen, as the agent measured it.
@@ -197,4 +201,67 @@ fn case17_the_real_cloud_sql_proxy_races_its_app_at_start_and_drain_and_lints_fi
         probe: (9090, "/startup"),
         advice: "a startupProbe on its readiness endpoint (httpGet /startup on its --http-port port",
     });
+}
+
+/// oauth2-proxy in front of an app that warms up for 3 s: requests a client pod sends
+/// meanwhile are forwarded and refused by the app. The proxy's refused dials are
+/// `app_not_ready`, each one of the client's 502s; no sidecar race is counted.
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn case18_real_oauth2_proxy_forwarding_to_an_app_still_warming_up_is_app_not_ready_not_a_race() {
+    let c = cluster();
+    let addr = c.agent_addr();
+    let ns = &fresh_namespace("gateway");
+    c.apply(&gateway(ns, "gateway").to_string());
+    let pod = running_pod(ns, "gateway");
+    let ip = pod["status"]["podIP"]
+        .as_str()
+        .expect("a pod IP")
+        .to_string();
+    c.apply(&gateway_client(ns, &ip));
+    running_pod(ns, "client");
+    let bad_gateway: u64 = wait_until(
+        "the client's count of 502s",
+        Duration::from_secs(60),
+        || {
+            c.logs(ns, "client", "client")
+                .lines()
+                .find_map(|l| l.strip_prefix("bad gateway ")?.trim().parse().ok())
+        },
+    );
+    assert!(bad_gateway >= 1, "no request met the app warming up");
+    let i = wait_until(
+        "the app_not_ready incident",
+        Duration::from_secs(60),
+        || {
+            incidents_of(&addr, &uid(&pod))
+                .into_iter()
+                .find(|i| named_and_resolved(i) && i["refused_count"] == bad_gateway)
+        },
+    );
+    eprintln!("oauth2-proxy: {bad_gateway} 502s: {i:#}");
+    assert_eq!(i["kind"], "app_not_ready", "{i:#}");
+    assert_eq!(
+        (i["container"].as_str(), i["sidecar"].as_str()),
+        (Some(OAUTH2_PROXY), Some("app")),
+        "{i:#}"
+    );
+    assert_eq!(i["container_id"], container_id(&pod, OAUTH2_PROXY).as_str());
+    // The app binds loopback only: a probe of it must go through the proxy.
+    let advice = i["advice"].as_str().unwrap_or_default();
+    assert!(
+        advice.starts_with("Not a sidecar race") && advice.contains("probe through oauth2-proxy"),
+        "{advice}"
+    );
+    assert_eq!(incidents_of(&addr, &uid(&pod)).len(), 1);
+    let body = metrics(&addr);
+    let line = format!(
+        "sidecar_race_app_not_ready_refusals_total{{namespace=\"{ns}\",workload_kind=\"Deployment\",workload=\"gateway\",container=\"{OAUTH2_PROXY}\",app=\"app\",port=\"8080\"}} {bad_gateway}"
+    );
+    assert!(body.lines().any(|l| l == line), "no `{line}` in:\n{body}");
+    assert!(
+        namespace_series(&addr, ns).is_empty(),
+        "counted as a race: {:#?}",
+        namespace_series(&addr, ns)
+    );
 }

@@ -1,6 +1,6 @@
 //! The real sidecars the cluster tier runs (tests/tests/cluster_real_sidecars.rs), built
 //! from their Go modules once per machine into the per-user cache like the cluster's
-//! tools (`cluster::build`): the Cloud SQL Auth Proxy, in
+//! tools (`cluster::build`): the Cloud SQL Auth Proxy and oauth2-proxy, each in
 //! `~/.cache/sidecar-race/go/<name>-<version>/bin/<name>`. `cargo xtask cluster up`
 //! packages what is built as images (tests/testbed/src/images.rs). The OpenTelemetry
 //! Collector, the third, is `crate::otelcol`.
@@ -14,6 +14,9 @@ pub struct Sidecar {
     pub name: &'static str,
     pub module: &'static str,
     pub version: &'static str,
+    /// The variable `-X` stamps the version into, where its `--version` reads it
+    /// (none: the module embeds it).
+    version_var: Option<&'static str>,
 }
 
 /// The Cloud SQL Auth Proxy v2 (v2.28.0 is not served whole by the module proxy).
@@ -21,9 +24,18 @@ pub const CLOUD_SQL_PROXY: Sidecar = Sidecar {
     name: "cloud-sql-proxy",
     module: "github.com/GoogleCloudPlatform/cloud-sql-proxy/v2",
     version: "v2.27.0",
+    version_var: None,
 };
 
-pub const SIDECARS: [Sidecar; 1] = [CLOUD_SQL_PROXY];
+/// oauth2-proxy v7, the HTTP auth proxy in front of an app.
+pub const OAUTH2_PROXY: Sidecar = Sidecar {
+    name: "oauth2-proxy",
+    module: "github.com/oauth2-proxy/oauth2-proxy/v7",
+    version: "v7.15.6",
+    version_var: Some("github.com/oauth2-proxy/oauth2-proxy/v7/pkg/version.VERSION"),
+};
+
+pub const SIDECARS: [Sidecar; 2] = [CLOUD_SQL_PROXY, OAUTH2_PROXY];
 
 impl Sidecar {
     fn dir(&self) -> PathBuf {
@@ -53,8 +65,11 @@ impl Sidecar {
             "xtask: building {} {} (a cold build takes minutes)",
             self.name, self.version
         );
-        // Its version is embedded from the module's own version.txt.
-        build::build_one(&go, &self.dir(), self.name, self.module, "-s -w")
+        let mut ldflags = "-s -w".to_string();
+        if let Some(var) = self.version_var {
+            ldflags.push_str(&format!(" -X {var}={}", self.version));
+        }
+        build::build_one(&go, &self.dir(), self.name, self.module, &ldflags)
     }
 }
 

@@ -123,8 +123,17 @@ fn app_not_ready(s: &Subject) -> String {
     let app = s.sidecar.unwrap_or("the app container");
     let target = s.target();
     if s.client_is_sidecar {
+        // An app behind an auth proxy often binds loopback only (oauth2-proxy's
+        // upstream 127.0.0.1:8080), where a kubelet probe, sent to the pod IP, fails.
+        let loopback = if s.dialed.is_some_and(|a| a.ip().is_loopback()) {
+            format!(
+                " (if {app} listens on loopback only, a probe cannot reach it there: probe through {client} instead, an httpGet on {client}'s port to a path it forwards to {app})"
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "Not a sidecar race: {client} forwarded connections (inbound requests or rewritten probes) to {target} of {app} before {app} listened. Nothing to migrate; if those requests matter, give {app} a readinessProbe (or startupProbe) on {target} so traffic waits for it."
+            "Not a sidecar race: {client} forwarded connections (inbound requests or rewritten probes) to {target} of {app} before {app} listened. Nothing to migrate; if those requests matter, give {app} a readinessProbe (or startupProbe) on {target}{loopback} so traffic waits for it."
         )
     } else {
         format!(
@@ -294,6 +303,33 @@ mod tests {
             text,
             "Move cloud-sql-proxy from containers to initContainers with restartPolicy: Always and give it a startupProbe on its readiness endpoint (httpGet /startup on its --http-port port, 9090 by default, served with --health-check and --http-address=0.0.0.0 where the kubelet reaches it), so app starts only once cloud-sql-proxy serves."
         );
+    }
+
+    #[test]
+    fn a_proxy_forwarding_to_a_loopback_app_is_told_to_probe_through_itself() {
+        let text = |dialed: &str| {
+            advice(&Subject {
+                kind: Kind::AppNotReady,
+                phase: Phase::Startup,
+                pattern: Pattern::Classic,
+                container: Some("oauth2-proxy"),
+                sidecar: Some("app"),
+                port: 8080,
+                dialed_port: None,
+                startup_probe: None,
+                roles_known: true,
+                client_is_sidecar: true,
+                listening_on: None,
+                dialed: Some(dialed.parse().unwrap()),
+                socket: None,
+                known: None,
+            })
+        };
+        assert_eq!(
+            text("127.0.0.1:8080"),
+            "Not a sidecar race: oauth2-proxy forwarded connections (inbound requests or rewritten probes) to port 8080 of app before app listened. Nothing to migrate; if those requests matter, give app a readinessProbe (or startupProbe) on port 8080 (if app listens on loopback only, a probe cannot reach it there: probe through oauth2-proxy instead, an httpGet on oauth2-proxy's port to a path it forwards to app) so traffic waits for it."
+        );
+        assert!(!text("10.1.0.7:8080").contains("loopback"));
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! exported to as an OpenTelemetry SDK does (`OTEL_EXPORTER_OTLP_ENDPOINT=unix:///…`,
 //! gRPC over HTTP/2 with Debian's curl); and the Cloud SQL Auth Proxy on
 //! 127.0.0.1:5432, queried with Debian's psql. Each client makes one last attempt at
-//! SIGTERM, as SDKs and pools flush at shutdown.
+//! SIGTERM, as SDKs and pools flush at shutdown. And oauth2-proxy in front of an app
+//! that warms up, the other way round: the proxy dials the app.
 
 use serde_json::{Value, json};
 
@@ -13,12 +14,17 @@ use crate::{glibc_fleet::glibc_sh, stand_in::deployment};
 
 use sidecar_race_testbed::images::{
     CLOUD_SQL_PROXY as CLOUD_SQL_PROXY_IMAGE, COLLECTOR as COLLECTOR_IMAGE,
+    OAUTH2_PROXY as OAUTH2_PROXY_IMAGE,
 };
 
 /// The container name the OpenTelemetry Operator gives the collector it injects.
 pub const COLLECTOR: &str = "otc-container";
 /// The Cloud SQL proxy's container, as its docs name it.
 pub const CLOUD_SQL_PROXY: &str = "cloud-sql-proxy";
+/// oauth2-proxy's container.
+pub const OAUTH2_PROXY: &str = "oauth2-proxy";
+/// The port oauth2-proxy serves the pod's clients on.
+pub const GATEWAY_PORT: u16 = 4180;
 
 /// The collector's configuration: OTLP/gRPC on `/sockets/otlp.sock`, what it
 /// receives written to a file, the health_check extension where the kubelet reaches
@@ -171,4 +177,57 @@ pub fn inventory(ns: &str, name: &str, evidence: &str) -> Value {
         "volumes": [evidence_volume(evidence)],
     });
     serde_json::from_str(&deployment(ns, name, spec)).expect("a Deployment")
+}
+
+/// oauth2-proxy's flags here: every route let through without login (no identity
+/// provider is reachable; `github` is one it starts without asking), its upstream
+/// the app on 127.0.0.1:8080.
+const GATEWAY_ARGS: [&str; 9] = [
+    "--http-address=0.0.0.0:4180",
+    "--upstream=http://127.0.0.1:8080",
+    "--provider=github",
+    "--client-id=sidecar-race",
+    "--client-secret=offline",
+    "--cookie-secret=0123456789abcdef0123456789abcdef",
+    "--email-domain=*",
+    "--skip-auth-route=^/",
+    "--skip-provider-button",
+];
+
+/// Deployment `name` in `ns`: oauth2-proxy as a classic sidecar in front of an app
+/// that serves 127.0.0.1:8080 after 3 s of warming up (busybox httpd in the glibc
+/// image). A request the proxy forwards before then is refused by the app: the
+/// proxy's dial, answered 502 to the client.
+pub fn gateway(ns: &str, name: &str) -> Value {
+    let proxy = json!({
+        "name": OAUTH2_PROXY, "image": OAUTH2_PROXY_IMAGE.reference,
+        "imagePullPolicy": "Never", "args": GATEWAY_ARGS,
+        "ports": [{"name": "http", "containerPort": GATEWAY_PORT}],
+    });
+    let mut app = glibc_sh(
+        "app",
+        "trap 'exit 0' TERM; sleep 3; echo ok > /tmp/index.html; httpd -p 127.0.0.1:8080 -h /tmp; \
+         while :; do sleep 1; done",
+    );
+    app["ports"] = json!([{"name": "app", "containerPort": 8080}]);
+    serde_json::from_str(&deployment(ns, name, json!({"containers": [proxy, app]})))
+        .expect("a Deployment")
+}
+
+/// A Pod `client` in `ns` requesting `http://<ip>:4180/index.html` through the
+/// gateway every 100 ms (curl) until it answers 200, counting the 502s, then printing
+/// `bad gateway <n>`.
+pub fn gateway_client(ns: &str, ip: &str) -> String {
+    let url = format!("http://{ip}:{GATEWAY_PORT}/index.html");
+    let script = format!(
+        "n=0; while :; do code=$(curl -s -m 2 -o /dev/null -w '%{{http_code}}' {url}); \
+         [ \"$code\" = 200 ] && break; [ \"$code\" = 502 ] && n=$((n+1)); sleep 0.1; done; \
+         echo \"bad gateway $n\"; trap 'exit 0' TERM; while :; do sleep 1; done"
+    );
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "client", "namespace": ns, "labels": {"app": "client"}},
+        "spec": {"containers": [glibc_sh("client", &script)], "terminationGracePeriodSeconds": 2},
+    })
+    .to_string()
 }

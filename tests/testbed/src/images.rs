@@ -3,7 +3,8 @@
 //! `sleep`, ...), both from Debian's busybox-static, and a glibc image with the host's
 //! own `getent`, `logger`, `curl`, `perl` and `psql`, written as OCI archives for `ctr
 //! images import`; and the real sidecars `cargo xtask setup` builds (the OpenTelemetry
-//! Collector, the Cloud SQL Auth Proxy), each packaged as its vendor packages it. One uncompressed layer, uid/gid 0, mtime 0, entries sorted.
+//! Collector, the Cloud SQL Auth Proxy, oauth2-proxy), each packaged as its vendor
+//! packages it. One uncompressed layer, uid/gid 0, mtime 0, entries sorted.
 
 use std::{
     collections::BTreeMap,
@@ -56,6 +57,14 @@ pub const CLOUD_SQL_PROXY: VendorImage = VendorImage {
     reference: "sr-test.local/cloud-sql-proxy:2.27.0",
     archive: "cloud-sql-proxy.oci.tar",
     entrypoint: "cloud-sql-proxy",
+    user: "65532",
+    cmd: &[],
+};
+/// oauth2-proxy (xtask/src/sidecars.rs), as its distroless image is made.
+pub const OAUTH2_PROXY: VendorImage = VendorImage {
+    reference: "sr-test.local/oauth2-proxy:7.15.6",
+    archive: "oauth2-proxy.oci.tar",
+    entrypoint: "oauth2-proxy",
     user: "65532",
     cmd: &[],
 };

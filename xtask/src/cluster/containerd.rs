@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     run::{checked, succeeds},
-    sidecars::CLOUD_SQL_PROXY,
+    sidecars::{CLOUD_SQL_PROXY, OAUTH2_PROXY},
 };
 
 pub fn start() -> anyhow::Result<()> {
@@ -61,6 +61,7 @@ pub fn start() -> anyhow::Result<()> {
     let sidecars = [
         (&images::COLLECTOR, crate::otelcol::binary()),
         (&images::CLOUD_SQL_PROXY, CLOUD_SQL_PROXY.binary()),
+        (&images::OAUTH2_PROXY, OAUTH2_PROXY.binary()),
     ];
     for (image, binary) in sidecars {
         if binary.exists() {
