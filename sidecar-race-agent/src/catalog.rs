@@ -145,6 +145,13 @@ pub struct Native {
     pub note: Option<String>,
 }
 
+/// `gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.8.0` → `cloud-sql-proxy`.
+pub fn repository_name(image: &str) -> &str {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    last.split(':').next().unwrap_or(last)
+}
+
 impl Catalog {
     pub fn sidecar(&self, id: &str) -> Option<&Sidecar> {
         self.sidecars.iter().find(|s| s.id == id)
@@ -168,6 +175,20 @@ impl Catalog {
     /// Whether process name `name` is a known wait tool (whole name, no patterns).
     pub fn is_wait_tool(&self, name: &str) -> bool {
         self.wait_tools.iter().any(|t| t == name)
+    }
+
+    /// The known sidecar a container named `name` running `image` is, by name
+    /// first, then image.
+    pub fn known(&self, name: &str, image: Option<&str>) -> Option<&Sidecar> {
+        self.sidecars
+            .iter()
+            .find(|s| s.containers.iter().any(|c| c == name))
+            .or_else(|| {
+                let repo = repository_name(image?);
+                self.sidecars
+                    .iter()
+                    .find(|s| s.images.iter().any(|i| i == repo))
+            })
     }
 
     /// Every image repository of a known sidecar.

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::{
+use sidecar_race_kit::{
     agent::{agent_binary, incidents_at_as},
     cluster::{TestNamespace, cluster},
     http::get_as,

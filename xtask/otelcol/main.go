@@ -2,8 +2,8 @@
 // cluster tier's real Unix-socket sidecar: what the collector builder (ocb) generates
 // for a distribution of the OTLP receiver, the file exporter and the health_check
 // extension (the readiness endpoint the collector's Helm chart probes), at one
-// collector release (core v0.161.0 / v1.67.0, contrib v0.161.0). `cargo xtask setup` builds it (xtask/src/otelcol.rs) into
-// ~/.cache/sidecar-race/go/otelcol-<version>/bin/otelcol; tests/kit/src/otelcol.rs runs it.
+// collector release (core v0.161.0 / v1.67.0, contrib v0.161.0). `cargo xtask setup` builds it (xtask/src/cluster/otelcol.rs) into
+// ~/.cache/sidecar-race/go/otelcol-<version>-<distribution>/bin/otelcol; tests/kit/src/otelcol.rs runs it.
 package main
 
 import (

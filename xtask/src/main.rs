@@ -11,11 +11,9 @@ mod host;
 mod image;
 mod kernels;
 mod krew;
-mod otelcol;
 mod private_apt;
 mod run;
 mod setup;
-mod sidecars;
 mod skipped;
 mod soak;
 

@@ -152,8 +152,8 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
         crate::krew::ensure_tool()?;
         // The OpenTelemetry Collector the OTLP tests push to and the cluster tier runs as
         // a sidecar (xtask/otelcol, Go), and the cluster tier's other real sidecars.
-        crate::otelcol::ensure()?;
-        crate::sidecars::ensure()?;
+        crate::cluster::otelcol::ensure()?;
+        crate::cluster::sidecars::ensure()?;
     }
     if tier >= Tier::Cluster {
         // The cluster tier's Kubernetes, etcd and Prometheus Operator, built once per

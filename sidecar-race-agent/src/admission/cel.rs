@@ -45,7 +45,7 @@ fn alternation<'a>(words: impl IntoIterator<Item = &'a str>) -> String {
 }
 
 /// `c`'s image names one of `images` as its repository (the last path segment, tag
-/// and digest aside), like `inventory::sidecars::repository_name`.
+/// and digest aside), like `catalog::repository_name`.
 fn image_is<'a>(c: &str, images: impl IntoIterator<Item = &'a str>) -> String {
     let re = format!("^([^@]*/)?{}(:[^/@]*)?(@.*)?$", alternation(images));
     format!("(has({c}.image) && {c}.image.matches({}))", string(&re))

@@ -8,10 +8,12 @@ use super::{
     incident::{Incident, Kind, Phase, State, Subject},
     processes::ProcessCount,
 };
-use crate::inventory::{
-    pod_info::{Pattern, Role, Workload},
-    pod_meta::PodMeta,
-    sidecars,
+use crate::{
+    catalog::CATALOG,
+    inventory::{
+        pod_info::{Pattern, Role, Workload},
+        pod_meta::PodMeta,
+    },
 };
 
 pub use super::socket_view::SocketView;
@@ -180,7 +182,7 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
             .socket
             .as_ref()
             .map(|s| (s.path.as_str(), socket_in_sidecar.as_deref())),
-        known: sidecar_info.and_then(sidecars::known),
+        known: sidecar_info.and_then(|c| CATALOG.known(&c.name, c.image.as_deref())),
     };
     let mut advice = advice(&subject);
     if let Some(tool) = wait_tool.filter(|_| shows_workaround(kind, inc.phase)) {

@@ -16,8 +16,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::pod_info::ContainerInfo;
-use crate::catalog::{CATALOG, Sidecar};
+use crate::catalog::{CATALOG, repository_name};
 
 /// The pod annotation that declares classic sidecars explicitly.
 pub const ANNOTATION: &str = "sidecar-race.io/sidecars";
@@ -109,25 +108,6 @@ fn known_name(name: &str) -> bool {
         || matches!(name, "proxy" | "sidecar")
         || name.ends_with("-proxy")
         || name.ends_with("-sidecar")
-}
-
-/// `gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.8.0` → `cloud-sql-proxy`.
-pub fn repository_name(image: &str) -> &str {
-    let without_digest = image.split('@').next().unwrap_or(image);
-    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
-    last.split(':').next().unwrap_or(last)
-}
-
-/// The known sidecar (`crate::catalog`) container `c` is, by name first, then image.
-pub fn known(c: &ContainerInfo) -> Option<&'static Sidecar> {
-    let sidecars = &CATALOG.sidecars;
-    sidecars
-        .iter()
-        .find(|s| s.containers.contains(&c.name))
-        .or_else(|| {
-            let repo = repository_name(c.image.as_deref()?);
-            sidecars.iter().find(|s| s.images.iter().any(|i| i == repo))
-        })
 }
 
 fn known_image(image: &str) -> bool {

@@ -8,13 +8,13 @@ use k8s_openapi::api::core::v1::Container;
 
 use super::workload::Workload;
 use crate::{
-    catalog::Sidecar,
-    inventory::{pod_info::ContainerInfo, sidecars},
+    catalog::{CATALOG, Sidecar},
+    inventory::pod_info::ContainerInfo,
 };
 
 /// The known sidecar `c` is, by name first, then image.
 pub fn sidecar(c: &ContainerInfo) -> Option<&'static Sidecar> {
-    sidecars::known(c)
+    CATALOG.known(&c.name, c.image.as_deref())
 }
 
 /// The sidecar serves the app (a proxy, or an agent with a listener the app may
@@ -322,7 +322,6 @@ pub fn istio_holds_application(w: &Workload) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::CATALOG;
 
     fn typed(v: serde_json::Value) -> Container {
         serde_json::from_value(v).unwrap()

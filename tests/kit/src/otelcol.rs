@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::http::free_port;
 
-/// What `cargo xtask setup` builds (xtask/src/otelcol.rs, COLLECTOR_VERSION and
+/// What `cargo xtask setup` builds (xtask/src/cluster/otelcol.rs, COLLECTOR_VERSION and
 /// DISTRIBUTION).
 const DEFAULT_OTELCOL: &str = ".cache/sidecar-race/go/otelcol-v0.161.0-r2/bin/otelcol";
 

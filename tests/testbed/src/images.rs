@@ -51,7 +51,7 @@ pub const COLLECTOR: VendorImage = VendorImage {
     user: "10001",
     cmd: &["--config", "/etc/otelcol/config.yaml"],
 };
-/// The Cloud SQL Auth Proxy (xtask/src/sidecars.rs), as its distroless image is made
+/// The Cloud SQL Auth Proxy (xtask/src/cluster/sidecars.rs), as its distroless image is made
 /// (user nonroot, 65532).
 pub const CLOUD_SQL_PROXY: VendorImage = VendorImage {
     reference: "sr-test.local/cloud-sql-proxy:2.27.0",
@@ -60,7 +60,7 @@ pub const CLOUD_SQL_PROXY: VendorImage = VendorImage {
     user: "65532",
     cmd: &[],
 };
-/// oauth2-proxy (xtask/src/sidecars.rs), as its distroless image is made.
+/// oauth2-proxy (xtask/src/cluster/sidecars.rs), as its distroless image is made.
 pub const OAUTH2_PROXY: VendorImage = VendorImage {
     reference: "sr-test.local/oauth2-proxy:7.15.6",
     archive: "oauth2-proxy.oci.tar",

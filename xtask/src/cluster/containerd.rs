@@ -10,12 +10,10 @@ use sidecar_race_testbed::{cni::BridgeNetwork, containerd, images};
 use super::{
     clients::ctr,
     node::{BRIDGE, NODE_IP, POD_CIDR, containerd_dir, state},
-    procs,
-};
-use crate::{
-    run::{checked, succeeds},
+    otelcol, procs,
     sidecars::{CLOUD_SQL_PROXY, OAUTH2_PROXY},
 };
+use crate::run::{checked, succeeds};
 
 pub fn start() -> anyhow::Result<()> {
     let d = containerd_dir();
@@ -59,7 +57,7 @@ pub fn start() -> anyhow::Result<()> {
     // The cluster tier's real sidecars, where the test tier's set-up built them (the
     // demo's set-up does not).
     let sidecars = [
-        (&images::COLLECTOR, crate::otelcol::binary()),
+        (&images::COLLECTOR, otelcol::binary()),
         (&images::CLOUD_SQL_PROXY, CLOUD_SQL_PROXY.binary()),
         (&images::OAUTH2_PROXY, OAUTH2_PROXY.binary()),
     ];

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use crate::cluster::build;
+use super::build;
 
 /// A sidecar built from its Go module: the module's root package is its `main`.
 pub struct Sidecar {

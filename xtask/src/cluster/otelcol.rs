@@ -13,7 +13,8 @@ use std::{fs, path::PathBuf, time::Instant};
 
 use anyhow::Context;
 
-use crate::{cluster::build, run::workspace_root};
+use super::build;
+use crate::run::workspace_root;
 
 /// The collector release: `go.opentelemetry.io/collector/*` v0.x modules and
 /// `opentelemetry-collector-contrib/exporter/fileexporter` (its v1.x modules are the
