@@ -1,12 +1,14 @@
 //! What the cluster tier's case files share: a namespace of their own per case, the
-//! agent's incidents and series as the scraper's token reads them, and `lint --fix`
-//! of a manifest.
+//! agent's incidents and series as the scraper's token reads them, `lint --fix` of a
+//! manifest, and the refusals a gone pod's app counted in a host file.
+
+use std::time::Duration;
 
 use serde_json::Value;
 
 use sidecar_race_kit::{
     agent::{agent_binary, incidents_at_as},
-    cluster::{TestNamespace, cluster},
+    cluster::{TestNamespace, cluster, wait_until},
     http::get_as,
 };
 
@@ -65,4 +67,25 @@ pub fn namespace_series(addr: &str, ns: &str) -> Vec<String> {
         })
         .map(str::to_string)
         .collect()
+}
+
+/// The lines `pod` (in `ns`) wrote to the file named after it in the host directory
+/// `evidence` (a hostPath it mounts; one line per refusal its app met), once the pod
+/// is gone and the file complete.
+pub fn lines_left_by(ns: &str, pod: &Value, evidence: &str) -> u64 {
+    let c = cluster();
+    let name = pod["metadata"]["name"].as_str().expect("a pod name");
+    let file = std::path::Path::new(evidence).join(name);
+    wait_until(&format!("{name}'s exit"), Duration::from_secs(60), || {
+        let selector = format!("metadata.name={name}");
+        let gone = c.json(&["-n", ns, "get", "pods", "--field-selector", &selector])["items"]
+            .as_array()
+            .is_some_and(|items| items.is_empty());
+        gone.then(|| {
+            std::fs::read_to_string(&file)
+                .unwrap_or_default()
+                .lines()
+                .count() as u64
+        })
+    })
 }

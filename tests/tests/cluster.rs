@@ -19,7 +19,8 @@ use sidecar_race_tests::{
         uid, wait_event, wait_until,
     },
     cluster_cases::{
-        fresh_namespace, incidents_of, lint_fixed, metrics, named_and_resolved, namespace_series,
+        fresh_namespace, incidents_of, lines_left_by, lint_fixed, metrics, named_and_resolved,
+        namespace_series,
     },
     glibc_fleet,
     http::{get, get_as},
@@ -728,19 +729,7 @@ fn case3_rollout_restart_drains_a_classic_sidecar_before_its_app() {
     );
     // The app's own count, once its container has exited (its file is complete), and
     // the agent's count once it has taken in the last refusals.
-    let refused_file = std::path::Path::new(&evidence).join(name(&old));
-    let app_count = wait_until("the old app's exit", Duration::from_secs(60), || {
-        let selector = format!("metadata.name={}", name(&old));
-        let gone = c.json(&["-n", ns, "get", "pods", "--field-selector", &selector])["items"]
-            .as_array()
-            .is_some_and(|items| items.is_empty());
-        gone.then(|| {
-            std::fs::read_to_string(&refused_file)
-                .unwrap_or_default()
-                .lines()
-                .count() as u64
-        })
-    });
+    let app_count = lines_left_by(ns, &old, &evidence);
     assert!(app_count >= 1, "the app was never refused after SIGTERM");
     let drain = wait_until(
         "the drain incident's final count",

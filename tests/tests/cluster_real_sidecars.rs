@@ -16,7 +16,8 @@ use sidecar_race_tests::{
         wait_until,
     },
     cluster_cases::{
-        fresh_namespace, incidents_of, lint_fixed, metrics, named_and_resolved, namespace_series,
+        fresh_namespace, incidents_of, lines_left_by, lint_fixed, metrics, named_and_resolved,
+        namespace_series,
     },
     real_sidecars::{
         CLOUD_SQL_PROXY, COLLECTOR, OAUTH2_PROXY, collector_config, gateway, gateway_client,
@@ -29,25 +30,6 @@ fn window(i: &Value) -> f64 {
     i["race_window_seconds"]
         .as_f64()
         .unwrap_or_else(|| panic!("no window: {i:#}"))
-}
-
-/// The refusals the app's last export met, from its evidence file, once its pod is
-/// gone (the file is complete).
-fn refused_at_exit(ns: &str, pod: &Value, evidence: &str) -> u64 {
-    let c = cluster();
-    let file = std::path::Path::new(evidence).join(name(pod));
-    wait_until("the old pod's exit", Duration::from_secs(60), || {
-        let selector = format!("metadata.name={}", name(pod));
-        let gone = c.json(&["-n", ns, "get", "pods", "--field-selector", &selector])["items"]
-            .as_array()
-            .is_some_and(|items| items.is_empty());
-        gone.then(|| {
-            std::fs::read_to_string(&file)
-                .unwrap_or_default()
-                .lines()
-                .count() as u64
-        })
-    })
 }
 
 /// A real sidecar's workload: the Deployment `name` (app, then the sidecar in
@@ -123,7 +105,7 @@ fn races_drains_and_lints_fix_ends_it(shape: &Shape) {
     let deployment = format!("deployment/{}", shape.name);
     c.kubectl(&["-n", ns, "rollout", "restart", &deployment]);
     c.kubectl(&["-n", ns, "rollout", "status", &deployment, "--timeout=90s"]);
-    let at_exit = refused_at_exit(ns, &pod, &evidence);
+    let at_exit = lines_left_by(ns, &pod, &evidence);
     assert_eq!(at_exit, 1, "the app's last attempt was refused once");
     let drain = wait_until(
         &format!("{}'s drain incident", shape.sidecar),

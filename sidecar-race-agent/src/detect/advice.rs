@@ -235,22 +235,32 @@ pub fn workaround(tool: &str, sidecar: Option<&str>, s: &Subject) -> String {
 mod tests {
     use super::*;
 
-    fn subject(phase: Phase, pattern: Pattern, probe: Option<&ProbeTarget>) -> String {
-        advice(&Subject {
+    /// A classic startup race of `app` against `sidecar` on `port`, roles known.
+    fn base<'a>(sidecar: &'a str, port: u16) -> Subject<'a> {
+        Subject {
             kind: Kind::SidecarRace,
-            phase,
-            pattern,
+            phase: Phase::Startup,
+            pattern: Pattern::Classic,
             container: Some("app"),
-            sidecar: Some("istio-proxy"),
-            port: 15001,
+            sidecar: Some(sidecar),
+            port,
             dialed_port: None,
-            startup_probe: probe,
+            startup_probe: None,
             roles_known: true,
             client_is_sidecar: false,
             listening_on: None,
             dialed: None,
             socket: None,
             known: None,
+        }
+    }
+
+    fn subject(phase: Phase, pattern: Pattern, probe: Option<&ProbeTarget>) -> String {
+        advice(&Subject {
+            phase,
+            pattern,
+            startup_probe: probe,
+            ..base("istio-proxy", 15001)
         })
     }
 
@@ -260,20 +270,9 @@ mod tests {
             .sidecar("otel-collector")
             .expect("the collector in the catalog");
         let text = advice(&Subject {
-            kind: Kind::SidecarRace,
-            phase: Phase::Startup,
-            pattern: Pattern::Classic,
-            container: Some("app"),
-            sidecar: Some("otc-container"),
-            port: 0,
-            dialed_port: None,
-            startup_probe: None,
-            roles_known: true,
-            client_is_sidecar: false,
-            listening_on: None,
-            dialed: None,
             socket: Some(("/var/run/otel/otlp.sock", Some("/sockets/otlp.sock"))),
             known: Some(collector),
+            ..base("otc-container", 0)
         });
         assert_eq!(
             text,
@@ -284,20 +283,8 @@ mod tests {
     #[test]
     fn a_proxy_with_a_health_endpoint_gets_it_not_a_probe_of_its_loopback_port() {
         let text = advice(&Subject {
-            kind: Kind::SidecarRace,
-            phase: Phase::Startup,
-            pattern: Pattern::Classic,
-            container: Some("app"),
-            sidecar: Some("cloud-sql-proxy"),
-            port: 5432,
-            dialed_port: None,
-            startup_probe: None,
-            roles_known: true,
-            client_is_sidecar: false,
-            listening_on: None,
-            dialed: None,
-            socket: None,
             known: crate::catalog::CATALOG.sidecar("cloud-sql-proxy"),
+            ..base("cloud-sql-proxy", 5432)
         });
         assert_eq!(
             text,
@@ -310,19 +297,10 @@ mod tests {
         let text = |dialed: &str| {
             advice(&Subject {
                 kind: Kind::AppNotReady,
-                phase: Phase::Startup,
-                pattern: Pattern::Classic,
                 container: Some("oauth2-proxy"),
-                sidecar: Some("app"),
-                port: 8080,
-                dialed_port: None,
-                startup_probe: None,
-                roles_known: true,
                 client_is_sidecar: true,
-                listening_on: None,
                 dialed: Some(dialed.parse().unwrap()),
-                socket: None,
-                known: None,
+                ..base("app", 8080)
             })
         };
         assert_eq!(
@@ -336,20 +314,9 @@ mod tests {
     fn a_unix_socket_race_gets_an_exec_probe_on_the_sidecars_own_path() {
         let advice = |phase, served| {
             advice(&Subject {
-                kind: Kind::SidecarRace,
                 phase,
-                pattern: Pattern::Classic,
-                container: Some("app"),
-                sidecar: Some("daprd"),
-                port: 0,
-                dialed_port: None,
-                startup_probe: None,
-                roles_known: true,
-                client_is_sidecar: false,
-                listening_on: None,
-                dialed: None,
                 socket: Some(("/var/run/dapr/app.sock", served)),
-                known: None,
+                ..base("daprd", 0)
             })
         };
         assert_eq!(
