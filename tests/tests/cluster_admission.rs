@@ -28,11 +28,18 @@ use sidecar_race_tests::{
 
 /// Workloads whose lint findings the policy cannot see, by `FILE KIND NAME`: the
 /// rule lint finds and the policy does not, and why.
-const CANNOT_JUDGE: &[(&str, &str, &str)] = &[(
-    "admission/flag-port-only.yaml Deployment invoices",
-    "SR007",
-    "the proxy's port is named only by its own --port flag: the policy sees declared ports and the table's fixed ports, not flags",
-)];
+const CANNOT_JUDGE: &[(&str, &str, &str)] = &[
+    (
+        "admission/flag-port-only.yaml Deployment invoices",
+        "SR007",
+        "the proxy's port is named only by its own --port flag: the policy sees declared ports and the table's fixed ports, not flags",
+    ),
+    (
+        "lint-corpus/otel-collector-uds.yaml (fixed) Deployment checkout",
+        "SR003",
+        "the collector --fix made native without a probe (its image has no shell) serves a Unix socket: the policy judges ports, not sockets",
+    ),
+];
 
 /// The kinds whose pod templates the policy judges (not Pods: one apply, one warning).
 const WORKLOAD_KINDS: &[&str] = &["Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"];
