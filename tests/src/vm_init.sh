@@ -172,6 +172,15 @@ RUN=$!
 wait_ready
 say run_ready "$i"
 incidents() { wget -q -O - "http://127.0.0.1:9965/api/v1/incidents$1" 2>/dev/null; }
+# Waits up to $2 tenths of a second until pod $1 has a resolved incident.
+wait_resolved() {
+    i=0
+    until incidents "?state=resolved" | grep -q "$1"; do
+        i=$((i + 1))
+        [ "$i" -gt "$2" ] && break
+        usleep 100000
+    done
+}
 
 # Startup: the proxy listens 1 s late, the app dials at once every 50 ms until it connects.
 POD2=$QOS/kubepods-burstable-pod$(echo "$POD2_UID" | tr - _).slice
@@ -182,12 +191,7 @@ in_cgroup "$POD2/cri-containerd-$POD2_APP.scope" sr-app --connect 127.0.0.1:1500
 wait $!
 emit app /tmp/app5.out
 emit proxy /tmp/proxy2.out
-i=0
-until incidents "?state=resolved" | grep -q "$POD2_UID"; do
-    i=$((i + 1))
-    [ "$i" -gt 200 ] && break
-    usleep 100000
-done
+wait_resolved "$POD2_UID" 200
 kill $P2
 wait $P2
 
@@ -203,12 +207,7 @@ wait $!
 wait $P3
 emit app /tmp/app4.out
 rmdir "$POD3/cri-containerd-$POD3_PROXY.scope" "$POD3/cri-containerd-$POD3_APP.scope" "$POD3"
-i=0
-until incidents "?state=resolved" | grep -q "$POD3_UID"; do
-    i=$((i + 1))
-    [ "$i" -gt 200 ] && break
-    usleep 100000
-done
+wait_resolved "$POD3_UID" 200
 # REDIRECT: the app dials the service IP; the NAT rule sends it to the proxy's local
 # port 15001, where the proxy listens 1 s late.
 POD4=$QOS/kubepods-burstable-pod$(echo "$POD4_UID" | tr - _).slice
@@ -218,12 +217,7 @@ P4=$!
 in_cgroup "$POD4/cri-containerd-$POD4_APP.scope" sr-app --connect 10.96.0.10:80 --interval-ms 50 >/tmp/app6.out
 wait $!
 emit app /tmp/app6.out
-i=0
-until incidents "?state=resolved" | grep -q "$POD4_UID"; do
-    i=$((i + 1))
-    [ "$i" -gt 50 ] && break
-    usleep 100000
-done
+wait_resolved "$POD4_UID" 50
 kill $P4
 wait $P4
 
@@ -258,12 +252,7 @@ say restart_old_rc $?
 start_run restart_new
 wait $A5
 emit restart_app /tmp/app7.out
-i=0
-until incidents "?state=resolved" | grep -q "$POD5_UID"; do
-    i=$((i + 1))
-    [ "$i" -gt 200 ] && break
-    usleep 100000
-done
+wait_resolved "$POD5_UID" 200
 incidents "" >/tmp/incidents_restart.json
 echo >>/tmp/incidents_restart.json
 emit incidents_restart /tmp/incidents_restart.json

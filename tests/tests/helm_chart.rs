@@ -49,6 +49,21 @@ fn assert_same_objects(chart: &[Value], kustomize: &[Value], what: &str) {
     }
 }
 
+/// `helm template` of the chart with `args`, which it must refuse: what helm said.
+fn refused_rendering(args: &[&str]) -> String {
+    let out = Command::new(helm())
+        .current_dir(workspace())
+        .args(["template", "sidecar-race", CHART])
+        .args(args)
+        .output()
+        .expect("run helm");
+    assert!(
+        !out.status.success(),
+        "helm rendered the chart with {args:?}"
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn concat(parts: &[Vec<Value>]) -> Vec<Value> {
     parts.iter().flatten().cloned().collect()
 }
@@ -281,13 +296,7 @@ fn chart_conventions_global_registry_extra_objects_and_the_schema() {
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
         ("openshift.scc.create=maybe", "at '/openshift/scc/create'"),
     ] {
-        let out = Command::new(helm())
-            .current_dir(workspace())
-            .args(["template", "sidecar-race", CHART, "--set", set])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{set} was accepted");
+        let err = refused_rendering(&["--set", set]);
         assert!(
             err.contains("values don't meet the specifications of the schema"),
             "{set}: {err}"
@@ -374,27 +383,11 @@ fn tls_from_helm_makes_the_secret_the_monitors_verify_and_unknown_sources_are_re
             "{monitor}"
         );
     }
-    let mut cmd = Command::new(helm());
-    cmd.current_dir(workspace())
-        .args(["template", "sidecar-race", CHART])
-        .args(["--set", "tls.enabled=true", "--set", "tls.source=vault"]);
-    let out = cmd.output().unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let vault = ["--set", "tls.enabled=true", "--set", "tls.source=vault"];
+    let err = refused_rendering(&vault);
     assert!(err.contains("at '/tls/source'"), "the schema: {err}");
     // Without the schema (`--skip-schema-validation`) the template says it too.
-    let out = Command::new(helm())
-        .current_dir(workspace())
-        .args([
-            "template",
-            "sidecar-race",
-            CHART,
-            "--skip-schema-validation",
-        ])
-        .args(["--set", "tls.enabled=true", "--set", "tls.source=vault"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_rendering(&[&["--skip-schema-validation"][..], &vault].concat());
     assert!(
         err.contains(r#"tls.source is "vault": expected secret, helm or cert-manager"#),
         "{err}"
@@ -536,33 +529,12 @@ fn pin_disabled_drops_the_bpffs_mount_and_turns_pinning_off() {
             .unwrap()
             .contains(&json!({"name": "state", "mountPath": "/var/lib/sidecar-race"}))
     );
-    let out = Command::new(helm())
-        .current_dir(workspace())
-        .args([
-            "template",
-            "sidecar-race",
-            CHART,
-            "--set",
-            "stateDir=relative",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "a relative stateDir was accepted");
+    refused_rendering(&["--set", "stateDir=relative"]);
 }
 
 #[test]
 fn an_empty_network_policy_is_refused_rather_than_admitting_everyone() {
-    let out = Command::new(helm())
-        .current_dir(workspace())
-        .args(["template", "sidecar-race", CHART])
-        .args(["--set", "networkPolicy.namespaces=null"])
-        .output()
-        .expect("run helm");
-    assert!(
-        !out.status.success(),
-        "rendered a NetworkPolicy open to all"
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_rendering(&["--set", "networkPolicy.namespaces=null"]);
     assert!(err.contains("would admit everyone"), "{err}");
 }
 
