@@ -98,35 +98,20 @@ fn plugin_manifest(archives: &[(&str, String)]) -> String {
     )
 }
 
-fn krew_dir() -> PathBuf {
-    build::cache_root().join(format!("krew-{KREW_VERSION}"))
-}
-
-/// The cached krew (tests find it through `SIDECAR_RACE_KREW` or this path).
-pub fn krew_bin() -> PathBuf {
-    krew_dir().join("bin/krew")
-}
+/// krew, which tests/tests/krew_plugin.rs installs the plugin with (it finds it
+/// through `SIDECAR_RACE_KREW` or `KREW.binary()`'s path).
+const KREW: build::GoCommand = build::GoCommand {
+    name: "krew",
+    module: "sigs.k8s.io/krew",
+    package: "sigs.k8s.io/krew/cmd/krew",
+    version: KREW_VERSION,
+    // As krew's hack/make-binary.sh stamps it: `kubectl krew version` reports it.
+    version_var: Some("sigs.k8s.io/krew/internal/version.gitTag"),
+};
 
 /// Builds krew from its Go module when it is not cached yet.
 pub fn ensure_tool() -> anyhow::Result<()> {
-    if krew_bin().exists() {
-        return Ok(());
-    }
-    let go = build::go()?;
-    let dir = krew_dir();
-    let package = "sigs.k8s.io/krew/cmd/krew".to_string();
-    let body = format!("require sigs.k8s.io/krew {KREW_VERSION}\n");
-    build::wrapper(
-        &go,
-        &dir,
-        "sidecar-race.local/krew",
-        &body,
-        std::slice::from_ref(&package),
-    )?;
-    eprintln!("xtask: building krew {KREW_VERSION}");
-    // As krew's hack/make-binary.sh stamps it: `kubectl krew version` reports it.
-    let ldflags = format!("-s -w -X sigs.k8s.io/krew/internal/version.gitTag={KREW_VERSION}");
-    build::build_one(&go, &dir, "krew", &package, &ldflags)
+    KREW.ensure()
 }
 
 #[cfg(test)]

@@ -183,6 +183,56 @@ pub(crate) fn wrapper(
     Ok(())
 }
 
+/// A command built from one Go module at one version (a wrapper module requiring it)
+/// into `cache_root()/<name>-<version>/bin/<name>`: krew, the cluster tier's real
+/// sidecars.
+pub struct GoCommand {
+    pub name: &'static str,
+    pub module: &'static str,
+    /// Its `main` package (the module's root, or a path under it).
+    pub package: &'static str,
+    pub version: &'static str,
+    /// The variable `-X` stamps the version into, where its `--version` reads it
+    /// (none: the module embeds it).
+    pub version_var: Option<&'static str>,
+}
+
+impl GoCommand {
+    fn dir(&self) -> PathBuf {
+        cache_root().join(format!("{}-{}", self.name, self.version))
+    }
+
+    /// The cached binary.
+    pub fn binary(&self) -> PathBuf {
+        self.dir().join("bin").join(self.name)
+    }
+
+    /// Builds it when it is not cached yet (a cold build takes minutes).
+    pub fn ensure(&self) -> anyhow::Result<()> {
+        if self.binary().exists() {
+            return Ok(());
+        }
+        let go = go()?;
+        let body = format!("require {} {}\n", self.module, self.version);
+        wrapper(
+            &go,
+            &self.dir(),
+            &format!("sidecar-race.local/{}", self.name),
+            &body,
+            &[self.package.to_string()],
+        )?;
+        eprintln!(
+            "xtask: building {} {} (a cold build takes minutes)",
+            self.name, self.version
+        );
+        let mut ldflags = "-s -w".to_string();
+        if let Some(var) = self.version_var {
+            ldflags.push_str(&format!(" -X {var}={}", self.version));
+        }
+        build_one(&go, &self.dir(), self.name, self.package, &ldflags)
+    }
+}
+
 /// `go build` of `package` to `bin/<name>`, timed into build.log; skipped when present.
 pub(crate) fn build_one(
     go: &Path,
