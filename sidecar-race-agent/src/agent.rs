@@ -99,12 +99,13 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
              build's programs were attached"
         );
     }
+    // Under lockdown, one sentence (`requirements::check`) said what is not seen.
+    let locked = env.layout.direct_reads;
     // What tracefs could not serve, unless its BTF tracepoint did.
-    for u in env
-        .layout
-        .unusable
-        .iter()
-        .filter(|u| !u.tracepoint.required && !probes.attached.contains(&u.tracepoint))
+    for u in
+        env.layout.unusable.iter().filter(|u| {
+            !locked && !u.tracepoint.required && !probes.attached.contains(&u.tracepoint)
+        })
     {
         tracing::warn!("degraded: {u}");
     }
@@ -140,7 +141,7 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         unix_hooks = probes.unix.name(),
         "watching the kernel"
     );
-    if let Some(sentence) = probes.unix.degraded() {
+    if let Some(sentence) = probes.unix.degraded().filter(|_| !locked) {
         tracing::warn!("degraded: {sentence}");
     }
     if let Some(sentence) = probes.unix.note() {
@@ -149,7 +150,7 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
     if let SetStateHook::Tracepoint { why_not_btf } = &probes.set_state_hook {
         tracing::info!("inet_sock_set_state through tracefs, not tp_btf: {why_not_btf}");
     }
-    if let Some(why) = &probes.per_cgroup_budgets {
+    if let Some(why) = probes.per_cgroup_budgets.as_ref().filter(|_| !locked) {
         tracing::warn!(
             "degraded: budgets are charged per cgroup, not per container (the kernel's \
              cgroup layout is unknown: {why}); a container that makes sub-cgroups gets a \

@@ -39,6 +39,7 @@ pub fn created(ts: u64, id: u64, path: String) -> KernelEvent {
         level: 4,
         path,
         truncated: false,
+        path_unread: false,
     })
 }
 

@@ -67,6 +67,7 @@ fn cgroup(ts: u64, id: u64, path: &str) -> CgroupFact {
         level: 5,
         path: path.into(),
         truncated: false,
+        path_unread: false,
     }
 }
 
@@ -131,5 +132,34 @@ fn removed_after_the_start_up_walk_is_attributed_from_the_index() {
         incidents(&mut p),
         [(UID.to_string(), Some(CID.to_string()))]
     );
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// Under lockdown for confidentiality the kernel cannot read a cgroup's path: its
+/// creation is named from cgroupfs by its id, its removal from the index, and the
+/// refusals of the container in between are its own.
+#[test]
+fn a_cgroup_event_without_its_path_is_named_from_cgroupfs() {
+    let (root, ctr) = hierarchy("unread");
+    let id = id_of(&ctr).unwrap();
+    let unread = |ts| CgroupFact {
+        path_unread: true,
+        ..cgroup(ts, id, "")
+    };
+    let mut p = pipeline(CgroupIndex::new(&root, 600 * S));
+    p.kernel_event(&KernelEvent::CgroupCreated(unread(S)));
+    assert_eq!(
+        p.inventory().cgroups.path(id),
+        Some(relative(&root, &ctr).as_str())
+    );
+    std::fs::remove_dir(&ctr).unwrap();
+    p.kernel_event(&KernelEvent::CgroupRemoved(unread(2 * S)));
+    assert!(p.inventory().cgroups.is_removed(id));
+    p.kernel_event(&refused(2 * S - 1, id));
+    assert_eq!(
+        incidents(&mut p),
+        [(UID.to_string(), Some(CID.to_string()))]
+    );
+    assert_eq!(p.inventory().unattributed_events(), 0);
     std::fs::remove_dir_all(root).unwrap();
 }

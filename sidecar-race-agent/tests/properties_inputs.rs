@@ -298,6 +298,7 @@ fn incidents_api() -> axum::Router {
     d.observe(refused(201 * s, "p4", 7070), &meta);
     router(
         HttpState {
+            degraded: None,
             ready: Arc::new(AtomicBool::new(true)),
             stream: Arc::new(StreamStats::default()),
             pipeline: Arc::new(Mutex::new(pipeline)),

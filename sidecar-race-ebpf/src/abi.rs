@@ -33,6 +33,9 @@ pub mod flags {
     pub const OWNER_FROM_START: u8 = 1 << 1;
     /// `CgroupEvent::path` was cut at [`super::CGROUP_PATH_LEN`] bytes.
     pub const PATH_TRUNCATED: u8 = 1 << 2;
+    /// `CgroupEvent::path` is empty: the kernel refused the string's read (lockdown
+    /// for confidentiality); the agent names the cgroup by its id from cgroupfs.
+    pub const PATH_UNREAD: u8 = 1 << 3;
 }
 
 /// Cgroups whose suppressed refusals the kernel counts one by one (the `SUPPRESSED`

@@ -67,9 +67,10 @@ pub struct SockFields {
     pub protocol: u16,
     /// `skc_family` (u16).
     pub family: u16,
-    /// `inet_sock.inet_sport` (network order).
+    /// `skc_num` (host order): the local port, as `inet_sport` holds it in network
+    /// order; read from `struct sock` itself, as a direct load must be.
     pub sport: u16,
-    /// `inet_sock.inet_saddr` (4 bytes).
+    /// `skc_rcv_saddr` (4 bytes): the local IPv4 address, as `inet_saddr` holds it.
     pub saddr: u16,
     /// `skc_v6_rcv_saddr` (16 bytes).
     pub v6_saddr: u16,
@@ -173,7 +174,11 @@ pub struct Config {
     pub cgroup_rmdir: CgroupDir,
     /// Hierarchy id of cgroup v2 in `cgroup_mkdir`'s `root` field (0: the default hierarchy).
     pub cgroup2_hierarchy: i32,
-    pub _pad: u32,
+    /// Non-zero: kernel memory is read by direct loads through the BTF-typed pointers
+    /// the BTF tracepoints get, never with `bpf_probe_read_kernel`, which a kernel
+    /// locked down for confidentiality refuses. Only the BTF tracepoints are loaded
+    /// then, and what they cannot read that way is left out (see `programs/`).
+    pub direct_reads: u32,
     /// The per-cgroup refusal budget, see [`RefusalBudget`].
     pub refusal_budget: RefusalBudget,
     /// For the `tp_btf` program; unset when it is not used.
@@ -327,7 +332,7 @@ impl Config {
         cgroup_mkdir: CgroupDir::UNSET,
         cgroup_rmdir: CgroupDir::UNSET,
         cgroup2_hierarchy: 0,
-        _pad: 0,
+        direct_reads: 0,
         refusal_budget: RefusalBudget::OFF,
         sock: SockFields {
             protocol: M,

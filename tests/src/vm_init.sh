@@ -47,15 +47,75 @@ in_cgroup() {
 
 say kernel "$(uname -r)"
 
-# Booted with lockdown=confidentiality: the agent must refuse with one sentence, told
-# by securityfs, and again without securityfs (as in a pod), told by a probe program.
+# Booted with lockdown=confidentiality: the agent runs on the BTF tracepoints' direct
+# reads and says what it cannot see in one `degraded:` sentence, told by securityfs,
+# and again without securityfs (as in a pod), told by a probe program. A pod made while
+# `trace` watches gets its refusals with its container's id; `run` tells a startup
+# race's exact count and /readyz says it is degraded.
 if grep -q 'lockdown=confidentiality' /proc/cmdline; then
+    ip link set lo up
     mount -t cgroup2 cgroup2 $CG
     mount -t securityfs none /sys/kernel/security
     say lockdown "$(cat /sys/kernel/security/lockdown)"
-    must_fail lockdown_securityfs trace
+    $AGENT trace >/tmp/lockdown_trace.out 2>/tmp/lockdown_trace.err &
+    LT=$!
+    if wait_for /tmp/lockdown_trace.err 'watching the kernel' 600; then say lockdown_trace_ready yes; else say lockdown_trace_ready no; fi
+    QOS=$CG/kubepods.slice/kubepods-burstable.slice
+    POD1=$QOS/kubepods-burstable-pod$(echo "$POD1_UID" | tr - _).slice
+    mkdir -p "$POD1/cri-containerd-$POD1_PROXY.scope" "$POD1/cri-containerd-$POD1_APP.scope"
+    say cgid "${POD1#$CG}/cri-containerd-$POD1_APP.scope" "$(stat -c %i "$POD1/cri-containerd-$POD1_APP.scope")"
+    in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-app --connect 127.0.0.1:15001 --attempts 3 --interval-ms 0 >/dev/null
+    wait $!
+    in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-app --connect '[::1]:15002' --attempts 1 >/dev/null
+    wait $!
+    in_cgroup "$POD1/cri-containerd-$POD1_PROXY.scope" sr-proxy --listen 127.0.0.1:15003 --close-after-ms 300 >/dev/null
+    wait $!
+    sleep 3
+    kill -INT $LT
+    wait $LT
+    say lockdown_trace_rc $?
+    emit lockdown_trace_out /tmp/lockdown_trace.out
+    emit lockdown_trace_err /tmp/lockdown_trace.err
+    # `run`: a startup race (the proxy listens 1 s late), its count against the app's.
+    $AGENT run --listen 127.0.0.1:9965 --pods-from none --events=false >/tmp/lockdown_run.out 2>/tmp/lockdown_run.err &
+    LR=$!
+    i=0
+    until wget -q -O /tmp/lockdown_readyz http://127.0.0.1:9965/readyz 2>/dev/null; do
+        i=$((i + 1))
+        [ "$i" -gt 600 ] && break
+        usleep 100000
+    done
+    emit lockdown_readyz /tmp/lockdown_readyz
+    POD2=$QOS/kubepods-burstable-pod$(echo "$POD2_UID" | tr - _).slice
+    mkdir -p "$POD2/cri-containerd-$POD2_PROXY.scope" "$POD2/cri-containerd-$POD2_APP.scope"
+    in_cgroup "$POD2/cri-containerd-$POD2_PROXY.scope" sr-proxy --listen 127.0.0.1:15001 --delay-ms 1000 >/dev/null
+    P2=$!
+    in_cgroup "$POD2/cri-containerd-$POD2_APP.scope" sr-app --connect 127.0.0.1:15001 --interval-ms 50 >/tmp/lockdown_app.out
+    wait $!
+    emit lockdown_app /tmp/lockdown_app.out
+    i=0
+    until wget -q -O - 'http://127.0.0.1:9965/api/v1/incidents?state=resolved' 2>/dev/null | grep -q "$POD2_UID"; do
+        i=$((i + 1))
+        [ "$i" -gt 200 ] && break
+        usleep 100000
+    done
+    wget -q -O /tmp/lockdown_incidents.json http://127.0.0.1:9965/api/v1/incidents 2>/dev/null
+    echo >>/tmp/lockdown_incidents.json
+    emit lockdown_incidents /tmp/lockdown_incidents.json
+    kill $P2
+    kill -TERM $LR
+    wait $LR
+    say lockdown_run_rc $?
+    emit lockdown_run_err /tmp/lockdown_run.err
+    # Without securityfs, told by the probe program: it starts and says how it knew.
     umount /sys/kernel/security
-    must_fail lockdown_probe trace
+    $AGENT trace >/dev/null 2>/tmp/lockdown_probe.err &
+    LP=$!
+    wait_for /tmp/lockdown_probe.err 'watching the kernel' 600
+    kill -INT $LP
+    wait $LP
+    say lockdown_probe_rc $?
+    emit lockdown_probe_err /tmp/lockdown_probe.err
     say done
     sync
     poweroff -f

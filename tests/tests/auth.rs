@@ -98,6 +98,7 @@ async fn serve_with(api: &FakeApi, ttls: CacheTtls, budget: ReviewBudget) -> Soc
     let metrics =
         Metrics::new(false, "0.1.0", "test").with_totals(Box::new(Counts(auth.counts.clone())));
     let state = HttpState {
+        degraded: None,
         ready: Arc::new(AtomicBool::new(true)),
         stream,
         pipeline: Arc::new(parking_lot::Mutex::new(Pipeline::new(

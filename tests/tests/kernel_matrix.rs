@@ -8,7 +8,9 @@
 //! tracepoint absent), `trace` on a kubelet-layout pod (exact events, owners, cgroup
 //! ids, `seen` counts), and `run` with a startup and a drain race read back from
 //! `/api/v1/incidents` inside the VM. A misread field layout (a port, an address, the
-//! cgroup id) fails an exact comparison here.
+//! cgroup id) fails an exact comparison here. A second boot with
+//! `lockdown=confidentiality` (amd64) runs `trace` and `run` on the BTF tracepoints'
+//! direct reads, with exact counts.
 
 use std::{
     path::PathBuf,
@@ -542,7 +544,8 @@ type Expected<'a> = dyn Fn(&str) -> bool + 'a;
 /// runs it: `lp` with the manifest's, `lp_sa` with SYS_RESOURCE and SYS_ADMIN added, at
 /// the kernel's own `perf_event_paranoid` (3 on Debian's kernels); then at 2, `lp2` with
 /// the manifest's and `lp2_sr` with SYS_RESOURCE added. Before 5.11 the memlock limit
-/// needs SYS_RESOURCE; at 3, attaching needs SYS_ADMIN (Debian's hardening patch).
+/// needs SYS_RESOURCE; at 3 (Debian's hardening patch) perf_event_open needs SYS_ADMIN,
+/// and without it the tracepoints are hooked as BTF tracepoints.
 fn assert_least_privilege(run: &GuestRun, label: &str, memcg_accounting: bool) {
     let env = env();
     let app_path = format!(
@@ -568,28 +571,11 @@ fn assert_least_privilege(run: &GuestRun, label: &str, memcg_accounting: bool) {
             )
             && e.lines().count() == 2
     };
-    // inet_sock_set_state is on tp_btf (no perf_event_open), so the first tracefs
-    // tracepoint refused is tcp_receive_reset.
-    let perf_restricted = |e: &str| {
-        e == format!(
-            "cannot attach tcp_receive_reset on tcp:tcp_receive_reset: \
-             `perf_event_open_trace_point` failed: Permission denied (os error 13); this kernel \
-             restricts perf_event_open (kernel.perf_event_paranoid is {paranoid}, a Debian/Ubuntu \
-             hardening) to CAP_SYS_ADMIN: run `sysctl kernel.perf_event_paranoid=2` on the node, \
-             or give the agent CAP_SYS_ADMIN"
-        )
-    };
     let cases: [(&str, Vec<String>, Option<&Expected<'_>>); 4] = [
         (
             "lp",
             with(&[]),
-            if !memcg_accounting {
-                Some(&memlock)
-            } else if paranoid > 2 {
-                Some(&perf_restricted)
-            } else {
-                None
-            },
+            (!memcg_accounting).then_some(&memlock as &dyn Fn(&str) -> bool),
         ),
         ("lp_sa", with(&["+sys_resource", "+sys_admin"]), None),
         (
@@ -622,6 +608,26 @@ fn assert_least_privilege(run: &GuestRun, label: &str, memcg_accounting: bool) {
         assert_eq!(e["dst"], "127.0.0.1:15004", "{e}");
         assert_eq!(e["cgroup_id"], app_id, "{e}");
         assert_eq!(e["container_id"], get(env, "POD1_APP").as_str(), "{e}");
+        // At 3 the kernel refuses perf_event_open without SYS_ADMIN: the tracepoints
+        // are hooked as BTF tracepoints instead, which need no perf event.
+        let err = run.values(&format!("{key}_err")).join("\n");
+        let btf_instead = [
+            "tcp:tcp_receive_reset",
+            "cgroup:cgroup_mkdir",
+            "cgroup:cgroup_rmdir",
+        ]
+        .iter()
+        .all(|tp| {
+            err.contains(&format!(
+                "{tp} hooked as a BTF tracepoint, which needs no perf event"
+            ))
+        });
+        let at = if key.starts_with("lp2") { 2 } else { paranoid };
+        let restricted = at > 2 && !caps.iter().any(|c| c == "+sys_admin");
+        assert_eq!(
+            btf_instead, restricted,
+            "{label}: {key} with only {caps:?}: {err}"
+        );
     }
 }
 
@@ -714,32 +720,162 @@ fn assert_restart(run: &GuestRun, label: &str, version: (u32, u32)) {
     }
 }
 
-/// Booted with `lockdown=confidentiality`: the agent refuses to start with one
-/// sentence that names lockdown, whether securityfs tells it or only a probe program
-/// does (as in a pod, where securityfs is not mounted).
+/// Booted with `lockdown=confidentiality`: the agent starts on the BTF tracepoints'
+/// direct reads and says what it cannot see in one `degraded:` sentence that names how
+/// it knew (securityfs, or in a pod a probe program). A pod made while it watches gets
+/// every refusal once with its container's id, the listener up and down; a startup
+/// race is one incident with the app's exact count; /readyz says it is degraded.
 fn assert_lockdown(run: &GuestRun, label: &str) {
+    use sidecar_race_agent::kernel::lockdown::degraded_sentence;
+    let env = env();
     assert_eq!(
         run.one("lockdown"),
         "none integrity [confidentiality]",
         "{label}: the guest's lockdown"
     );
-    for (key, how) in [
-        ("lockdown_securityfs", "/sys/kernel/security/lockdown"),
-        (
-            "lockdown_probe",
-            "the kernel refuses bpf_probe_read_kernel to tracing programs",
-        ),
-    ] {
-        let e = failure(run, key);
+    assert_eq!(
+        run.one("lockdown_trace_ready"),
+        "yes",
+        "{}",
+        run.console_text()
+    );
+    assert_eq!(run.one("lockdown_trace_rc"), "0", "{}", run.console_text());
+    let degraded_lines = |key: &str| -> Vec<String> {
+        run.json(key)
+            .iter()
+            .filter_map(|l| l["message"].as_str())
+            .filter(|m| m.starts_with("degraded"))
+            .map(str::to_string)
+            .collect()
+    };
+    let securityfs = format!(
+        "degraded: {}",
+        degraded_sentence("/sys/kernel/security/lockdown")
+    );
+    assert_eq!(
+        degraded_lines("lockdown_trace_err"),
+        std::slice::from_ref(&securityfs),
+        "{label}: one sentence"
+    );
+    let app_path = format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope",
+        get(env, "POD1_UID").replace('-', "_"),
+        get(env, "POD1_APP")
+    );
+    let app_id = cgroup_id(run, &app_path);
+    let events = run.json("lockdown_trace_out");
+    let of = |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["kind"] == kind).collect() };
+    let refused = of("refused");
+    let dsts: Vec<&str> = refused.iter().map(|e| e["dst"].as_str().unwrap()).collect();
+    assert_eq!(
+        dsts,
+        [
+            "127.0.0.1:15001",
+            "127.0.0.1:15001",
+            "127.0.0.1:15001",
+            "[::1]:15002"
+        ],
+        "{label}: every refusal once under lockdown: {events:#?}"
+    );
+    for e in &refused {
+        assert_eq!(e["cgroup_id"], app_id, "{label}: {e}");
         assert_eq!(
-            e,
-            format!(
-                "this node cannot run the agent:\n  - {}",
-                sidecar_race_agent::kernel::lockdown::confidentiality_sentence(how)
-            ),
-            "{label}: {key}"
+            e["container_id"],
+            get(env, "POD1_APP").as_str(),
+            "{label}: {e}"
+        );
+        assert_eq!(e["comm"], "sr-app", "{label}: {e}");
+        let src = e["src"].as_str().unwrap();
+        assert!(
+            !src.ends_with(":0") && (src.starts_with("127.0.0.1:") || src.starts_with("[::1]:")),
+            "{label}: the client's own end, read from the socket: {e}"
         );
     }
+    for kind in ["listen", "listen_closed"] {
+        let l = of(kind);
+        assert_eq!(l.len(), 1, "{label}: {kind}: {events:#?}");
+        assert_eq!(l[0]["src"], "127.0.0.1:15003", "{label}: {}", l[0]);
+        assert_eq!(l[0]["comm"], "sr-proxy", "{label}: {}", l[0]);
+        assert_eq!(
+            l[0]["container_id"],
+            get(env, "POD1_PROXY").as_str(),
+            "{label}: {}",
+            l[0]
+        );
+    }
+    let made: Vec<(&str, u64)> = of("cgroup_created")
+        .iter()
+        .filter_map(|e| Some((e["cgroup_path"].as_str()?, e["cgroup_id"].as_u64()?)))
+        .collect();
+    assert!(
+        made.contains(&(app_path.as_str(), app_id)),
+        "{label}: the new cgroup named from cgroupfs: {made:?}"
+    );
+    let summary = run
+        .json("lockdown_trace_err")
+        .into_iter()
+        .find_map(|l| l.get("summary").cloned())
+        .unwrap_or_else(|| panic!("{label}: no summary: {}", run.console_text()));
+    for (kind, n) in [
+        ("refused", 4),
+        ("listen", 1),
+        ("listen_closed", 1),
+        ("cgroup_created", 5),
+    ] {
+        let k = &summary["kernel_events"][kind];
+        assert_eq!(
+            (&k["seen"], &k["delivered"], &k["lost"]),
+            (&n.into(), &n.into(), &0.into()),
+            "{label}: {kind}: {summary}"
+        );
+    }
+
+    assert_eq!(run.one("lockdown_run_rc"), "0", "{}", run.console_text());
+    let readyz = run.values("lockdown_readyz").join("\n");
+    assert_eq!(readyz, format!("ready\n{securityfs}"), "{label}");
+    let told: u64 = run
+        .one("lockdown_app")
+        .split(" after ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{label}: no count from the app: {}", run.console_text()));
+    let all: Vec<Value> = run
+        .json("lockdown_incidents")
+        .into_iter()
+        .flat_map(|v| v["incidents"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let mine: Vec<&Value> = all
+        .iter()
+        .filter(|i| i["pod_uid"] == get(env, "POD2_UID").as_str())
+        .collect();
+    assert_eq!(mine.len(), 1, "{label}: one startup incident: {all:#?}");
+    let i = mine[0];
+    assert_eq!(i["phase"], "startup", "{label}: {i:#}");
+    assert_eq!(i["container_id"], get(env, "POD2_APP").as_str(), "{i:#}");
+    assert_eq!(
+        i["sidecar_container_id"],
+        get(env, "POD2_PROXY").as_str(),
+        "{i:#}"
+    );
+    assert_eq!(
+        i["refused_count"].as_u64(),
+        Some(told),
+        "{label}: the app's own count under lockdown: {i:#}"
+    );
+    eprintln!(
+        "{label}: lockdown=confidentiality: {told} of {told} refusals, window {}",
+        window(i)
+    );
+
+    assert_eq!(run.one("lockdown_probe_rc"), "0", "{}", run.console_text());
+    assert_eq!(
+        degraded_lines("lockdown_probe_err"),
+        [format!(
+            "degraded: {}",
+            degraded_sentence("the kernel refuses bpf_probe_read_kernel to tracing programs")
+        )],
+        "{label}: told by the probe program"
+    );
 }
 
 /// Unix sockets on this kernel, with the hooks `auto` picks (fexit where the kernel has

@@ -57,8 +57,10 @@ pub async fn run(
         tokio::select! {
             batch = agent.stream.events.recv() => {
                 let Some(batch) = batch else { break };
-                for ev in batch {
-                    agent.inventory.observe(&ev);
+                for mut ev in batch {
+                    if let Some(named) = agent.inventory.observe(&ev) {
+                        ev = named;
+                    }
                     if !kinds.contains(&ev.kind()) {
                         continue;
                     }

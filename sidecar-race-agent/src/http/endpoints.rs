@@ -101,11 +101,17 @@ async fn healthz(State(Shared { state: s, .. }): State<Shared>) -> (StatusCode, 
     }
 }
 
-async fn readyz(State(Shared { state: s, .. }): State<Shared>) -> (StatusCode, &'static str) {
+/// Ready, and on a node where the agent cannot see everything, what it cannot: a
+/// degraded agent still serves what it sees, so it stays ready.
+async fn readyz(State(Shared { state: s, .. }): State<Shared>) -> (StatusCode, String) {
     if s.ready.load(Relaxed) && s.stream.is_alive(READER_STALE_AFTER) {
-        (StatusCode::OK, "ready\n")
+        let body = match &s.degraded {
+            Some(what) => format!("ready\ndegraded: {what}\n"),
+            None => "ready\n".to_string(),
+        };
+        (StatusCode::OK, body)
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".to_string())
     }
 }
 

@@ -11,6 +11,8 @@ use crate::{ingest::stream::StreamStats, pipeline::Pipeline, sinks::metrics::Met
 #[derive(Clone)]
 pub struct HttpState {
     pub ready: Arc<AtomicBool>,
+    /// What the agent cannot see on this node, said by `/readyz` (lockdown).
+    pub degraded: Option<Arc<str>>,
     pub stream: Arc<StreamStats>,
     pub pipeline: Arc<Mutex<Pipeline>>,
     pub metrics: Arc<Mutex<Metrics>>,

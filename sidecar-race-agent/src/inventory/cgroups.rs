@@ -229,6 +229,16 @@ impl CgroupIndex {
         self.path(id)
     }
 
+    /// The path of cgroup `id`, just made, whose creation event came without one:
+    /// walks the hierarchy at once unless a walk already found it.
+    pub fn name_new(&mut self, id: u64) -> Option<&str> {
+        if !self.entries.contains_key(&id) {
+            self.last_rescan = Some(Instant::now());
+            let _ = self.scan();
+        }
+        self.path(id)
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

@@ -14,7 +14,16 @@ use super::{
     sources::PodUpdate,
     store::PodStore,
 };
-use crate::ingest::events::KernelEvent;
+use crate::ingest::events::{CgroupFact, KernelEvent};
+
+/// `c` with the path the index gave it.
+fn named(c: &CgroupFact, path: String) -> CgroupFact {
+    CgroupFact {
+        path,
+        path_unread: false,
+        ..c.clone()
+    }
+}
 
 /// The node's inventory: cgroups from the kernel, pods from the pod source.
 pub struct Inventory {
@@ -192,19 +201,33 @@ impl Inventory {
         self.pods.expire(now);
     }
 
-    /// Keeps the cgroup index current from the kernel's cgroup events.
-    pub fn observe(&mut self, ev: &KernelEvent) {
+    /// Keeps the cgroup index current from the kernel's cgroup events. A cgroup event
+    /// whose path the kernel could not read comes back named from the index (`None`:
+    /// the event serves as it is); a cgroup gone before cgroupfs showed it keeps its
+    /// empty path, which names nothing.
+    pub fn observe(&mut self, ev: &KernelEvent) -> Option<KernelEvent> {
         match ev {
             KernelEvent::CgroupCreated(c) => {
                 self.parsed.clear();
-                self.cgroups.created(c.cgroup_id, &c.path)
+                if c.path_unread {
+                    let path = self.cgroups.name_new(c.cgroup_id)?.to_string();
+                    return Some(KernelEvent::CgroupCreated(named(c, path)));
+                }
+                self.cgroups.created(c.cgroup_id, &c.path);
+                None
             }
             KernelEvent::CgroupRemoved(c) => {
                 self.parsed.clear();
-                self.cgroups.removed(c.cgroup_id, &c.path, c.ts_boot_ns);
+                let named = match c.path_unread {
+                    true => Some(named(c, self.cgroups.path(c.cgroup_id)?.to_string())),
+                    false => None,
+                };
+                let path = named.as_ref().map_or(&c.path, |n| &n.path);
+                self.cgroups.removed(c.cgroup_id, path, c.ts_boot_ns);
                 self.cgroups.expire(c.ts_boot_ns);
+                named.map(KernelEvent::CgroupRemoved)
             }
-            _ => {}
+            _ => None,
         }
     }
 

@@ -52,6 +52,18 @@ pub enum ProbeError {
     RingSize { got: u32, page: usize },
 }
 
+impl ProbeError {
+    /// Whether the kernel refused an attach for lack of permission (EPERM, EACCES):
+    /// `perf_event_open` under `perf_event_paranoid` 3 or a seccomp profile.
+    pub(super) fn is_permission_denied(&self) -> bool {
+        match self {
+            ProbeError::PerfRestricted { .. } => true,
+            ProbeError::Program { cause, .. } => permission_denied(cause),
+            _ => false,
+        }
+    }
+}
+
 pub(super) fn attach(ebpf: &mut Ebpf, tp: &Tracepoint, program: &str) -> Result<(), ProbeError> {
     let what = |verb: &str| format!("{verb} {program} on {}:{}", tp.category, tp.name);
     let program: &mut TracePoint = super::variant::program_mut(ebpf, program)

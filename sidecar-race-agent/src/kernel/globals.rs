@@ -45,7 +45,10 @@ impl Globals {
         let per_cgroup_budgets = match offsets.cgroup {
             Ok(fields) => {
                 config.cgroup = fields;
-                None
+                layout.direct_reads.then(|| {
+                    "lockdown for confidentiality: the walk up a socket's cgroups needs                      bpf_probe_read_kernel"
+                        .to_string()
+                })
             }
             Err(why) => Some(why),
         };
@@ -53,7 +56,15 @@ impl Globals {
         if let Ok(fields) = sock {
             config.sock = fields;
         }
-        let task = offsets.task;
+        let task = match offsets.task {
+            // A locked-down kernel's task is read through the BTF-typed one (5.11+).
+            Ok(_) if layout.direct_reads && !has_current_task_btf() => Err(
+                "the kernel is locked down and has no bpf_get_current_task_btf (5.11+) to \
+                 read the task through"
+                    .to_string(),
+            ),
+            task => task,
+        };
         let process_names = match &task {
             Ok(_) => ProcessNames::Leader,
             Err(why) => ProcessNames::Thread {
@@ -85,6 +96,12 @@ impl Globals {
             .override_global("TASK", &self.task, true)
             .override_global("UNIX", &self.unix, true);
     }
+}
+
+/// Whether the kernel has `bpf_get_current_task_btf` (5.11+); an unreadable version
+/// counts as not.
+fn has_current_task_btf() -> bool {
+    aya::util::KernelVersion::current().is_ok_and(|v| v >= aya::util::KernelVersion::new(5, 11, 0))
 }
 
 /// Whose `comm` the kernel records as a socket owner's name.

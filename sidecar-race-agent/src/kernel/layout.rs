@@ -107,9 +107,22 @@ pub struct KernelLayout {
     /// tracepoints. (A tracepoint that tracefs lacks is one the kernel lacks: its BTF
     /// tracepoint is not tried.)
     pub without_tracefs: bool,
+    /// The kernel refuses `bpf_probe_read_kernel` (lockdown for confidentiality): the
+    /// BTF tracepoints read through their typed pointers (`Config::direct_reads`), and
+    /// what only the helper reads is off.
+    pub direct_reads: bool,
 }
 
 impl KernelLayout {
+    /// Which programs and reads this layout loads, for the pins' layout key.
+    pub fn hooks(&self) -> &'static str {
+        match (self.without_tracefs, self.direct_reads) {
+            (_, true) => "btf-direct",
+            (true, false) => "btf",
+            (false, false) => "tracefs",
+        }
+    }
+
     pub fn is_usable(&self, program: &str) -> bool {
         !self
             .unusable
@@ -132,7 +145,17 @@ pub fn without_tracefs(why: &str) -> KernelLayout {
             .collect(),
         unix_syscalls: Err(format!("no tracefs: {why}")),
         without_tracefs: true,
+        direct_reads: false,
     }
+}
+
+/// Locked down for confidentiality (`why` says how that was told): tracefs is locked and
+/// the read helper refused, so the BTF tracepoints read through their typed pointers.
+pub fn locked_down(why: &str) -> KernelLayout {
+    let mut layout = without_tracefs(&format!("locked by lockdown ({why})"));
+    layout.config.direct_reads = 1;
+    layout.direct_reads = true;
+    layout
 }
 
 /// Reads every tracepoint's format and fills in the offsets.
@@ -166,6 +189,7 @@ pub fn build(formats: impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError>)
         unusable,
         unix_syscalls: Err("syscall tracepoints not read".to_string()),
         without_tracefs: false,
+        direct_reads: false,
     }
 }
 

@@ -1,22 +1,35 @@
 //! Kernel lockdown (`lockdown=` at boot, or forced by the kernel's configuration, as
 //! Secure Boot setups do). `integrity` leaves everything the agent does alone;
-//! `confidentiality` takes `bpf_probe_read_kernel` from eBPF programs and locks tracefs,
-//! and the agent's programs read sockets and cgroups from kernel memory: it cannot run
-//! there, and says so in one sentence rather than as a failed tracefs read or load.
+//! `confidentiality` takes `bpf_probe_read_kernel` from eBPF programs and locks tracefs.
+//! Where the kernel has BTF, the BTF tracepoints still read sockets and cgroups through
+//! their typed pointers, and the agent runs without what only the helper reads; without
+//! BTF it cannot run, and says so in one sentence rather than as a failed load.
 
 use std::path::Path;
 
 /// Where securityfs says the lockdown level (`none integrity [confidentiality]`).
 const LOCKDOWN: &str = "/sys/kernel/security/lockdown";
 
-/// The sentence for a node locked down for confidentiality, `how` saying how it was
-/// told.
+/// The sentence for a node locked down for confidentiality without BTF, `how` saying
+/// how it was told.
 pub fn confidentiality_sentence(how: &str) -> String {
     format!(
-        "the kernel is locked down for confidentiality ({how}): it refuses eBPF programs \
-         that read kernel memory, and reads of tracefs, and the agent's programs read \
-         sockets and cgroups from kernel memory; boot the node with lockdown=integrity \
-         (what Secure Boot needs) or none"
+        "the kernel is locked down for confidentiality ({how}) and has no BTF \
+         (/sys/kernel/btf/vmlinux): it refuses eBPF programs that read kernel memory with \
+         bpf_probe_read_kernel, and reads of tracefs, and without BTF the programs have no \
+         other way to read sockets and cgroups; boot the node with lockdown=integrity \
+         (what Secure Boot needs) or none, or a kernel built with CONFIG_DEBUG_INFO_BTF"
+    )
+}
+
+/// What the agent cannot see on a node locked down for confidentiality that has BTF.
+pub fn degraded_sentence(how: &str) -> String {
+    format!(
+        "the kernel is locked down for confidentiality ({how}): TCP refusals, listeners \
+         and cgroups are read through the BTF tracepoints' typed pointers, and what only \
+         bpf_probe_read_kernel reads is not seen: Unix domain sockets, the local port \
+         behind a NAT redirect (tcp_send_reset needs tracefs), cgroup paths (named from \
+         cgroupfs instead) and the container a sub-cgroup belongs to (budgets per cgroup)"
     )
 }
 

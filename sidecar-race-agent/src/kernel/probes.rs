@@ -86,7 +86,7 @@ impl Probes {
         pins: &Pins,
         kernel_release: &str,
     ) -> Result<Self, ProbeError> {
-        let key = LayoutKey::new(OBJECT, &opts, layout.without_tracefs, kernel_release);
+        let key = LayoutKey::new(OBJECT, &opts, layout.hooks(), kernel_release);
         let key = key.as_str();
         match pins.manifest(key) {
             Ok(Some(m)) => match Adopted::open(&pins.dir(key), &m) {
@@ -188,13 +188,20 @@ impl Probes {
         };
         let tracepoints =
             tracepoints::attach_all(&mut ebpf, layout, opts.set_state_btf, &ready, &kernel_btf)?;
-        let unix = unix_hooks::attach(
-            &mut ebpf,
-            opts.unix_hooks,
-            &globals.unix_fields,
-            &layout.unix_syscalls,
-            &kernel_btf,
-        );
+        let unix = if layout.direct_reads {
+            UnixCoverage::Missing {
+                why: "the kernel is locked down for confidentiality, and the Unix hooks                       read socket addresses with bpf_probe_read_kernel, which it refuses"
+                    .into(),
+            }
+        } else {
+            unix_hooks::attach(
+                &mut ebpf,
+                opts.unix_hooks,
+                &globals.unix_fields,
+                &layout.unix_syscalls,
+                &kernel_btf,
+            )
+        };
         drop(kernel_btf);
         return_freed_memory();
         let attached = Attached {

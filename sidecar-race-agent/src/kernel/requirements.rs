@@ -27,6 +27,8 @@ pub struct Environment {
     pub tracefs: Option<Tracefs>,
     pub cgroup2: PathBuf,
     pub layout: KernelLayout,
+    /// Locked down for confidentiality: the one sentence of what is not seen.
+    pub degraded: Option<String>,
 }
 
 /// Every missing requirement, one sentence each.
@@ -71,46 +73,52 @@ pub fn check(locations: &Locations) -> Result<Environment, MissingRequirements> 
             _ => tracing::debug!("RLIMIT_MEMLOCK stays as it is ({e}); this kernel charges BPF memory to the cgroup"),
         }
     }
-    // Lockdown for confidentiality leaves nothing to load: one sentence, nothing else.
-    if lockdown::confidentiality() == Some(true) {
-        return Err(MissingRequirements(vec![
-            lockdown::confidentiality_sentence("/sys/kernel/security/lockdown"),
-        ]));
-    }
-    let tracefs = match &locations.tracefs {
-        Some(p) => Ok(Tracefs::at(p)),
-        None => Tracefs::find_or_mount().map_err(|e| e.to_string()),
+    // Lockdown for confidentiality locks tracefs and refuses the read helper: with
+    // BTF, the BTF tracepoints read through their typed pointers; without, one sentence.
+    let securityfs = lockdown::confidentiality();
+    let tracefs = match (&locations.tracefs, securityfs) {
+        (Some(p), _) => Ok(Tracefs::at(p)),
+        (None, Some(true)) => Err("tracefs is locked".to_string()),
+        (None, _) => Tracefs::find_or_mount().map_err(|e| e.to_string()),
     };
     // Without securityfs (in a pod), lockdown shows as a helper taken away (5.13+), or
     // as a tracefs the kernel left empty.
-    if lockdown::confidentiality().is_none() {
-        let told = if lockdown::refuses_kernel_reads() {
+    let locked = match securityfs {
+        Some(true) => Some("/sys/kernel/security/lockdown"),
+        Some(false) => None,
+        None if lockdown::refuses_kernel_reads() => {
             Some("the kernel refuses bpf_probe_read_kernel to tracing programs")
-        } else if locations.tracefs.is_none()
+        }
+        None if locations.tracefs.is_none()
             && tracefs
                 .as_ref()
-                .is_ok_and(|t| lockdown::empty_tracefs(t.root()))
+                .is_ok_and(|t| lockdown::empty_tracefs(t.root())) =>
         {
             Some("tracefs is mounted and empty")
-        } else {
-            None
-        };
-        if let Some(how) = told {
+        }
+        None => None,
+    };
+    let has_btf = Path::new(btf::VMLINUX).exists();
+    let degraded = locked.map(lockdown::degraded_sentence);
+    let layout = match (locked, &tracefs) {
+        (Some(how), _) if has_btf => {
+            tracing::warn!("degraded: {}", lockdown::degraded_sentence(how));
+            Some(layout::locked_down(how))
+        }
+        (Some(how), _) => {
             return Err(MissingRequirements(vec![
                 lockdown::confidentiality_sentence(how),
             ]));
         }
-    }
-    let layout = match &tracefs {
-        Ok(t) => Some(layout::from_tracefs(t)),
-        Err(why) if Path::new(btf::VMLINUX).exists() => {
+        (None, Ok(t)) => Some(layout::from_tracefs(t)),
+        (None, Err(why)) if has_btf => {
             tracing::warn!(
                 "degraded: {why}; the tracepoints are hooked as BTF tracepoints, which need \
                  none, and what only tracefs gives is off (below)"
             );
             Some(layout::without_tracefs(why))
         }
-        Err(why) => {
+        (None, Err(why)) => {
             missing.push(format!(
                 "{why}; without tracefs the tracepoints can only be hooked as BTF \
                  tracepoints, and this kernel has no BTF ({})",
@@ -132,7 +140,7 @@ pub fn check(locations: &Locations) -> Result<Environment, MissingRequirements> 
     if let Some(l) = &layout {
         // Without tracefs, a required tracepoint with a BTF program is tried as that.
         let served_by_btf =
-            |u: &&layout::Unusable| tracefs.is_err() && u.tracepoint.btf_program.is_some();
+            |u: &&layout::Unusable| l.without_tracefs && u.tracepoint.btf_program.is_some();
         for u in l.unusable.iter().filter(|u| u.tracepoint.required) {
             if !served_by_btf(&u) {
                 missing.push(u.to_string());
@@ -142,9 +150,10 @@ pub fn check(locations: &Locations) -> Result<Environment, MissingRequirements> 
     match (cgroup2, layout) {
         (Some(cgroup2), Some(layout)) if missing.is_empty() => Ok(Environment {
             kernel_release,
-            tracefs: tracefs.ok(),
+            tracefs: tracefs.ok().filter(|_| !layout.without_tracefs),
             cgroup2,
             layout,
+            degraded,
         }),
         _ => Err(MissingRequirements(missing)),
     }

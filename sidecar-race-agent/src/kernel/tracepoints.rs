@@ -54,11 +54,41 @@ pub(super) fn attach_all(
             attached.push(tp);
             continue;
         }
+        let needs = if tp.category == "cgroup" {
+            &ready.cgroup
+        } else {
+            &ready.sock
+        };
         if layout.is_usable(tp.program) {
-            match attach(ebpf, &tp, tp.program) {
-                Ok(()) => attached.push(tp),
-                Err(e) if tp.required => return Err(e),
-                Err(e) => degraded.push(Degraded {
+            let e = match attach(ebpf, &tp, tp.program) {
+                Ok(()) => {
+                    attached.push(tp);
+                    continue;
+                }
+                Err(e) => e,
+            };
+            // perf_event_open refused (kernel.perf_event_paranoid above 2, or the
+            // runtime's seccomp profile: CRI-O's default before 2025 allows it only
+            // with CAP_SYS_ADMIN): the BTF tracepoint needs no perf event.
+            let instead = match tp.btf_program {
+                Some(program) if e.is_permission_denied() => needs
+                    .clone()
+                    .and_then(|_| attach_btf(ebpf, program, tp.name, kernel_btf)),
+                _ => Err(String::new()),
+            };
+            match instead {
+                Ok(()) => {
+                    tracing::info!(
+                        "{}:{} hooked as a BTF tracepoint, which needs no perf event: the \
+                         kernel refused perf_event_open (kernel.perf_event_paranoid above 2, \
+                         or the container's seccomp profile)",
+                        tp.category,
+                        tp.name
+                    );
+                    attached.push(tp);
+                }
+                Err(_) if tp.required => return Err(e),
+                Err(_) => degraded.push(Degraded {
                     tracepoint: tp,
                     reason: e.to_string(),
                 }),
@@ -68,11 +98,6 @@ pub(super) fn attach_all(
         // No tracefs at all (the layout says so): its BTF tracepoint, if any.
         let Some(program) = tp.btf_program.filter(|_| layout.without_tracefs) else {
             continue;
-        };
-        let needs = if tp.category == "cgroup" {
-            &ready.cgroup
-        } else {
-            &ready.sock
         };
         match needs
             .clone()

@@ -28,8 +28,8 @@ const REFRESH_EVERY: Duration = Duration::from_millis(500);
 impl Pipeline {
     /// Takes a kernel event in; it reaches the detector once the reorder window passed.
     pub fn kernel_event(&mut self, ev: &KernelEvent) {
-        self.inventory.observe(ev);
-        if let Some(fact) = self.fact(ev) {
+        let named = self.inventory.observe(ev);
+        if let Some(fact) = self.fact(named.as_ref().unwrap_or(ev)) {
             self.reorder.push(fact);
             self.last_arrival = clock::boot_now_ns();
         }

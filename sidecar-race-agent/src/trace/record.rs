@@ -220,6 +220,7 @@ mod tests {
             level: 1,
             path: "/a".into(),
             truncated: false,
+            path_unread: false,
         });
         let v = serde_json::to_value(TraceRecord::new(&cg, None, Attribution::default())).unwrap();
         assert!(!v.as_object().unwrap().contains_key("local_dst"));

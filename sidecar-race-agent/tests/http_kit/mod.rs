@@ -44,6 +44,7 @@ fn created(ts: u64, cgroup_id: u64, path: String) -> KernelEvent {
         level: 4,
         path,
         truncated: false,
+        path_unread: false,
     })
 }
 
@@ -147,6 +148,7 @@ impl Server {
         let pipeline = Arc::new(Mutex::new(pipeline));
         let state = HttpState {
             ready: Arc::new(AtomicBool::new(true)),
+            degraded: None,
             stream,
             pipeline: pipeline.clone(),
             metrics: Arc::new(Mutex::new(metrics)),

@@ -21,7 +21,7 @@ use sidecar_race_ebpf::{
 };
 
 use super::{
-    helpers::{atomic_add, compare_exchange},
+    atomics::{atomic_add, compare_exchange},
     maps::{count, count_n},
 };
 

@@ -16,7 +16,8 @@ use sidecar_race_ebpf::{
 
 use super::{
     charge,
-    helpers::{field, now_boot_ns, read},
+    helpers::{field, now_boot_ns},
+    kernel_read::{direct_reads, read},
     ledgers::control_admitted,
     maps::{CONTROL, config, count},
 };
@@ -141,6 +142,14 @@ fn emit<const CMPXCHG: bool>(root: i32, dir: &Dir, k: u8) -> u32 {
         path[0] = 0;
         let (src, truncated) = match dir.path {
             Path::Record { ctx, offset, len } => (ctx.add(offset), len > CGROUP_PATH_LEN),
+            // A kernel string has no BTF type to load it through: with direct reads
+            // it is left to the agent, which finds the id in cgroupfs.
+            Path::Kernel(_) if direct_reads() => {
+                (*ev).path_len = 0;
+                (*ev).header.flags = flags::PATH_UNREAD;
+                entry.submit(0);
+                return 0;
+            }
             // The string's length is not known before it is read: a path that fills
             // the buffer is taken as cut.
             Path::Kernel(p) => (p, false),

@@ -21,7 +21,7 @@ use aya_ebpf::{
 };
 use sidecar_race_ebpf::abi::{Owner, same_connect};
 
-use super::helpers::compare_exchange;
+use super::atomics::compare_exchange;
 
 /// Slots in the array: a power of two. A node has few sockets in SYN_SENT at once;
 /// a collision only sends one of them to the LRU hash.

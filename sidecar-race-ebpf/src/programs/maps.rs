@@ -13,7 +13,7 @@ use sidecar_race_ebpf::{
     layout::Config,
 };
 
-use super::helpers::atomic_add;
+use super::atomics::atomic_add;
 
 /// Filled by the agent from tracefs at load time.
 #[unsafe(no_mangle)]

@@ -1,6 +1,6 @@
 //! One file per kernel concern; the shared maps and configuration (`maps`), the
-//! helpers every program calls (`helpers`) and the budget ledgers (`ledgers`) are
-//! leaves the programs import.
+//! helpers every program calls (`helpers`), kernel reads (`kernel_read`), the atomics
+//! (`atomics`) and the budget ledgers (`ledgers`) are leaves the programs import.
 
 /// A program that charges a budget, in both forms: `$name` updates it by
 /// compare-and-exchange (5.12+), `$plain` plainly for older kernels, whose verifiers
@@ -20,6 +20,7 @@ macro_rules! budgeted {
     };
 }
 
+mod atomics;
 mod budget;
 mod cgroups;
 mod charge;
@@ -27,6 +28,7 @@ mod connect;
 mod connecting;
 mod ctx_load;
 mod helpers;
+mod kernel_read;
 mod ledgers;
 mod listen;
 mod maps;

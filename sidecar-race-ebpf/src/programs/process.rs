@@ -1,13 +1,16 @@
 //! The process name of the current task: its thread-group leader's `comm`, so the
 //! names of a JVM's or a thread pool's threads do not stand for the process.
 //! A thread that leads its group (every single-threaded process) costs what
-//! `bpf_get_current_comm` costs; another thread two kernel reads instead.
+//! `bpf_get_current_comm` costs; another thread two kernel reads instead (direct loads
+//! where the kernel refuses the read helper).
 
-use aya_ebpf::helpers::{bpf_get_current_comm, bpf_probe_read_kernel, generated};
+use aya_ebpf::helpers::{bpf_get_current_comm, generated};
 use sidecar_race_ebpf::{
     abi::COMM_LEN,
     layout::{MISSING, TaskFields},
 };
+
+use super::kernel_read::{direct_reads, read};
 
 /// Filled by the agent from the kernel's BTF at load time; unset without BTF.
 #[unsafe(no_mangle)]
@@ -33,12 +36,15 @@ fn leader_comm() -> Result<[u8; COMM_LEN], i32> {
     if f.group_leader == MISSING || f.comm == MISSING {
         return Err(0);
     }
-    // SAFETY: helper without preconditions; the offsets come from this kernel's BTF
-    // and bpf_probe_read_kernel checks every access.
-    unsafe {
-        let task = generated::bpf_get_current_task() as *const u8;
-        let leader: *const u8 =
-            bpf_probe_read_kernel(task.add(f.group_leader as usize) as *const *const u8)?;
-        bpf_probe_read_kernel(leader.add(f.comm as usize) as *const [u8; COMM_LEN])
-    }
+    // SAFETY: helpers without preconditions. With direct reads the task must be the
+    // BTF-typed one (5.11+), whose fields the verifier lets the program load.
+    let task = unsafe {
+        if direct_reads() {
+            generated::bpf_get_current_task_btf() as u64
+        } else {
+            generated::bpf_get_current_task()
+        }
+    };
+    let leader = read::<u64>(task, f.group_leader).ok_or(0)?;
+    read::<[u8; COMM_LEN]>(leader, f.comm).ok_or(0)
 }

@@ -4,13 +4,13 @@
 //! the same values as the tracefs record: host-order ports, and IPv4 addresses in
 //! their v4-mapped form.
 
-use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::TracePointContext};
+use aya_ebpf::programs::TracePointContext;
 use sidecar_race_ebpf::{
     abi::{AF_INET6, destination_tag, v4_mapped},
-    layout::{MISSING, port_to_host},
+    layout::port_to_host,
 };
 
-use super::{ctx_load::load_u16, helpers::field, maps::config};
+use super::{ctx_load::load_u16, helpers::field, kernel_read::read, maps::config};
 
 /// The socket's local end: family, address (v6 form), host-order port.
 pub struct End {
@@ -65,12 +65,7 @@ pub struct Sock(pub u64);
 impl Sock {
     #[inline(always)]
     fn read<T>(&self, offset: u16) -> Result<T, u32> {
-        if offset == MISSING {
-            return Err(0);
-        }
-        // SAFETY: a kernel read at an offset of `struct sock` taken from this kernel's
-        // BTF; bpf_probe_read_kernel checks the access.
-        unsafe { bpf_probe_read_kernel((self.0 + u64::from(offset)) as *const T) }.map_err(|_| 0)
+        read(self.0, offset).ok_or(0)
     }
 
     /// The v6-form address as the tracefs record stores it: the v6 field for an
@@ -117,7 +112,8 @@ impl SetStateSource for Sock {
         End {
             family,
             addr: self.addr(family, f.v6_saddr, f.saddr).unwrap_or([0; 16]),
-            port: ntohs(self.read(f.sport).unwrap_or(0)),
+            // `skc_num` is in host order already.
+            port: self.read(f.sport).unwrap_or(0),
         }
     }
 

@@ -42,7 +42,7 @@ pub fn take_call<V: Copy>(calls: &LruHashMap<u64, V>) -> Option<V> {
 }
 
 /// The programs' kernel read, under the name the Unix programs import it by.
-pub use super::helpers::read;
+pub use super::kernel_read::read;
 
 /// The inode of the network namespace of `sk` (a `struct sock *`); 0 when unknown.
 #[inline(always)]

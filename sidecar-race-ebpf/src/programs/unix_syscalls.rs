@@ -23,8 +23,8 @@ use sidecar_race_ebpf::{
 };
 
 use super::{
+    atomics::atomic_add,
     ctx_load::load_u64,
-    helpers::atomic_add,
     unix_sock::{self, Details, PathSource},
 };
 

@@ -291,6 +291,7 @@ async fn daemon(
         opts.api_listen,
         HttpState {
             ready: ready.clone(),
+            degraded: env.degraded.as_deref().map(Arc::from),
             stream: stream.stats.clone(),
             pipeline: pipeline.clone(),
             metrics: metrics.clone(),

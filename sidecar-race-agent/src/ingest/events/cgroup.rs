@@ -13,6 +13,9 @@ pub struct CgroupFact {
     /// Relative to the cgroup2 mount, starting with `/`.
     pub path: String,
     pub truncated: bool,
+    /// The kernel could not read the path (lockdown for confidentiality): `path` is
+    /// empty until the agent names the cgroup by its id (`Inventory::observe`).
+    pub path_unread: bool,
 }
 
 pub fn cgroup_fact(ev: &CgroupEvent) -> CgroupFact {
@@ -23,5 +26,6 @@ pub fn cgroup_fact(ev: &CgroupEvent) -> CgroupFact {
         level: ev.level,
         path: c_string(&ev.path[..len]),
         truncated: ev.header.flags & flags::PATH_TRUNCATED != 0,
+        path_unread: ev.header.flags & flags::PATH_UNREAD != 0,
     }
 }

@@ -11,18 +11,15 @@ use crate::kernel::options::ProbeOptions;
 pub struct LayoutKey(String);
 
 impl LayoutKey {
-    pub fn new(
-        object: &[u8],
-        opts: &ProbeOptions,
-        without_tracefs: bool,
-        kernel_release: &str,
-    ) -> Self {
+    pub fn new(object: &[u8], opts: &ProbeOptions, hooks: &str, kernel_release: &str) -> Self {
         let mut h = Sha256::new();
         h.update(Sha256::digest(object));
         // `Debug` of the options names every field: a new option changes the key.
         h.update(format!("{opts:?}").as_bytes());
-        // Without tracefs, other programs are attached (BTF tracepoints).
-        h.update([u8::from(without_tracefs)]);
+        // Without tracefs, other programs are attached (BTF tracepoints), and under
+        // lockdown they read otherwise (`KernelLayout::hooks`).
+        h.update(hooks.as_bytes());
+        h.update([0]);
         h.update(kernel_release.as_bytes());
         let digest = h.finalize();
         Self(hex(&digest[..8]))
@@ -65,26 +62,30 @@ mod tests {
     #[test]
     fn the_key_changes_with_the_object_an_option_and_the_kernel() {
         let opts = ProbeOptions::default();
-        let base = LayoutKey::new(b"object", &opts, false, "6.1.0");
-        assert_eq!(base, LayoutKey::new(b"object", &opts, false, "6.1.0"));
+        let base = LayoutKey::new(b"object", &opts, "tracefs", "6.1.0");
+        assert_eq!(base, LayoutKey::new(b"object", &opts, "tracefs", "6.1.0"));
         assert_eq!(base.as_str().len(), 16);
-        assert_ne!(base, LayoutKey::new(b"object2", &opts, false, "6.1.0"));
-        assert_ne!(base, LayoutKey::new(b"object", &opts, false, "6.12.0"));
+        assert_ne!(base, LayoutKey::new(b"object2", &opts, "tracefs", "6.1.0"));
+        assert_ne!(base, LayoutKey::new(b"object", &opts, "tracefs", "6.12.0"));
         assert_ne!(
             base,
-            LayoutKey::new(b"object", &opts, true, "6.1.0"),
+            LayoutKey::new(b"object", &opts, "btf", "6.1.0"),
             "no tracefs"
         );
-        assert_ne!(base, LayoutKey::new(b"object", &opts, true, "6.1.0"));
+        assert_ne!(
+            LayoutKey::new(b"object", &opts, "btf", "6.1.0"),
+            LayoutKey::new(b"object", &opts, "btf-direct", "6.1.0"),
+            "locked down"
+        );
         let bigger = ProbeOptions {
             ring_buffer_bytes: 1 << 22,
             ..opts
         };
-        assert_ne!(base, LayoutKey::new(b"object", &bigger, false, "6.1.0"));
+        assert_ne!(base, LayoutKey::new(b"object", &bigger, "tracefs", "6.1.0"));
         let no_btf = ProbeOptions {
             set_state_btf: false,
             ..opts
         };
-        assert_ne!(base, LayoutKey::new(b"object", &no_btf, false, "6.1.0"));
+        assert_ne!(base, LayoutKey::new(b"object", &no_btf, "tracefs", "6.1.0"));
     }
 }
