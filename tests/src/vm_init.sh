@@ -45,6 +45,38 @@ in_cgroup() {
     sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$dir" "$@" &
 }
 
+# Waits (bounded) until the agent on 127.0.0.1:9965 is ready; $i: the 100 ms waits.
+wait_ready() {
+    i=0
+    until wget -q -O /dev/null http://127.0.0.1:9965/readyz 2>/dev/null; do
+        i=$((i + 1))
+        [ "$i" -gt 600 ] && break
+        usleep 100000
+    done
+}
+
+# The agent's incidents (query $1) on 127.0.0.1:9965.
+incidents() { wget -q -O - "http://127.0.0.1:9965/api/v1/incidents$1" 2>/dev/null; }
+# Waits up to $2 tenths of a second until pod $1 has a resolved incident.
+wait_resolved() {
+    i=0
+    until incidents "?state=resolved" | grep -q "$1"; do
+        i=$((i + 1))
+        [ "$i" -gt "$2" ] && break
+        usleep 100000
+    done
+}
+# Runs the startup race of pod $1 (its cgroup dir) with containers $2 (the proxy,
+# listening 1 s late) and $3 (the app, dialing every 50 ms until it connects, its
+# output in file $4); the proxy's pid is in $P.
+startup_race() {
+    mkdir -p "$1/cri-containerd-$2.scope" "$1/cri-containerd-$3.scope"
+    in_cgroup "$1/cri-containerd-$2.scope" sr-proxy --listen 127.0.0.1:15001 --delay-ms 1000 >/dev/null
+    P=$!
+    in_cgroup "$1/cri-containerd-$3.scope" sr-app --connect 127.0.0.1:15001 --interval-ms 50 >"$4"
+    wait $!
+}
+
 say kernel "$(uname -r)"
 
 # Booted with lockdown=confidentiality: the agent runs on the BTF tracepoints' direct
@@ -79,30 +111,16 @@ if grep -q 'lockdown=confidentiality' /proc/cmdline; then
     # `run`: a startup race (the proxy listens 1 s late), its count against the app's.
     $AGENT run --listen 127.0.0.1:9965 --pods-from none --events=false >/tmp/lockdown_run.out 2>/tmp/lockdown_run.err &
     LR=$!
-    i=0
-    until wget -q -O /tmp/lockdown_readyz http://127.0.0.1:9965/readyz 2>/dev/null; do
-        i=$((i + 1))
-        [ "$i" -gt 600 ] && break
-        usleep 100000
-    done
+    wait_ready
+    wget -q -O /tmp/lockdown_readyz http://127.0.0.1:9965/readyz 2>/dev/null
     emit lockdown_readyz /tmp/lockdown_readyz
-    POD2=$QOS/kubepods-burstable-pod$(echo "$POD2_UID" | tr - _).slice
-    mkdir -p "$POD2/cri-containerd-$POD2_PROXY.scope" "$POD2/cri-containerd-$POD2_APP.scope"
-    in_cgroup "$POD2/cri-containerd-$POD2_PROXY.scope" sr-proxy --listen 127.0.0.1:15001 --delay-ms 1000 >/dev/null
-    P2=$!
-    in_cgroup "$POD2/cri-containerd-$POD2_APP.scope" sr-app --connect 127.0.0.1:15001 --interval-ms 50 >/tmp/lockdown_app.out
-    wait $!
+    startup_race "$QOS/kubepods-burstable-pod$(echo "$POD2_UID" | tr - _).slice" "$POD2_PROXY" "$POD2_APP" /tmp/lockdown_app.out
     emit lockdown_app /tmp/lockdown_app.out
-    i=0
-    until wget -q -O - 'http://127.0.0.1:9965/api/v1/incidents?state=resolved' 2>/dev/null | grep -q "$POD2_UID"; do
-        i=$((i + 1))
-        [ "$i" -gt 200 ] && break
-        usleep 100000
-    done
-    wget -q -O /tmp/lockdown_incidents.json http://127.0.0.1:9965/api/v1/incidents 2>/dev/null
+    wait_resolved "$POD2_UID" 200
+    incidents "" >/tmp/lockdown_incidents.json
     echo >>/tmp/lockdown_incidents.json
     emit lockdown_incidents /tmp/lockdown_incidents.json
-    kill $P2
+    kill $P
     kill -TERM $LR
     wait $LR
     say lockdown_run_rc $?
@@ -215,45 +233,19 @@ say trace_rc $?
 emit trace_out /tmp/trace.out
 emit trace_err /tmp/trace.err
 
-# Waits (bounded) until the agent on 127.0.0.1:9965 is ready; $i: the 100 ms waits.
-wait_ready() {
-    i=0
-    until wget -q -O /dev/null http://127.0.0.1:9965/readyz 2>/dev/null; do
-        i=$((i + 1))
-        [ "$i" -gt 600 ] && break
-        usleep 100000
-    done
-}
-
 # 5. `run`: a classic startup race and a drain race, read back from /api/v1/incidents.
 $AGENT run --listen 127.0.0.1:9965 --pods-from none --events=false --stats-interval-seconds 5 \
     >/tmp/run.out 2>/tmp/run.err &
 RUN=$!
 wait_ready
 say run_ready "$i"
-incidents() { wget -q -O - "http://127.0.0.1:9965/api/v1/incidents$1" 2>/dev/null; }
-# Waits up to $2 tenths of a second until pod $1 has a resolved incident.
-wait_resolved() {
-    i=0
-    until incidents "?state=resolved" | grep -q "$1"; do
-        i=$((i + 1))
-        [ "$i" -gt "$2" ] && break
-        usleep 100000
-    done
-}
 
 # Startup: the proxy listens 1 s late, the app dials at once every 50 ms until it connects.
-POD2=$QOS/kubepods-burstable-pod$(echo "$POD2_UID" | tr - _).slice
-mkdir -p "$POD2/cri-containerd-$POD2_PROXY.scope" "$POD2/cri-containerd-$POD2_APP.scope"
-in_cgroup "$POD2/cri-containerd-$POD2_PROXY.scope" sr-proxy --listen 127.0.0.1:15001 --delay-ms 1000 >/tmp/proxy2.out
-P2=$!
-in_cgroup "$POD2/cri-containerd-$POD2_APP.scope" sr-app --connect 127.0.0.1:15001 --interval-ms 50 >/tmp/app5.out
-wait $!
+startup_race "$QOS/kubepods-burstable-pod$(echo "$POD2_UID" | tr - _).slice" "$POD2_PROXY" "$POD2_APP" /tmp/app5.out
 emit app /tmp/app5.out
-emit proxy /tmp/proxy2.out
 wait_resolved "$POD2_UID" 200
-kill $P2
-wait $P2
+kill $P
+wait $P
 
 # Drain: the proxy stops listening after 1 s; the app keeps dialing every 100 ms for
 # 2 s more; then the containers and the pod are torn down.

@@ -224,6 +224,17 @@ fn assert_failures(run: &GuestRun) {
 }
 
 /// `cgid <path> <inode>` lines: the cgroup v2 id of each directory, as the guest saw it.
+/// The cgroup path of container `ctr` (`APP`, `PROXY`) of pod `pod` (`POD1`…) in the
+/// scenario, laid out as the kubelet lays it out with the systemd driver.
+fn container_path(pod: &str, ctr: &str) -> String {
+    let env = env();
+    format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope",
+        get(env, &format!("{pod}_UID")).replace('-', "_"),
+        get(env, &format!("{pod}_{ctr}"))
+    )
+}
+
 fn cgroup_id(run: &GuestRun, path: &str) -> u64 {
     run.values("cgid")
         .iter()
@@ -548,11 +559,7 @@ type Expected<'a> = dyn Fn(&str) -> bool + 'a;
 /// and without it the tracepoints are hooked as BTF tracepoints.
 fn assert_least_privilege(run: &GuestRun, label: &str, memcg_accounting: bool) {
     let env = env();
-    let app_path = format!(
-        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope",
-        get(env, "POD1_UID").replace('-', "_"),
-        get(env, "POD1_APP")
-    );
+    let app_path = container_path("POD1", "APP");
     let app_id = cgroup_id(run, &app_path);
     let paranoid: i32 = run.one("perf_event_paranoid").parse().unwrap();
     let manifest = daemonset_caps();
@@ -757,11 +764,7 @@ fn assert_lockdown(run: &GuestRun, label: &str) {
         std::slice::from_ref(&securityfs),
         "{label}: one sentence"
     );
-    let app_path = format!(
-        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope",
-        get(env, "POD1_UID").replace('-', "_"),
-        get(env, "POD1_APP")
-    );
+    let app_path = container_path("POD1", "APP");
     let app_id = cgroup_id(run, &app_path);
     let events = run.json("lockdown_trace_out");
     let of = |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["kind"] == kind).collect() };
@@ -883,15 +886,7 @@ fn assert_lockdown(run: &GuestRun, label: &str) {
 /// with the syscall tracepoints asked for: the same refusals, with paths, errors and
 /// owners; listeners up (and, with fexit and kprobes, their close).
 fn assert_unix(run: &GuestRun, label: &str, traits: Traits) {
-    let env = env();
-    let app_id = cgroup_id(
-        run,
-        &format!(
-            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope",
-            get(env, "POD1_UID").replace('-', "_"),
-            get(env, "POD1_APP")
-        ),
-    );
+    let app_id = cgroup_id(run, &container_path("POD1", "APP"));
     // Debian's kernels have kprobes: what `auto` falls back to without fexit.
     assert_ne!(run.one("kprobe_pmu"), "none", "{label}");
     let auto = if traits.fexit { "fexit" } else { "kprobes" };
