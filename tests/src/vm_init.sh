@@ -66,6 +66,12 @@ wait_resolved() {
         usleep 100000
     done
 }
+# Prints every incident, one JSON document, under `@@SR $1`.
+emit_incidents() {
+    incidents "" >"/tmp/$1.json"
+    echo >>"/tmp/$1.json"
+    emit "$1" "/tmp/$1.json"
+}
 # Runs the startup race of pod $1 (its cgroup dir) with containers $2 (the proxy,
 # listening 1 s late) and $3 (the app, dialing every 50 ms until it connects, its
 # output in file $4); the proxy's pid is in $P.
@@ -117,9 +123,7 @@ if grep -q 'lockdown=confidentiality' /proc/cmdline; then
     startup_race "$QOS/kubepods-burstable-pod$(echo "$POD2_UID" | tr - _).slice" "$POD2_PROXY" "$POD2_APP" /tmp/lockdown_app.out
     emit lockdown_app /tmp/lockdown_app.out
     wait_resolved "$POD2_UID" 200
-    incidents "" >/tmp/lockdown_incidents.json
-    echo >>/tmp/lockdown_incidents.json
-    emit lockdown_incidents /tmp/lockdown_incidents.json
+    emit_incidents lockdown_incidents
     kill $P
     kill -TERM $LR
     wait $LR
@@ -273,9 +277,7 @@ wait_resolved "$POD4_UID" 50
 kill $P4
 wait $P4
 
-incidents "" >/tmp/incidents.json
-echo >>/tmp/incidents.json
-emit incidents /tmp/incidents.json
+emit_incidents incidents
 kill -TERM $RUN
 wait $RUN
 say run_rc $?
@@ -305,9 +307,7 @@ start_run restart_new
 wait $A5
 emit restart_app /tmp/app7.out
 wait_resolved "$POD5_UID" 200
-incidents "" >/tmp/incidents_restart.json
-echo >>/tmp/incidents_restart.json
-emit incidents_restart /tmp/incidents_restart.json
+emit_incidents incidents_restart
 kill $P5
 kill -TERM $RUN
 wait $RUN
