@@ -7,9 +7,10 @@ use std::time::Duration;
 use super::*;
 use crate::{
     commands::run::checkpoint::{self as daemon, Restore},
+    detect::render::Filter,
     detect::{DetectorConfig, Incident, Phase, State},
     ingest::events::KernelEvent,
-    inventory::{Inventory, cgroups::CgroupIndex, store::PodStore},
+    inventory::{Inventory, cgroups::CgroupIndex, pod_info::PodInfo, store::PodStore},
     pipeline::{Pipeline, outcome::Outcome},
     test_facts::{
         CHECKOUT, MS, OTHER_POD, checkout_pod, container_path, created, pod_path, socket, temp_dir,
@@ -31,8 +32,18 @@ fn cgroups() -> Vec<(u64, String)> {
 /// An agent's pipeline with the checkout pod named by the pod source, its cgroup tree
 /// scanned at start (`scanned`), and a reorder window.
 fn agent(name: &str, window_ns: u64, scanned: &[(u64, String)]) -> Pipeline {
+    agent_listing(name, window_ns, scanned, Some(checkout_pod()))
+}
+
+/// [`agent`] whose pod source lists `pod` (none: nothing).
+fn agent_listing(
+    name: &str,
+    window_ns: u64,
+    scanned: &[(u64, String)],
+    pod: Option<PodInfo>,
+) -> Pipeline {
     let mut store = PodStore::new(Duration::from_secs(600));
-    store.apply(checkout_pod());
+    pod.into_iter().for_each(|p| store.apply(p));
     let mut index = CgroupIndex::new(temp_dir(name), u64::MAX);
     for (id, path) in scanned {
         index.created(*id, path);
@@ -219,6 +230,41 @@ fn pods_gone_from_the_node_are_ended_and_dropped_at_restore() {
         let open = inc.state == State::Open;
         assert_eq!(open, inc.pod_uid == CHECKOUT, "{inc:#?}");
     }
+}
+
+/// A pod deleted while no agent ran is listed to the next agent by no pod source: its
+/// incident keeps the names the checkpoint carried, as the old agent showed them.
+#[test]
+fn an_incident_of_a_pod_deleted_between_agents_keeps_its_names() {
+    let mut old = agent("ckpt-names-old", 0, &[]);
+    feed(&mut old, &started());
+    feed(&mut old, &[refused(10 * MS, 15001)]);
+    old.tick(20 * MS);
+    let named = |p: &Pipeline| -> Vec<serde_json::Value> {
+        let (list, _) = p.incidents(&Filter::default(), 10);
+        list.iter()
+            .map(|v| {
+                let v = serde_json::to_value(v).unwrap();
+                serde_json::json!([
+                    v["namespace"],
+                    v["pod"],
+                    v["workload"],
+                    v["container"],
+                    v["sidecar"],
+                    v["pattern"],
+                    v["container_role"]
+                ])
+            })
+            .collect()
+    };
+    let before = named(&old);
+    assert_eq!(before.len(), 1);
+    assert!(before[0][0].is_string(), "{before:?}");
+
+    let mut new = agent_listing("ckpt-names-new", 0, &[], None);
+    let restored = hand_over(&old, "ckpt-names", &mut new, 21 * MS);
+    assert_eq!(restored.dead_pods, 1, "its cgroups went with it");
+    assert_eq!(named(&new), before);
 }
 
 #[test]

@@ -28,6 +28,21 @@ impl serde::Serialize for Runtime {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Runtime {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Runtime::ALL
+            .into_iter()
+            .find(|r| r.as_str() == name)
+            .ok_or_else(|| {
+                serde::de::Error::unknown_variant(
+                    &name,
+                    &["containerd", "cri-o", "docker", "podman"],
+                )
+            })
+    }
+}
+
 impl Runtime {
     const ALL: [Runtime; 4] = [
         Runtime::Containerd,

@@ -5,10 +5,10 @@
 use std::borrow::Cow;
 
 use k8s_openapi::api::core::v1::VolumeMount;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One `volumeMounts[]` entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mount {
     pub volume: String,
     /// Absolute, without a trailing `/`.

@@ -9,7 +9,7 @@ use k8s_openapi::{
     api::core::v1::{Container, ContainerPort, ContainerStatus, Pod, Probe, VolumeMount},
     apimachinery::pkg::util::intstr::IntOrString,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::{
@@ -25,14 +25,14 @@ pub enum PodError {
 }
 
 /// The workload a pod belongs to, as users name it (a Deployment, not its ReplicaSet).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Workload {
     pub kind: String,
     pub name: String,
 }
 
 /// How a container is declared, and what it is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum Role {
@@ -63,7 +63,7 @@ impl Role {
 }
 
 /// How a sidecar is declared, as docs/reference.md and the metrics name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, strum::IntoStaticStr)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum Pattern {
@@ -83,7 +83,7 @@ impl Pattern {
 }
 
 /// What a probe checks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ProbeTarget {
     TcpSocket {
@@ -113,7 +113,7 @@ impl ProbeTarget {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerInfo {
     pub name: String,
     pub role: Role,
@@ -128,7 +128,7 @@ pub struct ContainerInfo {
     pub mounts: Vec<Mount>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusInfo {
     pub name: String,
     pub container_id: String,
@@ -143,7 +143,7 @@ pub struct StatusInfo {
 }
 
 /// A container status' `state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
     Waiting,
@@ -151,7 +151,7 @@ pub enum RunState {
     Terminated,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodInfo {
     pub uid: String,
     pub namespace: String,

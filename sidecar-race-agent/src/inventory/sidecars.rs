@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::catalog::{CATALOG, repository_name};
 
@@ -24,7 +24,7 @@ const ISTIO_STATUS: &str = "sidecar.istio.io/status";
 const LINKERD_VERSION: &str = "linkerd.io/proxy-version";
 
 /// Why a container counts as a classic sidecar.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum Evidence {

@@ -84,6 +84,18 @@ impl PodStore {
         self.containers.len()
     }
 
+    /// A pod a checkpoint named, as the source last described it: kept as deleted at
+    /// `now` (resolvable for the grace period) unless the source reports it already;
+    /// a later report of it makes it current again.
+    pub fn remember_gone(&mut self, info: PodInfo, now: Instant) {
+        if self.pods.contains_key(&info.uid) {
+            return;
+        }
+        let uid = info.uid.clone();
+        self.apply(info);
+        self.delete(&uid, now);
+    }
+
     pub fn delete(&mut self, uid: &str, now: Instant) {
         if let Some(e) = self.pods.get_mut(uid) {
             e.gone_at.get_or_insert(now);

@@ -1,11 +1,16 @@
 //! The pipeline's state as a checkpoint carries it from one agent to the next: what
 //! was derived from the records already taken from the ring and is not rebuilt by a
 //! new agent (the detector's state, the facts in the reorder window, what the sinks
-//! were told, the kernel's suppressed counts already read). The inventory is not
-//! carried (the cgroup tree is scanned again, pods come again from the pod source),
-//! nor the counters (metrics restart with the agent).
+//! were told, the kernel's suppressed counts already read), and the pods its incidents
+//! name: one deleted while no agent ran is not listed again, and its incidents would
+//! lose their names. The rest of the inventory is not carried (the cgroup tree is
+//! scanned again, pods come again from the pod source), nor the counters (metrics
+//! restart with the agent).
 
-use std::{collections::HashSet, time::Instant};
+use std::{
+    collections::{BTreeSet, HashSet},
+    time::Instant,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +18,7 @@ use super::{
     accounts::Accounts, outcome::Outcome, reorder::ReorderSnapshot, state::Pipeline,
     suppressed::SuppressedSnapshot,
 };
-use crate::detect::detector::DetectorSnapshot;
+use crate::{detect::detector::DetectorSnapshot, inventory::pod_info::PodInfo};
 
 #[derive(Serialize, Deserialize)]
 pub struct PipelineSnapshot {
@@ -23,6 +28,10 @@ pub struct PipelineSnapshot {
     suppressed: SuppressedSnapshot,
     /// Boot ns when the last fact arrived.
     last_arrival: u64,
+    /// The pods the incidents and tracked pods belong to, as the pod source last
+    /// described them (absent from checkpoints of older agents).
+    #[serde(default)]
+    pods: Vec<PodInfo>,
 }
 
 /// What a snapshot holds, for the log.
@@ -92,7 +101,26 @@ impl Pipeline {
             accounts: self.accounts.clone(),
             suppressed: self.suppressed.snapshot(),
             last_arrival: self.last_arrival,
+            pods: self.named_pods(),
         }
+    }
+
+    /// The pod metadata of every pod the detector tracks or has an incident of.
+    fn named_pods(&self) -> Vec<PodInfo> {
+        let uids: BTreeSet<&str> = self
+            .detector
+            .tracked_pod_uids()
+            .chain(
+                self.detector
+                    .incidents()
+                    .newest_first()
+                    .map(|i| i.pod_uid.as_str()),
+            )
+            .collect();
+        uids.into_iter()
+            .filter_map(|uid| self.inventory.pods.pod(uid))
+            .map(|p| PodInfo::clone(p))
+            .collect()
     }
 
     /// Takes a checkpoint in, before any kernel event: pods whose cgroups the inventory
@@ -114,6 +142,9 @@ impl Pipeline {
         self.accounts = snap.accounts;
         self.suppressed.restore(snap.suppressed, Instant::now());
         self.last_arrival = snap.last_arrival;
+        for pod in snap.pods {
+            self.inventory.pods.remember_gone(pod, Instant::now());
+        }
         let mut changes = Vec::new();
         for uid in &dead {
             changes.extend(
