@@ -49,7 +49,7 @@ pub fn teardown() -> anyhow::Result<()> {
             eprintln!("xtask: stopped {name}");
         }
     }
-    let (netns, pod_uids) = remove_containers();
+    let (netns, pod_uids, ids) = remove_containers();
     procs::stop("containerd", Duration::from_secs(10));
     // Shims outlive containerd: they were started with its socket's path.
     let sock = containerd_socket().display().to_string();
@@ -71,6 +71,7 @@ pub fn teardown() -> anyhow::Result<()> {
     // No agent runs now: its pins (still attached) and state dir go, then the bpffs.
     let bpffs_left = bpffs::restore();
     remove_pod_logs(&pod_uids);
+    remove_cni_results(&ids);
     let cgroups_left = host::remove_cgroups();
     let mut rules_left = host::remove_kube_chains();
     rules_left.extend(egress::remove());
@@ -114,13 +115,20 @@ pub fn teardown() -> anyhow::Result<()> {
 
 /// Kills and deletes every container of our containerd (sandboxes included, so no
 /// CNI teardown happens): their network namespaces and pod UIDs, for removal.
-fn remove_containers() -> (Vec<String>, Vec<String>) {
+fn remove_containers() -> (Vec<String>, Vec<String>, Vec<String>) {
     let (mut netns, mut pods) = (Vec::new(), Vec::new());
     if procs::running("containerd").is_none() {
-        return (netns, pods);
+        return (netns, pods, Vec::new());
     }
-    let ids = output(ctr().args(["containers", "ls", "-q"])).unwrap_or_default();
-    for id in ids.lines().map(str::trim).filter(|l| !l.is_empty()) {
+    let listed = output(ctr().args(["containers", "ls", "-q"])).unwrap_or_default();
+    let ids: Vec<String> = listed
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    for id in &ids {
+        let id = id.as_str();
         if let Some(info) = output(ctr().args(["containers", "info", id]))
             .and_then(|i| serde_json::from_str::<serde_json::Value>(&i).ok())
         {
@@ -146,7 +154,21 @@ fn remove_containers() -> (Vec<String>, Vec<String>) {
         let _ = ctr().args(["tasks", "delete", "--force", id]).output();
         let _ = ctr().args(["containers", "delete", id]).output();
     }
-    (netns, pods)
+    (netns, pods, ids)
+}
+
+/// Where libcni caches each attachment's result (`<network>-<sandbox id>-<interface>`):
+/// a sandbox removed without its CNI DEL leaves its files there.
+pub const CNI_RESULTS: &str = "/var/lib/cni/results";
+
+/// The cached CNI results of the containers `ids` (sandboxes among them).
+fn remove_cni_results(ids: &[String]) {
+    for e in fs::read_dir(CNI_RESULTS).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if ids.iter().any(|id| name.contains(&format!("-{id}-"))) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 /// The kubelet keeps container logs in /var/log/pods/<ns>_<pod>_<uid>/ and links them

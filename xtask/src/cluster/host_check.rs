@@ -1,6 +1,7 @@
 //! The cluster tier's own check that `down` leaves the host as `up` found it: every
 //! sysctl `up` or its components change, our iptables chain, the loaded modules, the
-//! bpffs mount at /sys/fs/bpf and the agent's pins and state dir on the node.
+//! bpffs mount at /sys/fs/bpf, the agent's pins and state dir on the node, and the
+//! CNI results libcni caches per pod.
 //! `ip_forward` is already 1 on these machines, so the check first sets it to 0, a
 //! value the CNI bridge is known to change, and puts the machine's own value back
 //! after.
@@ -9,6 +10,7 @@ use std::{fs, path::Path, process::Command};
 
 use super::{
     bpffs::{AGENT_LEFTOVERS, bpffs_mount},
+    down::CNI_RESULTS,
     egress,
     host::SYSCTLS,
 };
@@ -26,6 +28,19 @@ pub struct Before {
     bpffs: Option<(String, bool)>,
     /// Which of the agent's node paths exist.
     leftovers: Vec<(&'static str, bool)>,
+    /// The CNI results libcni cached (one per pod network attachment).
+    cni_results: Vec<String>,
+}
+
+fn cni_results() -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(CNI_RESULTS)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort_unstable();
+    names
 }
 
 fn leftovers() -> Vec<(&'static str, bool)> {
@@ -59,6 +74,7 @@ pub fn before() -> Before {
         ip_forward,
         bpffs: bpffs_mount(),
         leftovers: leftovers(),
+        cni_results: cni_results(),
     }
 }
 
@@ -99,6 +115,13 @@ pub fn after(before: Before) -> Result<(), String> {
         if *was != is {
             differs.push(format!("{path}: exists {was} before, {is} after"));
         }
+    }
+    let new: Vec<String> = cni_results()
+        .into_iter()
+        .filter(|n| !before.cni_results.contains(n))
+        .collect();
+    if !new.is_empty() {
+        differs.push(format!("CNI results left in {CNI_RESULTS}: {new:?}"));
     }
     if let Some(v) = before.ip_forward {
         let _ = fs::write(Path::new("/proc/sys").join(IP_FORWARD), v);
