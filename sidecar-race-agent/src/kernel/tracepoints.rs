@@ -68,7 +68,7 @@ pub(super) fn attach_all(
                 Err(e) => e,
             };
             // perf_event_open refused (kernel.perf_event_paranoid above 2, or the
-            // runtime's seccomp profile: CRI-O's default before 2025 allows it only
+            // runtime's seccomp profile: CRI-O 1.34's built-in default allows it only
             // with CAP_SYS_ADMIN): the BTF tracepoint needs no perf event.
             let instead = match tp.btf_program {
                 Some(program) if e.is_permission_denied() => needs
