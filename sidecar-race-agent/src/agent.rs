@@ -100,7 +100,7 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         );
     }
     // Under lockdown, one sentence (`requirements::check`) said what is not seen.
-    let locked = env.layout.direct_reads;
+    let locked = env.layout.direct_reads();
     // What tracefs could not serve, unless its BTF tracepoint did.
     for u in
         env.layout.unusable.iter().filter(|u| {

@@ -34,12 +34,7 @@ impl<'de> serde::Deserialize<'de> for Runtime {
         Runtime::ALL
             .into_iter()
             .find(|r| r.as_str() == name)
-            .ok_or_else(|| {
-                serde::de::Error::unknown_variant(
-                    &name,
-                    &["containerd", "cri-o", "docker", "podman"],
-                )
-            })
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown container runtime `{name}`")))
     }
 }
 

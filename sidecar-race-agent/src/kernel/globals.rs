@@ -45,8 +45,9 @@ impl Globals {
         let per_cgroup_budgets = match offsets.cgroup {
             Ok(fields) => {
                 config.cgroup = fields;
-                layout.direct_reads.then(|| {
-                    "lockdown for confidentiality: the walk up a socket's cgroups needs                      bpf_probe_read_kernel"
+                layout.direct_reads().then(|| {
+                    "lockdown for confidentiality: the walk up a socket's cgroups needs \
+                     bpf_probe_read_kernel"
                         .to_string()
                 })
             }
@@ -58,7 +59,7 @@ impl Globals {
         }
         let task = match offsets.task {
             // A locked-down kernel's task is read through the BTF-typed one (5.11+).
-            Ok(_) if layout.direct_reads && !has_current_task_btf() => Err(
+            Ok(_) if layout.direct_reads() && !has_current_task_btf() => Err(
                 "the kernel is locked down and has no bpf_get_current_task_btf (5.11+) to \
                  read the task through"
                     .to_string(),

@@ -107,16 +107,19 @@ pub struct KernelLayout {
     /// tracepoints. (A tracepoint that tracefs lacks is one the kernel lacks: its BTF
     /// tracepoint is not tried.)
     pub without_tracefs: bool,
-    /// The kernel refuses `bpf_probe_read_kernel` (lockdown for confidentiality): the
-    /// BTF tracepoints read through their typed pointers (`Config::direct_reads`), and
-    /// what only the helper reads is off.
-    pub direct_reads: bool,
 }
 
 impl KernelLayout {
+    /// The kernel refuses `bpf_probe_read_kernel` (lockdown for confidentiality): the
+    /// BTF tracepoints read through their typed pointers (`Config::direct_reads`), and
+    /// what only the helper reads is off.
+    pub fn direct_reads(&self) -> bool {
+        self.config.direct_reads != 0
+    }
+
     /// Which programs and reads this layout loads, for the pins' layout key.
     pub fn hooks(&self) -> &'static str {
-        match (self.without_tracefs, self.direct_reads) {
+        match (self.without_tracefs, self.direct_reads()) {
             (_, true) => "btf-direct",
             (true, false) => "btf",
             (false, false) => "tracefs",
@@ -145,7 +148,6 @@ pub fn without_tracefs(why: &str) -> KernelLayout {
             .collect(),
         unix_syscalls: Err(format!("no tracefs: {why}")),
         without_tracefs: true,
-        direct_reads: false,
     }
 }
 
@@ -154,7 +156,6 @@ pub fn without_tracefs(why: &str) -> KernelLayout {
 pub fn locked_down(why: &str) -> KernelLayout {
     let mut layout = without_tracefs(&format!("locked by lockdown ({why})"));
     layout.config.direct_reads = 1;
-    layout.direct_reads = true;
     layout
 }
 
@@ -189,7 +190,6 @@ pub fn build(formats: impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError>)
         unusable,
         unix_syscalls: Err("syscall tracepoints not read".to_string()),
         without_tracefs: false,
-        direct_reads: false,
     }
 }
 

@@ -188,9 +188,10 @@ impl Probes {
         };
         let tracepoints =
             tracepoints::attach_all(&mut ebpf, layout, opts.set_state_btf, &ready, &kernel_btf)?;
-        let unix = if layout.direct_reads {
+        let unix = if layout.direct_reads() {
             UnixCoverage::Missing {
-                why: "the kernel is locked down for confidentiality, and the Unix hooks                       read socket addresses with bpf_probe_read_kernel, which it refuses"
+                why: "the kernel is locked down for confidentiality, and the Unix hooks \
+                      read socket addresses with bpf_probe_read_kernel, which it refuses"
                     .into(),
             }
         } else {

@@ -102,7 +102,7 @@ pub fn check(locations: &Locations) -> Result<Environment, MissingRequirements> 
     let degraded = locked.map(lockdown::degraded_sentence);
     let layout = match (locked, &tracefs) {
         (Some(how), _) if has_btf => {
-            tracing::warn!("degraded: {}", lockdown::degraded_sentence(how));
+            tracing::warn!("degraded: {}", degraded.as_deref().unwrap_or_default());
             Some(layout::locked_down(how))
         }
         (Some(how), _) => {

@@ -70,14 +70,16 @@ pub(super) fn attach_all(
             // perf_event_open refused (kernel.perf_event_paranoid above 2, or the
             // runtime's seccomp profile: CRI-O 1.34's built-in default allows it only
             // with CAP_SYS_ADMIN): the BTF tracepoint needs no perf event.
-            let instead = match tp.btf_program {
-                Some(program) if e.is_permission_denied() => needs
-                    .clone()
-                    .and_then(|_| attach_btf(ebpf, program, tp.name, kernel_btf)),
-                _ => Err(String::new()),
-            };
+            let instead = tp
+                .btf_program
+                .filter(|_| e.is_permission_denied())
+                .map(|program| {
+                    needs
+                        .clone()
+                        .and_then(|_| attach_btf(ebpf, program, tp.name, kernel_btf))
+                });
             match instead {
-                Ok(()) => {
+                Some(Ok(())) => {
                     tracing::info!(
                         "{}:{} hooked as a BTF tracepoint, which needs no perf event: the \
                          kernel refused perf_event_open (kernel.perf_event_paranoid above 2, \
@@ -87,8 +89,8 @@ pub(super) fn attach_all(
                     );
                     attached.push(tp);
                 }
-                Err(_) if tp.required => return Err(e),
-                Err(_) => degraded.push(Degraded {
+                _ if tp.required => return Err(e),
+                _ => degraded.push(Degraded {
                     tracepoint: tp,
                     reason: e.to_string(),
                 }),
