@@ -1,6 +1,8 @@
 //! The `cluster` tier: real pods run by a real kubelet (Kubernetes 1.34 built from
 //! source, containerd 1.6, the CNI bridge), the agent installed from deploy/ as the
-//! README says, through `cargo xtask cluster up` (see tests/kit/src/cluster.rs).
+//! README says, through `cargo xtask cluster up` (see tests/kit/src/cluster.rs). Its
+//! core cases run again on CRI-O (`cluster up --runtime cri-o`; xtask's
+//! `CRI_O_CASES`), where every container ID they check is a `cri-o://` one.
 //!
 //! Ignored by a plain `cargo test`: `cargo xtask test` runs them after starting the
 //! cluster (one for all cases, `--test-threads=1`) and takes it down after. Without a
@@ -16,7 +18,7 @@ use sidecar_race_tests::{
     cluster::{
         AGENT_NAMESPACE, AGENT_SELECTOR, TestNamespace, cluster, condition, container_id,
         container_pids, container_status, name, refused_printed, running_pod, running_pod_matching,
-        uid, wait_event, wait_until,
+        runtime, uid, wait_event, wait_until,
     },
     cluster_cases::{
         fresh_namespace, incidents_of, lines_left_by, lint_fixed, metrics, named_and_resolved,
@@ -251,6 +253,14 @@ fn the_agent_runs_as_the_daemonset_says_on_the_pinned_kubernetes() {
         "{version:#}"
     );
     let node = c.json(&["get", "node", "sr-node"]);
+    // The runtime of this variant of the tier runs the node.
+    let runtime_version = node["status"]["nodeInfo"]["containerRuntimeVersion"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        runtime_version.starts_with(&format!("{}://", runtime())),
+        "{runtime_version}"
+    );
     assert!(
         node["status"]["conditions"]
             .as_array()

@@ -180,8 +180,11 @@ fn main() -> anyhow::Result<()> {
             bench::bench(&bin, smoke, &bench::Parts::only(only), &out)
         }
         Task::Cluster { action } => {
-            if matches!(action, cluster::Action::Up) {
+            if let cluster::Action::Up { runtime } = action {
                 setup::ensure(Tier::Cluster)?;
+                if runtime == cluster::Runtime::CriO {
+                    setup::ensure_cri_o()?;
+                }
             }
             cluster::run(action)
         }

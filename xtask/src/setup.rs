@@ -21,7 +21,10 @@
 //! `kubernetes-validate` from PyPI, pinned, in a venv under `target/deploy-tools/`
 //! (so neither the system's nor pyenv's Python is modified); `skopeo` for the
 //! real-runtime tier (tests/tests/cri_runtime.rs); the kernel tier's QEMU, nft and
-//! kernels (`kernels.rs`); the arm64 cross linker; and krew. containerd 1.6.20 in
+//! kernels (`kernels.rs`); the arm64 cross linker; krew; and the cluster tier's CRI-O
+//! variant: CRI-O and crictl built from their Go modules, with `libseccomp-dev`,
+//! `pkg-config`, `gcc` and `make` to build and `conmon` to run
+//! (`cluster/runtime/cri_o/build.rs`). containerd 1.6.20 in
 //! bookworm has a default seccomp profile that allows `bpf` and `perf_event_open` to
 //! holders of CAP_BPF and CAP_PERFMON (tests/tests/runtime_default_seccomp.rs).
 
@@ -33,6 +36,7 @@ use std::{
 use anyhow::{Context, bail};
 
 use crate::{
+    cluster::runtime::cri_o::build as cri_o,
     host::{Apt, have, package_installed},
     run::{checked, output, succeeds, workspace_root},
 };
@@ -140,6 +144,8 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
         }
         // `cargo xtask image --arch arm64`: the cross linker, when apt has it.
         crate::cross::want_tools(&mut apt);
+        // The cluster tier's CRI-O variant: its build and its runtime's helpers.
+        cri_o::want_tools(&mut apt);
     }
     install_ebpf_toolchain(&mut apt)?;
     if installing_prometheus {
@@ -154,6 +160,7 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
         // a sidecar (xtask/otelcol, Go), and the cluster tier's other real sidecars.
         crate::cluster::otelcol::ensure()?;
         crate::cluster::sidecars::ensure()?;
+        cri_o::ensure()?;
     }
     if tier >= Tier::Cluster {
         // The cluster tier's Kubernetes, etcd and Prometheus Operator, built once per
@@ -162,6 +169,15 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
     }
     eprintln!("xtask: setup complete ({tier:?} tier)");
     Ok(())
+}
+
+/// `cargo xtask cluster up --runtime cri-o`, after the cluster tier's set-up: CRI-O
+/// and crictl, built with what they need from apt.
+pub fn ensure_cri_o() -> anyhow::Result<()> {
+    let mut apt = Apt::default();
+    cri_o::want_tools(&mut apt);
+    apt.install()?;
+    cri_o::ensure()
 }
 
 /// `cargo xtask image --arch arm64` (and krew's): the build's tier and the cross

@@ -240,12 +240,23 @@ pub fn container_status<'a>(pod: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no status for container {name}: {pod:#}"))
 }
 
-/// The runtime's container ID (without `containerd://`).
+/// The node's container runtime, as its container IDs' scheme: `cri-o` or
+/// `containerd` (`SIDECAR_RACE_CLUSTER_RUNTIME`, which `cargo xtask test` sets for each
+/// variant of the tier; containerd without it).
+pub fn runtime() -> String {
+    std::env::var("SIDECAR_RACE_CLUSTER_RUNTIME").unwrap_or_else(|_| "containerd".into())
+}
+
+/// The runtime's container ID, without its scheme, which must be the node's runtime's
+/// (`cri-o://<id>` on CRI-O).
 pub fn container_id(pod: &Value, name: &str) -> String {
     let id = container_status(pod, name)["containerID"]
         .as_str()
         .unwrap_or_else(|| panic!("container {name} has no ID yet"));
-    id.strip_prefix("containerd://").unwrap_or(id).to_string()
+    let scheme = format!("{}://", runtime());
+    id.strip_prefix(&scheme)
+        .unwrap_or_else(|| panic!("container {name}'s ID {id} is not a {scheme} one"))
+        .to_string()
 }
 
 pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
@@ -266,15 +277,17 @@ pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Optio
 /// The kubelet's cgroup root on the node (xtask/src/cluster: `cgroupRoot`).
 const CGROUP_ROOT: &str = "sidecar-race-cluster";
 
-/// Pids of a container, from its cgroup (`.../pod<uid>/<container id>`) in the v1
-/// `pids` hierarchy or the v2 tree.
+/// Pids of a container, from its cgroup (`.../pod<uid>/<container id>`, CRI-O's
+/// `.../pod<uid>/crio-<container id>`) in the v1 `pids` hierarchy or the v2 tree.
 pub fn container_pids(container_id: &str) -> Vec<u32> {
     fn find(dir: &std::path::Path, id: &str) -> Option<PathBuf> {
         for e in std::fs::read_dir(dir).ok()?.flatten() {
             if !e.file_type().ok()?.is_dir() {
                 continue;
             }
-            if e.file_name().to_str() == Some(id) {
+            let name = e.file_name();
+            let name = name.to_str().unwrap_or_default();
+            if name == id || name.strip_prefix("crio-") == Some(id) {
                 return Some(e.path());
             }
             if let Some(p) = find(&e.path(), id) {

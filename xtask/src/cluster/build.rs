@@ -241,17 +241,19 @@ pub(crate) fn build_one(
     package: &str,
     ldflags: &str,
 ) -> anyhow::Result<()> {
-    build_tagged(go, dir, name, package, ldflags, "")
+    build_tagged(go, dir, name, package, ldflags, "", false)
 }
 
-/// `build_one` with Go build `tags` (comma-separated).
-fn build_tagged(
+/// `build_one` with Go build `tags` (comma-separated), and with cgo when `cgo` (CRI-O's
+/// seccomp support links libseccomp).
+pub(crate) fn build_tagged(
     go: &Path,
     dir: &Path,
     name: &str,
     package: &str,
     ldflags: &str,
     tags: &str,
+    cgo: bool,
 ) -> anyhow::Result<()> {
     let out = dir.join("bin").join(name);
     if out.exists() {
@@ -261,6 +263,7 @@ fn build_tagged(
     let started = Instant::now();
     checked(
         go_cmd(go, dir)
+            .env("CGO_ENABLED", if cgo { "1" } else { "0" })
             .args([
                 "build",
                 "-trimpath",
@@ -318,7 +321,7 @@ fn replace_block(modules: &[String], version: &str) -> String {
 }
 
 /// Where `go mod download` put a module (its go.mod and source tree).
-pub fn download(go: &Path, dir: &Path, module: &str) -> anyhow::Result<serde_json::Value> {
+pub(crate) fn download(go: &Path, dir: &Path, module: &str) -> anyhow::Result<serde_json::Value> {
     let out = Command::new(go)
         .current_dir(dir)
         .args(["mod", "download", "-json", module])
@@ -488,6 +491,7 @@ fn build_prometheus(go: &Path) -> anyhow::Result<()> {
         &package,
         &prometheus_ldflags(PROMETHEUS_VERSION),
         "remove_all_sd,enable_kubernetes_sd",
+        false,
     )
 }
 

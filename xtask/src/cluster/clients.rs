@@ -1,5 +1,6 @@
-//! How xtask talks to the running cluster: `kubectl` as cluster-admin, `ctr` on the
-//! cluster's containerd, and a plain-HTTP GET for the components' health endpoints.
+//! How xtask talks to the running cluster: `kubectl` as cluster-admin and a plain-HTTP
+//! GET for the components' health endpoints (the runtimes' own clients are in
+//! `runtime`).
 
 use std::{
     io::{Read, Write},
@@ -8,24 +9,12 @@ use std::{
     time::Duration,
 };
 
-use super::{
-    build::kubernetes_bin,
-    node::{admin_kubeconfig, containerd_socket},
-};
+use super::{build::kubernetes_bin, node::admin_kubeconfig};
 
 /// `kubectl` (the cached v1.34 build) as cluster-admin.
 pub fn kubectl() -> Command {
     let mut c = Command::new(kubernetes_bin("kubectl"));
     c.arg("--kubeconfig").arg(admin_kubeconfig());
-    c
-}
-
-/// `ctr` in containerd's `k8s.io` namespace (the CRI plugin's).
-pub fn ctr() -> Command {
-    let mut c = Command::new("ctr");
-    c.arg("--address")
-        .arg(containerd_socket())
-        .args(["--namespace", "k8s.io"]);
     c
 }
 

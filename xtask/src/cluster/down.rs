@@ -1,5 +1,6 @@
 //! `cargo xtask cluster down`: stops what `up` started, by the pids it recorded, and
-//! removes what it made: containers and their network namespaces, mounts under the
+//! removes what it made: pods, containers and their network namespaces (through the
+//! runtime `up` recorded), mounts under the
 //! state directory, the kubelet's cgroups, KUBE-* iptables chains, the bridge (and the
 //! Service CIDR's route with it), the sysctls it changed, the agent's pins and state
 //! dir and the bpffs `up` mounted, the state directory. Logs stay in LOG_DIR.
@@ -14,13 +15,11 @@ use std::{
 use anyhow::bail;
 
 use super::{
-    bpffs,
-    clients::ctr,
-    egress, host, modules,
-    node::{BRIDGE, LOG_DIR, STATE_DIR, containerd_socket},
+    bpffs, egress, host, modules,
+    node::{BRIDGE, LOG_DIR, STATE_DIR},
     operator, procs,
+    runtime::Runtime,
 };
-use crate::run::output;
 
 /// In stopping order: the operator (a client only), then the kubelet, so that it
 /// restarts nothing.
@@ -49,17 +48,13 @@ pub fn teardown() -> anyhow::Result<()> {
             eprintln!("xtask: stopped {name}");
         }
     }
-    let (netns, pod_uids, ids) = remove_containers();
-    procs::stop("containerd", Duration::from_secs(10));
-    // Shims outlive containerd: they were started with its socket's path.
-    let sock = containerd_socket().display().to_string();
-    for pid in procs::pids_with_arg(&sock) {
-        procs::stop_pid(pid, Duration::from_secs(2));
-    }
+    let runtime = Runtime::recorded();
+    let removed = runtime.remove_containers();
+    runtime.stop();
     for pid in host::cgroup_pids() {
         procs::stop_pid(pid, Duration::from_secs(1));
     }
-    for ns in &netns {
+    for ns in &removed.netns {
         let _ = Command::new("umount")
             .arg(ns)
             .stderr(Stdio::null())
@@ -70,8 +65,8 @@ pub fn teardown() -> anyhow::Result<()> {
     host::unmount_all_under(STATE_DIR);
     // No agent runs now: its pins (still attached) and state dir go, then the bpffs.
     let bpffs_left = bpffs::restore();
-    remove_pod_logs(&pod_uids);
-    remove_cni_results(&ids);
+    remove_pod_logs(&removed.pod_uids);
+    remove_cni_results(&removed.ids);
     let cgroups_left = host::remove_cgroups();
     let mut rules_left = host::remove_kube_chains();
     rules_left.extend(egress::remove());
@@ -111,50 +106,6 @@ pub fn teardown() -> anyhow::Result<()> {
         LOG_DIR
     );
     Ok(())
-}
-
-/// Kills and deletes every container of our containerd (sandboxes included, so no
-/// CNI teardown happens): their network namespaces and pod UIDs, for removal.
-fn remove_containers() -> (Vec<String>, Vec<String>, Vec<String>) {
-    let (mut netns, mut pods) = (Vec::new(), Vec::new());
-    if procs::running("containerd").is_none() {
-        return (netns, pods, Vec::new());
-    }
-    let listed = output(ctr().args(["containers", "ls", "-q"])).unwrap_or_default();
-    let ids: Vec<String> = listed
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect();
-    for id in &ids {
-        let id = id.as_str();
-        if let Some(info) = output(ctr().args(["containers", "info", id]))
-            .and_then(|i| serde_json::from_str::<serde_json::Value>(&i).ok())
-        {
-            let namespaces = info["Spec"]["linux"]["namespaces"].as_array().cloned();
-            for ns in namespaces.into_iter().flatten() {
-                if let Some(p) = ns["path"].as_str().filter(|p| {
-                    ns["type"] == "network"
-                        && (p.starts_with("/var/run/netns/") || p.starts_with("/run/netns/"))
-                }) && !netns.iter().any(|n| n == p)
-                {
-                    netns.push(p.to_string());
-                }
-            }
-            if let Some(uid) = info["Labels"]["io.kubernetes.pod.uid"].as_str()
-                && !pods.iter().any(|p| p == uid)
-            {
-                pods.push(uid.to_string());
-            }
-        }
-        let _ = ctr()
-            .args(["tasks", "kill", "--signal", "SIGKILL", id])
-            .output();
-        let _ = ctr().args(["tasks", "delete", "--force", id]).output();
-        let _ = ctr().args(["containers", "delete", id]).output();
-    }
-    (netns, pods, ids)
 }
 
 /// Where libcni caches each attachment's result (`<network>-<sandbox id>-<interface>`):

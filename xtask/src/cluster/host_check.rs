@@ -1,7 +1,7 @@
 //! The cluster tier's own check that `down` leaves the host as `up` found it: every
 //! sysctl `up` or its components change, our iptables chain, the loaded modules, the
-//! bpffs mount at /sys/fs/bpf, the agent's pins and state dir on the node, and the
-//! CNI results libcni caches per pod.
+//! bpffs mount at /sys/fs/bpf, the agent's pins and state dir on the node, the host
+//! paths CRI-O and skopeo make, and the CNI results libcni caches per pod.
 //! `ip_forward` is already 1 on these machines, so the check first sets it to 0, a
 //! value the CNI bridge is known to change, and puts the machine's own value back
 //! after.
@@ -13,6 +13,7 @@ use super::{
     down::CNI_RESULTS,
     egress,
     host::SYSCTLS,
+    runtime::cri_o,
 };
 use crate::run::output;
 
@@ -26,7 +27,7 @@ pub struct Before {
     ip_forward: Option<String>,
     /// What is mounted at /sys/fs/bpf (type, shared or slave).
     bpffs: Option<(String, bool)>,
-    /// Which of the agent's node paths exist.
+    /// Which of the agent's node paths and the runtimes' host paths exist.
     leftovers: Vec<(&'static str, bool)>,
     /// The CNI results libcni cached (one per pod network attachment).
     cni_results: Vec<String>,
@@ -46,6 +47,7 @@ fn cni_results() -> Vec<String> {
 fn leftovers() -> Vec<(&'static str, bool)> {
     AGENT_LEFTOVERS
         .iter()
+        .chain(&cri_o::HOST_PATHS)
         .map(|p| (*p, Path::new(p).exists()))
         .collect()
 }

@@ -1,5 +1,5 @@
 //! The agent installed the way the README tells a user: the image imported into the
-//! cluster's containerd under the local overlay's name, `kubectl apply -k` of that
+//! node's runtime under the local overlay's name, `kubectl apply -k` of that
 //! overlay, the Prometheus Operator's CRDs, deploy/monitoring, and the operator.
 
 use std::time::{Duration, Instant};
@@ -7,11 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use sidecar_race_testbed::agent;
 
-use super::{
-    build::operator_source,
-    clients::{ctr, kubectl},
-    operator,
-};
+use super::{build::operator_source, clients::kubectl, operator, runtime::Runtime};
 use crate::run::{checked, output, succeeds, workspace_root};
 
 /// The overlay `up` applies: deploy/base with the image set, through the documented
@@ -23,11 +19,10 @@ pub const LOCAL_AGENT_REPOSITORY: &str = "sr-test.local/sidecar-race-agent";
 
 /// The agent as the README installs it, then deploy/monitoring on the operator's CRDs,
 /// and the operator to reconcile it.
-pub fn install_agent() -> anyhow::Result<()> {
+pub fn install_agent(runtime: Runtime) -> anyhow::Result<()> {
     let built = crate::image::image(None, &[])?;
-    checked(ctr().args(["images", "import"]).arg(&built.archive))?;
     let local = format!("{LOCAL_AGENT_REPOSITORY}:{}", crate::image::VERSION);
-    checked(ctr().args(["images", "tag", "--force", &built.reference, &local]))?;
+    runtime.import(&built.archive, &built.reference, &local)?;
     let root = workspace_root();
     checked(kubectl().arg("apply").arg("-k").arg(root.join(OVERLAY)))?;
     let crds = operator_source()?.join("example/prometheus-operator-crd");

@@ -11,7 +11,6 @@
 mod bpffs;
 pub mod build;
 mod clients;
-mod containerd;
 mod down;
 mod egress;
 mod host;
@@ -23,6 +22,7 @@ mod operator;
 pub mod otelcol;
 mod pki;
 mod procs;
+pub mod runtime;
 pub mod sidecars;
 mod status;
 mod up;
@@ -32,13 +32,18 @@ use clap::Subcommand;
 
 pub use build::ensure as build_binaries;
 pub use down::down;
+pub use runtime::Runtime;
 pub use up::up;
 
 #[derive(Subcommand)]
 pub enum Action {
     /// Start the cluster and install the agent (and deploy/monitoring); prints the
     /// kubeconfig path.
-    Up,
+    Up {
+        /// The node's container runtime (`cri-o` needs the test tier's set-up).
+        #[arg(long, value_enum, default_value = "containerd")]
+        runtime: Runtime,
+    },
     /// Stop everything `up` started and remove what it made.
     Down,
     /// Say what runs.
@@ -47,8 +52,8 @@ pub enum Action {
 
 pub fn run(action: Action) -> anyhow::Result<()> {
     match action {
-        Action::Up => {
-            let kubeconfig = up()?;
+        Action::Up { runtime } => {
+            let kubeconfig = up(runtime)?;
             println!("{}", kubeconfig.display());
             Ok(())
         }
@@ -57,52 +62,93 @@ pub fn run(action: Action) -> anyhow::Result<()> {
     }
 }
 
-/// `cargo xtask test`'s cluster tier, after the others: a cluster for
-/// tests/tests/cluster.rs, cluster_helm.rs and cluster_admission.rs (their cases are
-/// `#[ignore]`d in a plain `cargo test`), one
-/// case at a time, then `down`. When `up` fails the tier still runs and every case
-/// fails with the reason. Runs when `args` is empty or names the tier.
+/// The cases the tier runs again on CRI-O: its core (a classic startup race, a native
+/// sidecar quiet with its startupProbe and raced without, a drain at a rollout, a stuck
+/// Job), and the agent Ready as the DaemonSet runs it there.
+const CRI_O_CASES: [&str; 5] = [
+    "the_agent_runs_as_the_daemonset_says_on_the_pinned_kubernetes",
+    "case1_classic_sidecar_late_listener_in_a_deployment",
+    "case2_native_sidecar_with_a_startup_probe_has_no_race_and_without_one_gets_the_native_advice",
+    "case3_rollout_restart_drains_a_classic_sidecar_before_its_app",
+    "case4_a_job_kept_alive_by_its_classic_sidecar_is_stuck_until_deleted",
+];
+
+/// `cargo xtask test`'s cluster tier, after the others: a cluster on containerd for
+/// tests/tests/cluster.rs, cluster_helm.rs, cluster_admission.rs and
+/// cluster_real_sidecars.rs (their cases are `#[ignore]`d in a plain `cargo test`),
+/// one case at a time, then `down`; then a cluster on CRI-O for `CRI_O_CASES`, then
+/// `down`. Each `down` is checked to leave the host as its `up` found it. When an `up`
+/// fails its cases still run and each fails with the reason. Runs when `args` is empty
+/// or names the tier (`cri-o` runs only the CRI-O variant).
 pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Result<()> {
-    if !args.is_empty() && !args.iter().any(|a| a.contains("cluster")) {
+    let only_cri_o = args.iter().any(|a| a.contains("cri-o"));
+    if !args.is_empty() && !only_cri_o && !args.iter().any(|a| a.contains("cluster")) {
         return Ok(());
     }
-    let mut cmd = crate::run::cargo();
-    cmd.args([
-        "test",
-        "--no-fail-fast",
-        "-p",
-        "sidecar-race-tests",
-        "--test",
-        "cluster",
-        "--test",
-        "cluster_helm",
-        "--test",
-        "cluster_admission",
-        "--test",
-        "cluster_real_sidecars",
-        "--",
-        "--ignored",
-        "--test-threads=1",
-    ]);
+    let mut variants = Vec::new();
+    if !only_cri_o {
+        let mut cmd = cases_command(&[
+            "--test",
+            "cluster",
+            "--test",
+            "cluster_helm",
+            "--test",
+            "cluster_admission",
+            "--test",
+            "cluster_real_sidecars",
+        ]);
+        cmd.args(["--", "--ignored", "--test-threads=1"]);
+        variants.push((Runtime::Containerd, cmd));
+    }
+    let mut cmd = cases_command(&["--test", "cluster"]);
+    cmd.args(["--", "--ignored", "--test-threads=1", "--exact"])
+        .args(CRI_O_CASES);
+    variants.push((Runtime::CriO, cmd));
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         const WHY: &str =
-            "the cluster tier needs root (a kubelet, containerd, kube-proxy); CI runs as root";
+            "the cluster tier needs root (a kubelet, a container runtime, kube-proxy); CI runs as root";
         if std::env::var("SIDECAR_RACE_SKIP_ROOT").as_deref() == Ok("1") {
             // Each case counts as one skip, as it would as one test.
-            let cases = cases(&mut cmd)?;
-            eprintln!("SKIPPED {cases} cluster cases: {WHY}");
-            tally.skip_tests(cases, WHY);
+            for (_, mut cmd) in variants {
+                let cases = cases(&mut cmd)?;
+                eprintln!("SKIPPED {cases} cluster cases: {WHY}");
+                tally.skip_tests(cases, WHY);
+            }
             return Ok(());
         }
         anyhow::bail!("{WHY} (set SIDECAR_RACE_SKIP_ROOT=1 to skip it)");
     }
+    let mut result = Ok(());
+    for (runtime, mut cmd) in variants {
+        let ran = run_on(runtime, &mut cmd, tally);
+        result = result.and(ran);
+    }
+    result
+}
+
+/// `cargo test -p sidecar-race-tests` of the tier's `tests` targets.
+fn cases_command(tests: &[&str]) -> std::process::Command {
+    let mut cmd = crate::run::cargo();
+    cmd.args(["test", "--no-fail-fast", "-p", "sidecar-race-tests"])
+        .args(tests);
+    cmd
+}
+
+/// `up` on `runtime`, the cases of `cmd`, `down`, and the check of the host.
+fn run_on(
+    runtime: Runtime,
+    cmd: &mut std::process::Command,
+    tally: &mut crate::run::Tally,
+) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     // A leftover's saved sysctls are put back first, so the check below reads the
     // host as it is without any cluster.
     let earlier = up::clear_earlier();
     let host_before = host_check::before();
-    let up = earlier.and_then(|()| up());
+    let up = earlier.and_then(|()| up(runtime));
+    // The kit checks every container ID against it.
+    cmd.env("SIDECAR_RACE_CLUSTER_RUNTIME", runtime.name());
     match &up {
         Ok(kubeconfig) => {
             cmd.env("SIDECAR_RACE_KUBECONFIG", kubeconfig)
@@ -119,16 +165,25 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
             cmd.env("SIDECAR_RACE_CLUSTER_ERROR", format!("{e:#}"));
         }
     }
-    let result = crate::run::tests(&mut cmd, tally);
+    eprintln!("xtask: the cluster tier on {}", runtime.name());
+    let result = crate::run::tests(cmd, tally);
     let taken_down = if up.is_ok() { down() } else { Ok(()) };
     // Also when `down` failed: the machine's own ip_forward is put back.
     let host = host_check::after(host_before);
     let host_ok = host.is_ok();
-    tally.record("cluster_down_leaves_the_host_as_up_found_it", host);
+    let check = match runtime {
+        Runtime::Containerd => "cluster_down_leaves_the_host_as_up_found_it".to_string(),
+        other => format!(
+            "cluster_down_on_{}_leaves_the_host_as_up_found_it",
+            other.name().replace('-', "_")
+        ),
+    };
+    tally.record(&check, host);
     taken_down?;
     anyhow::ensure!(host_ok, "the cluster left the host changed (see above)");
     eprintln!(
-        "xtask: cluster tier (up, cases, down) took {} s",
+        "xtask: cluster tier on {} (up, cases, down) took {} s",
+        runtime.name(),
         started.elapsed().as_secs()
     );
     result

@@ -18,8 +18,8 @@ pub const KUBERNETES_SERVICE_IP: &str = "10.239.0.1";
 /// for orphans and kill.
 pub const CGROUP_ROOT: &str = "sidecar-race-cluster";
 
-/// The cluster's state: PKI, kubeconfigs, etcd's data, containerd's root, the kubelet's
-/// root dir, pid files. `down` removes it.
+/// The cluster's state: PKI, kubeconfigs, etcd's data, the runtime's root, the
+/// kubelet's root dir, pid files. `down` removes it.
 pub const STATE_DIR: &str = "/var/lib/sidecar-race-cluster";
 /// The components' logs, kept after `down` (overwritten by the next `up`).
 pub const LOG_DIR: &str = "/var/log/sidecar-race-cluster";
@@ -32,14 +32,4 @@ pub fn admin_kubeconfig() -> PathBuf {
 /// `sub` under the state directory.
 pub fn state(sub: &str) -> PathBuf {
     Path::new(STATE_DIR).join(sub)
-}
-
-/// containerd's directory: its root, state, sockets and config.
-pub fn containerd_dir() -> PathBuf {
-    state("containerd")
-}
-
-/// The node's containerd (its CRI endpoint, the kubelet's runtime).
-pub fn containerd_socket() -> PathBuf {
-    sidecar_race_testbed::containerd::socket(&containerd_dir())
 }

@@ -10,11 +10,13 @@ use super::{
     host,
     node::{BRIDGE, STATE_DIR, admin_kubeconfig},
     operator, procs,
+    runtime::cri_o,
 };
 use crate::run::output;
 
-const COMPONENTS: [&str; 8] = [
+const COMPONENTS: [&str; 9] = [
     "containerd",
+    cri_o::PROCESS,
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",

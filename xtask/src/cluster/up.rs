@@ -1,5 +1,5 @@
-//! `cargo xtask cluster up`: PKI, the node bridge, containerd (CRI, CNI bridge, local
-//! images), etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
+//! `cargo xtask cluster up`: PKI, the node bridge, the runtime (containerd or CRI-O, on
+//! the CNI bridge, with the local images), etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
 //! the kubelet; then the agent installed from deploy/ and deploy/monitoring.
 
 use std::{
@@ -15,24 +15,27 @@ use super::{
     bpffs,
     build::{self, etcd_bin, kubernetes_bin},
     clients::{http_get, kubectl},
-    containerd, down, egress, host,
+    down, egress, host,
     install::install_agent,
     modules,
     node::{
         CGROUP_ROOT, LOG_DIR, NODE_IP, NODE_NAME, POD_CIDR, SERVICE_CIDR, STATE_DIR,
-        admin_kubeconfig, containerd_socket, state,
+        admin_kubeconfig, state,
     },
     pki, procs,
+    runtime::Runtime,
     status::{self, Earlier},
 };
 use crate::run::{checked, output};
 
-/// Starts the cluster and installs the agent; the admin kubeconfig's path. On failure
-/// everything started is taken down again (SR_CLUSTER_KEEP=1 keeps it for a look).
-pub fn up() -> anyhow::Result<PathBuf> {
+/// Starts the cluster on `runtime` and installs the agent; the admin kubeconfig's path.
+/// On failure everything started is taken down again (SR_CLUSTER_KEEP=1 keeps it for
+/// a look).
+pub fn up(runtime: Runtime) -> anyhow::Result<PathBuf> {
     clear_earlier()?;
     let modules_loaded = host::preflight()?;
-    let missing = build::missing();
+    let mut missing = build::missing();
+    missing.extend(runtime.missing());
     if !missing.is_empty() {
         bail!(
             "the cluster binaries are not built ({}): run `cargo xtask setup`",
@@ -44,11 +47,12 @@ pub fn up() -> anyhow::Result<PathBuf> {
         );
     }
     let started = Instant::now();
-    let result = start(&modules_loaded).and_then(|()| install_agent());
+    let result = start(runtime, &modules_loaded).and_then(|()| install_agent(runtime));
     match result {
         Ok(()) => {
             eprintln!(
-                "xtask: cluster up in {} s; logs in {LOG_DIR}",
+                "xtask: cluster up on {} in {} s; logs in {LOG_DIR}",
+                runtime.name(),
                 started.elapsed().as_secs()
             );
             Ok(admin_kubeconfig())
@@ -83,7 +87,7 @@ pub fn clear_earlier() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn start(modules_loaded: &[String]) -> anyhow::Result<()> {
+fn start(runtime: Runtime, modules_loaded: &[String]) -> anyhow::Result<()> {
     let _ = fs::remove_dir_all(LOG_DIR);
     fs::create_dir_all(STATE_DIR)?;
     modules::record(modules_loaded)?;
@@ -107,12 +111,12 @@ fn start(modules_loaded: &[String]) -> anyhow::Result<()> {
     host::create_cgroups()?;
     host::share_netns_dir()?;
     bpffs::prepare()?;
-    containerd::start()?;
+    runtime.start()?;
     start_etcd()?;
     start_apiserver(&pki_dir)?;
     start_controllers(&pki_dir)?;
     // The kubelet first: kube-proxy reads the node IP from the Node it registers.
-    start_kubelet(&pki_dir)?;
+    start_kubelet(&pki_dir, runtime)?;
     start_kube_proxy()?;
     checked(kubectl().args([
         "wait",
@@ -253,7 +257,7 @@ conntrack:
     })
 }
 
-fn start_kubelet(pki: &Path) -> anyhow::Result<()> {
+fn start_kubelet(pki: &Path, runtime: Runtime) -> anyhow::Result<()> {
     let p = pki.display();
     let config = state("kubelet.yaml");
     fs::write(
@@ -283,14 +287,14 @@ localStorageCapacityIsolation: false
 clusterDomain: cluster.local
 resolvConf: \"\"
 # 100 turns image garbage collection off: containerd 1.6 cannot pin the locally
-# imported sandbox image against it.
+# imported sandbox image against it (CRI-O pins it).
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {{memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}}
 nodeStatusUpdateFrequency: 5s
 serializeImagePulls: false
 ",
-            sock = containerd_socket().display(),
+            sock = runtime.socket().display(),
         ),
     )?;
     procs::spawn(
