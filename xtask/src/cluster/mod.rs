@@ -106,8 +106,7 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
     variants.push((Runtime::CriO, cmd));
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        const WHY: &str =
-            "the cluster tier needs root (a kubelet, a container runtime, kube-proxy); CI runs as root";
+        const WHY: &str = "the cluster tier needs root (a kubelet, a container runtime, kube-proxy); CI runs as root";
         if std::env::var("SIDECAR_RACE_SKIP_ROOT").as_deref() == Ok("1") {
             // Each case counts as one skip, as it would as one test.
             for (_, mut cmd) in variants {

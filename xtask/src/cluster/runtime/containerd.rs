@@ -15,7 +15,7 @@ use crate::{
     run::{checked, output, succeeds},
 };
 
-use super::Removed;
+use super::removed::Removed;
 
 /// containerd's directory: its root, state, sockets and config.
 fn dir() -> PathBuf {

@@ -5,6 +5,7 @@
 
 mod containerd;
 pub mod cri_o;
+mod removed;
 
 use std::{
     fs,
@@ -13,6 +14,8 @@ use std::{
 
 use anyhow::Context;
 use sidecar_race_testbed::{cni::BridgeNetwork, images};
+
+pub use removed::Removed;
 
 use super::{
     node::{BRIDGE, NODE_IP, POD_CIDR, state},
@@ -27,17 +30,6 @@ pub enum Runtime {
     /// CRI-O 1.34, built by `cargo xtask setup` (the test tier), with runc and conmon.
     #[value(name = "cri-o")]
     CriO,
-}
-
-/// What removing a runtime's containers leaves for `down` to clean after it.
-#[derive(Default)]
-pub struct Removed {
-    /// Network namespaces mounted outside the state directory.
-    pub netns: Vec<String>,
-    /// The pods' UIDs (their logs in /var/log/pods).
-    pub pod_uids: Vec<String>,
-    /// The containers' and sandboxes' IDs (their cached CNI results).
-    pub ids: Vec<String>,
 }
 
 impl Runtime {
@@ -110,7 +102,10 @@ impl Runtime {
     /// The runtime `up` recorded; containerd when none is (an `up` that failed before
     /// starting one, or one from before the record).
     pub fn recorded() -> Self {
-        match fs::read_to_string(recorded_file()).as_deref().map(str::trim) {
+        match fs::read_to_string(recorded_file())
+            .as_deref()
+            .map(str::trim)
+        {
             Ok("cri-o") => Self::CriO,
             _ => Self::Containerd,
         }

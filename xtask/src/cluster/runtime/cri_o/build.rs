@@ -101,7 +101,9 @@ pub fn ensure() -> anyhow::Result<()> {
     // pin every dependency.
     fs::write(
         d.join("go.mod"),
-        format!("module sidecar-race.local/cri-o\n\ngo 1.24.1\n\nrequire {MODULE} {VERSION}\n\nreplace {MODULE} => ./src\n"),
+        format!(
+            "module sidecar-race.local/cri-o\n\ngo 1.24.1\n\nrequire {MODULE} {VERSION}\n\nreplace {MODULE} => ./src\n"
+        ),
     )?;
     fs::copy(src.join("go.sum"), d.join("go.sum"))?;
     eprintln!("xtask: building CRI-O {VERSION} (a cold build takes minutes)");
@@ -124,7 +126,9 @@ fn patched_source(go: &Path, d: &Path) -> anyhow::Result<PathBuf> {
         return Ok(src);
     }
     let info = download(go, d, &format!("{MODULE}@{VERSION}"))?;
-    let from = info["Dir"].as_str().context("no Dir from go mod download")?;
+    let from = info["Dir"]
+        .as_str()
+        .context("no Dir from go mod download")?;
     let tmp = d.join(".src.partial");
     let _ = fs::remove_dir_all(&tmp);
     checked(Command::new("cp").arg("-r").arg(from).arg(&tmp))?;
@@ -176,7 +180,7 @@ fn patch_hugetlb(source: &str) -> anyhow::Result<String> {
 mod tests {
     #[test]
     fn the_patch_follows_the_loop_once_and_refuses_a_changed_source() {
-        let source = format!("func f() {{\n{}\t}})\n}}\n", super::LISTED_LOOP);
+        let source = format!("func f() {{\n{}}}\n", super::LISTED_LOOP);
         let patched = super::patch_hugetlb(&source).unwrap();
         assert!(patched.contains("IsCgroup2UnifiedMode"), "{patched}");
         assert_eq!(patched.matches(super::LISTED_LOOP).count(), 1);

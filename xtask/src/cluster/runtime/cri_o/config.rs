@@ -140,6 +140,9 @@ mod tests {
             );
         }
         assert!(conf.contains("cgroup_manager = \"cgroupfs\"\n"), "{conf}");
-        assert!(conf.contains("pinned_images = [\"sr-test.local/pause:1\"]\n"), "{conf}");
+        assert!(
+            conf.contains("pinned_images = [\"sr-test.local/pause:1\"]\n"),
+            "{conf}"
+        );
     }
 }

@@ -21,7 +21,7 @@ use crate::{
     run::{checked, output},
 };
 
-use super::Removed;
+use super::removed::Removed;
 
 /// Its process's name among the cluster's.
 pub const PROCESS: &str = "crio";
@@ -66,7 +66,10 @@ pub fn start(cni_conf: &Path) -> anyhow::Result<()> {
         .collect();
     fs::write(made_file(), made.join("\n"))?;
     let policy = d.join("policy.json");
-    fs::write(&policy, r#"{"default": [{"type": "insecureAcceptAnything"}]}"#)?;
+    fs::write(
+        &policy,
+        r#"{"default": [{"type": "insecureAcceptAnything"}]}"#,
+    )?;
     let paths = config::Paths {
         dir: &d,
         cni_conf,
@@ -114,7 +117,9 @@ pub fn import(archive: &Path, reference: &str) -> anyhow::Result<()> {
         Command::new("skopeo")
             .args(["copy", "--quiet"])
             .arg(format!("oci-archive:{}", archive.display()))
-            .arg(format!("containers-storage:[overlay@{root}+{runroot}]{reference}")),
+            .arg(format!(
+                "containers-storage:[overlay@{root}+{runroot}]{reference}"
+            )),
     )
     .context("skopeo could not copy it into CRI-O's storage")
 }
@@ -128,7 +133,11 @@ pub fn remove_pods() -> Removed {
     }
     let pods = output(crictl().args(["pods", "-o", "json"]))
         .and_then(|o| serde_json::from_str::<serde_json::Value>(&o).ok());
-    for pod in pods.iter().flat_map(|p| p["items"].as_array().cloned()).flatten() {
+    for pod in pods
+        .iter()
+        .flat_map(|p| p["items"].as_array().cloned())
+        .flatten()
+    {
         if let Some(id) = pod["id"].as_str() {
             removed.ids.push(id.to_string());
         }
@@ -137,9 +146,13 @@ pub fn remove_pods() -> Removed {
         }
     }
     let containers = output(crictl().args(["ps", "--all", "--quiet"])).unwrap_or_default();
-    removed
-        .ids
-        .extend(containers.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string));
+    removed.ids.extend(
+        containers
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string),
+    );
     if let Err(e) = checked(crictl().args(["rmp", "--all", "--force"])) {
         eprintln!("xtask: crictl could not remove every pod ({e:#}); killing what is left");
     }
