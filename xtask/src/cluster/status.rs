@@ -10,7 +10,7 @@ use super::{
     host,
     node::{BRIDGE, STATE_DIR, admin_kubeconfig},
     operator, procs,
-    runtime::cri_o,
+    runtime::{Runtime, cri_o},
 };
 use crate::run::output;
 
@@ -57,7 +57,12 @@ pub fn print() -> anyhow::Result<()> {
         println!("no cluster is up");
         return Ok(());
     }
-    for c in COMPONENTS {
+    // The runtime `up` did not start is not listed.
+    let other = match Runtime::recorded() {
+        Runtime::Containerd => cri_o::PROCESS,
+        Runtime::CriO => "containerd",
+    };
+    for c in COMPONENTS.into_iter().filter(|c| *c != other) {
         match procs::running(c) {
             Some(pid) => println!("{c:<24} running (pid {pid})"),
             None => println!("{c:<24} not running"),
