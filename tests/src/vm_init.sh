@@ -72,11 +72,20 @@ emit_incidents() {
     echo >>"/tmp/$1.json"
     emit "$1" "/tmp/$1.json"
 }
+# The cgroup dir of the Burstable pod with UID $1, as the kubelet's systemd driver
+# lays it out.
+pod_dir() {
+    echo "$CG/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod$(echo "$1" | tr - _).slice"
+}
+# Makes the cgroup dirs of containers $2 and $3 in pod dir $1.
+make_containers() {
+    mkdir -p "$1/cri-containerd-$2.scope" "$1/cri-containerd-$3.scope"
+}
 # Runs the startup race of pod $1 (its cgroup dir) with containers $2 (the proxy,
 # listening 1 s late) and $3 (the app, dialing every 50 ms until it connects, its
 # output in file $4); the proxy's pid is in $P.
 startup_race() {
-    mkdir -p "$1/cri-containerd-$2.scope" "$1/cri-containerd-$3.scope"
+    make_containers "$1" "$2" "$3"
     in_cgroup "$1/cri-containerd-$2.scope" sr-proxy --listen 127.0.0.1:15001 --delay-ms 1000 >/dev/null
     P=$!
     in_cgroup "$1/cri-containerd-$3.scope" sr-app --connect 127.0.0.1:15001 --interval-ms 50 >"$4"
@@ -98,9 +107,8 @@ if grep -q 'lockdown=confidentiality' /proc/cmdline; then
     $AGENT trace >/tmp/lockdown_trace.out 2>/tmp/lockdown_trace.err &
     LT=$!
     if wait_for /tmp/lockdown_trace.err 'watching the kernel' 600; then say lockdown_trace_ready yes; else say lockdown_trace_ready no; fi
-    QOS=$CG/kubepods.slice/kubepods-burstable.slice
-    POD1=$QOS/kubepods-burstable-pod$(echo "$POD1_UID" | tr - _).slice
-    mkdir -p "$POD1/cri-containerd-$POD1_PROXY.scope" "$POD1/cri-containerd-$POD1_APP.scope"
+    POD1=$(pod_dir "$POD1_UID")
+    make_containers "$POD1" "$POD1_PROXY" "$POD1_APP"
     say cgid "${POD1#$CG}/cri-containerd-$POD1_APP.scope" "$(stat -c %i "$POD1/cri-containerd-$POD1_APP.scope")"
     in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-app --connect 127.0.0.1:15001 --attempts 3 --interval-ms 0 >/dev/null
     wait $!
@@ -120,7 +128,7 @@ if grep -q 'lockdown=confidentiality' /proc/cmdline; then
     wait_ready
     wget -q -O /tmp/lockdown_readyz http://127.0.0.1:9965/readyz 2>/dev/null
     emit lockdown_readyz /tmp/lockdown_readyz
-    startup_race "$QOS/kubepods-burstable-pod$(echo "$POD2_UID" | tr - _).slice" "$POD2_PROXY" "$POD2_APP" /tmp/lockdown_app.out
+    startup_race "$(pod_dir "$POD2_UID")" "$POD2_PROXY" "$POD2_APP" /tmp/lockdown_app.out
     emit lockdown_app /tmp/lockdown_app.out
     wait_resolved "$POD2_UID" 200
     emit_incidents lockdown_incidents
@@ -206,9 +214,8 @@ ip addr add 10.200.0.2/24 dev dummy0 && ip link set dummy0 up &&
 $AGENT trace >/tmp/trace.out 2>/tmp/trace.err &
 TRACE=$!
 if wait_for /tmp/trace.err 'watching the kernel' 600; then say trace_ready yes; else say trace_ready no; fi
-QOS=$CG/kubepods.slice/kubepods-burstable.slice
-POD1=$QOS/kubepods-burstable-pod$(echo "$POD1_UID" | tr - _).slice
-mkdir -p "$POD1/cri-containerd-$POD1_PROXY.scope" "$POD1/cri-containerd-$POD1_APP.scope"
+POD1=$(pod_dir "$POD1_UID")
+make_containers "$POD1" "$POD1_PROXY" "$POD1_APP"
 for c in kubepods.slice kubepods.slice/kubepods-burstable.slice; do say cgid "/$c" "$(stat -c %i $CG/$c)"; done
 say cgid "${POD1#$CG}" "$(stat -c %i "$POD1")"
 for c in "$POD1_PROXY" "$POD1_APP"; do
@@ -245,7 +252,7 @@ wait_ready
 say run_ready "$i"
 
 # Startup: the proxy listens 1 s late, the app dials at once every 50 ms until it connects.
-startup_race "$QOS/kubepods-burstable-pod$(echo "$POD2_UID" | tr - _).slice" "$POD2_PROXY" "$POD2_APP" /tmp/app5.out
+startup_race "$(pod_dir "$POD2_UID")" "$POD2_PROXY" "$POD2_APP" /tmp/app5.out
 emit app /tmp/app5.out
 wait_resolved "$POD2_UID" 200
 kill $P
@@ -253,8 +260,8 @@ wait $P
 
 # Drain: the proxy stops listening after 1 s; the app keeps dialing every 100 ms for
 # 2 s more; then the containers and the pod are torn down.
-POD3=$QOS/kubepods-burstable-pod$(echo "$POD3_UID" | tr - _).slice
-mkdir -p "$POD3/cri-containerd-$POD3_PROXY.scope" "$POD3/cri-containerd-$POD3_APP.scope"
+POD3=$(pod_dir "$POD3_UID")
+make_containers "$POD3" "$POD3_PROXY" "$POD3_APP"
 in_cgroup "$POD3/cri-containerd-$POD3_PROXY.scope" sr-proxy --listen 127.0.0.1:15001 --close-after-ms 1000 >/tmp/proxy3.out
 P3=$!
 usleep 300000
@@ -266,8 +273,8 @@ rmdir "$POD3/cri-containerd-$POD3_PROXY.scope" "$POD3/cri-containerd-$POD3_APP.s
 wait_resolved "$POD3_UID" 200
 # REDIRECT: the app dials the service IP; the NAT rule sends it to the proxy's local
 # port 15001, where the proxy listens 1 s late.
-POD4=$QOS/kubepods-burstable-pod$(echo "$POD4_UID" | tr - _).slice
-mkdir -p "$POD4/cri-containerd-$POD4_PROXY.scope" "$POD4/cri-containerd-$POD4_APP.scope"
+POD4=$(pod_dir "$POD4_UID")
+make_containers "$POD4" "$POD4_PROXY" "$POD4_APP"
 in_cgroup "$POD4/cri-containerd-$POD4_PROXY.scope" sr-proxy --listen 127.0.0.1:15001 --delay-ms 1000 >/tmp/proxy4.out
 P4=$!
 in_cgroup "$POD4/cri-containerd-$POD4_APP.scope" sr-app --connect 10.96.0.10:80 --interval-ms 50 >/tmp/app6.out
@@ -293,8 +300,8 @@ start_run() {
     wait_ready
 }
 start_run restart_old
-POD5=$QOS/kubepods-burstable-pod$(echo "$POD5_UID" | tr - _).slice
-mkdir -p "$POD5/cri-containerd-$POD5_PROXY.scope" "$POD5/cri-containerd-$POD5_APP.scope"
+POD5=$(pod_dir "$POD5_UID")
+make_containers "$POD5" "$POD5_PROXY" "$POD5_APP"
 in_cgroup "$POD5/cri-containerd-$POD5_PROXY.scope" sr-proxy --listen 127.0.0.1:15001 --delay-ms 3000 >/tmp/proxy5.out
 P5=$!
 in_cgroup "$POD5/cri-containerd-$POD5_APP.scope" sr-app --connect 127.0.0.1:15001 --interval-ms 100 >/tmp/app7.out

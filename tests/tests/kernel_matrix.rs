@@ -227,11 +227,19 @@ fn assert_failures(run: &GuestRun) {
 /// The cgroup path of container `ctr` (`APP`, `PROXY`) of pod `pod` (`POD1`…) in the
 /// scenario, laid out as the kubelet lays it out with the systemd driver.
 fn container_path(pod: &str, ctr: &str) -> String {
-    let env = env();
     format!(
-        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope",
-        get(env, &format!("{pod}_UID")).replace('-', "_"),
-        get(env, &format!("{pod}_{ctr}"))
+        "{}/cri-containerd-{}.scope",
+        pod_path(pod),
+        get(env(), &format!("{pod}_{ctr}"))
+    )
+}
+
+/// The cgroup path of the guest's Burstable pod `pod` (`POD1`), as the systemd driver
+/// lays it out (the guest script's `pod_dir`).
+fn pod_path(pod: &str) -> String {
+    format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        get(env(), &format!("{pod}_UID")).replace('-', "_")
     )
 }
 
@@ -316,12 +324,9 @@ fn assert_trace(run: &GuestRun, label: &str, traits: Traits) {
         "{label}"
     );
 
-    let pod_dir = format!(
-        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
-        get(env, "POD1_UID").replace('-', "_")
-    );
-    let app_path = format!("{pod_dir}/cri-containerd-{}.scope", get(env, "POD1_APP"));
-    let proxy_path = format!("{pod_dir}/cri-containerd-{}.scope", get(env, "POD1_PROXY"));
+    let pod_dir = pod_path("POD1");
+    let app_path = container_path("POD1", "APP");
+    let proxy_path = container_path("POD1", "PROXY");
     let app_id = cgroup_id(run, &app_path);
     let proxy_id = cgroup_id(run, &proxy_path);
     let events = run.json("trace_out");
