@@ -81,6 +81,23 @@ pod_dir() {
 make_containers() {
     mkdir -p "$1/cri-containerd-$2.scope" "$1/cri-containerd-$3.scope"
 }
+# Starts `trace`, its output in /tmp/$1.out and /tmp/$1.err, its pid in $TRACE; says
+# $1_ready once it watches the kernel.
+start_trace() {
+    $AGENT trace >"/tmp/$1.out" 2>"/tmp/$1.err" &
+    TRACE=$!
+    if wait_for "/tmp/$1.err" 'watching the kernel' 600; then say "$1_ready" yes; else say "$1_ready" no; fi
+}
+# Lets the agent's attribution wait and reader catch up, stops `trace` (its summary
+# on stderr), and says its exit code and output as $1_rc, $1_out and $1_err.
+stop_trace() {
+    sleep 3
+    kill -INT $TRACE
+    wait $TRACE
+    say "$1_rc" $?
+    emit "$1_out" "/tmp/$1.out"
+    emit "$1_err" "/tmp/$1.err"
+}
 # Runs the startup race of pod $1 (its cgroup dir) with containers $2 (the proxy,
 # listening 1 s late) and $3 (the app, dialing every 50 ms until it connects, its
 # output in file $4); the proxy's pid is in $P.
@@ -104,9 +121,7 @@ if grep -q 'lockdown=confidentiality' /proc/cmdline; then
     mount -t cgroup2 cgroup2 $CG
     mount -t securityfs none /sys/kernel/security
     say lockdown "$(cat /sys/kernel/security/lockdown)"
-    $AGENT trace >/tmp/lockdown_trace.out 2>/tmp/lockdown_trace.err &
-    LT=$!
-    if wait_for /tmp/lockdown_trace.err 'watching the kernel' 600; then say lockdown_trace_ready yes; else say lockdown_trace_ready no; fi
+    start_trace lockdown_trace
     POD1=$(pod_dir "$POD1_UID")
     make_containers "$POD1" "$POD1_PROXY" "$POD1_APP"
     say cgid "${POD1#$CG}/cri-containerd-$POD1_APP.scope" "$(stat -c %i "$POD1/cri-containerd-$POD1_APP.scope")"
@@ -116,12 +131,7 @@ if grep -q 'lockdown=confidentiality' /proc/cmdline; then
     wait $!
     in_cgroup "$POD1/cri-containerd-$POD1_PROXY.scope" sr-proxy --listen 127.0.0.1:15003 --close-after-ms 300 >/dev/null
     wait $!
-    sleep 3
-    kill -INT $LT
-    wait $LT
-    say lockdown_trace_rc $?
-    emit lockdown_trace_out /tmp/lockdown_trace.out
-    emit lockdown_trace_err /tmp/lockdown_trace.err
+    stop_trace lockdown_trace
     # `run`: a startup race (the proxy listens 1 s late), its count against the app's.
     $AGENT run --listen 127.0.0.1:9965 --pods-from none --events=false >/tmp/lockdown_run.out 2>/tmp/lockdown_run.err &
     LR=$!
@@ -211,9 +221,7 @@ ip addr add 10.200.0.2/24 dev dummy0 && ip link set dummy0 up &&
 # 4. `trace`: a pod laid out as the kubelet lays it out, created while the agent
 #    watches; 3 refused IPv4 connects, 1 IPv6 one, 1 to a service IP REDIRECTed to
 #    local port 15001, a listener up and down.
-$AGENT trace >/tmp/trace.out 2>/tmp/trace.err &
-TRACE=$!
-if wait_for /tmp/trace.err 'watching the kernel' 600; then say trace_ready yes; else say trace_ready no; fi
+start_trace trace
 POD1=$(pod_dir "$POD1_UID")
 make_containers "$POD1" "$POD1_PROXY" "$POD1_APP"
 for c in kubepods.slice kubepods.slice/kubepods-burstable.slice; do say cgid "/$c" "$(stat -c %i $CG/$c)"; done
@@ -236,13 +244,7 @@ wait $!
 emit app /tmp/app1.out
 emit app /tmp/app2.out
 emit app /tmp/app3.out
-# Let the agent's attribution wait and reader catch up, then stop it (summary on stderr).
-sleep 3
-kill -INT $TRACE
-wait $TRACE
-say trace_rc $?
-emit trace_out /tmp/trace.out
-emit trace_err /tmp/trace.err
+stop_trace trace
 
 # 5. `run`: a classic startup race and a drain race, read back from /api/v1/incidents.
 $AGENT run --listen 127.0.0.1:9965 --pods-from none --events=false --stats-interval-seconds 5 \
