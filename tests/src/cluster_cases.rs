@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use sidecar_race_kit::{
     agent::{agent_binary, incidents_at_as},
-    cluster::{TestNamespace, cluster, wait_until},
+    cluster::{TestNamespace, cluster, wait_for, wait_until},
     http::get_as,
 };
 
@@ -32,6 +32,24 @@ pub fn incidents_of(addr: &str, uid: &str) -> Vec<Value> {
         .into_iter()
         .filter(|i| i["pod_uid"] == uid)
         .collect()
+}
+
+/// The first of the pod's incidents that `pred` accepts, waiting up to `timeout` for
+/// it; a timeout shows the pod's incidents as they were.
+pub fn wait_incident(
+    addr: &str,
+    uid: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    wait_for(what, timeout, || {
+        let all = incidents_of(addr, uid);
+        match all.iter().find(|i| pred(i)) {
+            Some(found) => Ok(found.clone()),
+            None => Err(format!("the pod's incidents: {:#}", Value::Array(all))),
+        }
+    })
 }
 
 pub fn metrics(addr: &str) -> String {

@@ -22,7 +22,7 @@ use sidecar_race_tests::{
     },
     cluster_cases::{
         fresh_namespace, incidents_of, lines_left_by, lint_fixed, metrics, named_and_resolved,
-        namespace_series,
+        namespace_series, wait_incident,
     },
     glibc_fleet,
     http::{get, get_as},
@@ -49,11 +49,13 @@ fn case1_classic_sidecar_late_listener_in_a_deployment() {
         "a listener {LATE_S} s late, dialed every 100 ms: {refused} refusals"
     );
 
-    let incident = wait_until("the startup incident", Duration::from_secs(30), || {
-        incidents_of(&addr, &pod_uid)
-            .into_iter()
-            .find(named_and_resolved)
-    });
+    let incident = wait_incident(
+        &addr,
+        &pod_uid,
+        "the startup incident",
+        Duration::from_secs(30),
+        named_and_resolved,
+    );
     eprintln!("incident: {incident:#}");
     let all = incidents_of(&addr, &pod_uid);
     assert_eq!(all.len(), 1, "one incident for the pod: {all:#?}");
@@ -142,14 +144,12 @@ fn case2_native_sidecar_with_a_startup_probe_has_no_race_and_without_one_gets_th
     let refused = refused_printed(ns, &name(&unprobed), "app");
     assert!(refused >= 5, "{refused}");
 
-    let race = wait_until(
+    let race = wait_incident(
+        &addr,
+        &uid(&unprobed),
         "the unprobed pod's incident",
         Duration::from_secs(30),
-        || {
-            incidents_of(&addr, &uid(&unprobed))
-                .into_iter()
-                .find(named_and_resolved)
-        },
+        named_and_resolved,
     );
     eprintln!("incident: {race:#}");
     assert_eq!(race["kind"], "sidecar_race");
@@ -198,14 +198,12 @@ fn case6_a_proxy_dialing_the_app_before_it_listens_is_app_not_ready_and_no_incid
     ));
     let pod = running_pod(ns, "checkout");
     let refused = refused_printed(ns, &name(&pod), "istio-proxy");
-    let i = wait_until(
+    let i = wait_incident(
+        &addr,
+        &uid(&pod),
         "the app_not_ready incident",
         Duration::from_secs(30),
-        || {
-            incidents_of(&addr, &uid(&pod))
-                .into_iter()
-                .find(named_and_resolved)
-        },
+        named_and_resolved,
     );
     eprintln!("incident: {i:#}");
     assert_eq!(i["kind"], "app_not_ready");
@@ -383,11 +381,13 @@ fn classic_race(base: &str) -> (TestNamespace, Value, Value) {
     let pod = racing_checkout(&ns, LATE_S);
     let refused = refused_printed(&ns, &name(&pod), "app");
     let addr = c.agent_addr();
-    let incident = wait_until("the startup incident", Duration::from_secs(30), || {
-        incidents_of(&addr, &uid(&pod))
-            .into_iter()
-            .find(named_and_resolved)
-    });
+    let incident = wait_incident(
+        &addr,
+        &uid(&pod),
+        "the startup incident",
+        Duration::from_secs(30),
+        named_and_resolved,
+    );
     assert_eq!(incident["refused_count"], refused, "{incident:#}");
     (ns, pod, incident)
 }
@@ -424,11 +424,13 @@ fn case4_a_job_kept_alive_by_its_classic_sidecar_is_stuck_until_deleted() {
         },
     );
     // The agent's default: stuck 60 s after the last app container finished.
-    let stuck = wait_until("the stuck-Job incident", Duration::from_secs(120), || {
-        incidents_of(&addr, &uid(&pod))
-            .into_iter()
-            .find(|i| i["kind"] == "stuck_job")
-    });
+    let stuck = wait_incident(
+        &addr,
+        &uid(&pod),
+        "the stuck-Job incident",
+        Duration::from_secs(120),
+        |i| i["kind"] == "stuck_job",
+    );
     eprintln!("incident: {stuck:#}");
     assert_eq!(stuck["state"], "open");
     assert_eq!(stuck["sidecar"], "cloud-sql-proxy");
@@ -545,11 +547,13 @@ fn case15_a_rollout_restart_of_the_agents_mid_race_loses_no_refusal() {
     let pod = racing_checkout(ns, 30);
     let (pod_name, pod_uid) = (name(&pod), uid(&pod));
     let old = c.agent_pod();
-    let open = wait_until("the open incident", Duration::from_secs(30), || {
-        incidents_of(&c.agent_addr(), &pod_uid)
-            .into_iter()
-            .find(|i| i["state"] == "open" && i["refused_count"].as_u64() > Some(0))
-    });
+    let open = wait_incident(
+        &c.agent_addr(),
+        &pod_uid,
+        "the open incident",
+        Duration::from_secs(30),
+        |i| i["state"] == "open" && i["refused_count"].as_u64() > Some(0),
+    );
     eprintln!("before the rollout: {} refusals", open["refused_count"]);
     c.kubectl(&[
         "-n",
@@ -581,11 +585,13 @@ fn case15_a_rollout_restart_of_the_agents_mid_race_loses_no_refusal() {
     );
     let refused = refused_printed(ns, &pod_name, "app");
     let addr = c.agent_addr();
-    let incident = wait_until("the startup incident", Duration::from_secs(60), || {
-        incidents_of(&addr, &pod_uid)
-            .into_iter()
-            .find(named_and_resolved)
-    });
+    let incident = wait_incident(
+        &addr,
+        &pod_uid,
+        "the startup incident",
+        Duration::from_secs(60),
+        named_and_resolved,
+    );
     let all = incidents_of(&addr, &pod_uid);
     assert_eq!(all.len(), 1, "one incident across the rollout: {all:#?}");
     assert_eq!(incident["phase"], "startup", "{incident:#}");
@@ -718,14 +724,12 @@ fn case3_rollout_restart_drains_a_classic_sidecar_before_its_app() {
         "deployment/checkout",
         "--timeout=90s",
     ]);
-    let drain = wait_until(
+    let drain = wait_incident(
+        &addr,
+        &uid(&old),
         "the old pod's drain incident",
         Duration::from_secs(60),
-        || {
-            incidents_of(&addr, &uid(&old))
-                .into_iter()
-                .find(|i| i["phase"] == "drain" && i["container"].is_string())
-        },
+        |i| i["phase"] == "drain" && i["container"].is_string(),
     );
     eprintln!("drain incident: {drain:#}");
     assert_eq!(drain["kind"], "sidecar_race");
@@ -741,14 +745,12 @@ fn case3_rollout_restart_drains_a_classic_sidecar_before_its_app() {
     // the agent's count once it has taken in the last refusals.
     let app_count = lines_left_by(ns, &old, &evidence);
     assert!(app_count >= 1, "the app was never refused after SIGTERM");
-    let drain = wait_until(
+    let drain = wait_incident(
+        &addr,
+        &uid(&old),
         "the drain incident's final count",
         Duration::from_secs(30),
-        || {
-            incidents_of(&addr, &uid(&old))
-                .into_iter()
-                .find(|i| i["phase"] == "drain" && i["refused_count"].as_u64() == Some(app_count))
-        },
+        |i| i["phase"] == "drain" && i["refused_count"].as_u64() == Some(app_count),
     );
     assert_eq!(drain["refused_count"], app_count, "{drain:#}");
     let all = incidents_of(&addr, &uid(&old));
@@ -835,14 +837,12 @@ fn case5_an_init_container_declared_before_the_native_sidecar_it_polls_is_an_ini
         Duration::from_secs(90),
         |p| p["status"]["initContainerStatuses"][0]["containerID"].is_string(),
     );
-    let incident = wait_until(
+    let incident = wait_incident(
+        &addr,
+        &uid(&pod),
         "the init_deadlock incident",
         Duration::from_secs(30),
-        || {
-            incidents_of(&addr, &uid(&pod))
-                .into_iter()
-                .find(|i| i["container"] == "wait-for-proxy")
-        },
+        |i| i["container"] == "wait-for-proxy",
     );
     eprintln!("incident: {incident:#}");
     assert_eq!(incident["kind"], "init_deadlock", "{incident:#}");
@@ -1278,14 +1278,12 @@ fn case11_lints_fix_of_the_corpus_examples_runs_without_the_races_the_originals_
             "{}: the original races: {refused} refusals",
             shape.file
         );
-        let race = wait_until(
+        let race = wait_incident(
+            &addr,
+            &uid(&pod),
             &format!("{}: the original's startup incident", shape.file),
             Duration::from_secs(30),
-            || {
-                incidents_of(&addr, &uid(&pod))
-                    .into_iter()
-                    .find(named_and_resolved)
-            },
+            named_and_resolved,
         );
         assert_eq!(
             (
@@ -1533,14 +1531,12 @@ fn case13_a_quiet_fleet_of_ordinary_pods_gives_no_incident_and_the_racing_shapes
     for app in ["late-tcp", "late-uds"] {
         let pod = running_pod(ns, app);
         let refused = refused_printed(ns, &name(&pod), "app");
-        let incident = wait_until(
+        let incident = wait_incident(
+            &addr,
+            &uid(&pod),
             &format!("{app}'s startup incident"),
             Duration::from_secs(60),
-            || {
-                incidents_of(&addr, &uid(&pod))
-                    .into_iter()
-                    .find(|i| named_and_resolved(i) && i["refused_count"] == refused)
-            },
+            |i| named_and_resolved(i) && i["refused_count"] == refused,
         );
         racing.push((app, pod, refused, incident));
     }

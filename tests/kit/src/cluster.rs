@@ -260,15 +260,23 @@ pub fn container_id(pod: &Value, name: &str) -> String {
 }
 
 pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    wait_for(what, timeout, || f().ok_or_else(String::new))
+}
+
+/// Like `wait_until`, but `f` says what it saw instead (`Err`), and a timeout shows the
+/// last of it: a case that fails says what the cluster held instead.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Some(v) = f() {
-            return v;
-        }
+        let seen = match f() {
+            Ok(v) => return v,
+            Err(seen) => seen,
+        };
         assert!(
             Instant::now() < deadline,
-            "timed out after {} s waiting for {what}",
-            timeout.as_secs()
+            "timed out after {} s waiting for {what}{}{seen}",
+            timeout.as_secs(),
+            if seen.is_empty() { "" } else { "; last seen: " }
         );
         std::thread::sleep(Duration::from_millis(500));
     }

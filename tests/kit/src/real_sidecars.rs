@@ -67,18 +67,33 @@ const EXPORT: &str = "curl -s -m 2 -o /dev/null --http2-prior-knowledge --unix-s
 const QUERY: &str = "psql 'host=127.0.0.1 port=5432 user=inventory dbname=inventory sslmode=disable \
      gssencmode=disable connect_timeout=3' -c 'select 1'";
 
+/// The app container: a `counting_client` whose pod spec gives it a `preStop` sleep of
+/// 2 s, as apps are given to let endpoints drain first. The kubelet sends the classic
+/// sidecar its SIGTERM meanwhile, so the app's last attempts of those 2 s meet the
+/// sidecar gone, every time.
+fn counting_app(setup: &str, attempt: &str, refused: &str) -> Value {
+    let mut app = glibc_sh("app", &counting_client(setup, attempt, refused));
+    app["lifecycle"] = json!({"preStop": {"sleep": {"seconds": 2}}});
+    app
+}
+
 /// A client that counts its own refusals: `attempt` every 50 ms while `refused` (a
 /// shell test of its status `$rc` and output `$out`) holds, then `refused <n>` printed
 /// and one attempt a second; at SIGTERM, after 0.2 s finishing its work in flight,
-/// one last attempt (as SDKs and connection pools flush at shutdown) that, refused,
-/// writes `refused` to `/evidence/<pod>`, which outlives the pod.
+/// one last attempt (as SDKs and connection pools flush at shutdown). Every refused
+/// attempt after the start writes `refused` to `/evidence/<pod>`, which outlives the
+/// pod: the sidecar may go before the app's own SIGTERM (the kubelet stops the two
+/// concurrently), and the attempts that meet that are refusals of the drain too. The
+/// trap only marks SIGTERM, so the attempt it interrupts is still counted.
 fn counting_client(setup: &str, attempt: &str, refused: &str) -> String {
     format!(
         "{setup} attempt() {{ out=$({attempt} 2>&1); rc=$?; }}; \
+         count() {{ attempt; {refused} && echo refused >> /evidence/$(hostname); }}; \
          n=0; while :; do attempt; {refused} || break; n=$((n+1)); sleep 0.05; done; \
          echo \"refused $n\"; \
-         trap 'sleep 0.2; attempt; {refused} && echo refused >> /evidence/$(hostname); echo flushed; exit 0' TERM; \
-         while :; do attempt; sleep 1; done"
+         term=; trap 'term=1' TERM; \
+         while [ -z \"$term\" ]; do count; [ -n \"$term\" ] || sleep 1; done; \
+         sleep 0.2; count; echo flushed; exit 0"
     )
 }
 
@@ -102,13 +117,10 @@ pub fn collector_config(ns: &str, name: &str) -> String {
 /// volume mounted at different paths in each, as in the Operator's examples. The app's
 /// evidence of a refused last export goes to the host directory `evidence`.
 pub fn telemetry(ns: &str, name: &str, evidence: &str) -> Value {
-    let mut app = glibc_sh(
-        "app",
-        &counting_client(
-            "printf '\\0\\0\\0\\0\\0' > /tmp/request;",
-            EXPORT,
-            "[ $rc = 7 ]",
-        ),
+    let mut app = counting_app(
+        "printf '\\0\\0\\0\\0\\0' > /tmp/request;",
+        EXPORT,
+        "[ $rc = 7 ]",
     );
     app["env"] =
         json!([{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "unix:///var/run/otel/otlp.sock"}]);
@@ -154,13 +166,10 @@ const PROXY_ARGS: [&str; 6] = [
 /// the app naming the proxy as `DB_HOST=127.0.0.1`. The app's evidence of a refused
 /// last query goes to the host directory `evidence`.
 pub fn inventory(ns: &str, name: &str, evidence: &str) -> Value {
-    let mut app = glibc_sh(
-        "app",
-        &counting_client(
-            "",
-            QUERY,
-            "case \"$out\" in *\"Connection refused\"*) true;; *) false;; esac",
-        ),
+    let mut app = counting_app(
+        "",
+        QUERY,
+        "case \"$out\" in *\"Connection refused\"*) true;; *) false;; esac",
     );
     app["env"] = json!([
         {"name": "DB_HOST", "value": "127.0.0.1"},
