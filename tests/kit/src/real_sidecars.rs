@@ -5,8 +5,9 @@
 //! exported to as an OpenTelemetry SDK does (`OTEL_EXPORTER_OTLP_ENDPOINT=unix:///…`,
 //! gRPC over HTTP/2 with Debian's curl); and the Cloud SQL Auth Proxy on
 //! 127.0.0.1:5432, queried with Debian's psql. Each client makes one last attempt at
-//! SIGTERM, as SDKs and pools flush at shutdown. And oauth2-proxy in front of an app
-//! that warms up, the other way round: the proxy dials the app.
+//! SIGTERM after a preStop sleep, as SDKs and pools flush at shutdown, and counts every
+//! refusal of its drain. And oauth2-proxy in front of an app that warms up, the other
+//! way round: the proxy dials the app.
 
 use serde_json::{Value, json};
 
