@@ -1,9 +1,9 @@
 //! `cargo xtask cluster down`: stops what `up` started, by the pids it recorded, and
 //! removes what it made: pods, containers and their network namespaces (through the
-//! runtime `up` recorded), mounts under the
-//! state directory, the kubelet's cgroups, KUBE-* iptables chains, the bridge (and the
-//! Service CIDR's route with it), the sysctls it changed, the agent's pins and state
-//! dir and the bpffs `up` mounted, the state directory. Logs stay in LOG_DIR.
+//! runtime `up` recorded), mounts under the state directory, the kubelet's cgroups,
+//! KUBE-* iptables chains, the bridge (and the Service CIDR's route with it), the
+//! sysctls it changed, the agent's pins and state dir and the bpffs `up` mounted, the
+//! state directory. Logs stay in LOG_DIR.
 
 use std::{
     fs,

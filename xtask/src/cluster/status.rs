@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use clap::ValueEnum;
+
 use sidecar_race_testbed::agent;
 
 use super::{
@@ -10,13 +12,12 @@ use super::{
     host,
     node::{BRIDGE, STATE_DIR, admin_kubeconfig},
     operator, procs,
-    runtime::{Runtime, cri_o},
+    runtime::Runtime,
 };
 use crate::run::output;
 
-const COMPONENTS: [&str; 9] = [
-    "containerd",
-    cri_o::PROCESS,
+/// The cluster's processes besides its runtime's.
+const COMPONENTS: [&str; 7] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
@@ -37,8 +38,10 @@ pub enum Earlier {
 
 /// Whether a cluster from an earlier run is on this host, and in which shape.
 pub fn earlier() -> Option<Earlier> {
-    let running: Vec<String> = COMPONENTS
-        .iter()
+    // Either runtime: an earlier `up` may have started the other one.
+    let runtimes = Runtime::value_variants().iter().map(|r| r.process());
+    let running: Vec<String> = runtimes
+        .chain(COMPONENTS)
         .filter_map(|c| procs::running(c).map(|pid| format!("{c} pid {pid}")))
         .collect();
     if !running.is_empty() {
@@ -57,12 +60,8 @@ pub fn print() -> anyhow::Result<()> {
         println!("no cluster is up");
         return Ok(());
     }
-    // The runtime `up` did not start is not listed.
-    let other = match Runtime::recorded() {
-        Runtime::Containerd => cri_o::PROCESS,
-        Runtime::CriO => "containerd",
-    };
-    for c in COMPONENTS.into_iter().filter(|c| *c != other) {
+    // The runtime `up` started, not the other.
+    for c in std::iter::once(Runtime::recorded().process()).chain(COMPONENTS) {
         match procs::running(c) {
             Some(pid) => println!("{c:<24} running (pid {pid})"),
             None => println!("{c:<24} not running"),

@@ -1,6 +1,7 @@
 //! `cargo xtask cluster up`: PKI, the node bridge, the runtime (containerd or CRI-O, on
-//! the CNI bridge, with the local images), etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
-//! the kubelet; then the agent installed from deploy/ and deploy/monitoring.
+//! the CNI bridge, with the local images), etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler, kube-proxy, the kubelet; then the agent
+//! installed from deploy/ and deploy/monitoring.
 
 use std::{
     fs,

@@ -17,6 +17,9 @@ use crate::{
 
 use super::removed::Removed;
 
+/// Its process's name among the cluster's.
+pub const PROCESS: &str = "containerd";
+
 /// containerd's directory: its root, state, sockets and config.
 fn dir() -> PathBuf {
     state("containerd")
@@ -47,12 +50,12 @@ pub fn start(cni_conf: &Path) -> anyhow::Result<()> {
     };
     fs::write(d.join("config.toml"), config.render())?;
     procs::spawn(
-        "containerd",
+        PROCESS,
         Command::new("containerd")
             .arg("--config")
             .arg(d.join("config.toml")),
     )?;
-    procs::wait_ready("containerd", Duration::from_secs(30), || {
+    procs::wait_ready(PROCESS, Duration::from_secs(30), || {
         succeeds(ctr().args(["version"]))
     })
 }
@@ -71,7 +74,7 @@ pub fn import(archive: &Path, named: &str, reference: &str) -> anyhow::Result<()
 /// happens): their network namespaces, pod UIDs and IDs, for removal.
 pub fn remove_containers() -> Removed {
     let mut removed = Removed::default();
-    if procs::running("containerd").is_none() {
+    if procs::running(PROCESS).is_none() {
         return removed;
     }
     let listed = output(ctr().args(["containers", "ls", "-q"])).unwrap_or_default();
@@ -113,7 +116,7 @@ pub fn remove_containers() -> Removed {
 
 /// Stops containerd, then its shims: they outlive it, started with its socket's path.
 pub fn stop() {
-    procs::stop("containerd", Duration::from_secs(10));
+    procs::stop(PROCESS, Duration::from_secs(10));
     let sock = socket().display().to_string();
     for pid in procs::pids_with_arg(&sock) {
         procs::stop_pid(pid, Duration::from_secs(2));

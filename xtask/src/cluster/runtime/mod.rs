@@ -42,6 +42,14 @@ impl Runtime {
         }
     }
 
+    /// Its process's name, as `up` records its pid.
+    pub fn process(self) -> &'static str {
+        match self {
+            Self::Containerd => containerd::PROCESS,
+            Self::CriO => cri_o::PROCESS,
+        }
+    }
+
     /// The CRI endpoint the kubelet is given.
     pub fn socket(self) -> PathBuf {
         match self {
