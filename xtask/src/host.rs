@@ -24,6 +24,15 @@ impl Apt {
         }
     }
 
+    /// The package of each `(tool, package)` whose tool is not on the PATH.
+    pub fn want_tools(&mut self, tools: &[(&str, &str)]) {
+        for (tool, package) in tools {
+            if !have(tool) {
+                self.want(&[package]);
+            }
+        }
+    }
+
     pub fn update(&mut self) -> anyhow::Result<()> {
         if !self.updated {
             if !have("apt-get") {

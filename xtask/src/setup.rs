@@ -116,11 +116,7 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
         // build time.
         tools.push(("protoc", "protobuf-compiler"));
     }
-    for (tool, package) in tools {
-        if !have(tool) {
-            apt.want(&[package]);
-        }
-    }
+    apt.want_tools(&tools);
     let mut installing_prometheus = false;
     if everything {
         if !have("kubectl") {

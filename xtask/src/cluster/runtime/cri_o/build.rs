@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 
 use crate::{
     cluster::build::{GoCommand, build_tagged, cache_root, download, go},
-    host::{Apt, have, package_installed},
+    host::{Apt, package_installed},
     run::checked,
 };
 
@@ -68,18 +68,14 @@ pub fn want_tools(apt: &mut Apt) {
     if !package_installed("libseccomp-dev") {
         apt.want(&["libseccomp-dev"]);
     }
-    for (tool, package) in [
+    apt.want_tools(&[
         ("pkg-config", "pkg-config"),
         ("gcc", "gcc"),
         ("make", "make"),
         ("conmon", "conmon"),
         ("runc", "runc"),
         ("skopeo", "skopeo"),
-    ] {
-        if !have(tool) {
-            apt.want(&[package]);
-        }
-    }
+    ]);
 }
 
 /// Builds what is missing (cold: about 4 minutes, most of it `crio`).
