@@ -23,6 +23,9 @@ pub type ModPath = Vec<String>;
 pub struct Crate {
     /// Each live (non-test) module and its file.
     pub modules: BTreeMap<ModPath, PathBuf>,
+    /// The files of test-only modules (declared under `#[cfg(test)]`, and their
+    /// children): they do not count toward the size rule.
+    pub test_files: BTreeSet<PathBuf>,
 }
 
 /// What the house rules check in one crate.
@@ -83,8 +86,34 @@ impl Crate {
                     .collect::<Vec<_>>()
             })
             .collect();
-        all.retain(|m, _| !test_only.iter().any(|t| m.starts_with(t)));
-        Crate { modules: all }
+        let is_test = |m: &ModPath| test_only.iter().any(|t| m.starts_with(t));
+        let test_files = all
+            .iter()
+            .filter(|(m, _)| is_test(m))
+            .map(|(_, f)| f.clone())
+            .collect();
+        all.retain(|m, _| !is_test(m));
+        Crate {
+            modules: all,
+            test_files,
+        }
+    }
+
+    /// Every non-test file below `src` (binaries' roots included) whose lines before its
+    /// first `#[cfg(test)]` exceed `limit`, with that count. A file is a test file by
+    /// the module tree (declared under `#[cfg(test)]`), never by its path's names: a
+    /// path is read relative to `src`, so a crate that itself sits in a folder named
+    /// `tests` is checked like any other.
+    pub fn long_files(src: &Path, limit: usize) -> Vec<(PathBuf, usize)> {
+        let krate = Crate::read(src);
+        rust_files(src)
+            .into_iter()
+            .filter(|f| !krate.test_files.contains(f))
+            .filter_map(|f| {
+                let lines = non_test_lines(&fs::read_to_string(&f).unwrap_or_default());
+                (lines > limit).then_some((f, lines))
+            })
+            .collect()
     }
 
     pub fn graph(&self) -> Graph {

@@ -1,10 +1,11 @@
 //! The house's rules, checked on the source (no root, no build): no import cycle and no
 //! arrow back up in any crate of the workspace, no non-test file over 500 lines outside
-//! tests/, and CONTRIBUTING's layout naming exactly the modules there are.
+//! the tests crate (test modules known by the module tree, not by their paths), and
+//! CONTRIBUTING's layout naming exactly the modules there are.
 
 use std::{collections::BTreeSet, fs, path::PathBuf};
 
-use sidecar_race_tests::house::{Crate, non_test_lines, rust_files, show};
+use sidecar_race_tests::house::{Crate, rust_files, show};
 
 fn workspace() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
@@ -55,25 +56,61 @@ fn no_crate_has_an_import_cycle_or_an_arrow_back_up() {
     );
 }
 
+/// The size rule: lines before a file's first `#[cfg(test)]`.
+const MAX_LINES: usize = 500;
+
 #[test]
 fn no_non_test_file_outside_tests_is_over_500_lines() {
     let mut long = Vec::new();
+    let mut checked = 0;
     for member in members().into_iter().filter(|m| !m.starts_with("tests")) {
-        for file in rust_files(&workspace().join(&member).join("src")) {
-            if file.components().any(|c| c.as_os_str() == "tests") {
-                continue;
-            }
-            let lines = non_test_lines(&fs::read_to_string(&file).expect("source"));
-            if lines > 500 {
-                long.push(format!("{} ({lines})", file.display()));
-            }
+        let src = workspace().join(&member).join("src");
+        checked += rust_files(&src).len();
+        for (file, lines) in Crate::long_files(&src, MAX_LINES) {
+            long.push(format!("{} ({lines})", file.display()));
         }
     }
+    // The agent alone has over 200 files: a guard that read none would pass vacuously.
+    assert!(checked > 200, "the size rule read only {checked} files");
     assert!(
         long.is_empty(),
         "split these by job (lines before #[cfg(test)]):\n{}",
         long.join("\n")
     );
+}
+
+/// The guard itself, on a tree it must reject: a crate under a folder named `tests`
+/// (as every path built from this crate's manifest is) with one 501-line module, one
+/// 500-line module, and a 600-line test module.
+#[test]
+fn the_size_rule_rejects_a_501_line_file_and_only_it() {
+    let root = std::env::temp_dir().join(format!("house-size-{}", std::process::id()));
+    let src = root.join("tests/../tests/fixture/src");
+    fs::create_dir_all(&src).expect("fixture dir");
+    let lines = |n: usize| {
+        (0..n)
+            .map(|i| format!("const C{i}: u8 = 0;\n"))
+            .collect::<String>()
+    };
+    fs::write(
+        src.join("lib.rs"),
+        "mod big;\nmod fits;\n#[cfg(test)]\nmod tests;\n",
+    )
+    .unwrap();
+    fs::write(src.join("big.rs"), lines(MAX_LINES + 1)).unwrap();
+    fs::write(
+        src.join("fits.rs"),
+        lines(MAX_LINES) + "#[cfg(test)]\nmod t {}\n" + &lines(50),
+    )
+    .unwrap();
+    fs::write(src.join("tests.rs"), lines(600)).unwrap();
+    let long = Crate::long_files(&src, MAX_LINES);
+    fs::remove_dir_all(&root).ok();
+    let names: Vec<(String, usize)> = long
+        .iter()
+        .map(|(f, n)| (f.file_name().unwrap().to_string_lossy().into_owned(), *n))
+        .collect();
+    assert_eq!(names, vec![("big.rs".to_string(), MAX_LINES + 1)]);
 }
 
 /// CONTRIBUTING's layout: a `### <member>/src` heading per crate, then one bullet per
