@@ -3,7 +3,6 @@
 
 pub mod admission;
 pub(crate) mod agent;
-pub(crate) mod catalog;
 pub mod checkpoint;
 pub mod cli;
 pub mod clock;
@@ -19,6 +18,7 @@ pub mod logging;
 pub mod node_lock;
 pub mod outbound;
 pub mod pipeline;
+pub mod pods;
 pub mod report;
 pub(crate) mod shutdown;
 pub mod sinks;

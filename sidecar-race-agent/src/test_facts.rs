@@ -11,8 +11,9 @@ use crate::{
     detect::DetectorConfig,
     ingest::events::{CgroupFact, KernelEvent, Sender, SocketFact},
     inventory::cgroups::CgroupIndex,
-    inventory::{Inventory, pod_info::PodInfo, store::PodStore},
+    inventory::{Inventory, store::PodStore},
     pipeline::Pipeline,
+    pods::pod_info::PodInfo,
 };
 
 pub const MS: u64 = 1_000_000;

@@ -22,7 +22,7 @@ use sidecar_race_agent::{
         Kind, Phase, State as IncidentState,
         render::{IncidentView, SocketView},
     },
-    inventory::pod_info::{Pattern, Role, Workload},
+    pods::pod_info::{Pattern, Role, Workload},
     sinks::k8s_events::{EventPublisher, notice_for},
 };
 

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use http_kit::{Server, get, pipeline_with_races, reset_peak_rss, rss};
 use sidecar_race_agent::{
     http::Limits,
-    inventory::{Attribution, pod_info::Workload},
+    inventory::Attribution,
     pipeline::outcome::Outcome,
+    pods::pod_info::Workload,
     sinks::metrics::{DEFAULT_MAX_SERIES, Metrics},
 };
 use tokio::{

@@ -46,7 +46,7 @@ fn pod_list(rv: &str, items: Vec<Value>) -> Value {
     json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": rv}, "items": items})
 }
 
-fn uids(pods: &[sidecar_race_agent::inventory::pod_info::PodInfo]) -> Vec<&str> {
+fn uids(pods: &[sidecar_race_agent::pods::pod_info::PodInfo]) -> Vec<&str> {
     let mut u: Vec<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
     u.sort();
     u

@@ -14,7 +14,7 @@ use sidecar_race_agent::{
     detect::{
         Change, Client, Detector, DetectorConfig, Fact, Phase, PodMeta, State, incident::Hidden,
     },
-    inventory::pod_info::PodInfo,
+    pods::pod_info::PodInfo,
 };
 
 const PODS: [&str; 3] = [

@@ -17,11 +17,11 @@ use sidecar_race_agent::{
     inventory::{
         Inventory,
         cgroup_path::{PathInfo, parse},
-        pod_info::PodInfo,
         store::PodStore,
     },
     lint::input::{Source, objects},
     pipeline::Pipeline,
+    pods::pod_info::PodInfo,
     sinks::metrics::Metrics,
 };
 use tower::ServiceExt;

@@ -13,7 +13,7 @@
 use std::{fs, path::PathBuf};
 
 use crate::{
-    cluster::build,
+    cluster::go_module,
     image::{self, gzip, sha256, tar},
     run::workspace_root,
 };
@@ -100,7 +100,7 @@ fn plugin_manifest(archives: &[(&str, String)]) -> String {
 
 /// krew, which tests/tests/krew_plugin.rs installs the plugin with (it finds it
 /// through `SIDECAR_RACE_KREW` or `KREW.binary()`'s path).
-const KREW: build::GoCommand = build::GoCommand {
+const KREW: go_module::GoCommand = go_module::GoCommand {
     name: "krew",
     module: "sigs.k8s.io/krew",
     package: "sigs.k8s.io/krew/cmd/krew",

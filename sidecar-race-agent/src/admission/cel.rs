@@ -1,4 +1,4 @@
-//! CEL for the admission policy: the known-sidecar table ([`crate::catalog`]) and
+//! CEL for the admission policy: the known-sidecar table ([`crate::pods::catalog`]) and
 //! lint's text scanners ([`crate::lint::refs`]) written as CEL expressions over a
 //! container `c`, so that the policy recognises the sidecars and the dials lint does.
 //!
@@ -6,8 +6,8 @@
 //! strings extension, `lists.indexOf`), so the policy loads wherever
 //! ValidatingAdmissionPolicy is GA (1.30).
 
-use crate::catalog::{CATALOG, Sidecar};
 use crate::lint::known;
+use crate::pods::catalog::{CATALOG, Sidecar};
 
 /// A CEL string literal.
 pub fn string(s: &str) -> String {
@@ -77,7 +77,7 @@ fn is_sidecar(c: &str, s: &Sidecar) -> String {
 
 /// `c` (in `containers[]`) is recognised as a classic sidecar: named in
 /// `variables.sidecarNames` (the `sidecar-race.io/sidecars` annotation), by a known
-/// name or name pattern, or by a known image (`inventory::sidecars`).
+/// name or name pattern, or by a known image (`pods::sidecars`).
 pub fn is_classic(c: &str) -> String {
     let images: Vec<&str> = CATALOG.image_names().collect();
     format!(

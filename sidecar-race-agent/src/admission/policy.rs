@@ -93,7 +93,7 @@ fn variables() -> Vec<(String, String)> {
             "sidecarNames",
             format!(
                 "variables.podAnnotations[?{}].orValue('').split(',').map(n, n.trim())",
-                cel::string(crate::inventory::sidecars::ANNOTATION)
+                cel::string(crate::pods::sidecars::ANNOTATION)
             ),
         ),
         ("containers", "variables.template.spec.containers".into()),

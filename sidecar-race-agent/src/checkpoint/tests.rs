@@ -10,8 +10,9 @@ use crate::{
     detect::render::Filter,
     detect::{DetectorConfig, Incident, Phase, State},
     ingest::events::KernelEvent,
-    inventory::{Inventory, cgroups::CgroupIndex, pod_info::PodInfo, store::PodStore},
+    inventory::{Inventory, cgroups::CgroupIndex, store::PodStore},
     pipeline::{Pipeline, outcome::Outcome},
+    pods::pod_info::PodInfo,
     test_facts::{
         CHECKOUT, MS, OTHER_POD, checkout_pod, container_path, created, pod_path, socket, temp_dir,
     },

@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 
 use super::incident::{Kind, Phase};
 use crate::{
-    catalog::Sidecar,
-    inventory::pod_info::{Pattern, ProbeTarget},
+    pods::catalog::Sidecar,
+    pods::pod_info::{Pattern, ProbeTarget},
 };
 
 /// What the advice is about.
@@ -34,7 +34,7 @@ pub struct Subject<'a> {
     /// For a Unix socket incident: the socket as the client dialed it, and as the
     /// serving container binds it (through its own mount of the volume), if known.
     pub socket: Option<(&'a str, Option<&'a str>)>,
-    /// The serving container is this known sidecar (`crate::catalog`).
+    /// The serving container is this known sidecar (`crate::pods::catalog`).
     pub known: Option<&'a Sidecar>,
 }
 
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_sidecar_whose_image_has_no_shell_gets_its_readiness_endpoint_not_an_exec_probe() {
-        let collector = crate::catalog::CATALOG
+        let collector = crate::pods::catalog::CATALOG
             .sidecar("otel-collector")
             .expect("the collector in the catalog");
         let text = advice(&Subject {
@@ -283,7 +283,7 @@ mod tests {
     #[test]
     fn a_proxy_with_a_health_endpoint_gets_it_not_a_probe_of_its_loopback_port() {
         let text = advice(&Subject {
-            known: crate::catalog::CATALOG.sidecar("cloud-sql-proxy"),
+            known: crate::pods::catalog::CATALOG.sidecar("cloud-sql-proxy"),
             ..base("cloud-sql-proxy", 5432)
         });
         assert_eq!(

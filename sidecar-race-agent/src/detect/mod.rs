@@ -17,7 +17,7 @@ pub(crate) mod unix_listeners;
 #[cfg(test)]
 mod tests;
 
-pub use crate::inventory::pod_meta::{NoMeta, PodMeta};
+pub use crate::pods::pod_meta::{NoMeta, PodMeta};
 pub use detector::{Change, Detector, DetectorConfig};
 pub use fact::{Client, Fact};
 pub use incident::{Incident, Kind, Phase, State};

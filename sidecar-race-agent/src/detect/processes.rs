@@ -6,7 +6,7 @@ use std::{cmp::Reverse, collections::BTreeMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::CATALOG;
+use crate::pods::catalog::CATALOG;
 
 /// Names an incident shows; the rest are summed into one [`REST`] entry.
 pub const SHOWN: usize = 8;

@@ -9,8 +9,8 @@ use super::{
     processes::ProcessCount,
 };
 use crate::{
-    catalog::CATALOG,
-    inventory::{
+    pods::catalog::CATALOG,
+    pods::{
         pod_info::{Pattern, Role, Workload},
         pod_meta::PodMeta,
     },
@@ -71,7 +71,7 @@ pub struct IncidentView {
 /// The containers of an incident, their roles, and so its kind: what a filter on
 /// `kind` needs, without the rest of a view.
 struct Parties<'a> {
-    pod: Option<&'a crate::inventory::pod_info::PodInfo>,
+    pod: Option<&'a crate::pods::pod_info::PodInfo>,
     container_id: Option<String>,
     container: Option<String>,
     sidecar: Option<String>,

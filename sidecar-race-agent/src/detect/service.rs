@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     ingest::events::UnixName,
-    inventory::{mounts, pod_info::ContainerInfo},
+    pods::{mounts, pod_info::ContainerInfo},
 };
 
 /// The identity of a Unix socket in a pod.
@@ -81,7 +81,7 @@ pub enum Service {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::{mounts::Mount, pod_info::Role};
+    use crate::pods::{mounts::Mount, pod_info::Role};
 
     fn with_mount(volume: &str, path: &str) -> ContainerInfo {
         ContainerInfo {

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::service::{SocketKey, UnixSocket};
-use crate::inventory::pod_info::ContainerInfo;
+use crate::pods::pod_info::ContainerInfo;
 
 /// `socket` of an incident (field names are a stable interface).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,10 +5,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{
-    cgroup_path::{PathInfo, Runtime},
-    pod_info::Workload,
-};
+use super::cgroup_path::PathInfo;
+use crate::pods::{container_id::Runtime, pod_info::Workload};
 
 /// Which pod, container and workload a fact belongs to: a kernel event, a pod start,
 /// refusals the kernel counted instead of sending. Unknown values are `None` (`null`

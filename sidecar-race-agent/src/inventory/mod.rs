@@ -4,12 +4,8 @@
 mod attribution;
 pub mod cgroup_path;
 pub mod cgroups;
-pub mod mounts;
 mod node;
 pub(crate) mod pending;
-pub mod pod_info;
-pub(crate) mod pod_meta;
-pub(crate) mod sidecars;
 pub mod sources;
 pub mod store;
 

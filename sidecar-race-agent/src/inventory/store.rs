@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::pod_info::PodInfo;
+use crate::pods::pod_info::PodInfo;
 
 struct Entry {
     info: Arc<PodInfo>,
@@ -168,7 +168,7 @@ impl PodStore {
     }
 }
 
-impl super::pod_meta::PodMeta for PodStore {
+impl crate::pods::pod_meta::PodMeta for PodStore {
     fn pod(&self, uid: &str) -> Option<&PodInfo> {
         PodStore::pod(self, uid).map(|p| p.as_ref())
     }
@@ -199,8 +199,8 @@ impl super::pod_meta::PodMeta for PodStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::cgroup_path::Runtime;
-    use crate::inventory::pod_info::{StatusInfo, Workload};
+    use crate::pods::container_id::Runtime;
+    use crate::pods::pod_info::{StatusInfo, Workload};
 
     pub fn pod(uid: &str, containers: &[(&str, &str)]) -> PodInfo {
         PodInfo {
@@ -218,7 +218,7 @@ mod tests {
                     name: name.to_string(),
                     container_id: id.to_string(),
                     runtime: Runtime::Containerd,
-                    state: crate::inventory::pod_info::RunState::Running,
+                    state: crate::pods::pod_info::RunState::Running,
                     started_at: None,
                     finished_at: None,
                     ready: true,

@@ -27,7 +27,7 @@ use super::{
     sockets,
     workload::Workload,
 };
-use crate::inventory::pod_info::{ContainerInfo, Role};
+use crate::pods::pod_info::{ContainerInfo, Role};
 
 /// The fixed object, or `None` when nothing needs fixing.
 pub fn fix(w: &Workload, opts: &Options) -> Option<Node> {

@@ -1,5 +1,5 @@
 //! Sidecars injected at admission, which appear in no template: which injectors
-//! ([`crate::catalog`]'s `injectors`) will add one to a workload's pods (pod
+//! ([`crate::pods::catalog`]'s `injectors`) will add one to a workload's pods (pod
 //! annotations and labels, the marks injection leaves, the namespace's labels and
 //! annotations), and whether they inject it as a native sidecar (the pod's
 //! annotation, else the mesh-wide default read from the cluster or assumed with
@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use super::{options::Options, workload::Workload};
 use crate::{
-    catalog::{CATALOG, Injector, switched},
-    inventory::pod_info::Role,
+    pods::catalog::{CATALOG, Injector, switched},
+    pods::pod_info::Role,
 };
 
 /// How the injected sidecar will run.

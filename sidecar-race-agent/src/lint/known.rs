@@ -1,5 +1,5 @@
 //! What lint knows about particular sidecars, read from the known-sidecars table
-//! ([`crate::catalog`]): the ports a sidecar serves (redirects, fixed ports, its own
+//! ([`crate::pods::catalog`]): the ports a sidecar serves (redirects, fixed ports, its own
 //! flags), the readiness endpoint that says it serves (better than a TCP connect),
 //! and Istio's and Linkerd's annotations the mesh rules read. docs/lint.md documents
 //! the table.
@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::Container;
 
 use super::workload::Workload;
 use crate::{
-    catalog::{CATALOG, Sidecar},
-    inventory::pod_info::ContainerInfo,
+    pods::catalog::{CATALOG, Sidecar},
+    pods::pod_info::ContainerInfo,
 };
 
 /// The known sidecar `c` is, by name first, then image.
@@ -330,7 +330,7 @@ mod tests {
     fn info(t: &Container) -> ContainerInfo {
         ContainerInfo {
             name: t.name.clone(),
-            role: crate::inventory::pod_info::Role::ClassicSidecar,
+            role: crate::pods::pod_info::Role::ClassicSidecar,
             sidecar_by: None,
             image: t.image.clone(),
             ports: Vec::new(),

@@ -1,6 +1,6 @@
 //! `sidecar-race-agent lint`: race-prone pod templates found before they race. Each
 //! workload's pod template is analysed with the agent's own role logic
-//! ([`crate::inventory::pod_info::PodInfo`]); [`rules`] turns what it finds into
+//! ([`crate::pods::pod_info::PodInfo`]); [`rules`] turns what it finds into
 //! findings with stable IDs, [`fix`] writes the native-sidecar migration.
 //!
 //! [`load`] reads the manifests' workloads ([`workload`]), [`options`] holds what

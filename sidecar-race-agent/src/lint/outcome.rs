@@ -35,7 +35,7 @@ impl Outcome {
 /// name, any case) or `all`.
 pub fn ignores(w: &Workload, rule: Rule) -> bool {
     w.annotation(IGNORE_ANNOTATION).is_some_and(|v| {
-        crate::inventory::sidecars::split_names(v).any(|i| {
+        crate::pods::sidecars::split_names(v).any(|i| {
             i.eq_ignore_ascii_case("all")
                 || i.eq_ignore_ascii_case(rule.id())
                 || i.eq_ignore_ascii_case(rule.name())

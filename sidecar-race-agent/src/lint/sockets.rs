@@ -11,7 +11,7 @@
 use k8s_openapi::api::core::v1::{Container, VolumeMount};
 
 use super::{known, workload::Workload};
-use crate::inventory::pod_info::{ContainerInfo, Role};
+use crate::pods::pod_info::{ContainerInfo, Role};
 
 /// A Unix socket `sidecar` serves to app containers that mount its volume.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! A workload's pod template, analysed with the agent's own role logic
-//! (`PodInfo::from_pod`, `inventory::sidecars`): lint builds a `Pod` from the
+//! (`PodInfo::from_pod`, `pods::sidecars`): lint builds a `Pod` from the
 //! template and asks the same questions the agent asks of a running pod.
 
 use std::collections::BTreeMap;
@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use thiserror::Error;
 
 use super::{input::Location, node::Node};
-use crate::inventory::pod_info::{PodInfo, Workload as WorkloadName};
+use crate::pods::pod_info::{PodInfo, Workload as WorkloadName};
 
 #[derive(Debug, Error)]
 #[error("{location}: {kind} {name}: {message}")]

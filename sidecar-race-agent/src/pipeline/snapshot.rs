@@ -18,7 +18,7 @@ use super::{
     accounts::Accounts, outcome::Outcome, reorder::ReorderSnapshot, state::Pipeline,
     suppressed::SuppressedSnapshot,
 };
-use crate::{detect::detector::DetectorSnapshot, inventory::pod_info::PodInfo};
+use crate::{detect::detector::DetectorSnapshot, pods::pod_info::PodInfo};
 
 #[derive(Serialize, Deserialize)]
 pub struct PipelineSnapshot {

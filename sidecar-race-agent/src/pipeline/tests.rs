@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use crate::{
     detect::{DetectorConfig, Kind},
     ingest::events::KernelEvent,
-    inventory::{pod_info::PodInfo, sources::PodUpdate},
+    inventory::sources::PodUpdate,
     pipeline::outcome::Outcome,
+    pods::pod_info::PodInfo,
     test_facts::{CHECKOUT, MS, container_path, created, pipeline, pod_path, socket, temp_dir},
 };
 

@@ -5,112 +5,23 @@
 use jiff::Timestamp;
 use std::{collections::BTreeMap, net::IpAddr};
 
-use k8s_openapi::{
-    api::core::v1::{Container, ContainerPort, ContainerStatus, Pod, Probe, VolumeMount},
-    apimachinery::pkg::util::intstr::IntOrString,
-};
+use k8s_openapi::api::core::v1::{Container, ContainerPort, ContainerStatus, Pod, VolumeMount};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::{
     container_id::{Runtime, parse_status_container_id},
     mounts::Mount,
+    probes::probe_target,
     sidecars::{Evidence, PodSidecarHints},
+    workload::workload,
 };
+pub use super::{probes::ProbeTarget, roles::Pattern, roles::Role, workload::Workload};
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum PodError {
     #[error("pod object has no {0}")]
     Missing(&'static str),
-}
-
-/// The workload a pod belongs to, as users name it (a Deployment, not its ReplicaSet).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Workload {
-    pub kind: String,
-    pub name: String,
-}
-
-/// How a container is declared, and what it is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum Role {
-    /// In `containers`: started together with the others.
-    App,
-    /// In `containers`, but recognised as a sidecar (see `pods::sidecars`).
-    ClassicSidecar,
-    /// In `initContainers`, runs to completion first.
-    Init,
-    /// In `initContainers` with `restartPolicy: Always`: a native sidecar.
-    NativeSidecar,
-    Ephemeral,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
-    pub fn is_sidecar(self) -> bool {
-        matches!(self, Role::ClassicSidecar | Role::NativeSidecar)
-    }
-
-    /// Listed in `containers[]` (started together, stopped together).
-    pub fn in_containers(self) -> bool {
-        matches!(self, Role::App | Role::ClassicSidecar)
-    }
-}
-
-/// How a sidecar is declared, as docs/reference.md and the metrics name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum Pattern {
-    /// In `containers`: races the app at start and at drain.
-    Classic,
-    /// Native sidecar without a startupProbe: ordered, but "started" is not "serving".
-    Native,
-    /// Native sidecar with a startupProbe.
-    NativeProbed,
-    Unknown,
-}
-
-impl Pattern {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
-/// What a probe checks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ProbeTarget {
-    TcpSocket {
-        port: Option<u16>,
-    },
-    HttpGet {
-        port: Option<u16>,
-        path: Option<String>,
-    },
-    Grpc {
-        port: u16,
-    },
-    Exec {
-        command: Vec<String>,
-    },
-    Unknown,
-}
-
-impl ProbeTarget {
-    /// The port the probe connects to, when it connects to one.
-    pub fn port(&self) -> Option<u16> {
-        match self {
-            ProbeTarget::TcpSocket { port } | ProbeTarget::HttpGet { port, .. } => *port,
-            ProbeTarget::Grpc { port } => Some(*port),
-            _ => None,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -375,41 +286,6 @@ fn tcp_ports(ports: Option<&[ContainerPort]>) -> Vec<u16> {
         .collect()
 }
 
-/// A probe's port may be a number or the name of one of the container's ports.
-fn resolve_port(port: &IntOrString, ports: Option<&[ContainerPort]>) -> Option<u16> {
-    match port {
-        IntOrString::Int(n) => u16::try_from(*n).ok(),
-        IntOrString::String(name) => ports
-            .into_iter()
-            .flatten()
-            .find(|p| p.name.as_deref() == Some(name.as_str()))
-            .and_then(|p| u16::try_from(p.container_port).ok()),
-    }
-}
-
-fn probe_target(p: &Probe, ports: Option<&[ContainerPort]>) -> ProbeTarget {
-    if let Some(t) = &p.tcp_socket {
-        ProbeTarget::TcpSocket {
-            port: resolve_port(&t.port, ports),
-        }
-    } else if let Some(h) = &p.http_get {
-        ProbeTarget::HttpGet {
-            port: resolve_port(&h.port, ports),
-            path: h.path.clone(),
-        }
-    } else if let Some(g) = &p.grpc {
-        u16::try_from(g.port)
-            .map(|port| ProbeTarget::Grpc { port })
-            .unwrap_or(ProbeTarget::Unknown)
-    } else if let Some(e) = &p.exec {
-        ProbeTarget::Exec {
-            command: e.command.clone().unwrap_or_default(),
-        }
-    } else {
-        ProbeTarget::Unknown
-    }
-}
-
 fn status_info(s: &ContainerStatus) -> Option<StatusInfo> {
     let (runtime, container_id) = parse_status_container_id(s.container_id.as_deref()?)?;
     Some(StatusInfo {
@@ -437,62 +313,6 @@ fn status_info(s: &ContainerStatus) -> Option<StatusInfo> {
         ready: s.ready,
         restart_count: s.restart_count,
     })
-}
-
-/// The owner users think in. A ReplicaSet with the pod-template-hash suffix is its
-/// Deployment; a Job whose name ends in a CronJob's schedule suffix is that CronJob.
-/// Both are derived from names and labels, so the agent needs no RBAC beyond pods.
-fn workload(pod: &Pod, pod_name: &str) -> Workload {
-    let meta = &pod.metadata;
-    let owner = meta
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .or_else(|| meta.owner_references.iter().flatten().next());
-    let Some(owner) = owner else {
-        return Workload {
-            kind: "Pod".into(),
-            name: pod_name.into(),
-        };
-    };
-    let hash = meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("pod-template-hash"));
-    match (owner.kind.as_str(), hash) {
-        ("ReplicaSet", Some(hash)) => match owner.name.strip_suffix(&format!("-{hash}")) {
-            Some(deployment) if !deployment.is_empty() => Workload {
-                kind: "Deployment".into(),
-                name: deployment.into(),
-            },
-            _ => Workload {
-                kind: "ReplicaSet".into(),
-                name: owner.name.clone(),
-            },
-        },
-        ("Job", _) => match cronjob_of(&owner.name) {
-            Some(cronjob) => Workload {
-                kind: "CronJob".into(),
-                name: cronjob.into(),
-            },
-            None => Workload {
-                kind: "Job".into(),
-                name: owner.name.clone(),
-            },
-        },
-        (kind, _) => Workload {
-            kind: kind.into(),
-            name: owner.name.clone(),
-        },
-    }
-}
-
-/// The CronJob controller names Jobs `<cronjob>-<scheduled time in minutes>`.
-fn cronjob_of(job: &str) -> Option<&str> {
-    let (base, suffix) = job.rsplit_once('-')?;
-    (suffix.len() >= 8 && suffix.bytes().all(|b| b.is_ascii_digit()) && !base.is_empty())
-        .then_some(base)
 }
 
 #[cfg(test)]
@@ -645,15 +465,5 @@ mod tests {
         assert!(err.contains("not a valid Pod"), "{err}");
         let err = PodInfo::from_json(serde_json::json!({"metadata": {"name": "x"}})).unwrap_err();
         assert_eq!(err, "pod object has no metadata.uid");
-    }
-
-    #[test]
-    fn cronjob_names() {
-        assert_eq!(
-            cronjob_of("nightly-report-29071440"),
-            Some("nightly-report")
-        );
-        assert_eq!(cronjob_of("reindex"), None);
-        assert_eq!(cronjob_of("batch-42"), None);
     }
 }

@@ -10,13 +10,13 @@ use serde::Serialize;
 
 use super::fleet::{IncidentCount, RefusalCount, known, whole};
 use crate::{
-    catalog::CATALOG,
     detect::{
         Kind, Phase,
         advice::{Subject, advice, shows_workaround, workaround},
         processes::ProcessCount,
     },
-    inventory::pod_info::Pattern,
+    pods::catalog::CATALOG,
+    pods::pod_info::Pattern,
 };
 
 /// One fix: for a client container refused on a sidecar port in a phase.

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::{
     detect::{Kind, Phase, processes::ProcessCount},
-    inventory::pod_info::Pattern,
+    pods::pod_info::Pattern,
 };
 
 /// Where a report's evidence came from.

@@ -33,7 +33,7 @@ use super::{
 };
 use crate::{
     detect::{Kind, Phase},
-    inventory::pod_info::Pattern,
+    pods::pod_info::Pattern,
 };
 
 /// The report, as `--format json` prints it.

@@ -379,7 +379,7 @@ fn seconds(v: Option<f64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{inventory::pod_info::Pattern, report::SidecarReport};
+    use crate::{pods::pod_info::Pattern, report::SidecarReport};
 
     fn report() -> Report {
         let fix = Fix {

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::{
     detect::{Kind, Phase, processes::ProcessCount},
-    inventory::pod_info::Pattern,
+    pods::pod_info::Pattern,
 };
 
 /// A source answering absurd counts (a broken exporter, a hostile endpoint) gets a

@@ -13,6 +13,7 @@ pub mod build;
 mod clients;
 mod down;
 mod egress;
+pub mod go_module;
 mod host;
 mod host_check;
 mod install;

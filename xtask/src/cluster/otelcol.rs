@@ -13,7 +13,7 @@ use std::{fs, path::PathBuf, time::Instant};
 
 use anyhow::Context;
 
-use super::build;
+use super::go_module;
 use crate::run::workspace_root;
 
 /// The collector release: `go.opentelemetry.io/collector/*` v0.x modules and
@@ -31,7 +31,7 @@ const DISTRIBUTION: &str = "r2";
 const SOURCES: [&str; 3] = ["go.mod", "go.sum", "main.go"];
 
 fn dir() -> PathBuf {
-    build::cache_root().join(format!("otelcol-{COLLECTOR_VERSION}-{DISTRIBUTION}"))
+    go_module::cache_root().join(format!("otelcol-{COLLECTOR_VERSION}-{DISTRIBUTION}"))
 }
 
 /// The cached collector (tests find it through `SIDECAR_RACE_OTELCOL_BIN` or this path).
@@ -44,7 +44,7 @@ pub fn ensure() -> anyhow::Result<()> {
     if binary().exists() {
         return Ok(());
     }
-    let go = build::go()?;
+    let go = go_module::go()?;
     let dir = dir();
     fs::create_dir_all(dir.join("bin"))?;
     let source = workspace_root().join("xtask/otelcol");
@@ -58,7 +58,7 @@ pub fn ensure() -> anyhow::Result<()> {
     );
     let started = Instant::now();
     let ldflags = format!("-s -w -X main.version={COLLECTOR_VERSION}");
-    build::build_one(&go, &dir, "otelcol", ".", &ldflags)?;
+    go_module::build_one(&go, &dir, "otelcol", ".", &ldflags)?;
     eprintln!(
         "xtask: otelcol built in {} s ({})",
         started.elapsed().as_secs(),

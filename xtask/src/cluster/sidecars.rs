@@ -1,10 +1,10 @@
 //! The real sidecars the cluster tier runs (tests/tests/cluster_real_sidecars.rs), built
 //! from their Go modules once per machine into the per-user cache like the cluster's
-//! tools (`build::GoCommand`): the Cloud SQL Auth Proxy and oauth2-proxy. `cargo xtask
+//! tools (`go_module::GoCommand`): the Cloud SQL Auth Proxy and oauth2-proxy. `cargo xtask
 //! cluster up` packages what is built as images (tests/testbed/src/images.rs). The
 //! OpenTelemetry Collector, the third, is `super::otelcol`.
 
-use super::build::GoCommand;
+use super::go_module::GoCommand;
 
 /// The Cloud SQL Auth Proxy v2 (v2.28.0 is not served whole by the module proxy).
 pub const CLOUD_SQL_PROXY: GoCommand = GoCommand {

@@ -16,16 +16,11 @@ use tokio::sync::Notify;
 use crate::{
     agent::{self, AgentOptions},
     checkpoint::CheckpointFile,
-    cli::AuthMode,
-    cli::{PinMode, StateArgs},
+    cli::{AuthMode, StateArgs},
     clock,
     detect::DetectorConfig,
-    http::{
-        self, HttpState,
-        auth::{Authenticator, CacheTtls, KubeReviewer, NoClient, Reviewer},
-    },
-    kernel::{charge_points::ChargePoints, pins::Pins, probes::Origin},
-    node_lock::{LockError, NodeLock},
+    http::{self, HttpState},
+    kernel::{charge_points::ChargePoints, probes::Origin},
     pipeline::Pipeline,
     pipeline::outcome::Outcome,
     shutdown,
@@ -35,6 +30,8 @@ use crate::{
 };
 
 pub mod checkpoint;
+mod kube_clients;
+mod owner;
 mod totals;
 
 /// How often held facts are released and time advances in the detector.
@@ -102,7 +99,7 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
     // Before anything is loaded: a SIGTERM while the agent starts stops it cleanly
     // (with its checkpoint) once the loop runs, instead of killing it.
     let signal = Box::pin(shutdown::signal());
-    let (agent, lock) = start_owned(&opts)?;
+    let (agent, lock) = owner::start_owned(&opts.state, &opts.agent)?;
     if lock.is_none() {
         // Not the node's owner of kept state: nothing to restore or leave behind.
         opts.checkpoint = None;
@@ -111,62 +108,6 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
         Ok(result) => result,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(e) => Err(anyhow::anyhow!("the daemon task was cancelled: {e}")),
-    }
-}
-
-/// How long a new agent waits for the one before it to release the node.
-const LOCK_WAIT: Duration = Duration::from_secs(60);
-
-/// Starts the agent as the node's one owner of pinned state (`--pin=auto`: the lock,
-/// then pins adopted or made), or unpinned, removing what an earlier agent pinned.
-fn start_owned(opts: &RunOptions) -> anyhow::Result<(agent::Agent, Option<NodeLock>)> {
-    let (pin, state) = (opts.state.pin, &opts.state.place);
-    let mut agent_opts = opts.agent.clone();
-    if pin == PinMode::Off {
-        let agent = agent::start(&agent_opts)?;
-        unpin_leftovers(&state.bpffs, &state.state_dir);
-        return Ok((agent, None));
-    }
-    let lock = match NodeLock::acquire(&state.state_dir, LOCK_WAIT) {
-        Ok(lock) => lock,
-        // Another agent holds the node: two would read one ring.
-        Err(e @ LockError::Held { .. }) => return Err(e.into()),
-        Err(e) => {
-            tracing::warn!(
-                "degraded: {e}: nothing is pinned and no checkpoint kept, so a restart of \
-                 the agent loses what happens until the next one runs"
-            );
-            return Ok((agent::start(&agent_opts)?, None));
-        }
-    };
-    agent_opts.pins = match Pins::new(&state.bpffs, &state.state_dir) {
-        Ok(pins) => Some(pins),
-        Err(why) => {
-            tracing::warn!(
-                "degraded: the programs and maps are not pinned ({why}): a restart of the \
-                 agent loses what happens until the next one runs"
-            );
-            None
-        }
-    };
-    Ok((agent::start(&agent_opts)?, Some(lock)))
-}
-
-/// With `--pin=off`, pins an earlier agent left would keep its programs running
-/// unread: they go, unless another agent holds the node.
-fn unpin_leftovers(bpffs: &std::path::Path, state_dir: &std::path::Path) {
-    if !bpffs.join("sidecar-race").exists() {
-        return;
-    }
-    match NodeLock::acquire(state_dir, Duration::ZERO) {
-        Ok(_lock) => {
-            if let Ok(pins) = Pins::new(bpffs, state_dir) {
-                for key in pins.remove_others(None) {
-                    tracing::info!(%key, "--pin=off: unpinned what an earlier agent pinned");
-                }
-            }
-        }
-        Err(e) => tracing::warn!("--pin=off: left the pins of another agent alone: {e}"),
     }
 }
 
@@ -241,12 +182,12 @@ async fn daemon(
     }
     let source_name = opts.agent.pods_from.name();
     let events = match opts.events {
-        Some(per_minute) => start_events(&opts.agent, per_minute).await,
+        Some(per_minute) => kube_clients::start_events(&opts.agent, per_minute).await,
         None => None,
     };
     let auth = match opts.auth {
         AuthMode::None => None,
-        AuthMode::Kubernetes => Some(start_auth().await?),
+        AuthMode::Kubernetes => Some(kube_clients::start_auth().await?),
     };
     let mut logs = IncidentLogs::new(Instant::now());
     let totals = totals::NodeTotals {
@@ -449,52 +390,6 @@ fn release_delay(due: u64, now: u64) -> Duration {
     let grain = RELEASE_GRAIN.as_nanos() as u64;
     let wait = due.saturating_sub(now);
     Duration::from_nanos(wait.div_ceil(grain) * grain)
-}
-
-/// `--auth=kubernetes` reviews callers with the API server. Without a client
-/// configuration the agent still detects, but its protected paths answer 503 (never
-/// 200: it would serve what it was told to guard), counted as `unavailable`.
-async fn start_auth() -> anyhow::Result<Arc<Authenticator>> {
-    let reviewer: Box<dyn Reviewer> = match kube::Client::try_default().await {
-        Ok(client) => {
-            let reviewer = KubeReviewer::new(client);
-            tracing::info!(
-                namespace = reviewer.namespace(),
-                "/metrics and /api/v1/incidents answer callers the API server allows `get` on sidecar-race.io metrics and incidents in this namespace"
-            );
-            Box::new(reviewer)
-        }
-        Err(e) => {
-            let why = format!(
-                "--auth=kubernetes has no Kubernetes client (in-cluster or KUBECONFIG): {e}"
-            );
-            tracing::error!(
-                "{why}; /metrics and /api/v1/incidents answer 503 until the agent is restarted with one, detection goes on"
-            );
-            Box::new(NoClient(why))
-        }
-    };
-    Ok(Arc::new(Authenticator::new(reviewer, CacheTtls::default())))
-}
-
-/// An Event publisher, when a Kubernetes client can be configured (in-cluster or
-/// KUBECONFIG); without one, Events are off and detection goes on.
-async fn start_events(opts: &AgentOptions, per_minute: u32) -> Option<EventPublisher> {
-    match kube::Client::try_default().await {
-        Ok(client) => {
-            let node = opts
-                .source
-                .node_name
-                .clone()
-                .unwrap_or_else(|| "unknown-node".into());
-            tracing::info!(per_minute, "posting Kubernetes Events on pods with races");
-            Some(EventPublisher::spawn(client, node, per_minute))
-        }
-        Err(e) => {
-            tracing::warn!("Kubernetes Events are off: no client configuration ({e})");
-            None
-        }
-    }
 }
 
 #[cfg(test)]

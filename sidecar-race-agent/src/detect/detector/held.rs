@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     detect::fact::{Client, Fact},
     ingest::events::{Comm, UnixName},
-    inventory::pod_meta::PodMeta,
+    pods::pod_meta::PodMeta,
 };
 
 /// Entries (a run of identical refusals is one) a pod may hold.

@@ -11,7 +11,7 @@ use crate::{
         incident::{Hidden, State},
         listeners::canonical,
     },
-    inventory::pod_meta::PodMeta,
+    pods::pod_meta::PodMeta,
 };
 
 /// Targets kept per incident (both loopback families and a pod IP, say).

@@ -8,7 +8,7 @@ use crate::{
         fact::Client,
         incident::{Episode, Incident, State},
     },
-    inventory::pod_meta::PodMeta,
+    pods::pod_meta::PodMeta,
 };
 
 impl Detector {

@@ -15,7 +15,7 @@ use crate::{
         incident::{Episode, Hidden, Incident, Phase, State, Subject},
         processes::Processes,
     },
-    inventory::{
+    pods::{
         pod_info::{PodInfo, Role, RunState},
         pod_meta::PodMeta,
     },

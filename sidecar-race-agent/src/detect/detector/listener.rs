@@ -15,7 +15,7 @@ use crate::{
         incident::{Episode, Hidden, Phase, State},
         listeners::covers,
     },
-    inventory::{pod_info::Role, pod_meta::PodMeta},
+    pods::{pod_info::Role, pod_meta::PodMeta},
 };
 
 impl Detector {

@@ -13,7 +13,7 @@ use crate::{
         fact::{Client, Fact},
         incident::IncidentLog,
     },
-    inventory::pod_meta::PodMeta,
+    pods::pod_meta::PodMeta,
 };
 
 impl Detector {

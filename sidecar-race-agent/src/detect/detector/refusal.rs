@@ -20,7 +20,7 @@ use crate::{
         listeners::{Listener, canonical, covers, is_loopback},
     },
     ingest::events::Comm,
-    inventory::{pod_info::PodInfo, pod_meta::PodMeta},
+    pods::{pod_info::PodInfo, pod_meta::PodMeta},
 };
 
 /// One refusal, as the detector reads it.

@@ -23,7 +23,7 @@ use crate::{
         socket_view::served_path,
     },
     ingest::events::{Comm, UnixName},
-    inventory::{pod_info::ContainerInfo, pod_meta::PodMeta},
+    pods::{pod_info::ContainerInfo, pod_meta::PodMeta},
 };
 
 impl Detector {

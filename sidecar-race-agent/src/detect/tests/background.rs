@@ -8,7 +8,7 @@ use super::{
     unix::{name, unix_refused, unix_up, with_socket_volume},
     *,
 };
-use crate::inventory::mounts::Mount;
+use crate::pods::mounts::Mount;
 
 fn refused_by(ts: u64, client: &str, path: &str, process: &str) -> Fact {
     Fact::UnixRefused {

@@ -8,11 +8,11 @@ use super::{
     render::{Filter, view},
     *,
 };
-use crate::inventory::cgroup_path::Runtime;
-use crate::inventory::pod_info::{
+use crate::pipeline::reorder::Reorder;
+use crate::pods::container_id::Runtime;
+use crate::pods::pod_info::{
     ContainerInfo, Pattern, PodInfo, ProbeTarget, Role, RunState, StatusInfo, Workload,
 };
-use crate::pipeline::reorder::Reorder;
 
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000 * MS;

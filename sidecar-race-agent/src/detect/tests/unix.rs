@@ -4,7 +4,7 @@ use super::*;
 use crate::{
     detect::{service::SocketKey, socket_view::SocketView},
     ingest::events::UnixName,
-    inventory::mounts::Mount,
+    pods::mounts::Mount,
 };
 
 /// checkout with daprd's socket volume: the app mounts it at /var/run/dapr, the

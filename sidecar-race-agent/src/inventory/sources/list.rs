@@ -2,7 +2,7 @@
 //! are counted and logged, and keep their last good version.
 
 use super::{health::SourceStats, update::PodUpdate};
-use crate::inventory::pod_info::PodInfo;
+use crate::pods::pod_info::PodInfo;
 
 /// Turns JSON objects into pods, skipping (and counting) the ones that are not.
 pub(crate) fn pods_from_values(

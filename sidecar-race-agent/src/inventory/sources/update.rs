@@ -1,6 +1,6 @@
 //! What a pod source sends: a change to this node's pods.
 
-use crate::inventory::pod_info::PodInfo;
+use crate::pods::pod_info::PodInfo;
 
 /// A change to this node's pods.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,9 +2,9 @@
 //! and who dials them, the startupProbe a fix gives, and how findings name them.
 
 use crate::{
-    catalog::Sidecar,
-    inventory::pod_info::{ContainerInfo, Role},
     lint::{known, options::Options, refs, sockets, workload::Workload},
+    pods::catalog::Sidecar,
+    pods::pod_info::{ContainerInfo, Role},
 };
 
 /// A startupProbe `lint --fix` gives a sidecar.

@@ -6,12 +6,12 @@ use std::collections::BTreeSet;
 
 use super::evidence::served_ports;
 use crate::{
-    inventory::pod_info::{ContainerInfo, Role},
     lint::{
         finding::{Finding, Rule, Severity},
         refs,
         workload::Workload,
     },
+    pods::pod_info::{ContainerInfo, Role},
 };
 
 /// The position of `name` in the template's `initContainers`.

@@ -5,7 +5,6 @@
 
 use super::evidence::dialers;
 use crate::{
-    catalog::CATALOG,
     lint::{
         finding::{Finding, Rule, Severity},
         injection::{self, Injection},
@@ -13,6 +12,7 @@ use crate::{
         options::Options,
         workload::Workload,
     },
+    pods::catalog::CATALOG,
 };
 
 pub(super) fn meshes(w: &Workload, opts: &Options, out: &mut Vec<Finding>) {

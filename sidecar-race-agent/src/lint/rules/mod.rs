@@ -18,7 +18,7 @@ mod version;
 
 pub use self::evidence::{ProbePlan, ProbeSpec, dialers, probe_for, served_ports};
 use super::{finding::Finding, options::Options, workload::Workload};
-use crate::inventory::pod_info::{ContainerInfo, Role};
+use crate::pods::pod_info::{ContainerInfo, Role};
 
 /// Every finding for one workload, before suppression.
 pub fn check(w: &Workload, opts: &Options) -> Vec<Finding> {

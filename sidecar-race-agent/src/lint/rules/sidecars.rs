@@ -4,7 +4,6 @@
 
 use super::evidence::{ProbePlan, dialed, dialers, list, names, probe_plan, served_ports};
 use crate::{
-    inventory::pod_info::{ContainerInfo, ProbeTarget},
     lint::{
         finding::{Finding, Rule, Severity},
         known,
@@ -12,6 +11,7 @@ use crate::{
         sockets::{self, SharedSocket},
         workload::Workload,
     },
+    pods::pod_info::{ContainerInfo, ProbeTarget},
 };
 
 pub(super) fn classic_sidecar(

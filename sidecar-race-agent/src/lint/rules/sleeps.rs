@@ -3,12 +3,12 @@
 
 use super::evidence::names;
 use crate::{
-    inventory::pod_info::{ContainerInfo, Role},
     lint::{
         finding::{Finding, Rule, Severity},
         refs,
         workload::Workload,
     },
+    pods::pod_info::{ContainerInfo, Role},
 };
 
 pub(super) fn sleep_hacks(w: &Workload, classic: &[&ContainerInfo], out: &mut Vec<Finding>) {

@@ -2,12 +2,12 @@
 
 use super::evidence::names;
 use crate::{
-    inventory::pod_info::Role,
     lint::{
         finding::{Finding, Rule, Severity},
         options::KubeVersion,
         workload::Workload,
     },
+    pods::pod_info::Role,
 };
 
 pub(super) fn cluster_version(

@@ -14,8 +14,9 @@ use super::{
 };
 use crate::{
     detect::{Kind, Phase, render::IncidentView},
-    inventory::{Attribution, pod_info::Workload},
+    inventory::Attribution,
     pipeline::outcome::{Accounting, Outcome, StuckJob},
+    pods::pod_info::Workload,
 };
 
 /// The label value of a name the agent does not know (never empty).

@@ -13,14 +13,11 @@ use super::*;
 use crate::{
     detect::DetectorConfig,
     ingest::events::{KernelEvent, Kind},
-    inventory::{
-        Attribution,
-        pod_info::{PodInfo, Workload},
-        sources::PodUpdate,
-    },
+    inventory::{Attribution, sources::PodUpdate},
     kernel::counters::SuppressedCounts,
     pipeline::Pipeline,
     pipeline::outcome::Outcome,
+    pods::pod_info::{PodInfo, Workload},
     test_facts::{
         CHECKOUT as UID, MS, OTHER_POD as UID2, checkout_pod, container_path, created, pipeline,
         pod_path, socket, temp_dir,

@@ -7,7 +7,7 @@ use super::*;
 use crate::{
     detect::DetectorConfig,
     ingest::events::{KernelEvent, Sender, UnixFact, UnixName, UnixRefusal},
-    inventory::pod_info::PodInfo,
+    pods::pod_info::PodInfo,
     test_facts::{CHECKOUT as UID, MS, container_path, created, pipeline, pod_path, temp_dir},
 };
 

@@ -16,7 +16,7 @@ use std::{
 use anyhow::{Context, bail};
 
 use crate::{
-    cluster::build::{GoCommand, build_tagged, cache_root, download, go},
+    cluster::go_module::{GoCommand, build_tagged, cache_root, download, go},
     host::{Apt, package_installed},
     run::checked,
 };
