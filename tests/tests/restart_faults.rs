@@ -308,7 +308,9 @@ fn pins_adopted_without_a_checkpoint_do_not_tell_old_suppressed_refusals_again()
     let start_at = SystemTime::now() + Duration::from_millis(500);
     let args = ["--ports", "16000-16099", "--hot", "9999"];
     let gone_flood = Flood::start(&mut gone_pod, &[&g], 2, &args, start_at);
-    let kept_flood = Flood::start(&mut kept_pod, &[&k], 2, &args, start_at);
+    // A millisecond apart: each flood's count file is named after its start.
+    let kept_at = start_at + Duration::from_millis(1);
+    let kept_flood = Flood::start(&mut kept_pod, &[&k], 2, &args, kept_at);
     gone_flood.total(&mut gone_pod);
     kept_flood.total(&mut kept_pod);
     let series = format!(
