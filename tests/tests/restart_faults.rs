@@ -23,16 +23,7 @@ use sidecar_race_tests::{
 
 /// A pinning agent reading the pods file `source`, with `extra` arguments.
 fn agent(place: &PinnedPlace, source: &str, extra: &[&str]) -> RunAgent {
-    let mut args = vec![
-        "--pods-from".to_string(),
-        source.to_string(),
-        "--pods-poll-seconds".into(),
-        "0.1".into(),
-    ];
-    args.extend(place.args());
-    args.extend(extra.iter().map(|a| a.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    RunAgent::start(&args)
+    place.agent(source, extra)
 }
 
 /// A pod (Deployment shop/checkout) with a proxy and an app container, listed in
@@ -376,6 +367,20 @@ fn serving_with(
     a.stop()
 }
 
+/// A FIFO, then a symlink to `/dev/zero`, as `name` in the state dir: each time the
+/// agent serves, and one line of its log names what it found and says `then`.
+fn odd_files_give_one_line(place: &PinnedPlace, source: &str, name: &str, then: &str) {
+    for (make, kind) in [
+        (mkfifo as fn(&Path), "a FIFO"),
+        (dev_zero, "a character device"),
+    ] {
+        let log = serving_with(place, source, name, make);
+        let said: Vec<&String> = log.iter().filter(|l| l.contains(kind)).collect();
+        assert_eq!(said.len(), 1, "one line says why: {log:#?}");
+        assert!(said[0].contains(then), "{}", said[0]);
+    }
+}
+
 fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: mkfifo(3) with a NUL-terminated path.
@@ -395,15 +400,7 @@ fn a_fifo_or_dev_zero_as_the_checkpoint_gives_one_line_and_an_agent_that_serves(
     }
     let place = PinnedPlace::new("state-files");
     let (pods_file, source) = empty_pods_file("state-files");
-    for (make, kind) in [
-        (mkfifo as fn(&Path), "a FIFO"),
-        (dev_zero, "a character device"),
-    ] {
-        let log = serving_with(&place, &source, "checkpoint.json", make);
-        let said: Vec<&String> = log.iter().filter(|l| l.contains(kind)).collect();
-        assert_eq!(said.len(), 1, "one line says why: {log:#?}");
-        assert!(said[0].contains("starting clean"), "{}", said[0]);
-    }
+    odd_files_give_one_line(&place, &source, "checkpoint.json", "starting clean");
     let _ = std::fs::remove_file(pods_file);
 }
 
@@ -445,14 +442,11 @@ fn a_manifest_that_is_a_fifo_or_dev_zero_is_loaded_anew_with_one_line() {
     let (pods_file, source) = empty_pods_file("odd-manifest");
     agent(&place, &source, &[]).stop();
     let key = place.keys().remove(0);
-    for (make, kind) in [
-        (mkfifo as fn(&Path), "a FIFO"),
-        (dev_zero, "a character device"),
-    ] {
-        let log = serving_with(&place, &source, &format!("pinned-{key}.json"), make);
-        let said: Vec<&String> = log.iter().filter(|l| l.contains(kind)).collect();
-        assert_eq!(said.len(), 1, "one line says why: {log:#?}");
-        assert!(said[0].contains("loading anew"), "{}", said[0]);
-    }
+    odd_files_give_one_line(
+        &place,
+        &source,
+        &format!("pinned-{key}.json"),
+        "loading anew",
+    );
     let _ = std::fs::remove_file(pods_file);
 }
