@@ -22,6 +22,7 @@ pub mod pods;
 pub mod report;
 pub(crate) mod shutdown;
 pub mod sinks;
+pub mod state_file;
 pub mod trace;
 
 #[cfg(test)]

@@ -5,13 +5,18 @@
 
 use std::{
     fs::File,
-    io::{Read, Seek, Write},
-    os::fd::AsRawFd,
+    io::{Seek, Write},
+    os::{fd::AsRawFd, unix::fs::OpenOptionsExt},
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
 use thiserror::Error;
+
+use crate::state_file;
+
+/// The most of the lock file read for its holder's pid.
+const HOLDER_BYTES: usize = 64;
 
 #[derive(Debug, Error)]
 pub enum LockError {
@@ -20,6 +25,8 @@ pub enum LockError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot use the node lock: {why}")]
+    NotUsable { path: PathBuf, why: String },
     #[error(
         "another agent ({holder}) still holds {path} after {waited:?}: one agent runs per \
          node; stop it, or give this one --pin=off"
@@ -54,13 +61,21 @@ impl NodeLock {
                 .create(state_dir)
                 .map_err(io)?;
         }
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io)?;
+        // A FIFO or a device in its place is no lock: refused (the agent goes on
+        // without pins), never waited on or read without end.
+        let mut file = state_file::open_regular(
+            &path,
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600),
+        )
+        .map_err(|e| LockError::NotUsable {
+            path: path.clone(),
+            why: e.to_string(),
+        })?;
         let start = Instant::now();
         let mut told = false;
         loop {
@@ -72,7 +87,7 @@ impl NodeLock {
             if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
                 return Err(io(err));
             }
-            let holder = holder(&mut file);
+            let holder = holder(&mut file, &path);
             if start.elapsed() >= wait {
                 return Err(LockError::Held {
                     path,
@@ -99,10 +114,14 @@ impl NodeLock {
     }
 }
 
-fn holder(file: &mut File) -> String {
-    let mut s = String::new();
-    let _ = file.rewind().and_then(|()| file.read_to_string(&mut s));
-    match s.trim() {
+/// The holder's pid as it wrote it (a line; more is not read).
+fn holder(file: &mut File, path: &Path) -> String {
+    let bytes = file
+        .rewind()
+        .ok()
+        .and_then(|()| state_file::read_bounded(file, path, HOLDER_BYTES).ok())
+        .unwrap_or_default();
+    match String::from_utf8_lossy(&bytes).trim() {
         "" => "pid unknown".to_string(),
         pid => format!("pid {pid}"),
     }
@@ -128,5 +147,17 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn a_lock_file_that_is_a_fifo_is_refused_at_once() {
+        let dir = crate::test_facts::temp_dir("node-lock-fifo").join("state");
+        std::fs::create_dir_all(&dir).unwrap();
+        let c = std::ffi::CString::new(dir.join("lock").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = NodeLock::acquire(&dir, Duration::ZERO).unwrap_err();
+        assert!(matches!(err, LockError::NotUsable { .. }), "{err}");
+        assert!(err.to_string().contains("a FIFO"), "{err}");
     }
 }

@@ -32,16 +32,7 @@ fn agent(place: &PinnedPlace, source: &str) -> RunAgent {
 
 /// [`agent`] with `extra` arguments (another load option: another build's key).
 fn agent_with(place: &PinnedPlace, source: &str, extra: &[&str]) -> RunAgent {
-    let mut args = vec![
-        "--pods-from".to_string(),
-        source.to_string(),
-        "--pods-poll-seconds".into(),
-        "0.1".into(),
-    ];
-    args.extend(place.args());
-    args.extend(extra.iter().map(|a| a.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    RunAgent::start(&args)
+    place.agent(source, extra)
 }
 
 /// A new pod (Deployment shop/checkout) whose proxy listens `late_ms` late, and its

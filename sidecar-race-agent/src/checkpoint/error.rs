@@ -39,4 +39,15 @@ pub enum SaveError {
     Encode(#[from] serde_json::Error),
     #[error("cannot write the checkpoint {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
+    /// Neither written nor removed: the next agent restores the earlier one, and
+    /// may count again what this one published since.
+    #[error(
+        "{error}, and the earlier checkpoint {path} cannot be removed ({remove}): the next \
+         agent restores it and may count again what this one published since"
+    )]
+    EarlierKept {
+        error: Box<SaveError>,
+        path: PathBuf,
+        remove: io::Error,
+    },
 }

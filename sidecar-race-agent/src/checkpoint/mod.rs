@@ -19,7 +19,10 @@ pub use self::{
     error::{LoadError, SaveError, Stale},
     format::BootIdError,
 };
-use crate::pipeline::{PipelineSnapshot, SnapshotSummary};
+use crate::{
+    pipeline::{PipelineSnapshot, SnapshotSummary},
+    state_file::{self, StateFileError},
+};
 
 /// The most a checkpoint may take on disk.
 pub const MAX_BYTES: usize = 64 << 20;
@@ -72,7 +75,9 @@ impl CheckpointFile {
 
     /// Writes `state` (less its oldest published incidents when over the cap), at
     /// boot ns `now`, as the agent's `last` (at its stop) or a periodic one; replaces
-    /// the file whole or leaves it as it was.
+    /// the file whole, or removes it. An earlier checkpoint left in place would be
+    /// restored by the next agent, which would then settle again what this one
+    /// published since (a full disk at the stop, a state over the cap).
     pub fn save(
         &self,
         state: &mut PipelineSnapshot,
@@ -80,21 +85,88 @@ impl CheckpointFile {
         last: bool,
     ) -> Result<Saved, SaveError> {
         let header = Header::now(&self.boot_id, now, last);
-        let (bytes, dropped_incidents) = encode::within_cap(&header, state, self.cap)?;
-        atomic::write(&self.path, &bytes).map_err(|source| SaveError::Write {
-            path: self.path.clone(),
-            source,
-        })?;
+        let written = encode::within_cap(&header, state, self.cap).and_then(|(bytes, dropped)| {
+            atomic::write(&self.path, &bytes)
+                .map(|()| (bytes.len(), dropped))
+                .map_err(|source| SaveError::Write {
+                    path: self.path.clone(),
+                    source,
+                })
+        });
+        let (bytes, dropped_incidents) = match written {
+            Ok(w) => w,
+            Err(error) => {
+                return Err(match self.remove() {
+                    Ok(()) => error,
+                    Err(remove) => SaveError::EarlierKept {
+                        error: Box::new(error),
+                        path: self.path.clone(),
+                        remove,
+                    },
+                });
+            }
+        };
         Ok(Saved {
-            bytes: bytes.len(),
+            bytes,
             dropped_incidents,
             summary: state.summary(),
         })
     }
 
     /// Reads the checkpoint, at boot ns `now`: it must be whole, of this format and
-    /// of this boot.
+    /// of this boot. The file stays.
     pub fn load(&self, now: u64) -> Result<Loaded, LoadError> {
+        let mut file = self.open()?;
+        let bytes = self.read(&mut file)?;
+        self.parse(&bytes, now)
+    }
+
+    /// [`Self::load`], with the file taken out of the directory once it is open and
+    /// before a byte of it is read: an agent killed while it restores (out of memory,
+    /// by its liveness probe) leaves nothing for the next one to trip on again. A
+    /// file that is not a regular one (a FIFO, a device) goes too.
+    pub fn take(&self, now: u64) -> Result<Loaded, LoadError> {
+        let opened = self.open();
+        if !matches!(opened, Err(LoadError::Missing(_)))
+            && let Err(e) = self.remove()
+        {
+            tracing::warn!(
+                "cannot remove the checkpoint {} before reading it: {e}",
+                self.path.display()
+            );
+        }
+        let bytes = self.read(&mut opened?)?;
+        self.parse(&bytes, now)
+    }
+
+    /// The file, opened without blocking, when it is a regular one.
+    fn open(&self) -> Result<std::fs::File, LoadError> {
+        state_file::open_regular(&self.path, std::fs::OpenOptions::new().read(true))
+            .map_err(|e| self.unreadable(e))
+    }
+
+    /// Its bytes, at most the cap.
+    fn read(&self, file: &mut std::fs::File) -> Result<Vec<u8>, LoadError> {
+        state_file::read_bounded(file, &self.path, self.cap).map_err(|e| self.unreadable(e))
+    }
+
+    fn unreadable(&self, e: StateFileError) -> LoadError {
+        let path = self.path.clone();
+        match e {
+            StateFileError::Missing(_) => LoadError::Missing(path),
+            StateFileError::TooLarge { cap, .. } => LoadError::Corrupt {
+                path,
+                why: format!("over the cap of {cap} bytes"),
+            },
+            e @ StateFileError::NotRegular { .. } => LoadError::Corrupt {
+                path,
+                why: e.to_string(),
+            },
+            StateFileError::Io { source, .. } => LoadError::Unreadable { path, source },
+        }
+    }
+
+    fn parse(&self, bytes: &[u8], now: u64) -> Result<Loaded, LoadError> {
         let corrupt = |why: String| LoadError::Corrupt {
             path: self.path.clone(),
             why,
@@ -103,23 +175,7 @@ impl CheckpointFile {
             path: self.path.clone(),
             why,
         };
-        let bytes = match std::fs::metadata(&self.path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(LoadError::Missing(self.path.clone()));
-            }
-            Ok(m) if m.len() > self.cap as u64 => {
-                return Err(corrupt(format!(
-                    "{} bytes, over the cap of {}",
-                    m.len(),
-                    self.cap
-                )));
-            }
-            _ => std::fs::read(&self.path).map_err(|source| LoadError::Unreadable {
-                path: self.path.clone(),
-                source,
-            })?,
-        };
-        let header: Header = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        let header: Header = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
         if header.magic != MAGIC {
             return Err(corrupt(format!(
                 "not a checkpoint (magic {:?})",
@@ -144,7 +200,7 @@ impl CheckpointFile {
             }));
         }
         let Incoming { state } =
-            serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+            serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
         Ok(Loaded { header, state })
     }
 

@@ -312,18 +312,14 @@ fn over_the_cap_the_oldest_published_incidents_go_first_and_never_a_cut_file() {
         "the oldest published went"
     );
 
-    // Too large even without published incidents: nothing is written.
-    let before = std::fs::read(&path).unwrap();
+    // Too large even without published incidents: nothing is written, and the
+    // checkpoint before goes (see `a_save_that_fails_removes_the_checkpoint_before_it`).
     let tiny = CheckpointFile::with_boot_id(&path, "b").with_cap(200);
     assert!(matches!(
         tiny.save(&mut p.snapshot(), 1_000 * MS, true),
         Err(SaveError::TooLarge { cap: 200, .. })
     ));
-    assert_eq!(
-        std::fs::read(&path).unwrap(),
-        before,
-        "the file is as it was"
-    );
+    assert!(!path.exists(), "no cut file, and no earlier one");
 }
 
 /// A checkpoint of the checkout race, written in boot `boot-1`.
@@ -440,4 +436,49 @@ fn no_checkpoint_is_a_clean_start_without_a_warning() {
         start_with(&file, "ckpt-none-new"),
         Restore::Missing
     ));
+}
+
+#[test]
+fn a_fifo_or_a_symlink_to_dev_zero_starts_the_agent_clean_at_once() {
+    let file = CheckpointFile::with_boot_id(temp_dir("ckpt-fifo").join("checkpoint.json"), "b");
+    let c = std::ffi::CString::new(file.path().as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo(3) with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // No writer ever comes: an `open` that waited for one would hang here.
+    let Restore::Discarded(why) = start_with(&file, "ckpt-fifo-new") else {
+        panic!("discarded")
+    };
+    assert!(why.contains("a FIFO, not a regular file"), "{why}");
+    let file = CheckpointFile::with_boot_id(temp_dir("ckpt-zero").join("checkpoint.json"), "b");
+    std::os::unix::fs::symlink("/dev/zero", file.path()).unwrap();
+    // Read to its end, /dev/zero would take all the memory there is.
+    let Restore::Discarded(why) = start_with(&file, "ckpt-zero-new") else {
+        panic!("discarded")
+    };
+    assert!(why.contains("a character device"), "{why}");
+    assert!(
+        Path::new("/dev/zero").exists(),
+        "the link went, not its target"
+    );
+}
+
+#[test]
+fn a_save_that_fails_removes_the_checkpoint_before_it() {
+    // Over the cap even without published incidents: nothing can be written.
+    let (file, p) = written("ckpt-fail-cap");
+    let small = CheckpointFile::with_boot_id(file.path(), "boot-1").with_cap(16);
+    let err = small.save(&mut p.snapshot(), 25 * MS, true).unwrap_err();
+    assert!(matches!(err, SaveError::TooLarge { .. }), "{err}");
+    assert!(
+        !file.path().exists(),
+        "the periodic checkpoint before would be restored past what this agent published"
+    );
+    // The write itself fails (its temporary file cannot be made).
+    let (file, p) = written("ckpt-fail-write");
+    let tmp = format!("checkpoint.json.tmp.{}", std::process::id());
+    std::fs::create_dir(file.path().with_file_name(tmp)).unwrap();
+    let err = file.save(&mut p.snapshot(), 25 * MS, true).unwrap_err();
+    assert!(matches!(err, SaveError::Write { .. }), "{err}");
+    assert!(!file.path().exists());
+    assert!(matches!(file.load(30 * MS), Err(LoadError::Missing(_))));
 }

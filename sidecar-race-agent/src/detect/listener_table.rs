@@ -66,6 +66,13 @@ impl ListenerTable {
         self.forget_old(addr);
     }
 
+    /// Whether a listener on exactly `addr` was seen come up and not go away since.
+    pub fn is_up(&self, addr: SocketAddr) -> bool {
+        self.on_port(addr.port())
+            .iter()
+            .any(|l| l.addr == addr && l.up_at.is_some() && l.down_at.is_none())
+    }
+
     /// Records of listeners on `port`, oldest first.
     pub fn on_port(&self, port: u16) -> &[Listener] {
         self.by_port.get(&port).map_or(&[], Vec::as_slice)

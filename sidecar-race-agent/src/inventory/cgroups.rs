@@ -209,6 +209,16 @@ impl CgroupIndex {
             .is_some_and(|e| e.removed_at.is_some())
     }
 
+    /// Whether cgroup `id` is gone from the node: removed, or unknown although a walk
+    /// found a newer one (ids are handed out in increasing order, so that walk would
+    /// have found it): removed while no agent watched.
+    pub fn is_gone(&self, id: u64) -> bool {
+        match self.entries.get(&id) {
+            Some(e) => e.removed_at.is_some(),
+            None => id < self.newest_walked,
+        }
+    }
+
     pub fn path(&self, id: u64) -> Option<&str> {
         self.entries.get(&id).map(|e| e.path.as_str())
     }

@@ -15,6 +15,7 @@ mod evicted;
 pub mod fdinfo;
 pub mod globals;
 pub mod layout;
+pub mod listening;
 pub mod lockdown;
 pub mod options;
 pub mod pins;

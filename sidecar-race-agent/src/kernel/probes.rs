@@ -89,8 +89,13 @@ impl Probes {
         let key = LayoutKey::new(OBJECT, &opts, layout.hooks(), kernel_release);
         let key = key.as_str();
         match pins.manifest(key) {
-            Ok(Some(m)) => match Adopted::open(&pins.dir(key), &m) {
-                Ok(adopted) => return Self::adopt(adopted, &m),
+            // Whatever stops the adoption, the agent loads its own programs: pins it
+            // cannot use would make it exit, and its restarts, until someone unpins.
+            Ok(Some(m)) => match Adopted::open(&pins.dir(key), &m)
+                .map_err(|e| e.to_string())
+                .and_then(|adopted| Self::adopt(adopted, &m).map_err(|e| e.to_string()))
+            {
+                Ok(probes) => return Ok(probes),
                 Err(e) => {
                     tracing::warn!("cannot adopt the pins of {key} ({e}): loading anew");
                     pins.remove(key);

@@ -19,6 +19,7 @@ impl Pipeline {
     /// The outcomes of `changes` (one step of the detector), at boot ns `now`
     /// (`last`: at shutdown, nothing waits for names any more).
     pub(super) fn outcomes(&mut self, changes: &[Change], now: u64, last: bool) -> Vec<Outcome> {
+        self.settled_before_restore(changes);
         let settled = self.settle(changes, now, last);
         // Views as the step left the incidents, built once each.
         let mut views: HashMap<u64, IncidentView> = HashMap::new();

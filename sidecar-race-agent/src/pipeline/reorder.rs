@@ -157,6 +157,11 @@ impl Reorder {
         }
     }
 
+    /// The newest kernel time released so far.
+    pub fn released(&self) -> Option<u64> {
+        self.released
+    }
+
     /// Boot ns at which the oldest held fact is due for release: a window after its
     /// kernel time once the watermark passed it, else not before the stream has been
     /// idle for a window since the last fact arrived (`last_arrival`, boot ns).

@@ -18,7 +18,12 @@ use super::{
     accounts::Accounts, outcome::Outcome, reorder::ReorderSnapshot, state::Pipeline,
     suppressed::SuppressedSnapshot,
 };
-use crate::{detect::detector::DetectorSnapshot, pods::pod_info::PodInfo};
+use crate::{
+    detect::{Change, detector::DetectorSnapshot},
+    ingest::events::{KernelEvent, SocketFact},
+    inventory::{PodOwner, cgroup_path},
+    pods::pod_info::PodInfo,
+};
 
 #[derive(Serialize, Deserialize)]
 pub struct PipelineSnapshot {
@@ -159,6 +164,65 @@ impl Pipeline {
             dead_pods: dead.len(),
             dead_facts,
             outcomes,
+        }
+    }
+}
+
+impl Pipeline {
+    /// Takes in a listener the kernel's tables show at a restore from a periodic
+    /// checkpoint, for an open incident, as a listen record at its `ts`. The agent
+    /// before read its record (it would be in the ring otherwise), resolved what it
+    /// covers and told the sinks: the incidents it resolves now are settled as they
+    /// are, never counted again (were that agent killed within the wait for names,
+    /// they are not counted at all).
+    pub fn listening_at_restore(&mut self, listen: &SocketFact) {
+        let ev = KernelEvent::Listen(listen.clone());
+        self.kernel_event(&ev);
+        if let Some(owner) = self
+            .inventory
+            .cgroups
+            .path(listen.owner.cgroup_id)
+            .and_then(|p| PodOwner::of(&cgroup_path::parse(p)))
+        {
+            self.listening_at_restore.push((
+                owner.pod_uid.to_string(),
+                listen.src.port(),
+                listen.ts_boot_ns,
+            ));
+        }
+    }
+
+    /// `now`, or earlier while a listener of [`Self::listening_at_restore`] waits in
+    /// the reorder window (at most a second past it): the incidents it resolves do
+    /// not time out before it is taken in.
+    pub(super) fn advance_bound(&self, now: u64) -> u64 {
+        let released = self.reorder.released();
+        let most = self.reorder_window_ns.saturating_add(1_000_000_000);
+        self.listening_at_restore
+            .iter()
+            .map(|(_, _, ts)| *ts)
+            .filter(|ts| released.is_none_or(|r| r < *ts) && now < ts.saturating_add(most))
+            .min()
+            .map_or(now, |ts| now.min(ts))
+    }
+
+    /// Marks settled, without an outcome, the incidents `changes` resolved with a
+    /// listener of [`Self::listening_at_restore`].
+    pub(super) fn settled_before_restore(&mut self, changes: &[Change]) {
+        if self.listening_at_restore.is_empty() {
+            return;
+        }
+        for c in changes {
+            let Change::Resolved(id) = c else { continue };
+            let Some(inc) = self.detector.incidents().get(*id) else {
+                continue;
+            };
+            let by_restore_look = self.listening_at_restore.iter().any(|(uid, port, ts)| {
+                *uid == inc.pod_uid && *port == inc.port && inc.listener_ready_at == Some(*ts)
+            });
+            if by_restore_look {
+                self.accounts.settled.insert(*id, inc.refused_count);
+            }
         }
     }
 }

@@ -50,6 +50,9 @@ pub struct Pipeline {
     pub(super) suppressed: Suppressed,
     /// The totals as of the last step, for readers that must not take this lock.
     pub(super) published: PublishedTotals,
+    /// (pod uid, port, boot ns) of listeners the kernel showed at a restore whose
+    /// records the agent before took with it (see `listening_at_restore`).
+    pub(super) listening_at_restore: Vec<(String, u16, u64)>,
 }
 
 impl Pipeline {
@@ -71,6 +74,7 @@ impl Pipeline {
             last_refresh: None,
             suppressed: Suppressed::default(),
             published: PublishedTotals::default(),
+            listening_at_restore: Vec::new(),
         };
         pipeline.publish();
         pipeline

@@ -112,7 +112,8 @@ impl Pipeline {
         for fact in facts {
             changes.extend(self.detector.observe(fact, &self.inventory.pods));
         }
-        changes.extend(self.detector.advance(now, &self.inventory.pods));
+        let advance_to = self.advance_bound(now);
+        changes.extend(self.detector.advance(advance_to, &self.inventory.pods));
         for c in &changes {
             if let Change::NotARace { why, refused } = c {
                 match why {
@@ -122,6 +123,12 @@ impl Pipeline {
             }
         }
         self.outcomes(&changes, now, last)
+    }
+
+    /// The next reading of the kernel's suppressed-refusal counts is their baseline:
+    /// for a map adopted without a checkpoint of what was read of it.
+    pub fn suppressed_from_now(&mut self) {
+        self.suppressed.count_from_next_reading();
     }
 
     /// Takes a reading of the kernel's suppressed-refusal counts (`last`: the final

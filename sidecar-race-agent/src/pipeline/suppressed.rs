@@ -45,9 +45,18 @@ pub struct Suppressed {
     /// they last grew.
     by_client: HashMap<(String, Client), (u64, Instant)>,
     unkeyed: u64,
+    /// The next reading is taken as the baseline (see [`Suppressed::count_from_next_reading`]).
+    baseline: bool,
 }
 
 impl Suppressed {
+    /// Counts only what the kernel adds after the next reading: the map was adopted
+    /// without the values an earlier agent read of it (no checkpoint restored), so
+    /// what it holds is history since the pins were made, possibly days of it.
+    pub fn count_from_next_reading(&mut self) {
+        self.baseline = true;
+    }
+
     /// Takes one reading of the kernel's counts. A cgroup whose pod or container the
     /// pod source has not named yet is held up to `wait` (not when `last`).
     pub fn read(
@@ -59,6 +68,24 @@ impl Suppressed {
         last: bool,
     ) -> Reading {
         let mut out = Reading::default();
+        if std::mem::take(&mut self.baseline) {
+            self.unkeyed = counts.unkeyed;
+            for &(cgroup_id, value) in &counts.by_cgroup {
+                if inventory.cgroups.is_gone(cgroup_id) {
+                    out.forget.push(cgroup_id);
+                    continue;
+                }
+                self.cgroups.insert(
+                    cgroup_id,
+                    Tracked {
+                        read: value,
+                        held: 0,
+                        first_seen: now,
+                    },
+                );
+            }
+            return out;
+        }
         // A count below the last one read started again from zero (a new kernel map,
         // after a restore from a checkpoint whose pinned map was not adopted).
         if counts.unkeyed < self.unkeyed {
@@ -106,7 +133,9 @@ impl Suppressed {
                 });
                 t.held = 0;
             }
-            if t.held == 0 && inventory.cgroups.is_removed(cgroup_id) {
+            // Removed while the agent watched, or before it started (its entry would
+            // otherwise hold a slot of the kernel's map for ever).
+            if t.held == 0 && inventory.cgroups.is_gone(cgroup_id) {
                 self.cgroups.remove(&cgroup_id);
                 out.forget.push(cgroup_id);
             }
@@ -271,5 +300,56 @@ mod tests {
         // A new map (its pins were not adopted): its counts are new.
         let r = s.read(&counts(&[(11, 5)], 1), &mut inv, now, wait, false);
         assert_eq!(total(&r), 6);
+    }
+
+    /// An index that walked a real tree (so it knows which ids came before its
+    /// newest), with container 11 of the pod.
+    fn walked() -> Inventory {
+        let dir = crate::test_facts::temp_dir("suppressed-walked");
+        std::fs::create_dir_all(dir.join("child")).unwrap();
+        let mut cgroups = CgroupIndex::new(&dir, u64::MAX);
+        cgroups.scan().unwrap();
+        let mut inv = inventory();
+        inv.cgroups = cgroups;
+        let pod = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+            UID.replace('-', "_")
+        );
+        inv.cgroups.created(
+            11,
+            &format!("{pod}/cri-containerd-{}.scope", "a".repeat(64)),
+        );
+        inv
+    }
+
+    #[test]
+    fn adopted_without_a_checkpoint_the_first_reading_is_the_baseline() {
+        let mut inv = walked();
+        let (now, wait) = (Instant::now(), Duration::from_secs(10));
+        let mut s = Suppressed::default();
+        s.count_from_next_reading();
+        // Cgroup 1: an id below the newest the walk found, unknown to it: removed
+        // while no agent ran.
+        let r = s.read(
+            &counts(&[(11, 500), (1, 900)], 7),
+            &mut inv,
+            now,
+            wait,
+            false,
+        );
+        assert_eq!(total(&r), 0, "days of history are not counted again");
+        assert_eq!(r.forget, vec![1], "a removed cgroup's entry goes");
+        let r = s.read(&counts(&[(11, 520)], 9), &mut inv, now, wait, false);
+        assert_eq!(total(&r), 22, "what the kernel adds from then on counts");
+    }
+
+    #[test]
+    fn entries_of_cgroups_removed_while_no_agent_ran_are_deleted() {
+        let mut inv = walked();
+        let (now, wait) = (Instant::now(), Duration::from_secs(10));
+        let mut s = Suppressed::default();
+        let r = s.read(&counts(&[(11, 5), (1, 3)], 0), &mut inv, now, wait, false);
+        assert_eq!(total(&r), 8);
+        assert_eq!(r.forget, vec![1], "read once, then its slot is freed");
     }
 }

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use crate::agent::RunAgent;
+
 pub struct PinnedPlace {
     pub bpffs: PathBuf,
     pub state_dir: PathBuf,
@@ -45,6 +47,21 @@ impl PinnedPlace {
             "--state-dir".into(),
             self.state_dir.display().to_string(),
         ]
+    }
+
+    /// `run` pinning here, reading the pods file `source` (polled every 0.1 s), with
+    /// `extra` arguments.
+    pub fn agent(&self, source: &str, extra: &[&str]) -> RunAgent {
+        let mut args = vec![
+            "--pods-from".to_string(),
+            source.to_string(),
+            "--pods-poll-seconds".into(),
+            "0.1".into(),
+        ];
+        args.extend(self.args());
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        RunAgent::start(&args)
     }
 
     /// The layout keys pinned now.

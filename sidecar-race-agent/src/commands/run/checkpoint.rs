@@ -3,10 +3,13 @@
 //! and every [`EVERY`] in between, so that a killed agent (the OOM killer, a node
 //! crash) loses only what it read since its last one.
 
-use std::time::Duration;
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use crate::{
     checkpoint::{CheckpointFile, LoadError},
+    ingest::events::{Sender, SocketFact},
+    inventory::{PodOwner, cgroup_path},
+    kernel::listening,
     pipeline::{Pipeline, PipelineSnapshot, Restored},
 };
 
@@ -31,26 +34,17 @@ impl Restore {
 pub const EVERY: Duration = Duration::from_secs(5);
 
 /// Reads the checkpoint into `pipeline` (fresh, nothing taken from the ring yet) at boot
-/// ns `now`, then removes the file so an agent that crashes later does not read it
-/// again. `adopted`: this agent adopted pins, so an agent ran before it. Logs what
+/// ns `now`, the file removed before it is parsed so an agent that crashes while or
+/// after it restores does not read it again. `adopted`: this agent adopted pins, so an agent ran before it. Logs what
 /// happened, and what was lost when the agent before did not stop cleanly; never fails.
 pub fn restore(file: &CheckpointFile, pipeline: &mut Pipeline, now: u64, adopted: bool) -> Restore {
-    let loaded = file.load(now);
-    if !matches!(loaded, Err(LoadError::Missing(_)))
-        && let Err(e) = file.remove()
-    {
-        tracing::warn!(
-            "cannot remove the checkpoint {} after reading it: {e}",
-            file.path().display()
-        );
-    }
-    match loaded {
+    match file.take(now) {
         Err(LoadError::Missing(path)) if adopted => {
             tracing::warn!(
                 path = %path.display(),
-                "the agent before this one stopped without its final checkpoint and left \
-                 none (killed before its first): the refusals it read are lost, those it \
-                 left in the ring are read now"
+                "the agent before this one left no checkpoint (killed before its first, or \
+                 its last save failed and removed the one before): the refusals it read and \
+                 did not account for are lost, those it left in the ring are read now"
             );
             Restore::Missing
         }
@@ -76,6 +70,9 @@ pub fn restore(file: &CheckpointFile, pipeline: &mut Pipeline, now: u64, adopted
                 );
             }
             let restored = pipeline.restore(loaded.state, now);
+            if !loaded.header.last {
+                listening_now(pipeline, now);
+            }
             let s = restored.summary;
             tracing::info!(
                 path = %file.path().display(),
@@ -117,7 +114,9 @@ pub fn save_periodic(
         }
         Err(e) if !*failing => {
             *failing = true;
-            tracing::warn!("{e}; a killed agent would lose what it read since its last checkpoint");
+            tracing::warn!(
+                "{e}; until a checkpoint is written again, a killed agent loses what it read"
+            );
         }
         Err(_) => {}
     }
@@ -155,5 +154,71 @@ pub fn save(file: &CheckpointFile, pipeline: &Pipeline, now: u64) -> bool {
             );
             false
         }
+    }
+}
+
+/// After a periodic checkpoint (the agent before was killed), the listeners the open
+/// incidents wait for, as the kernel's tables show them now: the record of one that
+/// came up after that checkpoint was read by the killed agent and is gone from the
+/// ring, and without it the race would end `unresolved` ("nothing listened"). Each is
+/// taken in as a listen at `now` (it listened by then), behind the records still in
+/// the ring (the reorder window): a listen recorded there comes first, with its time.
+/// Returns how many were found.
+fn listening_now(pipeline: &mut Pipeline, now: u64) -> usize {
+    let mut waiting: Vec<(String, u16)> = pipeline
+        .detector()
+        .incidents()
+        .newest_first()
+        .filter(|i| !i.is_final() && i.socket.is_none())
+        .map(|i| (i.pod_uid.clone(), i.port))
+        .collect();
+    waiting.sort();
+    waiting.dedup();
+    let cgroups = &pipeline.inventory().cgroups;
+    let mount = cgroups.mount().to_path_buf();
+    let pod_cgroups = |uid: &str| -> Vec<(u64, PathBuf)> {
+        cgroups
+            .live()
+            .filter(|(_, path)| {
+                PodOwner::of(&cgroup_path::parse(path)).is_some_and(|o| &*o.pod_uid == uid)
+            })
+            .map(|(id, path)| (id, mount.join(path.trim_start_matches('/'))))
+            .collect()
+    };
+    let mut found = Vec::new();
+    for (uid, port) in waiting {
+        let dirs = pod_cgroups(&uid);
+        let dirs: Vec<(u64, &std::path::Path)> =
+            dirs.iter().map(|(id, d)| (*id, d.as_path())).collect();
+        found.extend(listening::tcp_listeners(&dirs, port));
+    }
+    for l in &found {
+        tracing::info!(
+            addr = %l.addr,
+            pid = l.pid,
+            "a listener the agent before this one saw come up after its last checkpoint is \
+             listening: the incidents it covers resolve as of now, as that agent told them"
+        );
+        pipeline.listening_at_restore(&listen_at(now, l.cgroup_id, l.pid, l.addr));
+    }
+    found.len()
+}
+
+/// A listen record as the kernel would have written it at `ts`.
+fn listen_at(ts: u64, cgroup_id: u64, pid: u32, addr: SocketAddr) -> SocketFact {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    SocketFact {
+        ts_boot_ns: ts,
+        owner: Sender {
+            cgroup_id,
+            pid,
+            tgid: pid,
+            comm: comm.trim().into(),
+        },
+        ipv6: addr.is_ipv6(),
+        src: addr,
+        dst: None,
+        local_dst: None,
+        start_boot_ns: 0,
     }
 }

@@ -153,6 +153,14 @@ async fn daemon(
     let restore = checkpoint
         .as_ref()
         .map(|file| checkpoint::restore(file, &mut pipeline.lock(), clock::boot_now_ns(), adopted));
+    if adopted
+        && !restore
+            .as_ref()
+            .is_some_and(checkpoint::Restore::is_restored)
+    {
+        // The adopted counts are history since the pins were made, none of it read.
+        pipeline.lock().suppressed_from_now();
+    }
     // What an earlier build's rings held up to the cut, after the restored state; the
     // new rings' records before the cut are the same ones again.
     let handover = probes.handover.take();

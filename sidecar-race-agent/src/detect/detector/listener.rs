@@ -28,6 +28,11 @@ impl Detector {
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
         let ps = self.pod_state(pod_uid);
+        // Up already, and not gone since: the same listener told twice (a restored
+        // agent's look at the kernel's tables, then the record of the listen itself).
+        if ps.listeners.is_up(addr) {
+            return Vec::new();
+        }
         if !ps.listeners.up(addr, container_id.clone(), ts) {
             self.listeners_dropped += 1;
             return Vec::new();

@@ -13,7 +13,7 @@ use aya::{
 use super::{
     bpffs,
     error::PinError,
-    manifest::{Manifest, MapPin},
+    manifest::{MAPS, Manifest, MapPin},
 };
 
 /// The pinned state, opened.
@@ -29,6 +29,14 @@ impl Adopted {
     pub fn open(dir: &Path, manifest: &Manifest) -> Result<Self, PinError> {
         if manifest.links.is_empty() {
             return Err(PinError::Io("the manifest lists no links".into()));
+        }
+        // A manifest that lists fewer maps than this build reads (edited, or cut)
+        // is not adopted: the probes would miss one.
+        if let Some(missing) = MAPS
+            .iter()
+            .find(|name| !manifest.maps.iter().any(|m| m.name == **name))
+        {
+            return Err(PinError::Io(format!("the manifest lists no {missing} map")));
         }
         let mut maps = Vec::new();
         for want in &manifest.maps {

@@ -11,13 +11,33 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::kernel::{
-    globals::ProcessNames, layout::TRACEPOINTS, layout::Tracepoint, tracepoints::Degraded,
-    tracepoints::SetStateHook, unix_hooks::UnixCoverage,
+use crate::{
+    kernel::{
+        globals::ProcessNames, layout::TRACEPOINTS, layout::Tracepoint, tracepoints::Degraded,
+        tracepoints::SetStateHook, unix_hooks::UnixCoverage,
+    },
+    state_file::{self, StateFileError},
 };
 
 /// Bumped when the manifest's meaning changes: an older one is not adopted.
 pub const VERSION: u32 = 1;
+
+/// The maps the agent reads and writes: what a new agent must find again (a
+/// manifest that lists fewer is not adopted).
+pub const MAPS: [&str; 9] = [
+    "EVENTS",
+    "CONTROL",
+    "COUNTERS",
+    "SUPPRESSED",
+    "CHARGE_POINTS",
+    "BUDGET",
+    "CONTROL_BUDGET",
+    "LOCAL_REFUSALS",
+    "UNIX_KPROBE_CALLS",
+];
+
+/// The most a manifest is read of (one is a few KiB: a line per link and map).
+const MAX_BYTES: usize = 1 << 20;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Manifest {
@@ -132,10 +152,10 @@ pub fn write(path: &Path, manifest: &Manifest) -> io::Result<()> {
 
 /// The manifest at `path`: `Ok(None)` when there is none.
 pub fn read(path: &Path) -> Result<Option<Manifest>, String> {
-    let bytes = match std::fs::read(path) {
+    let bytes = match state_file::read(path, MAX_BYTES) {
         Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        Err(StateFileError::Missing(_)) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
     };
     let m: Manifest = serde_json::from_slice(&bytes)
         .map_err(|e| format!("{} is not a manifest of pins: {e}", path.display()))?;
@@ -203,5 +223,17 @@ mod tests {
         let older = serde_json::to_vec(&Manifest { version: 0, ..m }).unwrap();
         std::fs::write(&p, older).unwrap();
         assert!(read(&p).unwrap_err().contains("version 0"));
+    }
+
+    #[test]
+    fn a_manifest_that_is_no_regular_file_is_refused_without_reading_it() {
+        let dir = crate::test_facts::temp_dir("manifest-zero");
+        let p = path(dir.as_path(), "0123456789abcdef");
+        std::os::unix::fs::symlink("/dev/zero", &p).unwrap();
+        let err = read(&p).unwrap_err();
+        assert!(
+            err.contains("a character device, not a regular file"),
+            "{err}"
+        );
     }
 }

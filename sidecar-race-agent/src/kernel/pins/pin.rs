@@ -13,21 +13,8 @@ use crate::kernel::{fdinfo, layout::Tracepoint};
 use super::{
     bpffs,
     error::PinError,
-    manifest::{LinkPin, MapPin},
+    manifest::{LinkPin, MAPS, MapPin},
 };
-
-/// The maps the agent reads and writes: what a new agent must find again.
-pub const MAPS: [&str; 9] = [
-    "EVENTS",
-    "CONTROL",
-    "COUNTERS",
-    "SUPPRESSED",
-    "CHARGE_POINTS",
-    "BUDGET",
-    "CONTROL_BUDGET",
-    "LOCAL_REFUSALS",
-    "UNIX_KPROBE_CALLS",
-];
 
 /// Pins the maps of [`MAPS`] under `dir/maps`, every link of `ebpf`'s programs under
 /// `dir/links` and their programs under `dir/progs` (a new agent reads their

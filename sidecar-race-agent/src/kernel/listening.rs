@@ -1,0 +1,169 @@
+//! Who listens now, as the kernel's socket tables tell it: the TCP listeners held by
+//! the processes of a set of cgroups, read from `/proc/<pid>/net/tcp{,6}` (the table of
+//! the process's network namespace) and matched to their owner through its fds. A
+//! restored agent asks this for its open incidents: a listener that came up after the
+//! checkpoint, and whose record the agent before read and took with it, is still
+//! there to be seen.
+
+use std::{
+    collections::HashMap,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    path::Path,
+};
+
+/// Processes read per cgroup, and fds per process: a listener is among the first.
+const PIDS_PER_CGROUP: usize = 256;
+const FDS_PER_PROCESS: usize = 4096;
+/// `TCP_LISTEN` in the tables' `st` column.
+const LISTEN: &str = "0A";
+
+/// A socket listening now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listening {
+    /// The cgroup of the process that holds it.
+    pub cgroup_id: u64,
+    pub pid: u32,
+    pub addr: SocketAddr,
+}
+
+/// The TCP listeners on `port` held by the processes of `cgroups` (id, directory).
+pub fn tcp_listeners(cgroups: &[(u64, &Path)], port: u16) -> Vec<Listening> {
+    // Each listening socket's inode, from each network namespace's table once.
+    let mut tables_read = Vec::new();
+    let mut listening: HashMap<u64, SocketAddr> = HashMap::new();
+    let mut owners: Vec<(u64, u32)> = Vec::new();
+    for &(cgroup_id, dir) in cgroups {
+        for pid in pids(dir) {
+            owners.push((cgroup_id, pid));
+            let Ok(netns) = std::fs::read_link(format!("/proc/{pid}/ns/net")) else {
+                continue;
+            };
+            if tables_read.contains(&netns) {
+                continue;
+            }
+            tables_read.push(netns);
+            for table in ["tcp", "tcp6"] {
+                if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) {
+                    listening.extend(listeners_in(&text).filter(|(_, a)| a.port() == port));
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    if listening.is_empty() {
+        return found;
+    }
+    for (cgroup_id, pid) in owners {
+        for inode in socket_inodes(pid) {
+            if let Some(addr) = listening.remove(&inode) {
+                found.push(Listening {
+                    cgroup_id,
+                    pid,
+                    addr,
+                });
+            }
+        }
+    }
+    found
+}
+
+/// The processes of the cgroup at `dir`.
+fn pids(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|s| {
+            s.lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .take(PIDS_PER_CGROUP)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The inodes of the sockets process `pid` holds.
+fn socket_inodes(pid: u32) -> Vec<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .take(FDS_PER_PROCESS)
+        .filter_map(|fd| {
+            let target = std::fs::read_link(fd.path()).ok()?;
+            let target = target.to_str()?;
+            target
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// (inode, address) of each listening socket of a `/proc/net/tcp{,6}` table.
+fn listeners_in(table: &str) -> impl Iterator<Item = (u64, SocketAddr)> + '_ {
+    table.lines().skip(1).filter_map(|line| {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.get(3) != Some(&LISTEN) {
+            return None;
+        }
+        let addr = local_address(cols.get(1)?)?;
+        let inode = cols.get(9)?.parse().ok()?;
+        Some((inode, addr))
+    })
+}
+
+/// `0100007F:3A99` (IPv4) or 32 hex digits and a port (IPv6): the kernel prints each
+/// 32-bit word of the address as a number of the host's byte order.
+fn local_address(col: &str) -> Option<SocketAddr> {
+    let (addr, port) = col.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let word = |i: usize| {
+        u32::from_str_radix(addr.get(i * 8..i * 8 + 8)?, 16)
+            .ok()
+            .map(u32::to_ne_bytes)
+    };
+    let ip = match addr.len() {
+        8 => IpAddr::V4(Ipv4Addr::from(word(0)?)),
+        32 => {
+            let mut bytes = [0u8; 16];
+            for i in 0..4 {
+                bytes[i * 4..i * 4 + 4].copy_from_slice(&word(i)?);
+            }
+            IpAddr::V6(Ipv6Addr::from(bytes))
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tables_listeners_are_read_with_their_addresses_in_host_order() {
+        let w = |b: [u8; 4]| format!("{:08X}", u32::from_ne_bytes(b));
+        let v4 = format!("{}:3A99", w([127, 0, 0, 1]));
+        let v6 = format!(
+            "{}{}{}{}:1F90",
+            w([0; 4]),
+            w([0; 4]),
+            w([0; 4]),
+            w([0, 0, 0, 1])
+        );
+        let table = format!(
+            "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+             0: {v4} 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0 100 0 0 10 0\n\
+             1: {v4} 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0 100 0 0 10 0\n\
+             2: {v6} 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4444 1\n"
+        );
+        let found: Vec<_> = listeners_in(&table).collect();
+        assert_eq!(
+            found,
+            [
+                (4242, "127.0.0.1:15001".parse().unwrap()),
+                (4444, "[::1]:8080".parse().unwrap()),
+            ],
+            "an established socket (st 01) is no listener"
+        );
+    }
+}
