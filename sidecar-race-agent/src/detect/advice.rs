@@ -1,8 +1,11 @@
 //! One sentence per incident: the fix that applies, in the names the user knows.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
-use super::incident::{Kind, Phase};
+use super::{
+    incident::{Kind, Phase},
+    listeners::canonical,
+};
 use crate::{
     catalog::Sidecar,
     inventory::pod_info::{Pattern, ProbeTarget},
@@ -150,8 +153,9 @@ fn sidecar_race(s: &Subject) -> String {
     if let (Phase::Unresolved, Some(listen), Some(dialed)) = (s.phase, s.listening_on, s.dialed) {
         let server = s.sidecar.unwrap_or("a container of the pod");
         return format!(
-            "{dialed_note}{server} listens on {listen}, which does not take {app}'s connections to {dialed}: make {server} listen on an address that does (e.g. [::] for both families) or have {app} dial {listen}; this is a misconfiguration, not a race.",
+            "{dialed_note}{server} listens on {listen}, which does not take {app}'s connections to {dialed}: {fix}; this is a misconfiguration, not a race.",
             dialed_note = dialed_prefix(s, app, port),
+            fix = address_fix(server, listen, app, dialed),
         );
     }
     let Some(sidecar) = s.sidecar else {
@@ -204,6 +208,31 @@ fn sidecar_race(s: &Subject) -> String {
         ),
     };
     format!("{dialed}{text}")
+}
+
+/// How to make `server`'s listener on `listen` take `app`'s connections to `dialed`:
+/// the other family wants a dual-stack address; an address of the same family (the
+/// pod IP where the app dials loopback, or the reverse) wants the wildcard or the
+/// address dialed, or the app dialing the one served.
+fn address_fix(server: &str, listen: SocketAddr, app: &str, dialed: SocketAddr) -> String {
+    let (l, d) = (canonical(listen.ip()), canonical(dialed.ip()));
+    if l.is_ipv4() != d.is_ipv4() {
+        return format!(
+            "make {server} listen on an address that does (e.g. [::] for both families) or have {app} dial {listen}"
+        );
+    }
+    let (any, dialed_ip) = match d {
+        IpAddr::V4(_) => ("0.0.0.0", d.to_string()),
+        IpAddr::V6(_) => ("[::]", format!("[{d}]")),
+    };
+    let what = if l.is_loopback() {
+        "loopback"
+    } else {
+        "the pod IP"
+    };
+    format!(
+        "make {server} listen on {any} (or on {dialed_ip}, the address {app} dials) or have {app} dial {what} ({listen})"
+    )
 }
 
 /// After a redirect (a mesh's outbound capture) the app dialed another port.

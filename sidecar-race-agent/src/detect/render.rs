@@ -174,7 +174,9 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         port: inc.port,
         dialed_port: inc.local_destination.map(|_| inc.destination.port()),
         startup_probe,
-        roles_known: container_role.is_some() && sidecar_role.is_some(),
+        // No serving container at all (nothing listened): the client's role is all
+        // the pod source has to tell.
+        roles_known: container_role.is_some() && (sidecar.is_none() || sidecar_role.is_some()),
         client_is_sidecar: container_role.is_some_and(Role::is_sidecar),
         listening_on: inc.uncovering_listener,
         dialed: inc.targets.first().copied(),

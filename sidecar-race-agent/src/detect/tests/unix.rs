@@ -302,3 +302,23 @@ fn a_bind_decided_before_its_container_was_named_still_resolves_the_volume_socke
         (Phase::Startup, State::Resolved, 5)
     );
 }
+
+/// A socket path nobody binds, in a pod whose source named both containers: the
+/// advice says nothing listened there, not that the pod metadata is missing.
+#[test]
+fn a_socket_nobody_binds_is_told_with_the_pods_names() {
+    let meta = meta_with(with_socket_volume());
+    let mut facts = vec![started(0), container_started(0, APP)];
+    facts.extend((0..5).map(|n| unix_refused(S + n * 200 * MS, "/var/run/dapr/app.sock")));
+    let (mut d, _) = run(facts, &meta);
+    d.advance(125 * S, &meta);
+    let v = view(all(&d)[0], &meta, &wall);
+    assert_eq!(
+        (v.phase, v.container_role),
+        (Phase::Unresolved, Some(Role::App))
+    );
+    assert_eq!(
+        v.advice,
+        "Nothing in the pod listened on socket /var/run/dapr/app.sock within the window: check the path app dials and the volume both containers mount; this is a misconfiguration, not a race."
+    );
+}
