@@ -39,6 +39,9 @@ pub struct Subject<'a> {
     pub socket: Option<(&'a str, Option<&'a str>)>,
     /// The serving container is this known sidecar (`crate::catalog`).
     pub known: Option<&'a Sidecar>,
+    /// For a Unix socket incident: a container's mount of the socket's volume whose
+    /// `subPathExpr` could not be expanded, and why (`app's subPathExpr $(DIR): …`).
+    pub unexpanded: Option<&'a str>,
 }
 
 impl Subject<'_> {
@@ -91,12 +94,18 @@ pub fn advice(s: &Subject) -> String {
         Kind::AppNotReady => app_not_ready(s),
         Kind::SidecarRace => sidecar_race(s),
     };
-    if s.kind == Kind::SidecarRace && !s.roles_known {
+    let text = if s.kind == Kind::SidecarRace && !s.roles_known {
         format!(
             "{text} (No pod metadata: container roles are unknown, so this assumes the serving container is a sidecar.)"
         )
     } else {
         text
+    };
+    match s.unexpanded {
+        Some(why) => format!(
+            "{text} (The agent could not expand {why}; the socket is matched by the expression as written, which may not be the directory the kubelet mounts.)"
+        ),
+        None => text,
     }
 }
 
@@ -281,6 +290,7 @@ mod tests {
             dialed: None,
             socket: None,
             known: None,
+            unexpanded: None,
         }
     }
 

@@ -12,6 +12,7 @@ pub(crate) mod pod_meta;
 pub(crate) mod sidecars;
 pub mod sources;
 pub mod store;
+mod sub_path_expr;
 
 pub use self::{
     attribution::{Attribution, PodOwner},

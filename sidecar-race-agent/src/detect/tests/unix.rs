@@ -21,6 +21,7 @@ pub(super) fn with_socket_volume() -> PodInfo {
             volume: "dapr-socket".into(),
             mount_path: at.into(),
             sub_path: String::new(),
+            unexpanded: None,
         });
     }
     pod
@@ -320,5 +321,32 @@ fn a_socket_nobody_binds_is_told_with_the_pods_names() {
     assert_eq!(
         v.advice,
         "Nothing in the pod listened on socket /var/run/dapr/app.sock within the window: check the path app dials and the volume both containers mount; this is a misconfiguration, not a race."
+    );
+}
+
+/// An app mount whose `subPathExpr` the agent cannot expand (a ConfigMap's value):
+/// the socket is matched by the expression as written, and the advice says so.
+#[test]
+fn a_sub_path_expr_that_cannot_be_expanded_is_named_in_the_advice() {
+    let mut pod = with_socket_volume();
+    for c in &mut pod.containers {
+        if c.name == "app" {
+            c.mounts[0].sub_path = "$(DIR)".into();
+            c.mounts[0].unexpanded = Some(
+                "subPathExpr $(DIR): DIR comes from a ConfigMap key, which the agent does not read"
+                    .into(),
+            );
+        }
+    }
+    let meta = meta_with(pod);
+    let mut facts = vec![started(0), container_started(0, APP)];
+    facts.extend((0..5).map(|n| unix_refused(S + n * 200 * MS, "/var/run/dapr/app.sock")));
+    let (mut d, _) = run(facts, &meta);
+    d.advance(125 * S, &meta);
+    let v = view(all(&d)[0], &meta, &wall);
+    assert!(
+        v.advice.ends_with(" (The agent could not expand app's subPathExpr $(DIR): DIR comes from a ConfigMap key, which the agent does not read; the socket is matched by the expression as written, which may not be the directory the kubelet mounts.)"),
+        "{}",
+        v.advice
     );
 }
