@@ -472,6 +472,75 @@ fn a_datagram_sender_to_an_absent_socket_is_counted_in_an_open_incident() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// #50: the app mounts the volume with `subPathExpr: $(POD_NAME)` (its pod's own
+/// directory of it, POD_NAME from the downward API), the sidecar mounts the whole
+/// volume and binds 1.5 s late in that directory. One startup race on the volume's
+/// `<pod>/app.sock`, naming the sidecar; before #50 the expression was ignored, the app's
+/// socket taken at the volume's root, and the race never resolved.
+#[test]
+fn a_socket_under_a_sub_path_expr_is_one_startup_race_in_the_expanded_directory() {
+    if !is_root_or_skip(
+        "a_socket_under_a_sub_path_expr_is_one_startup_race_in_the_expanded_directory",
+    ) {
+        return;
+    }
+    let dir = volume_dir("subpathexpr");
+    let (agent, pods_file) = agent_with("subpathexpr");
+    let mut pod = SimPod::new("uds-subpathexpr").unwrap();
+    let proxy = pod.container("proxy").unwrap();
+    let app = pod.container("app").unwrap();
+    let (vol, view) = (dir.join("vol"), dir.join("app-view"));
+    let (vol_s, view_s) = (vol.display().to_string(), view.display().to_string());
+    let mut m = manifest(&pod, &app, &proxy, &view_s, &vol_s);
+    let pod_name = m["metadata"]["name"].as_str().expect("a name").to_string();
+    // The app's view of the volume is its pod's directory there, as the kubelet mounts it.
+    std::fs::create_dir_all(vol.join(&pod_name)).expect("the pod's directory");
+    std::os::unix::fs::symlink(vol.join(&pod_name), &view).expect("the app's view");
+    for c in m["spec"]["containers"].as_array_mut().expect("containers") {
+        if c["name"] == "app" {
+            c["volumeMounts"][0]["subPathExpr"] = json!("$(POD_NAME)");
+            c["env"] = json!([{"name": "POD_NAME",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]);
+        }
+    }
+    write_pod_list(&pods_file, &[m]);
+    let served = format!("{vol_s}/{pod_name}/app.sock");
+    spawn(&mut pod, &proxy, &["listen", &served, "--delay-ms", "1500"]);
+    let dialed = format!("{view_s}/app.sock");
+    let refused = client(&mut pod, &app, &["connect", &dialed, "--interval-ms", "50"]);
+    assert!(
+        refused >= 20,
+        "the app was refused while the sidecar was late: {refused}"
+    );
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["sidecar"].as_str(),
+            i["refused_count"].as_u64()
+        ),
+        (Some("startup"), Some("proxy"), Some(refused)),
+        "{i:#}"
+    );
+    assert_eq!(
+        i["socket"],
+        json!({"path": dialed, "volume": "sock", "abstract": false})
+    );
+    let advice = i["advice"].as_str().unwrap();
+    assert!(
+        advice.contains(&format!(r#"command: ["nc", "-zU", "{served}"]"#)),
+        "the probe names the sidecar's own path: {advice}"
+    );
+    let metrics = agent.metrics();
+    assert!(
+        metrics.contains(&format!(
+            r#"socket="sock/{pod_name}/app.sock",phase="startup"}} {refused}"#
+        )),
+        "{metrics}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A volume directory for `name` with a second view of it (a link: the kernel sees two
 /// paths, as two containers mounting one emptyDir at different paths do): the
 /// directory, the volume as the sidecar mounts it and as the app does.

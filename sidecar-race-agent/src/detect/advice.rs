@@ -1,8 +1,11 @@
 //! One sentence per incident: the fix that applies, in the names the user knows.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
-use super::incident::{Kind, Phase};
+use super::{
+    incident::{Kind, Phase},
+    listeners::canonical,
+};
 use crate::{
     pods::catalog::Sidecar,
     pods::pod_info::{Pattern, ProbeTarget},
@@ -36,6 +39,9 @@ pub struct Subject<'a> {
     pub socket: Option<(&'a str, Option<&'a str>)>,
     /// The serving container is this known sidecar (`crate::pods::catalog`).
     pub known: Option<&'a Sidecar>,
+    /// For a Unix socket incident: a container's mount of the socket's volume whose
+    /// `subPathExpr` could not be expanded, and why (`app's subPathExpr $(DIR): …`).
+    pub unexpanded: Option<&'a str>,
 }
 
 impl Subject<'_> {
@@ -88,12 +94,18 @@ pub fn advice(s: &Subject) -> String {
         Kind::AppNotReady => app_not_ready(s),
         Kind::SidecarRace => sidecar_race(s),
     };
-    if s.kind == Kind::SidecarRace && !s.roles_known {
+    let text = if s.kind == Kind::SidecarRace && !s.roles_known {
         format!(
             "{text} (No pod metadata: container roles are unknown, so this assumes the serving container is a sidecar.)"
         )
     } else {
         text
+    };
+    match s.unexpanded {
+        Some(why) => format!(
+            "{text} (The agent could not expand {why}; the socket is matched by the expression as written, which may not be the directory the kubelet mounts.)"
+        ),
+        None => text,
     }
 }
 
@@ -150,8 +162,9 @@ fn sidecar_race(s: &Subject) -> String {
     if let (Phase::Unresolved, Some(listen), Some(dialed)) = (s.phase, s.listening_on, s.dialed) {
         let server = s.sidecar.unwrap_or("a container of the pod");
         return format!(
-            "{dialed_note}{server} listens on {listen}, which does not take {app}'s connections to {dialed}: make {server} listen on an address that does (e.g. [::] for both families) or have {app} dial {listen}; this is a misconfiguration, not a race.",
+            "{dialed_note}{server} listens on {listen}, which does not take {app}'s connections to {dialed}: {fix}; this is a misconfiguration, not a race.",
             dialed_note = dialed_prefix(s, app, port),
+            fix = address_fix(server, listen, app, dialed),
         );
     }
     let Some(sidecar) = s.sidecar else {
@@ -206,6 +219,31 @@ fn sidecar_race(s: &Subject) -> String {
     format!("{dialed}{text}")
 }
 
+/// How to make `server`'s listener on `listen` take `app`'s connections to `dialed`:
+/// the other family wants a dual-stack address; an address of the same family (the
+/// pod IP where the app dials loopback, or the reverse) wants the wildcard or the
+/// address dialed, or the app dialing the one served.
+fn address_fix(server: &str, listen: SocketAddr, app: &str, dialed: SocketAddr) -> String {
+    let (l, d) = (canonical(listen.ip()), canonical(dialed.ip()));
+    if l.is_ipv4() != d.is_ipv4() {
+        return format!(
+            "make {server} listen on an address that does (e.g. [::] for both families) or have {app} dial {listen}"
+        );
+    }
+    let (any, dialed_ip) = match d {
+        IpAddr::V4(_) => ("0.0.0.0", d.to_string()),
+        IpAddr::V6(_) => ("[::]", format!("[{d}]")),
+    };
+    let what = if l.is_loopback() {
+        "loopback"
+    } else {
+        "the pod IP"
+    };
+    format!(
+        "make {server} listen on {any} (or on {dialed_ip}, the address {app} dials) or have {app} dial {what} ({listen})"
+    )
+}
+
 /// After a redirect (a mesh's outbound capture) the app dialed another port.
 fn dialed_prefix(s: &Subject, app: &str, port: u16) -> String {
     match s.dialed_port {
@@ -252,6 +290,7 @@ mod tests {
             dialed: None,
             socket: None,
             known: None,
+            unexpanded: None,
         }
     }
 

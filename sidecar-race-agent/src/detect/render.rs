@@ -11,13 +11,13 @@ use super::{
 use crate::{
     pods::catalog::CATALOG,
     pods::{
-        pod_info::{Pattern, Role, Workload},
+        pod_info::{Pattern, PodInfo, Role, Workload},
         pod_meta::PodMeta,
     },
 };
 
 pub use super::socket_view::SocketView;
-use super::socket_view::served_path;
+use super::{service::UnixSocket, socket_view::served_path};
 
 /// One incident in the public JSON shape (field names are a stable interface).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -165,6 +165,9 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         let served_by = pod?.container(sidecar.as_deref()?)?;
         served_path(s, served_by)
     });
+    let unexpanded = pod
+        .zip(inc.socket.as_ref())
+        .and_then(|(p, s)| unexpanded_mount(p, container.as_deref(), s));
     let subject = AdviceSubject {
         kind,
         phase: inc.phase,
@@ -174,7 +177,9 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         port: inc.port,
         dialed_port: inc.local_destination.map(|_| inc.destination.port()),
         startup_probe,
-        roles_known: container_role.is_some() && sidecar_role.is_some(),
+        // No serving container at all (nothing listened): the client's role is all
+        // the pod source has to tell.
+        roles_known: container_role.is_some() && (sidecar.is_none() || sidecar_role.is_some()),
         client_is_sidecar: container_role.is_some_and(Role::is_sidecar),
         listening_on: inc.uncovering_listener,
         dialed: inc.targets.first().copied(),
@@ -183,6 +188,7 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
             .as_ref()
             .map(|s| (s.path.as_str(), socket_in_sidecar.as_deref())),
         known: sidecar_info.and_then(|c| CATALOG.known(&c.name, c.image.as_deref())),
+        unexpanded: unexpanded.as_deref(),
     };
     let mut advice = advice(&subject);
     if let Some(tool) = wait_tool.filter(|_| shows_workaround(kind, inc.phase)) {
@@ -222,6 +228,24 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         // Known to the pipeline, which reads the kernel's counts.
         refusals_suppressed: 0,
     }
+}
+
+/// A mount of the socket's volume whose `subPathExpr` could not be expanded: the
+/// client's first, else another container's (the one that may serve it).
+fn unexpanded_mount(pod: &PodInfo, client: Option<&str>, s: &UnixSocket) -> Option<String> {
+    let volume = s.volume.as_deref()?;
+    let clients = pod
+        .containers
+        .iter()
+        .filter(|c| Some(c.name.as_str()) == client);
+    let others = pod
+        .containers
+        .iter()
+        .filter(|c| Some(c.name.as_str()) != client);
+    clients.chain(others).find_map(|c| {
+        let m = c.mounts.iter().find(|m| m.volume == volume)?;
+        Some(format!("{}'s {}", c.name, m.unexpanded.as_deref()?))
+    })
 }
 
 /// The name of a container's role, `unknown` when the pod metadata does not say.

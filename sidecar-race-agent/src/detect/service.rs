@@ -96,6 +96,7 @@ mod tests {
                 volume: volume.into(),
                 mount_path: path.into(),
                 sub_path: String::new(),
+                unexpanded: None,
             }],
         }
     }

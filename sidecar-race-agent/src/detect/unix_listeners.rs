@@ -71,6 +71,33 @@ impl UnixListeners {
         }
     }
 
+    /// The records kept under a path as bound (decided before the binding
+    /// container's mounts were known).
+    pub fn on_paths(&self) -> Vec<(String, UnixListener)> {
+        self.by_socket
+            .iter()
+            .filter_map(|(k, l)| match k {
+                SocketKey::Path(p) => Some((p.clone(), l.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The record of path `path` is the record of socket `to` from now on; when `to`
+    /// has a record already, the newer of the two is kept.
+    pub fn rekey(&mut self, path: &str, to: SocketKey) {
+        let Some(moved) = self.by_socket.remove(&SocketKey::Path(path.to_string())) else {
+            return;
+        };
+        let newest = |l: &UnixListener| l.up_at.max(l.down_at);
+        match self.by_socket.get(&to) {
+            Some(kept) if newest(kept) >= newest(&moved) => {}
+            _ => {
+                self.by_socket.insert(to, moved);
+            }
+        }
+    }
+
     pub fn get(&self, key: &SocketKey) -> Option<&UnixListener> {
         self.by_socket.get(key)
     }

@@ -12,4 +12,5 @@ pub(crate) mod pod_meta;
 mod probes;
 mod roles;
 pub(crate) mod sidecars;
+mod sub_path_expr;
 mod workload;

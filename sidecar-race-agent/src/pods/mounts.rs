@@ -7,14 +7,21 @@ use std::borrow::Cow;
 use k8s_openapi::api::core::v1::VolumeMount;
 use serde::{Deserialize, Serialize};
 
+use super::sub_path_expr::ExprEnv;
+
 /// One `volumeMounts[]` entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mount {
     pub volume: String,
     /// Absolute, without a trailing `/`.
     pub mount_path: String,
-    /// The directory of the volume mounted there (`subPath`), empty for its root.
+    /// The directory of the volume mounted there (`subPath`, or `subPathExpr`
+    /// expanded), empty for its root.
     pub sub_path: String,
+    /// Why its `subPathExpr` could not be expanded (`sub_path` then holds the
+    /// expression as written): the advice says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unexpanded: Option<String>,
 }
 
 /// Where a path inside a container lies on a pod volume.
@@ -26,18 +33,23 @@ pub struct OnVolume {
 }
 
 impl Mount {
-    /// From the pod spec. Mount paths that are not absolute cannot hold an absolute
-    /// socket path: they are dropped, which leaves those sockets matched by path.
-    pub fn from_spec(m: &VolumeMount) -> Option<Mount> {
+    /// From the pod spec, a `subPathExpr` expanded in the container's `env`. Mount
+    /// paths that are not absolute cannot hold an absolute socket path: they are
+    /// dropped, which leaves those sockets matched by path.
+    pub fn from_spec(m: &VolumeMount, env: &ExprEnv) -> Option<Mount> {
         let mount_path = normalise(&m.mount_path)?.into_owned();
+        let (sub_path, unexpanded) = match m.sub_path_expr.as_deref().filter(|e| !e.is_empty()) {
+            Some(expr) => match env.expand(expr) {
+                Ok(dir) => (dir, None),
+                Err(why) => (expr.to_string(), Some(format!("subPathExpr {expr}: {why}"))),
+            },
+            None => (m.sub_path.clone().unwrap_or_default(), None),
+        };
         Some(Mount {
             volume: m.name.clone(),
             mount_path,
-            sub_path: m
-                .sub_path
-                .as_deref()
-                .map(|s| s.trim_matches('/').to_string())
-                .unwrap_or_default(),
+            sub_path: sub_path.trim_matches('/').to_string(),
+            unexpanded,
         })
     }
 }
@@ -95,13 +107,20 @@ fn normalise(path: &str) -> Option<Cow<'_, str>> {
 mod tests {
     use super::*;
 
+    fn no_env() -> ExprEnv {
+        ExprEnv::of(&Default::default(), None, false)
+    }
+
     fn mount(volume: &str, path: &str, sub: Option<&str>) -> Mount {
-        Mount::from_spec(&VolumeMount {
-            name: volume.into(),
-            mount_path: path.into(),
-            sub_path: sub.map(Into::into),
-            ..Default::default()
-        })
+        Mount::from_spec(
+            &VolumeMount {
+                name: volume.into(),
+                mount_path: path.into(),
+                sub_path: sub.map(Into::into),
+                ..Default::default()
+            },
+            &no_env(),
+        )
         .expect("absolute")
     }
 
@@ -145,12 +164,61 @@ mod tests {
         assert_eq!(on_volume(&mounts, "/sockets/../etc/x.sock"), None);
         assert_eq!(on_volume(&mounts, "/tmp/app.sock"), None);
         assert!(
-            Mount::from_spec(&VolumeMount {
-                name: "v".into(),
-                mount_path: "relative/dir".into(),
-                ..Default::default()
-            })
+            Mount::from_spec(
+                &VolumeMount {
+                    name: "v".into(),
+                    mount_path: "relative/dir".into(),
+                    ..Default::default()
+                },
+                &no_env()
+            )
             .is_none()
+        );
+    }
+
+    /// #50: `subPathExpr: $(POD_NAME)` is the pod's own directory of the volume, not
+    /// its root: the app's socket meets the sidecar's bind in that directory, and two
+    /// pods' (or containers') different expansions are different sockets.
+    #[test]
+    fn a_sub_path_expr_is_expanded_from_the_containers_env() {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "checkout-1"}
+        }))
+        .unwrap();
+        let env: Vec<k8s_openapi::api::core::v1::EnvVar> =
+            serde_json::from_value(serde_json::json!([
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+            ]))
+            .unwrap();
+        let env = ExprEnv::of(&pod, Some(&env), false);
+        let expr = |e: &str| {
+            Mount::from_spec(
+                &VolumeMount {
+                    name: "sock".into(),
+                    mount_path: "/var/run/app".into(),
+                    sub_path_expr: Some(e.into()),
+                    ..Default::default()
+                },
+                &env,
+            )
+            .unwrap()
+        };
+        let app = [expr("$(POD_NAME)")];
+        let sidecar = [mount("sock", "/sockets", None)];
+        let dialed = on_volume(&app, "/var/run/app/app.sock").unwrap();
+        assert_eq!(
+            dialed,
+            on_volume(&sidecar, "/sockets/checkout-1/app.sock").unwrap()
+        );
+        assert_ne!(dialed, on_volume(&sidecar, "/sockets/app.sock").unwrap());
+        assert_eq!(app[0].unexpanded, None);
+        let secret = expr("$(FROM_SECRET)");
+        assert_eq!(
+            secret.unexpanded.as_deref(),
+            Some(
+                "subPathExpr $(FROM_SECRET): FROM_SECRET comes from a Secret key, which the agent does not read"
+            )
         );
     }
 }

@@ -14,6 +14,7 @@ use super::{
     mounts::Mount,
     probes::probe_target,
     sidecars::{Evidence, PodSidecarHints},
+    sub_path_expr::ExprEnv,
     workload::workload,
 };
 pub use super::{probes::ProbeTarget, roles::Pattern, roles::Role, workload::Workload};
@@ -101,13 +102,13 @@ impl PodInfo {
                 } else {
                     Role::Init
                 };
-                containers.push(container_info(c, role, None));
+                containers.push(container_info(pod, c, role, None));
             }
             let hints = PodSidecarHints::from_annotations(meta.annotations.as_ref());
             containers.extend(spec.containers.iter().map(|c| {
                 match hints.recognise(&c.name, c.image.as_deref()) {
-                    Some(evidence) => container_info(c, Role::ClassicSidecar, Some(evidence)),
-                    None => container_info(c, Role::App, None),
+                    Some(evidence) => container_info(pod, c, Role::ClassicSidecar, Some(evidence)),
+                    None => container_info(pod, c, Role::App, None),
                 }
             }));
             for e in spec.ephemeral_containers.iter().flatten() {
@@ -119,7 +120,10 @@ impl PodInfo {
                     ports: tcp_ports(e.ports.as_deref()),
                     startup_probe: None,
                     readiness_probe: None,
-                    mounts: mounts(e.volume_mounts.as_deref()),
+                    mounts: mounts(
+                        e.volume_mounts.as_deref(),
+                        &ExprEnv::of(pod, e.env.as_deref(), e.env_from.is_some()),
+                    ),
                 });
             }
         }
@@ -255,7 +259,12 @@ impl PodInfo {
     }
 }
 
-fn container_info(c: &Container, role: Role, sidecar_by: Option<Evidence>) -> ContainerInfo {
+fn container_info(
+    pod: &Pod,
+    c: &Container,
+    role: Role,
+    sidecar_by: Option<Evidence>,
+) -> ContainerInfo {
     let ports = c.ports.as_deref();
     ContainerInfo {
         name: c.name.clone(),
@@ -265,15 +274,18 @@ fn container_info(c: &Container, role: Role, sidecar_by: Option<Evidence>) -> Co
         ports: tcp_ports(ports),
         startup_probe: c.startup_probe.as_ref().map(|p| probe_target(p, ports)),
         readiness_probe: c.readiness_probe.as_ref().map(|p| probe_target(p, ports)),
-        mounts: mounts(c.volume_mounts.as_deref()),
+        mounts: mounts(
+            c.volume_mounts.as_deref(),
+            &ExprEnv::of(pod, c.env.as_deref(), c.env_from.is_some()),
+        ),
     }
 }
 
-fn mounts(specs: Option<&[VolumeMount]>) -> Vec<Mount> {
+fn mounts(specs: Option<&[VolumeMount]>, env: &ExprEnv) -> Vec<Mount> {
     specs
         .into_iter()
         .flatten()
-        .filter_map(Mount::from_spec)
+        .filter_map(|m| Mount::from_spec(m, env))
         .collect()
 }
 

@@ -107,6 +107,7 @@ pub(super) fn fix(i: &IncidentCount, r: &RefusalCount) -> Fix {
         dialed: None,
         socket: None,
         known: None,
+        unexpanded: None,
     };
     let mut advice_text = advice(&subject);
     if r.guarded && shows_workaround(kind, phase) {
@@ -151,6 +152,7 @@ pub(super) fn stuck_job_fix(sidecar: &str) -> Fix {
             dialed: None,
             socket: None,
             known: None,
+            unexpanded: None,
         }),
         kind: Kind::StuckJob,
         phase: Phase::Drain,

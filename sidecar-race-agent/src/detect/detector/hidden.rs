@@ -146,7 +146,7 @@ impl Detector {
     /// Hidden incident `from` joins incident `into` (the same container's earlier
     /// instance, or the same client's open incident): its refusals count there, and
     /// when it was open, `into` continues under its client.
-    fn merge(&mut self, uid: &str, from: u64, into: u64) -> Vec<Change> {
+    pub(super) fn merge(&mut self, uid: &str, from: u64, into: u64) -> Vec<Change> {
         self.incidents.stop_awaiting(uid, from);
         let Some(src) = self.incidents.get(from).cloned() else {
             return vec![];

@@ -9,7 +9,7 @@ use crate::detect::{
     fact::Client,
     incident::{Hidden, Incident, IncidentLog},
     pairs,
-    service::Service,
+    service::{Service, SocketKey},
 };
 
 /// What an incident is open under: its client and the port or socket refused.
@@ -196,6 +196,39 @@ impl Incidents {
         index.resolved_by_listener.retain(|_, v| *v != id);
         index.open.insert(key, id);
         self.log.get_mut(id)
+    }
+
+    /// The keys of the pod's open and listener-resolved incidents on a socket path
+    /// as dialed (decided before the client's mounts were known), with their ids.
+    pub(super) fn on_socket_paths(&self, pod: &str) -> Vec<(Key, u64)> {
+        let Some(index) = self.pods.get(pod) else {
+            return Vec::new();
+        };
+        index
+            .open
+            .iter()
+            .chain(&index.resolved_by_listener)
+            .filter(|((_, s), _)| matches!(s, Service::Socket(SocketKey::Path(_))))
+            .map(|(k, id)| (k.clone(), *id))
+            .collect()
+    }
+
+    /// Incident `id` is known under `to` instead of `from` (its socket named through
+    /// the client's mounts). When another incident is open under `to` already, nothing
+    /// moves and that one is returned, to merge into.
+    pub(super) fn rekey(&mut self, pod: &str, id: u64, from: &Key, to: Key) -> Option<u64> {
+        let index = self.pods.get_mut(pod)?;
+        if index.open.get(from) == Some(&id) {
+            if let Some(other) = index.open.get(&to).filter(|o| **o != id) {
+                return Some(*other);
+            }
+            index.open.remove(from);
+            index.open.insert(to, id);
+        } else if index.resolved_by_listener.get(from) == Some(&id) {
+            index.resolved_by_listener.remove(from);
+            index.resolved_by_listener.entry(to).or_insert(id);
+        }
+        None
     }
 
     /// Incident `id` is no longer open: its listener resolved it, and later refusals

@@ -8,6 +8,7 @@ use super::{
     change::{Change, NotARace},
     config::SECOND,
     state::Detector,
+    unix::container,
 };
 use crate::{
     detect::{
@@ -41,7 +42,16 @@ impl Detector {
             Episode::BeforeListener => inc.first_refused_at,
             Episode::AfterClose { closed_at } => closed_at,
         };
+        // A path dialed by a container the pod source has not named yet (an API server
+        // outage): re-keyed when it is named (see `rekey`), decided then.
+        let unnamed_client = || {
+            meta.has_source()
+                && inc
+                    .client_container_id()
+                    .is_some_and(|c| container(meta, uid, Some(c)).is_none())
+        };
         match inc.hidden {
+            Some(Hidden::SocketUnproven) if unnamed_client() => return changes,
             Some(Hidden::HostNetworkPort | Hidden::SocketUnproven)
                 if now.saturating_sub(since) >= self.cfg.unresolved_after_ns =>
             {

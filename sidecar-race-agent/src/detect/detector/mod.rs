@@ -17,6 +17,7 @@ mod lifecycle;
 mod listener;
 mod observe;
 mod refusal;
+mod rekey;
 mod snapshot;
 mod state;
 mod unix;

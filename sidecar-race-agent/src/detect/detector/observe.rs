@@ -117,6 +117,7 @@ impl Detector {
                 ps.source_gone_at.get_or_insert(now);
             }
             changes.extend(self.release_held(&uid, now, meta, false));
+            changes.extend(self.rekey_sockets(&uid, meta));
             for id in self.incidents.pending_in(&uid) {
                 changes.extend(self.advance_incident(now, &uid, id, meta));
             }

@@ -302,16 +302,23 @@ fn listener_history(
         // Something listens there and still refused: not a race we can explain.
         return Err(NotARace::Other);
     }
-    // Up on the port, on loopback, yet not taking this address: the other family.
-    let uncovering = on_port
+    // Up on the port yet not taking this loopback address: on loopback or the wildcard
+    // of the other family, else on another address (the pod IP), named in the advice.
+    let local = |l: &Listener| is_loopback(l.addr.ip()) || l.addr.ip().is_unspecified();
+    let up_elsewhere: Vec<&Listener> = on_port
         .iter()
         .filter(|l| l.is_up_at(ts) && !covers(l.addr, r.target))
-        .find(|l| is_loopback(l.addr.ip()) || l.addr.ip().is_unspecified())
-        .filter(|_| loopback && just_up.is_none());
+        .filter(|_| loopback && just_up.is_none())
+        .collect();
+    let uncovering = up_elsewhere
+        .iter()
+        .find(|l| local(l))
+        .or_else(|| up_elsewhere.first())
+        .copied();
     // A dual-stack client's fallback: `localhost` tried as ::1, then 127.0.0.1 served;
     // or a client seen dialing the served address before. Else it never connects.
     if let Some(l) = uncovering
-        && (canonical(r.target.ip()).is_ipv6() && canonical(l.addr.ip()).is_ipv4()
+        && (local(l) && canonical(r.target.ip()).is_ipv6() && canonical(l.addr.ip()).is_ipv4()
             || dialed_before.iter().any(|d| covers(l.addr, *d)))
     {
         return Err(NotARace::Other);

@@ -31,6 +31,10 @@ pub(super) struct PodState {
     pub(super) unix_listeners: UnixListeners,
     /// Unix-socket facts waiting for the pod's metadata.
     pub(super) held: Held,
+    /// Unix facts were decided before their container's mounts were known: keyed by
+    /// the path as written until the pod source names the container (see `rekey`).
+    #[serde(default)]
+    pub(super) unkeyed: bool,
 }
 
 pub struct Detector {

@@ -114,7 +114,7 @@ impl Detector {
     /// mounts (the nscd socket, `/dev/log`, a hostPath shared with the node alone) is
     /// none. Without the client's metadata (no pod source, or its wait is over), a path
     /// is unproven until a listener in the pod serves it.
-    fn candidate(
+    pub(super) fn candidate(
         &self,
         pod_uid: &str,
         client: &Client,
@@ -207,7 +207,20 @@ impl Detector {
             self.listeners_dropped += 1;
             return Vec::new();
         }
-        let service = Service::Socket(socket.key);
+        self.listener_came(ts, pod_uid, container_id, socket.key, meta)
+    }
+
+    /// A listener of socket `key` came up at `ts`: it resolves the pod's open
+    /// incidents on that socket refused before it (or just after).
+    pub(super) fn listener_came(
+        &mut self,
+        ts: u64,
+        pod_uid: &str,
+        container_id: Option<String>,
+        key: SocketKey,
+        meta: &dyn PodMeta,
+    ) -> Vec<Change> {
+        let service = Service::Socket(key);
         let late = self.cfg.late_refusal_ns;
         let ids: Vec<u64> = self
             .incidents
@@ -250,14 +263,14 @@ fn served(
 }
 
 /// Whether a sidecar could serve a socket.
-enum Candidate {
+pub(super) enum Candidate {
     Yes,
     /// Not until a listener in the pod serves it: hidden till then.
     Unproven,
     No(NotARace),
 }
 
-fn container<'a>(
+pub(super) fn container<'a>(
     meta: &'a dyn PodMeta,
     pod_uid: &str,
     id: Option<&str>,

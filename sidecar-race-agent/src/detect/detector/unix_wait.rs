@@ -8,7 +8,7 @@ use super::{
     held::{HeldFact, named},
     state::Detector,
 };
-use crate::{detect::fact::Fact, pods::pod_meta::PodMeta};
+use crate::{detect::fact::Fact, ingest::events::UnixName, pods::pod_meta::PodMeta};
 
 impl Detector {
     /// A Unix refusal, bind or close: decided now, or held behind the pod's earlier
@@ -27,6 +27,7 @@ impl Detector {
             }
             return changes;
         }
+        changes.extend(self.rekey_sockets(&pod_uid, meta));
         changes.extend(self.decide_unix(pod_uid, held, meta));
         changes
     }
@@ -59,6 +60,14 @@ impl Detector {
         held: HeldFact,
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
+        let on_path = match &held {
+            HeldFact::Refused { name, .. } | HeldFact::Listener { name, .. } => {
+                matches!(name, UnixName::Path(_))
+            }
+        };
+        if on_path && !named(meta, &pod_uid, held.container_id()) {
+            self.pod_state(&pod_uid).unkeyed = true;
+        }
         match held {
             HeldFact::Refused {
                 burst,

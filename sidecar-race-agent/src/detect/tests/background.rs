@@ -196,6 +196,7 @@ fn an_app_polling_its_own_control_socket_before_it_binds_is_no_incident() {
                 volume: "app-tmp".into(),
                 mount_path: "/tmp".into(),
                 sub_path: String::new(),
+                unexpanded: None,
             });
         }
     }
@@ -249,6 +250,7 @@ fn sub_path_and_odd_spellings_meet_on_the_volume() {
             volume: "sockets".into(),
             mount_path: at.into(),
             sub_path: sub.into(),
+            unexpanded: None,
         });
     }
     let meta = meta_with(pod);

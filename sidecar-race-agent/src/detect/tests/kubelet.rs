@@ -201,6 +201,26 @@ fn a_listener_of_the_other_family_never_resolves_the_client() {
 }
 
 #[test]
+fn a_sidecar_listening_on_the_pod_ip_is_named_when_the_app_dials_loopback() {
+    let meta = meta_with(checkout(Role::ClassicSidecar, None));
+    // istio-proxy listens on the pod IP only, before and after the app's refusals.
+    for first_up in [0, 3 * S] {
+        let mut facts = vec![started(0), up(first_up, PROXY, "10.244.1.17:15001")];
+        facts.extend(refusals(S, 2 * S, APP, "127.0.0.1:15001"));
+        facts.sort_by_key(Fact::ts);
+        let (mut d, _) = run(facts, &meta);
+        d.advance(125 * S, &meta);
+        let i = all(&d)[0];
+        assert_eq!(i.phase, Phase::Unresolved, "listener up at {first_up}");
+        let advice = view(i, &meta, &wall).advice;
+        assert_eq!(
+            advice,
+            "istio-proxy listens on 10.244.1.17:15001, which does not take app's connections to 127.0.0.1:15001: make istio-proxy listen on 0.0.0.0 (or on 127.0.0.1, the address app dials) or have app dial the pod IP (10.244.1.17:15001); this is a misconfiguration, not a race."
+        );
+    }
+}
+
+#[test]
 fn a_pod_force_deleted_while_it_runs_drains_once_never_unresolved() {
     let meta = meta_with(checkout(Role::ClassicSidecar, None));
     // A relist misses the pod (or it was force-deleted): gone from the source with no

@@ -21,6 +21,7 @@ pub(super) fn with_socket_volume() -> PodInfo {
             volume: "dapr-socket".into(),
             mount_path: at.into(),
             sub_path: String::new(),
+            unexpanded: None,
         });
     }
     pod
@@ -220,5 +221,132 @@ fn refusals_before_and_after_the_containers_are_named_are_one_incident() {
     assert_eq!(
         (incs[0].state, incs[0].phase, incs[0].refused_count),
         (State::Resolved, Phase::Startup, 6),
+    );
+}
+
+/// An API server outage longer than the metadata wait: the refusals and the sidecar's
+/// bind are decided without mounts (keyed by their paths, which differ), and the pod
+/// source comes back only after the unresolved timeout. Re-keyed then, they meet on
+/// the volume: one startup race, not refusals discarded as `other`.
+#[test]
+fn unix_facts_decided_during_an_outage_meet_their_listener_when_metadata_arrives() {
+    let none = Meta::default();
+    let mut d = Detector::new(DetectorConfig::default());
+    let mut facts = vec![
+        started(0),
+        container_started(0, APP),
+        container_started(0, PROXY),
+    ];
+    facts.extend((0..5).map(|n| unix_refused(S + n * 200 * MS, "/var/run/dapr/app.sock")));
+    facts.push(unix_up(2500 * MS, "/sockets/app.sock"));
+    let mut changes: Vec<Change> = facts
+        .into_iter()
+        .flat_map(|f| d.observe(f, &none))
+        .collect();
+    for now in (15..=150).step_by(15) {
+        changes.extend(d.advance(now * S, &none));
+    }
+    assert!(all(&d).is_empty(), "unproven while the source is down");
+    assert!(
+        !changes.iter().any(|c| matches!(c, Change::NotARace { .. })),
+        "{changes:?}"
+    );
+    let meta = meta_with(with_socket_volume());
+    changes.extend(d.advance(151 * S, &meta));
+    changes.extend(d.advance(400 * S, &meta));
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1, "{changes:?}");
+    assert_eq!(
+        (incs[0].phase, incs[0].state, incs[0].refused_count),
+        (Phase::Startup, State::Resolved, 5)
+    );
+    assert_eq!(incs[0].listener_ready_at, Some(2500 * MS));
+    assert!(
+        !changes.iter().any(|c| matches!(c, Change::NotARace { .. })),
+        "{changes:?}"
+    );
+    let v = view(incs[0], &meta, &wall);
+    assert_eq!(
+        v.socket.and_then(|s| s.volume).as_deref(),
+        Some("dapr-socket")
+    );
+}
+
+/// The reverse: the client is named and its refusals are keyed on the volume, but the
+/// sidecar's bind waited for a container name that came only after the wait, so it was
+/// keyed by its own path. Once the sidecar is named its bind meets the refusals: a
+/// startup race, not a false `unresolved`.
+#[test]
+fn a_bind_decided_before_its_container_was_named_still_resolves_the_volume_socket() {
+    let mut app_only = with_socket_volume();
+    app_only.statuses.retain(|s| s.name != "istio-proxy");
+    let app_only = meta_with(app_only);
+    let mut d = Detector::new(DetectorConfig::default());
+    let mut facts = vec![
+        started(0),
+        container_started(0, APP),
+        container_started(0, PROXY),
+    ];
+    facts.extend((0..5).map(|n| unix_refused(S + n * 200 * MS, "/var/run/dapr/app.sock")));
+    facts.push(unix_up(2500 * MS, "/sockets/app.sock"));
+    for f in facts {
+        d.observe(f, &app_only);
+    }
+    d.advance(15 * S, &app_only);
+    let meta = meta_with(with_socket_volume());
+    d.advance(20 * S, &meta);
+    d.advance(200 * S, &meta);
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1, "{incs:#?}");
+    assert_eq!(
+        (incs[0].phase, incs[0].state, incs[0].refused_count),
+        (Phase::Startup, State::Resolved, 5)
+    );
+}
+
+/// A socket path nobody binds, in a pod whose source named both containers: the
+/// advice says nothing listened there, not that the pod metadata is missing.
+#[test]
+fn a_socket_nobody_binds_is_told_with_the_pods_names() {
+    let meta = meta_with(with_socket_volume());
+    let mut facts = vec![started(0), container_started(0, APP)];
+    facts.extend((0..5).map(|n| unix_refused(S + n * 200 * MS, "/var/run/dapr/app.sock")));
+    let (mut d, _) = run(facts, &meta);
+    d.advance(125 * S, &meta);
+    let v = view(all(&d)[0], &meta, &wall);
+    assert_eq!(
+        (v.phase, v.container_role),
+        (Phase::Unresolved, Some(Role::App))
+    );
+    assert_eq!(
+        v.advice,
+        "Nothing in the pod listened on socket /var/run/dapr/app.sock within the window: check the path app dials and the volume both containers mount; this is a misconfiguration, not a race."
+    );
+}
+
+/// An app mount whose `subPathExpr` the agent cannot expand (a ConfigMap's value):
+/// the socket is matched by the expression as written, and the advice says so.
+#[test]
+fn a_sub_path_expr_that_cannot_be_expanded_is_named_in_the_advice() {
+    let mut pod = with_socket_volume();
+    for c in &mut pod.containers {
+        if c.name == "app" {
+            c.mounts[0].sub_path = "$(DIR)".into();
+            c.mounts[0].unexpanded = Some(
+                "subPathExpr $(DIR): DIR comes from a ConfigMap key, which the agent does not read"
+                    .into(),
+            );
+        }
+    }
+    let meta = meta_with(pod);
+    let mut facts = vec![started(0), container_started(0, APP)];
+    facts.extend((0..5).map(|n| unix_refused(S + n * 200 * MS, "/var/run/dapr/app.sock")));
+    let (mut d, _) = run(facts, &meta);
+    d.advance(125 * S, &meta);
+    let v = view(all(&d)[0], &meta, &wall);
+    assert!(
+        v.advice.ends_with(" (The agent could not expand app's subPathExpr $(DIR): DIR comes from a ConfigMap key, which the agent does not read; the socket is matched by the expression as written, which may not be the directory the kubelet mounts.)"),
+        "{}",
+        v.advice
     );
 }
