@@ -53,8 +53,9 @@ pub fn cache_root() -> PathBuf {
         .join("sidecar-race/go")
 }
 
-fn kubernetes_dir() -> PathBuf {
-    cache_root().join(format!("k8s-{KUBERNETES_VERSION}"))
+/// Kubernetes `version`'s cache directory (1.34's, or the 1.36 node's).
+pub(crate) fn kubernetes_dir(version: &str) -> PathBuf {
+    cache_root().join(format!("k8s-{version}"))
 }
 
 fn etcd_dir() -> PathBuf {
@@ -67,7 +68,7 @@ fn operator_dir() -> PathBuf {
 
 /// A cached Kubernetes binary (`kubectl`, `kubelet`, ...).
 pub fn kubernetes_bin(name: &str) -> PathBuf {
-    kubernetes_dir().join("bin").join(name)
+    kubernetes_dir(KUBERNETES_VERSION).join("bin").join(name)
 }
 
 pub fn etcd_bin() -> PathBuf {
@@ -115,7 +116,7 @@ pub fn ensure() -> anyhow::Result<()> {
     }
     let go = go()?;
     let started = Instant::now();
-    build_kubernetes(&go)?;
+    build_kubernetes(&go, KUBERNETES_VERSION)?;
     build_etcd(&go)?;
     build_helm(&go)?;
     build_operator(&go)?;
@@ -337,10 +338,10 @@ pub(crate) fn download(go: &Path, dir: &Path, module: &str) -> anyhow::Result<se
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
-fn build_kubernetes(go: &Path) -> anyhow::Result<()> {
-    let dir = kubernetes_dir();
+/// Kubernetes `v` (`v1.<minor>.<patch>`) into its cache directory.
+pub(crate) fn build_kubernetes(go: &Path, v: &str) -> anyhow::Result<()> {
+    let dir = kubernetes_dir(v);
     fs::create_dir_all(&dir)?;
-    let v = KUBERNETES_VERSION;
     let minor_patch = v.trim_start_matches("v1.");
     let minor = minor_patch.split('.').next().unwrap_or_default();
     let info = download(go, &dir, &format!("k8s.io/kubernetes@{v}"))?;
