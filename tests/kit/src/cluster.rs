@@ -253,7 +253,7 @@ pub fn kubernetes_version() -> String {
     std::env::var("SIDECAR_RACE_KUBERNETES_VERSION").unwrap_or_else(|_| "v1.34.4".into())
 }
 
-/// Checks the node's `containerRuntimeVersion` (`containerd://v2.4.2`): the runtime of
+/// Checks the node's `containerRuntimeVersion` (`containerd://2.4.2`): the runtime of
 /// this variant of the tier (its scheme), at the version xtask built for it
 /// (`SIDECAR_RACE_CLUSTER_RUNTIME_VERSION`, set for the runtimes built here; Debian's
 /// packages are checked by scheme only). The reason when it is not.
@@ -420,11 +420,11 @@ mod tests {
 
     #[test]
     fn the_node_must_run_the_variants_runtime_at_its_built_version() {
-        assert!(runtime_version_is("containerd://v2.4.2", "containerd", Some("v2.4.2")).is_ok());
+        assert!(runtime_version_is("containerd://2.4.2", "containerd", Some("2.4.2")).is_ok());
         assert!(runtime_version_is("containerd://1.6.20~ds1", "containerd", None).is_ok());
         // Debian's 1.6 where containerd 2 was built and started: refused.
-        let old = runtime_version_is("containerd://1.6.20~ds1", "containerd", Some("v2.4.2"));
-        assert!(old.unwrap_err().contains("not containerd://v2.4.2"));
+        let old = runtime_version_is("containerd://1.6.20~ds1", "containerd", Some("2.4.2"));
+        assert!(old.unwrap_err().contains("not containerd://2.4.2"));
         assert!(runtime_version_is("cri-o://1.34.0", "containerd", None).is_err());
     }
 }

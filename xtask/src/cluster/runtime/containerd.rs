@@ -46,6 +46,15 @@ impl Release {
 /// Its process's name among the cluster's.
 pub const PROCESS: &str = "containerd";
 
+/// Host paths containerd's shims make whatever the configuration says: their sockets
+/// (`/run/containerd/s`) and runc's state (`/run/containerd/runc`). `start` records
+/// whether it was absent; `stop` removes it then.
+pub const HOST_PATHS: [&str; 1] = ["/run/containerd"];
+
+fn made_file() -> PathBuf {
+    dir().join("host-paths-made")
+}
+
 /// containerd's directory: its root, state, sockets and config.
 fn dir() -> PathBuf {
     state("containerd")
@@ -83,6 +92,7 @@ pub fn start(cni_conf: &Path, release: Release) -> anyhow::Result<()> {
         }
     };
     fs::write(d.join("config.toml"), config)?;
+    super::host_paths::record_absent(&HOST_PATHS, &made_file())?;
     let mut cmd = Command::new(release.containerd());
     cmd.arg("--config").arg(d.join("config.toml"));
     if release == Release::V2 {
@@ -166,4 +176,5 @@ pub fn stop() {
     for pid in procs::pids_with_arg(&sock) {
         procs::stop_pid(pid, Duration::from_secs(2));
     }
+    super::host_paths::remove_made(&HOST_PATHS, &made_file());
 }

@@ -4,9 +4,10 @@
 //! locally imported images. `up` records which one it started, so that `down` and
 //! `status` deal with that one.
 
-mod containerd;
+pub mod containerd;
 pub mod containerd2;
 pub mod cri_o;
+mod host_paths;
 mod removed;
 
 use std::{
@@ -57,11 +58,12 @@ impl Runtime {
         }
     }
 
-    /// The version the node reports after the scheme (`containerd://v2.4.2`), for the
-    /// runtimes built here; Debian's packages report theirs.
+    /// The version the node reports after the scheme (`containerd://2.4.2`: the CRI
+    /// version call drops the tag's `v`), for the runtimes built here; Debian's packages
+    /// report theirs.
     pub fn built_version(self) -> Option<&'static str> {
         match self {
-            Self::Containerd2 => Some(super::versions::CONTAINERD2_VERSION),
+            Self::Containerd2 => Some(super::versions::CONTAINERD2_VERSION.trim_start_matches('v')),
             Self::Containerd | Self::CriO => None,
         }
     }
