@@ -1,8 +1,10 @@
 //! The `cluster` tier: real pods run by a real kubelet (Kubernetes 1.34 built from
 //! source, containerd 1.6, the CNI bridge), the agent installed from deploy/ as the
 //! README says, through `cargo xtask cluster up` (see tests/kit/src/cluster.rs). Its
-//! core cases run again on CRI-O (`cluster up --runtime cri-o`; xtask's
-//! `CRI_O_CASES`), where every container ID they check is a `cri-o://` one.
+//! core cases (xtask's `CORE_CASES`) run again on CRI-O (`cluster up --runtime
+//! cri-o`), where every container ID they check is a `cri-o://` one, and on Kubernetes
+//! 1.36 with containerd 2 (`cluster up --kubernetes 1.36`), where the node's versions
+//! are checked against that variant's.
 //!
 //! Ignored by a plain `cargo test`: `cargo xtask test` runs them after starting the
 //! cluster (one for all cases, `--test-threads=1`) and takes it down after. Without a
@@ -16,9 +18,9 @@ use sidecar_race_tests::{
     agent::{agent_binary, incidents_at_as},
     bpf::{bpf_ids_of, links_of_programs},
     cluster::{
-        AGENT_NAMESPACE, AGENT_SELECTOR, TestNamespace, cluster, condition, container_id,
-        container_pids, container_status, name, refused_printed, running_pod, running_pod_matching,
-        runtime, uid, wait_event, wait_until,
+        AGENT_NAMESPACE, AGENT_SELECTOR, TestNamespace, check_runtime_version, cluster, condition,
+        container_id, container_pids, container_status, kubernetes_version, name, refused_printed,
+        running_pod, running_pod_matching, uid, wait_event, wait_until,
     },
     cluster_cases::{
         fresh_namespace, incidents_of, lines_left_by, lint_fixed, metrics, named_and_resolved,
@@ -242,23 +244,28 @@ fn case6_a_proxy_dialing_the_app_before_it_listens_is_app_not_ready_and_no_incid
 fn the_agent_runs_as_the_daemonset_says_on_the_pinned_kubernetes() {
     let c = cluster();
     let version = c.json(&["version"]);
+    // The Kubernetes of this variant of the tier: its API server, kubectl and kubelet.
+    let pinned = kubernetes_version();
     assert_eq!(
-        version["serverVersion"]["gitVersion"], "v1.34.4",
+        version["serverVersion"]["gitVersion"], pinned,
         "{version:#}"
     );
     assert_eq!(
-        version["clientVersion"]["gitVersion"], "v1.34.4",
+        version["clientVersion"]["gitVersion"], pinned,
         "{version:#}"
     );
     let node = c.json(&["get", "node", "sr-node"]);
-    // The runtime of this variant of the tier runs the node.
+    assert_eq!(
+        node["status"]["nodeInfo"]["kubeletVersion"], pinned,
+        "{node:#}"
+    );
+    // The runtime of this variant of the tier runs the node, at the version built for it.
     let runtime_version = node["status"]["nodeInfo"]["containerRuntimeVersion"]
         .as_str()
         .unwrap_or_default();
-    assert!(
-        runtime_version.starts_with(&format!("{}://", runtime())),
-        "{runtime_version}"
-    );
+    if let Err(why) = check_runtime_version(runtime_version) {
+        panic!("{why}");
+    }
     assert!(
         node["status"]["conditions"]
             .as_array()

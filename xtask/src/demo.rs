@@ -44,7 +44,7 @@ pub fn on_cluster() -> anyhow::Result<()> {
         "xtask: set-up and build took {} s",
         started.elapsed().as_secs()
     );
-    let kubeconfig = cluster::up(cluster::Runtime::Containerd)?;
+    let kubeconfig = cluster::up(cluster::Runtime::Containerd, cluster::Kubernetes::V1_34)?;
     let demo = checked(
         Command::new(crate::run::target_dir().join("debug/sr-cluster-demo"))
             .env("SIDECAR_RACE_KUBECONFIG", &kubeconfig)

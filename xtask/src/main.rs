@@ -180,10 +180,17 @@ fn main() -> anyhow::Result<()> {
             bench::bench(&bin, smoke, &bench::Parts::only(only), &out)
         }
         Task::Cluster { action } => {
-            if let cluster::Action::Up { runtime } = action {
+            if let cluster::Action::Up {
+                runtime,
+                kubernetes,
+            } = action
+            {
                 setup::ensure(Tier::Cluster)?;
                 if runtime == cluster::Runtime::CriO {
                     setup::ensure_cri_o()?;
+                }
+                if kubernetes != cluster::Kubernetes::V1_34 {
+                    setup::ensure_kubernetes(kubernetes)?;
                 }
             }
             cluster::run(action)

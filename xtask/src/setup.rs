@@ -24,7 +24,9 @@
 //! kernels (`kernels.rs`); the arm64 cross linker; krew; and the cluster tier's CRI-O
 //! variant: CRI-O and crictl built from their Go modules, with `libseccomp-dev`,
 //! `pkg-config`, `gcc` and `make` to build and `conmon` to run
-//! (`cluster/runtime/cri_o/build.rs`). containerd 1.6.20 in
+//! (`cluster/runtime/cri_o/build.rs`); and its Kubernetes 1.36 variant: Kubernetes
+//! 1.36, containerd 2 and runc (cgo with libseccomp) from their Go modules
+//! (`cluster/kubernetes.rs`, `cluster/runtime/containerd2/build.rs`). containerd 1.6.20 in
 //! bookworm has a default seccomp profile that allows `bpf` and `perf_event_open` to
 //! holders of CAP_BPF and CAP_PERFMON (tests/tests/runtime_default_seccomp.rs).
 
@@ -140,7 +142,8 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
         }
         // `cargo xtask image --arch arm64`: the cross linker, when apt has it.
         crate::cross::want_tools(&mut apt);
-        // The cluster tier's CRI-O variant: its build and its runtime's helpers.
+        // The cluster tier's CRI-O variant: its build and its runtime's helpers (runc's
+        // build for the Kubernetes 1.36 variant needs a subset of them).
         cri_o::want_tools(&mut apt);
     }
     install_ebpf_toolchain(&mut apt)?;
@@ -163,6 +166,10 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
         // machine (Go).
         crate::cluster::build_binaries()?;
     }
+    if everything {
+        // The cluster tier's Kubernetes 1.36 variant: 1.36, containerd 2 and runc.
+        crate::cluster::Kubernetes::V1_36.ensure()?;
+    }
     eprintln!("xtask: setup complete ({tier:?} tier)");
     Ok(())
 }
@@ -174,6 +181,15 @@ pub fn ensure_cri_o() -> anyhow::Result<()> {
     cri_o::want_tools(&mut apt);
     apt.install()?;
     cri_o::ensure()
+}
+
+/// `cargo xtask cluster up --kubernetes <newer>`, after the cluster tier's set-up: that
+/// Kubernetes, containerd 2 and runc, built with what runc's build needs from apt.
+pub fn ensure_kubernetes(kubernetes: crate::cluster::Kubernetes) -> anyhow::Result<()> {
+    let mut apt = Apt::default();
+    crate::cluster::runtime::containerd2::build::want_tools(&mut apt);
+    apt.install()?;
+    kubernetes.ensure()
 }
 
 /// `cargo xtask image --arch arm64` (and krew's): the build's tier and the cross

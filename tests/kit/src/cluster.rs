@@ -247,6 +247,34 @@ pub fn runtime() -> String {
     std::env::var("SIDECAR_RACE_CLUSTER_RUNTIME").unwrap_or_else(|_| "containerd".into())
 }
 
+/// The Kubernetes release the node runs (`SIDECAR_RACE_KUBERNETES_VERSION`, which
+/// `cargo xtask test` sets for each variant of the tier; v1.34.4 without it).
+pub fn kubernetes_version() -> String {
+    std::env::var("SIDECAR_RACE_KUBERNETES_VERSION").unwrap_or_else(|_| "v1.34.4".into())
+}
+
+/// Checks the node's `containerRuntimeVersion` (`containerd://2.4.2`): the runtime of
+/// this variant of the tier (its scheme), at the version xtask built for it
+/// (`SIDECAR_RACE_CLUSTER_RUNTIME_VERSION`, set for the runtimes built here; Debian's
+/// packages are checked by scheme only). The reason when it is not.
+pub fn check_runtime_version(reported: &str) -> Result<(), String> {
+    let built = std::env::var("SIDECAR_RACE_CLUSTER_RUNTIME_VERSION").ok();
+    runtime_version_is(reported, &runtime(), built.as_deref())
+}
+
+fn runtime_version_is(reported: &str, runtime: &str, built: Option<&str>) -> Result<(), String> {
+    let scheme = format!("{runtime}://");
+    let Some(version) = reported.strip_prefix(&scheme) else {
+        return Err(format!("the node runs {reported}, not a {scheme} runtime"));
+    };
+    match built {
+        Some(want) if version != want => Err(format!(
+            "the node runs {reported}, not {scheme}{want} as built for this variant"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The runtime's container ID, without its scheme, which must be the node's runtime's
 /// (`cri-o://<id>` on CRI-O).
 pub fn container_id(pod: &Value, name: &str) -> String {
@@ -384,4 +412,19 @@ pub fn running_pod_matching(ns: &str, selector: &str) -> Value {
                     .is_some_and(|cs| cs.iter().all(|c| c["containerID"].is_string()))
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runtime_version_is;
+
+    #[test]
+    fn the_node_must_run_the_variants_runtime_at_its_built_version() {
+        assert!(runtime_version_is("containerd://2.4.2", "containerd", Some("2.4.2")).is_ok());
+        assert!(runtime_version_is("containerd://1.6.20~ds1", "containerd", None).is_ok());
+        // Debian's 1.6 where containerd 2 was built and started: refused.
+        let old = runtime_version_is("containerd://1.6.20~ds1", "containerd", Some("2.4.2"));
+        assert!(old.unwrap_err().contains("not containerd://2.4.2"));
+        assert!(runtime_version_is("cri-o://1.34.0", "containerd", None).is_err());
+    }
 }

@@ -45,8 +45,9 @@ pub const KUBERNETES_BINARIES: [&str; 6] = [
     "kubectl",
 ];
 
-fn kubernetes_dir() -> PathBuf {
-    cache_root().join(format!("k8s-{KUBERNETES_VERSION}"))
+/// Kubernetes `version`'s cache directory (1.34's, or the 1.36 node's).
+pub(crate) fn kubernetes_dir(version: &str) -> PathBuf {
+    cache_root().join(format!("k8s-{version}"))
 }
 
 fn etcd_dir() -> PathBuf {
@@ -59,7 +60,7 @@ fn operator_dir() -> PathBuf {
 
 /// A cached Kubernetes binary (`kubectl`, `kubelet`, ...).
 pub fn kubernetes_bin(name: &str) -> PathBuf {
-    kubernetes_dir().join("bin").join(name)
+    kubernetes_dir(KUBERNETES_VERSION).join("bin").join(name)
 }
 
 pub fn etcd_bin() -> PathBuf {
@@ -107,7 +108,7 @@ pub fn ensure() -> anyhow::Result<()> {
     }
     let go = go()?;
     let started = Instant::now();
-    build_kubernetes(&go)?;
+    build_kubernetes(&go, KUBERNETES_VERSION)?;
     build_etcd(&go)?;
     build_helm(&go)?;
     build_operator(&go)?;
@@ -121,10 +122,10 @@ pub fn ensure() -> anyhow::Result<()> {
     scc_crd().map(drop)
 }
 
-fn build_kubernetes(go: &Path) -> anyhow::Result<()> {
-    let dir = kubernetes_dir();
+/// Kubernetes `v` (`v1.<minor>.<patch>`) into its cache directory.
+pub(crate) fn build_kubernetes(go: &Path, v: &str) -> anyhow::Result<()> {
+    let dir = kubernetes_dir(v);
     fs::create_dir_all(&dir)?;
-    let v = KUBERNETES_VERSION;
     let minor_patch = v.trim_start_matches("v1.");
     let minor = minor_patch.split('.').next().unwrap_or_default();
     let info = download(go, &dir, &format!("k8s.io/kubernetes@{v}"))?;

@@ -9,11 +9,11 @@ use std::{
     time::Duration,
 };
 
-use super::{build::kubernetes_bin, node::admin_kubeconfig};
+use super::{kubernetes::Kubernetes, node::admin_kubeconfig};
 
-/// `kubectl` (the cached v1.34 build) as cluster-admin.
+/// `kubectl` (the cached build of the Kubernetes `up` recorded) as cluster-admin.
 pub fn kubectl() -> Command {
-    let mut c = Command::new(kubernetes_bin("kubectl"));
+    let mut c = Command::new(Kubernetes::recorded().bin("kubectl"));
     c.arg("--kubeconfig").arg(admin_kubeconfig());
     c
 }

@@ -1,7 +1,7 @@
 //! The cluster tier's own check that `down` leaves the host as `up` found it: every
 //! sysctl `up` or its components change, our iptables chain, the loaded modules, the
 //! bpffs mount at /sys/fs/bpf, the agent's pins and state dir on the node, the host
-//! paths CRI-O and skopeo make, and the CNI results libcni caches per pod.
+//! paths CRI-O, skopeo and containerd's shims make, and the CNI results libcni caches per pod.
 //! `ip_forward` is already 1 on these machines, so the check first sets it to 0, a
 //! value the CNI bridge is known to change, and puts the machine's own value back
 //! after.
@@ -13,7 +13,7 @@ use super::{
     down::CNI_RESULTS,
     egress,
     host::SYSCTLS,
-    runtime::cri_o,
+    runtime::{containerd, cri_o},
 };
 use crate::run::output;
 
@@ -48,6 +48,7 @@ fn leftovers() -> Vec<(&'static str, bool)> {
     AGENT_LEFTOVERS
         .iter()
         .chain(&cri_o::HOST_PATHS)
+        .chain(&containerd::HOST_PATHS)
         .map(|p| (*p, Path::new(p).exists()))
         .collect()
 }

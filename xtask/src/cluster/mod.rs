@@ -17,6 +17,7 @@ pub mod go_module;
 mod host;
 mod host_check;
 mod install;
+pub mod kubernetes;
 mod modules;
 mod node;
 mod operator;
@@ -33,6 +34,7 @@ use clap::Subcommand;
 
 pub use build::ensure as build_binaries;
 pub use down::down;
+pub use kubernetes::Kubernetes;
 pub use runtime::Runtime;
 pub use up::up;
 
@@ -44,6 +46,10 @@ pub enum Action {
         /// The node's container runtime (`cri-o` needs the test tier's set-up).
         #[arg(long, value_enum, default_value = "containerd")]
         runtime: Runtime,
+        /// The node's Kubernetes: 1.36 runs on containerd 2 and runc built by the
+        /// set-up (`cargo xtask setup`, or this `up`).
+        #[arg(long, value_enum, default_value = "1.34")]
+        kubernetes: Kubernetes,
     },
     /// Stop everything `up` started and remove what it made.
     Down,
@@ -53,8 +59,11 @@ pub enum Action {
 
 pub fn run(action: Action) -> anyhow::Result<()> {
     match action {
-        Action::Up { runtime } => {
-            let kubeconfig = up(runtime)?;
+        Action::Up {
+            runtime,
+            kubernetes,
+        } => {
+            let kubeconfig = up(runtime, kubernetes)?;
             println!("{}", kubeconfig.display());
             Ok(())
         }
@@ -63,10 +72,10 @@ pub fn run(action: Action) -> anyhow::Result<()> {
     }
 }
 
-/// The cases the tier runs again on CRI-O: its core (a classic startup race, a native
-/// sidecar quiet with its startupProbe and raced without, a drain at a rollout, a stuck
-/// Job), and the agent Ready as the DaemonSet runs it there.
-const CRI_O_CASES: [&str; 5] = [
+/// The cases the tier runs again on CRI-O and on Kubernetes 1.36: its core (a classic
+/// startup race, a native sidecar quiet with its startupProbe and raced without, a
+/// drain at a rollout, a stuck Job), and the agent Ready as the DaemonSet runs it there.
+const CORE_CASES: [&str; 5] = [
     "the_agent_runs_as_the_daemonset_says_on_the_pinned_kubernetes",
     "case1_classic_sidecar_late_listener_in_a_deployment",
     "case2_native_sidecar_with_a_startup_probe_has_no_race_and_without_one_gets_the_native_advice",
@@ -74,20 +83,26 @@ const CRI_O_CASES: [&str; 5] = [
     "case4_a_job_kept_alive_by_its_classic_sidecar_is_stuck_until_deleted",
 ];
 
+/// `cargo xtask test kube-1.36` runs only the Kubernetes 1.36 variant of the tier.
+pub const KUBE_1_36: &str = "kube-1.36";
+
 /// `cargo xtask test`'s cluster tier, after the others: a cluster on containerd for
 /// tests/tests/cluster.rs, cluster_helm.rs, cluster_admission.rs and
 /// cluster_real_sidecars.rs (their cases are `#[ignore]`d in a plain `cargo test`),
-/// one case at a time, then `down`; then a cluster on CRI-O for `CRI_O_CASES`, then
-/// `down`. Each `down` is checked to leave the host as its `up` found it. When an `up`
-/// fails its cases still run and each fails with the reason. Runs when `args` is empty
-/// or names the tier (`cri-o` runs only the CRI-O variant).
+/// one case at a time, then `down`; then a cluster on CRI-O for `CORE_CASES`, then
+/// `down`; then Kubernetes 1.36 on containerd 2 for `CORE_CASES`, then `down`. Each
+/// `down` is checked to leave the host as its `up` found it. When an `up` fails its
+/// cases still run and each fails with the reason. Runs when `args` is empty or names
+/// the tier; `cri-o` or `kube-1.36` runs only that variant.
 pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Result<()> {
-    let only_cri_o = args.iter().any(|a| a.contains("cri-o"));
-    if !args.is_empty() && !only_cri_o && !args.iter().any(|a| a.contains("cluster")) {
+    let named = |what: &str| args.iter().any(|a| a.contains(what));
+    let (only_cri_o, only_1_36) = (named("cri-o"), named(KUBE_1_36));
+    let all = !only_cri_o && !only_1_36;
+    if all && !args.is_empty() && !named("cluster") {
         return Ok(());
     }
     let mut variants = Vec::new();
-    if !only_cri_o {
+    if all {
         let mut cmd = cases_command(&[
             "--test",
             "cluster",
@@ -99,18 +114,26 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
             "cluster_real_sidecars",
         ]);
         cmd.args(["--", "--ignored", "--test-threads=1"]);
-        variants.push((Runtime::Containerd, cmd));
+        variants.push((Runtime::Containerd, Kubernetes::V1_34, cmd));
     }
-    let mut cmd = cases_command(&["--test", "cluster"]);
-    cmd.args(["--", "--ignored", "--test-threads=1", "--exact"])
-        .args(CRI_O_CASES);
-    variants.push((Runtime::CriO, cmd));
+    let core = || {
+        let mut cmd = cases_command(&["--test", "cluster"]);
+        cmd.args(["--", "--ignored", "--test-threads=1", "--exact"])
+            .args(CORE_CASES);
+        cmd
+    };
+    if all || only_cri_o {
+        variants.push((Runtime::CriO, Kubernetes::V1_34, core()));
+    }
+    if all || only_1_36 {
+        variants.push((Runtime::Containerd2, Kubernetes::V1_36, core()));
+    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         const WHY: &str = "the cluster tier needs root (a kubelet, a container runtime, kube-proxy); CI runs as root";
         if std::env::var("SIDECAR_RACE_SKIP_ROOT").as_deref() == Ok("1") {
             // Each case counts as one skip, as it would as one test.
-            for (_, mut cmd) in variants {
+            for (_, _, mut cmd) in variants {
                 let cases = cases(&mut cmd)?;
                 eprintln!("SKIPPED {cases} cluster cases: {WHY}");
                 tally.skip_tests(cases, WHY);
@@ -120,8 +143,8 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
         anyhow::bail!("{WHY} (set SIDECAR_RACE_SKIP_ROOT=1 to skip it)");
     }
     let mut result = Ok(());
-    for (runtime, mut cmd) in variants {
-        let ran = run_on(runtime, &mut cmd, tally);
+    for (runtime, kubernetes, mut cmd) in variants {
+        let ran = run_on(runtime, kubernetes, &mut cmd, tally);
         result = result.and(ran);
     }
     result
@@ -135,9 +158,11 @@ fn cases_command(tests: &[&str]) -> std::process::Command {
     cmd
 }
 
-/// `up` on `runtime`, the cases of `cmd`, `down`, and the check of the host.
+/// `up` of `kubernetes` on `runtime`, the cases of `cmd`, `down`, and the check of the
+/// host.
 fn run_on(
     runtime: Runtime,
+    kubernetes: Kubernetes,
     cmd: &mut std::process::Command,
     tally: &mut crate::run::Tally,
 ) -> anyhow::Result<()> {
@@ -146,13 +171,17 @@ fn run_on(
     // host as it is without any cluster.
     let earlier = up::clear_earlier();
     let host_before = host_check::before();
-    let up = earlier.and_then(|()| up(runtime));
-    // The kit checks every container ID against it.
-    cmd.env("SIDECAR_RACE_CLUSTER_RUNTIME", runtime.name());
+    let up = earlier.and_then(|()| up(runtime, kubernetes));
+    // The kit checks every container ID against it, and the node against the versions.
+    cmd.env("SIDECAR_RACE_CLUSTER_RUNTIME", runtime.name())
+        .env("SIDECAR_RACE_KUBERNETES_VERSION", kubernetes.version());
+    if let Some(version) = runtime.built_version() {
+        cmd.env("SIDECAR_RACE_CLUSTER_RUNTIME_VERSION", version);
+    }
     match &up {
         Ok(kubeconfig) => {
             cmd.env("SIDECAR_RACE_KUBECONFIG", kubeconfig)
-                .env("SIDECAR_RACE_KUBECTL", build::kubernetes_bin("kubectl"))
+                .env("SIDECAR_RACE_KUBECTL", kubernetes.bin("kubectl"))
                 .env("SIDECAR_RACE_HELM", build::helm_bin())
                 .env("SIDECAR_RACE_PROMETHEUS_BIN", build::prometheus_bin());
             // Setup downloaded it; if it cannot be found, the case that needs it says why.
@@ -165,7 +194,8 @@ fn run_on(
             cmd.env("SIDECAR_RACE_CLUSTER_ERROR", format!("{e:#}"));
         }
     }
-    eprintln!("xtask: the cluster tier on {}", runtime.name());
+    let variant = format!("Kubernetes {} on {}", kubernetes.version(), runtime.label());
+    eprintln!("xtask: the cluster tier on {variant}");
     let result = crate::run::tests(cmd, tally);
     let taken_down = if up.is_ok() { down() } else { Ok(()) };
     // Also when `down` failed: the machine's own ip_forward is put back.
@@ -175,15 +205,14 @@ fn run_on(
         Runtime::Containerd => "cluster_down_leaves_the_host_as_up_found_it".to_string(),
         other => format!(
             "cluster_down_on_{}_leaves_the_host_as_up_found_it",
-            other.name().replace('-', "_")
+            other.label().replace('-', "_")
         ),
     };
     tally.record(&check, host);
     taken_down?;
     anyhow::ensure!(host_ok, "the cluster left the host changed (see above)");
     eprintln!(
-        "xtask: cluster tier on {} (up, cases, down) took {} s",
-        runtime.name(),
+        "xtask: cluster tier on {variant} (up, cases, down) took {} s",
         started.elapsed().as_secs()
     );
     result

@@ -1,5 +1,5 @@
-//! `cargo xtask cluster status`: which components run, the API server's and the node's
-//! readiness, the agent's pods.
+//! `cargo xtask cluster status`: the variant `up` started (Kubernetes, runtime), which
+//! components run, the API server's and the node's readiness, the agent's pods.
 
 use std::path::Path;
 
@@ -10,6 +10,7 @@ use sidecar_race_testbed::agent;
 use super::{
     clients::kubectl,
     host,
+    kubernetes::Kubernetes,
     node::{BRIDGE, STATE_DIR, admin_kubeconfig},
     operator, procs,
     runtime::Runtime,
@@ -60,8 +61,15 @@ pub fn print() -> anyhow::Result<()> {
         println!("no cluster is up");
         return Ok(());
     }
-    // The runtime `up` started, not the other.
-    for c in std::iter::once(Runtime::recorded().process()).chain(COMPONENTS) {
+    // The variant `up` started: its Kubernetes and its runtime, not the other.
+    let runtime = Runtime::recorded();
+    let variant = format!(
+        "Kubernetes {} on {}",
+        Kubernetes::recorded().version(),
+        runtime.label()
+    );
+    println!("{:<24} {variant}", "variant");
+    for c in std::iter::once(runtime.process()).chain(COMPONENTS) {
         match procs::running(c) {
             Some(pid) => println!("{c:<24} running (pid {pid})"),
             None => println!("{c:<24} not running"),

@@ -1,7 +1,7 @@
-//! `cargo xtask cluster up`: PKI, the node bridge, the runtime (containerd or CRI-O, on
-//! the CNI bridge, with the local images), etcd, kube-apiserver,
-//! kube-controller-manager, kube-scheduler, kube-proxy, the kubelet; then the agent
-//! installed from deploy/ and deploy/monitoring.
+//! `cargo xtask cluster up`: PKI, the node bridge, the runtime (containerd, CRI-O or
+//! containerd 2, on the CNI bridge, with the local images), etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler, kube-proxy, the kubelet (of the Kubernetes
+//! asked for); then the agent installed from deploy/ and deploy/monitoring.
 
 use std::{
     fs,
@@ -14,10 +14,11 @@ use anyhow::{Context, bail};
 
 use super::{
     bpffs,
-    build::{self, etcd_bin, kubernetes_bin},
+    build::{self, etcd_bin},
     clients::{http_get, kubectl},
     down, egress, host,
     install::install_agent,
+    kubernetes::Kubernetes,
     modules,
     node::{
         CGROUP_ROOT, LOG_DIR, NODE_IP, NODE_NAME, POD_CIDR, SERVICE_CIDR, STATE_DIR,
@@ -29,14 +30,17 @@ use super::{
 };
 use crate::run::{checked, output};
 
-/// Starts the cluster on `runtime` and installs the agent; the admin kubeconfig's path.
-/// On failure everything started is taken down again (SR_CLUSTER_KEEP=1 keeps it for
-/// a look).
-pub fn up(runtime: Runtime) -> anyhow::Result<PathBuf> {
+/// Starts the cluster of `kubernetes` on `runtime` (containerd 2 for 1.36, see
+/// `Kubernetes::runtime`) and installs the agent; the admin kubeconfig's path. On
+/// failure everything started is taken down again (SR_CLUSTER_KEEP=1 keeps it for a
+/// look).
+pub fn up(runtime: Runtime, kubernetes: Kubernetes) -> anyhow::Result<PathBuf> {
+    let runtime = kubernetes.runtime(runtime)?;
     clear_earlier()?;
     let modules_loaded = host::preflight()?;
     let mut missing = build::missing();
     missing.extend(runtime.missing());
+    missing.extend(kubernetes.missing());
     if !missing.is_empty() {
         bail!(
             "the cluster binaries are not built ({}): run `cargo xtask setup`",
@@ -48,12 +52,13 @@ pub fn up(runtime: Runtime) -> anyhow::Result<PathBuf> {
         );
     }
     let started = Instant::now();
-    let result = start(runtime, &modules_loaded).and_then(|()| install_agent(runtime));
+    let result = start(runtime, kubernetes, &modules_loaded).and_then(|()| install_agent(runtime));
     match result {
         Ok(()) => {
             eprintln!(
-                "xtask: cluster up on {} in {} s; logs in {LOG_DIR}",
-                runtime.name(),
+                "xtask: cluster up (Kubernetes {}) on {} in {} s; logs in {LOG_DIR}",
+                kubernetes.version(),
+                runtime.label(),
                 started.elapsed().as_secs()
             );
             Ok(admin_kubeconfig())
@@ -88,9 +93,14 @@ pub fn clear_earlier() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn start(runtime: Runtime, modules_loaded: &[String]) -> anyhow::Result<()> {
+fn start(
+    runtime: Runtime,
+    kubernetes: Kubernetes,
+    modules_loaded: &[String],
+) -> anyhow::Result<()> {
     let _ = fs::remove_dir_all(LOG_DIR);
     fs::create_dir_all(STATE_DIR)?;
+    kubernetes.record()?;
     modules::record(modules_loaded)?;
     host::save_sysctls()?;
     let pki_dir = state("pki");
@@ -114,11 +124,11 @@ fn start(runtime: Runtime, modules_loaded: &[String]) -> anyhow::Result<()> {
     bpffs::prepare()?;
     runtime.start()?;
     start_etcd()?;
-    start_apiserver(&pki_dir)?;
-    start_controllers(&pki_dir)?;
+    start_apiserver(&pki_dir, kubernetes)?;
+    start_controllers(&pki_dir, kubernetes)?;
     // The kubelet first: kube-proxy reads the node IP from the Node it registers.
-    start_kubelet(&pki_dir, runtime)?;
-    start_kube_proxy()?;
+    start_kubelet(&pki_dir, runtime, kubernetes)?;
+    start_kube_proxy(kubernetes)?;
     checked(kubectl().args([
         "wait",
         "--for=condition=Ready",
@@ -157,11 +167,11 @@ fn start_etcd() -> anyhow::Result<()> {
     })
 }
 
-fn start_apiserver(pki: &Path) -> anyhow::Result<()> {
+fn start_apiserver(pki: &Path, kubernetes: Kubernetes) -> anyhow::Result<()> {
     let p = pki.display();
     procs::spawn(
         "kube-apiserver",
-        Command::new(kubernetes_bin("kube-apiserver")).args([
+        Command::new(kubernetes.bin("kube-apiserver")).args([
             "--etcd-servers=http://127.0.0.1:2379",
             &format!("--bind-address={NODE_IP}"),
             &format!("--advertise-address={NODE_IP}"),
@@ -189,11 +199,11 @@ fn start_apiserver(pki: &Path) -> anyhow::Result<()> {
     })
 }
 
-fn start_controllers(pki: &Path) -> anyhow::Result<()> {
+fn start_controllers(pki: &Path, kubernetes: Kubernetes) -> anyhow::Result<()> {
     let p = pki.display();
     procs::spawn(
         "kube-controller-manager",
-        Command::new(kubernetes_bin("kube-controller-manager"))
+        Command::new(kubernetes.bin("kube-controller-manager"))
             .arg(format!(
                 "--kubeconfig={}",
                 state("controller-manager.kubeconfig").display()
@@ -211,7 +221,7 @@ fn start_controllers(pki: &Path) -> anyhow::Result<()> {
     )?;
     procs::spawn(
         "kube-scheduler",
-        Command::new(kubernetes_bin("kube-scheduler"))
+        Command::new(kubernetes.bin("kube-scheduler"))
             .arg(format!(
                 "--kubeconfig={}",
                 state("scheduler.kubeconfig").display()
@@ -221,7 +231,7 @@ fn start_controllers(pki: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn start_kube_proxy() -> anyhow::Result<()> {
+fn start_kube_proxy(kubernetes: Kubernetes) -> anyhow::Result<()> {
     let config = state("kube-proxy.yaml");
     // conntrack: 0 leaves the host's conntrack sysctls alone. NodePorts only on the
     // node IP, not on every host address; no localhost NodePorts (route_localnet).
@@ -251,14 +261,14 @@ conntrack:
     )?;
     procs::spawn(
         "kube-proxy",
-        Command::new(kubernetes_bin("kube-proxy")).arg(format!("--config={}", config.display())),
+        Command::new(kubernetes.bin("kube-proxy")).arg(format!("--config={}", config.display())),
     )?;
     procs::wait_ready("kube-proxy", Duration::from_secs(60), || {
         http_get("127.0.0.1:10256", "/healthz").is_some()
     })
 }
 
-fn start_kubelet(pki: &Path, runtime: Runtime) -> anyhow::Result<()> {
+fn start_kubelet(pki: &Path, runtime: Runtime, kubernetes: Kubernetes) -> anyhow::Result<()> {
     let p = pki.display();
     let config = state("kubelet.yaml");
     fs::write(
@@ -294,13 +304,14 @@ imageGCLowThresholdPercent: 99
 evictionHard: {{memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}}
 nodeStatusUpdateFrequency: 5s
 serializeImagePulls: false
-",
+{extra}",
             sock = runtime.socket().display(),
+            extra = kubernetes.kubelet_config(),
         ),
     )?;
     procs::spawn(
         "kubelet",
-        Command::new(kubernetes_bin("kubelet")).args([
+        Command::new(kubernetes.bin("kubelet")).args([
             &format!("--config={}", config.display()),
             &format!("--kubeconfig={}", state("kubelet.kubeconfig").display()),
             &format!("--root-dir={}", state("kubelet").display()),

@@ -1,10 +1,13 @@
 //! The node's container runtime behind the kubelet's CRI socket: containerd 1.6 (the
-//! default) or CRI-O (`cluster up --runtime cri-o`). Both run pods on the same CNI
-//! bridge from the same locally imported images. `up` records which one it started,
-//! so that `down` and `status` deal with that one.
+//! default), CRI-O (`cluster up --runtime cri-o`) or containerd 2 (the runtime of
+//! `cluster up --kubernetes 1.36`). All run pods on the same CNI bridge from the same
+//! locally imported images. `up` records which one it started, so that `down` and
+//! `status` deal with that one.
 
-mod containerd;
+pub mod containerd;
+pub mod containerd2;
 pub mod cri_o;
+mod host_paths;
 mod removed;
 
 use std::{
@@ -30,6 +33,10 @@ pub enum Runtime {
     /// CRI-O 1.34, built by `cargo xtask setup` (the test tier), with runc and conmon.
     #[value(name = "cri-o")]
     CriO,
+    /// containerd 2 with runc, both built by the set-up: what Kubernetes 1.36 runs on
+    /// (`--kubernetes 1.36` picks it; `--runtime` does not name it).
+    #[value(skip)]
+    Containerd2,
 }
 
 impl Runtime {
@@ -37,15 +44,41 @@ impl Runtime {
     /// `cluster up --runtime` takes.
     pub fn name(self) -> &'static str {
         match self {
-            Self::Containerd => "containerd",
+            Self::Containerd | Self::Containerd2 => "containerd",
             Self::CriO => "cri-o",
+        }
+    }
+
+    /// What `up` records (and the tier's names for the variant): `name`, except that
+    /// containerd 2 is told from Debian's.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Containerd2 => "containerd2",
+            other => other.name(),
+        }
+    }
+
+    /// The version the node reports after the scheme (`containerd://2.4.2`: the CRI
+    /// version call drops the tag's `v`), for the runtimes built here; Debian's packages
+    /// report theirs.
+    pub fn built_version(self) -> Option<&'static str> {
+        match self {
+            Self::Containerd2 => Some(super::versions::CONTAINERD2_VERSION.trim_start_matches('v')),
+            Self::Containerd | Self::CriO => None,
+        }
+    }
+
+    fn containerd_release(self) -> containerd::Release {
+        match self {
+            Self::Containerd2 => containerd::Release::V2,
+            _ => containerd::Release::Debian,
         }
     }
 
     /// Its process's name, as `up` records its pid.
     pub fn process(self) -> &'static str {
         match self {
-            Self::Containerd => containerd::PROCESS,
+            Self::Containerd | Self::Containerd2 => containerd::PROCESS,
             Self::CriO => cri_o::PROCESS,
         }
     }
@@ -53,7 +86,7 @@ impl Runtime {
     /// The CRI endpoint the kubelet is given.
     pub fn socket(self) -> PathBuf {
         match self {
-            Self::Containerd => containerd::socket(),
+            Self::Containerd | Self::Containerd2 => containerd::socket(),
             Self::CriO => cri_o::socket(),
         }
     }
@@ -63,15 +96,18 @@ impl Runtime {
         match self {
             Self::Containerd => Vec::new(),
             Self::CriO => cri_o::build::missing(),
+            Self::Containerd2 => containerd2::build::missing(),
         }
     }
 
     /// Starts it on the node's CNI network and imports the cluster's images.
     pub fn start(self) -> anyhow::Result<()> {
-        fs::write(recorded_file(), self.name())?;
+        fs::write(recorded_file(), self.label())?;
         let cni_conf = write_cni_conf()?;
         match self {
-            Self::Containerd => containerd::start(&cni_conf)?,
+            Self::Containerd | Self::Containerd2 => {
+                containerd::start(&cni_conf, self.containerd_release())?
+            }
             Self::CriO => cri_o::start(&cni_conf)?,
         }
         for (archive, reference) in image_archives()? {
@@ -85,7 +121,9 @@ impl Runtime {
     /// store as `reference`.
     pub fn import(self, archive: &Path, named: &str, reference: &str) -> anyhow::Result<()> {
         match self {
-            Self::Containerd => containerd::import(archive, named, reference),
+            Self::Containerd | Self::Containerd2 => {
+                containerd::import(archive, named, reference, self.containerd_release())
+            }
             Self::CriO => cri_o::import(archive, reference),
         }
     }
@@ -93,7 +131,9 @@ impl Runtime {
     /// Kills and removes every pod and container it runs (with the kubelet stopped).
     pub fn remove_containers(self) -> Removed {
         match self {
-            Self::Containerd => containerd::remove_containers(),
+            Self::Containerd | Self::Containerd2 => {
+                containerd::remove_containers(self.containerd_release())
+            }
             Self::CriO => cri_o::remove_pods(),
         }
     }
@@ -102,7 +142,7 @@ impl Runtime {
     /// removes what it made outside the state directory.
     pub fn stop(self) {
         match self {
-            Self::Containerd => containerd::stop(),
+            Self::Containerd | Self::Containerd2 => containerd::stop(),
             Self::CriO => cri_o::stop(),
         }
     }
@@ -115,6 +155,7 @@ impl Runtime {
             .map(str::trim)
         {
             Ok("cri-o") => Self::CriO,
+            Ok("containerd2") => Self::Containerd2,
             _ => Self::Containerd,
         }
     }

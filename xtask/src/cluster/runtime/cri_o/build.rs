@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 
 use crate::{
     cluster::go_module::{GoCommand, build_tagged, cache_root, download, go},
-    host::{Apt, package_installed},
+    host::Apt,
     run::checked,
 };
 
@@ -65,12 +65,9 @@ pub fn missing() -> Vec<PathBuf> {
 /// runc, and skopeo, which puts the images into CRI-O's storage. Debian's crun 1.8 is
 /// not one: it refuses CRI-O 1.34's OCI spec 1.2.1.
 pub fn want_tools(apt: &mut Apt) {
-    if !package_installed("libseccomp-dev") {
-        apt.want(&["libseccomp-dev"]);
-    }
+    // libseccomp-dev, pkg-config, gcc: what runc's build needs too.
+    crate::cluster::runtime::containerd2::build::want_tools(apt);
     apt.want_tools(&[
-        ("pkg-config", "pkg-config"),
-        ("gcc", "gcc"),
         ("make", "make"),
         ("conmon", "conmon"),
         ("runc", "runc"),

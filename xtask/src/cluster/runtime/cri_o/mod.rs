@@ -60,11 +60,7 @@ fn crictl() -> Command {
 pub fn start(cni_conf: &Path) -> anyhow::Result<()> {
     let d = dir();
     fs::create_dir_all(d.join("conf.d"))?;
-    let made: Vec<&str> = HOST_PATHS
-        .into_iter()
-        .filter(|p| !Path::new(p).exists())
-        .collect();
-    fs::write(made_file(), made.join("\n"))?;
+    super::host_paths::record_absent(&HOST_PATHS, &made_file())?;
     let policy = d.join("policy.json");
     fs::write(
         &policy,
@@ -166,8 +162,5 @@ pub fn stop() {
     for pid in procs::pids_with_arg(&dir().display().to_string()) {
         procs::stop_pid(pid, Duration::from_secs(2));
     }
-    let made = fs::read_to_string(made_file()).unwrap_or_default();
-    for path in made.lines().filter(|p| HOST_PATHS.contains(p)) {
-        let _ = fs::remove_dir_all(path);
-    }
+    super::host_paths::remove_made(&HOST_PATHS, &made_file());
 }
