@@ -56,13 +56,7 @@ pub(super) fn name(path: &str) -> UnixName {
 #[test]
 fn one_empty_dir_at_two_paths_is_one_socket_and_a_startup_race() {
     let meta = meta_with(with_socket_volume());
-    let mut facts = vec![
-        started(0),
-        container_started(0, APP),
-        container_started(0, PROXY),
-    ];
-    facts.extend((0..5).map(|n| unix_refused(S + n * 200 * MS, "/var/run/dapr/app.sock")));
-    facts.push(unix_up(2500 * MS, "/sockets/app.sock"));
+    let facts = late_volume_socket();
     let (d, changes) = run(facts, &meta);
     let incs = all(&d);
     assert_eq!(incs.len(), 1, "{changes:?}");
@@ -232,13 +226,7 @@ fn refusals_before_and_after_the_containers_are_named_are_one_incident() {
 fn unix_facts_decided_during_an_outage_meet_their_listener_when_metadata_arrives() {
     let none = Meta::default();
     let mut d = Detector::new(DetectorConfig::default());
-    let mut facts = vec![
-        started(0),
-        container_started(0, APP),
-        container_started(0, PROXY),
-    ];
-    facts.extend((0..5).map(|n| unix_refused(S + n * 200 * MS, "/var/run/dapr/app.sock")));
-    facts.push(unix_up(2500 * MS, "/sockets/app.sock"));
+    let facts = late_volume_socket();
     let mut changes: Vec<Change> = facts
         .into_iter()
         .flat_map(|f| d.observe(f, &none))
@@ -282,13 +270,7 @@ fn a_bind_decided_before_its_container_was_named_still_resolves_the_volume_socke
     app_only.statuses.retain(|s| s.name != "istio-proxy");
     let app_only = meta_with(app_only);
     let mut d = Detector::new(DetectorConfig::default());
-    let mut facts = vec![
-        started(0),
-        container_started(0, APP),
-        container_started(0, PROXY),
-    ];
-    facts.extend((0..5).map(|n| unix_refused(S + n * 200 * MS, "/var/run/dapr/app.sock")));
-    facts.push(unix_up(2500 * MS, "/sockets/app.sock"));
+    let facts = late_volume_socket();
     for f in facts {
         d.observe(f, &app_only);
     }
@@ -349,4 +331,17 @@ fn a_sub_path_expr_that_cannot_be_expanded_is_named_in_the_advice() {
         "{}",
         v.advice
     );
+}
+
+/// Both containers start at 0; the app is refused 5 times from 1 s on its mount of the
+/// socket volume, and the sidecar binds the same socket at 2.5 s on its own mount.
+fn late_volume_socket() -> Vec<Fact> {
+    let mut facts = vec![
+        started(0),
+        container_started(0, APP),
+        container_started(0, PROXY),
+    ];
+    facts.extend((0..5).map(|n| unix_refused(S + n * 200 * MS, "/var/run/dapr/app.sock")));
+    facts.push(unix_up(2500 * MS, "/sockets/app.sock"));
+    facts
 }
