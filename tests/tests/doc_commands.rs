@@ -69,6 +69,19 @@ fn the_readme_opens_with_the_two_commands() {
     assert_eq!(first, ["cargo xtask demo", "cargo xtask test"]);
 }
 
+/// The front door stays short enough to read in five minutes: details go to docs/.
+const README_MAX_LINES: usize = 300;
+
+#[test]
+fn the_readme_is_at_most_300_lines() {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= README_MAX_LINES,
+        "README.md has {lines} lines, over {README_MAX_LINES}: move detail to docs/"
+    );
+}
+
 #[test]
 fn every_verb_has_help_and_is_documented() {
     let root = workspace();
