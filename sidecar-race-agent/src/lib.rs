@@ -3,7 +3,8 @@
 
 pub mod admission;
 pub(crate) mod agent;
-pub mod checkpoint;
+pub(crate) mod api;
+pub(crate) mod checkpoint;
 pub mod cli;
 pub mod clock;
 pub mod commands;
@@ -12,17 +13,18 @@ pub mod http;
 pub mod ingest;
 pub mod inventory;
 pub mod kernel;
-pub mod kube_yaml;
+pub(crate) mod kube_yaml;
 pub mod lint;
 pub mod logging;
-pub mod node_lock;
-pub mod outbound;
+pub(crate) mod names;
+pub(crate) mod node_lock;
+pub(crate) mod outbound;
 pub mod pipeline;
 pub mod pods;
 pub mod report;
 pub(crate) mod shutdown;
 pub mod sinks;
-pub mod state_file;
+pub(crate) mod state_file;
 pub mod trace;
 
 #[cfg(test)]

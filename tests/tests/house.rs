@@ -1,11 +1,15 @@
 //! The house's rules, checked on the source (no root, no build): no import cycle and no
 //! arrow back up in any crate of the workspace, no non-test file over 500 lines outside
-//! the tests crate (test modules known by the module tree, not by their paths), and
-//! CONTRIBUTING's layout naming exactly the modules there are.
+//! the tests crate (test modules known by the module tree, not by their paths),
+//! CONTRIBUTING's layout naming exactly the modules there are, and the agent's
+//! top-level imports following CONTRIBUTING's layer table.
 
 use std::{collections::BTreeSet, fs, path::PathBuf};
 
-use sidecar_race_tests::house::{Crate, rust_files, show};
+use sidecar_race_tests::{
+    house::{Crate, rust_files, show},
+    house_layers::Layers,
+};
 
 fn workspace() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
@@ -185,6 +189,34 @@ fn contributing_layout_names_every_module_and_no_other() {
     assert!(
         problems.is_empty(),
         "CONTRIBUTING.md's layout and src/ disagree:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// CONTRIBUTING's `### Layers` table: every top-level module of the agent in one layer,
+/// and every arrow between them pointing to a layer below.
+#[test]
+fn the_agent_imports_only_from_the_layers_below() {
+    let text = fs::read_to_string(workspace().join("CONTRIBUTING.md")).expect("CONTRIBUTING.md");
+    let section = text
+        .split("\n### Layers")
+        .nth(1)
+        .and_then(|s| s.split("\n#").next())
+        .expect("a `### Layers` section");
+    let layers = Layers::parse(section).expect("the layer table");
+    let krate = Crate::read(&workspace().join("sidecar-race-agent/src"));
+    let top: BTreeSet<String> = krate
+        .modules
+        .keys()
+        .filter(|m| m.len() == 1)
+        .map(|m| m[0].clone())
+        .collect();
+    let graph = krate.graph();
+    let problems = layers.check(&top, &graph.arrows);
+    assert!(
+        problems.is_empty(),
+        "CONTRIBUTING.md's layer table and the agent's imports disagree; move the item \
+         down into a module both sides may import, or fix the table:\n{}",
         problems.join("\n")
     );
 }

@@ -181,7 +181,7 @@ fn a_full_budget_table_forgets_the_least_recent_cgroups_and_counts_them() {
     let _turn = turn();
     let mut f = Filler::start("lru-budget");
     // FILL cgroups that are no container (each pays for itself) refuse once each.
-    let parent = sidecar_race_agent::inventory::cgroups::find_cgroup2()
+    let parent = sidecar_race_agent::kernel::cgroup2::find_cgroup2()
         .unwrap()
         .join(format!("sr-lru-budget-{}", std::process::id()));
     let dirs = make_cgroups(&parent, FILL);

@@ -5,7 +5,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ingest::events::{Comm, UnixName};
+use crate::names::{Comm, UnixName};
 
 /// Which client made a refused connect: its container, or its cgroup when the cgroup
 /// is not a container (a process in the pod cgroup itself). The id is shared with

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ingest::events::UnixName,
+    names::UnixName,
     pods::{mounts, pod_info::ContainerInfo},
 };
 

@@ -25,14 +25,13 @@ use super::{
     server::Limits,
     state::HttpState,
 };
-use crate::detect::{Kind, Phase, State as IncidentState, render::Filter};
+use crate::{
+    api::{DEFAULT_LIMIT, MAX_LIMIT, Page},
+    detect::{Kind, Phase, State as IncidentState, render::Filter},
+};
 
 /// The reader wakes every second; three missed wake-ups means it is stuck.
 const READER_STALE_AFTER: Duration = Duration::from_secs(3);
-
-/// Incidents in one `/api/v1/incidents` answer without `?limit=`, and at most.
-pub const DEFAULT_LIMIT: usize = 1_000;
-pub const MAX_LIMIT: usize = 10_000;
 
 /// Answers are sent in pieces of this size, holding their API slot until sent.
 const CHUNK: usize = 64 * 1024;
@@ -158,13 +157,6 @@ fn parsed<T>(
     }
 }
 
-/// The `/api/v1/incidents` answer; `truncated`: more matched than `limit`.
-#[derive(serde::Serialize)]
-struct Page<'a> {
-    incidents: &'a [crate::detect::render::IncidentView],
-    truncated: bool,
-}
-
 async fn incidents(State(s): State<Shared>, Query(q): Query<IncidentsQuery>) -> Response {
     let bad = |msg: String| (StatusCode::BAD_REQUEST, Json(json!({"error": msg}))).into_response();
     let filter = match q.filter() {
@@ -185,7 +177,7 @@ async fn incidents(State(s): State<Shared>, Query(q): Query<IncidentsQuery>) -> 
     let json = tokio::task::spawn_blocking(move || {
         let (list, truncated) = pipeline.lock().incidents(&filter, limit);
         serde_json::to_vec(&Page {
-            incidents: &list,
+            incidents: &list[..],
             truncated,
         })
     })

@@ -15,7 +15,7 @@ pub mod tls;
 mod write_deadline;
 
 pub use self::{
-    endpoints::{DEFAULT_LIMIT, MAX_LIMIT, api_router, router},
+    endpoints::{api_router, router},
     listen::{ApiListen, serve},
     server::Limits,
     state::HttpState,

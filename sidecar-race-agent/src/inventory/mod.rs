@@ -4,6 +4,7 @@
 mod attribution;
 pub mod cgroup_path;
 pub mod cgroups;
+pub mod charge_points;
 mod node;
 pub(crate) mod pending;
 pub mod sources;

@@ -4,12 +4,14 @@
 //! Loading reads as its steps, each a module: the [`options`], the programs'
 //! [`globals`] (from the [`layout`] and [`btf`] offsets), the [`tracepoints`] and
 //! [`unix_hooks`] attached, then the maps [`probes`] keeps. [`attach`] holds what goes
-//! wrong on the way, [`variant`] which form of a program the kernel gets; [`counters`] what the kernel counts ([`recursion`]: the runs it skipped); [`charge_points`] which
-//! cgroups it charges budgets to, kept in line with the cgroup index.
+//! wrong on the way, [`variant`] which form of a program the kernel gets; [`counters`]
+//! what the kernel counts ([`recursion`]: the runs it skipped); [`cgroup2`] where the
+//! cgroup v2 hierarchy is mounted. Which cgroups the kernel charges budgets to is the
+//! inventory's to say (`inventory::charge_points`), through [`probes`].
 
 pub mod attach;
 pub mod btf;
-pub mod charge_points;
+pub mod cgroup2;
 pub mod counters;
 mod evicted;
 pub mod fdinfo;

@@ -11,7 +11,6 @@ use super::{
     lockdown,
     tracefs::Tracefs,
 };
-use crate::inventory::cgroups;
 
 /// Oldest kernel with everything the programs use (ring buffer, boot-clock helper).
 pub const MIN_KERNEL: (u32, u32) = (5, 8);
@@ -129,7 +128,7 @@ pub fn check(locations: &Locations) -> Result<Environment, MissingRequirements> 
     };
     let cgroup2 = match &locations.cgroup2 {
         Some(p) => Some(p.clone()),
-        None => match cgroups::find_cgroup2() {
+        None => match super::cgroup2::find_cgroup2() {
             Ok(p) => Some(p),
             Err(e) => {
                 missing.push(e.to_string());

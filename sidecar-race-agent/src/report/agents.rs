@@ -14,13 +14,13 @@ use super::{
         parse_pattern,
     },
 };
-use crate::detect::{
-    Kind, Phase,
-    processes::{ProcessCount, ranked},
+use crate::{
+    api::{Page, all_incidents_path},
+    detect::{
+        Kind, Phase,
+        processes::{ProcessCount, ranked},
+    },
 };
-
-/// An agent's whole history (up to its most, `MAX_LIMIT`).
-const PATH: &str = "/api/v1/incidents?limit=10000"; // crate::http::MAX_LIMIT
 
 /// The fields of an incident (docs/reference.md, "HTTP endpoints") the report uses.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -59,14 +59,6 @@ pub struct WorkloadRef {
     pub name: String,
 }
 
-#[derive(Deserialize)]
-struct IncidentList {
-    incidents: Vec<AgentIncident>,
-    /// More matched than one answer carries (agents before the limit lack it).
-    #[serde(default)]
-    truncated: bool,
-}
-
 /// Reads every agent's incidents (all of them, or the first failure), sending `token`
 /// as a bearer token when given.
 pub async fn collect(urls: &[String], token: Option<&str>) -> Result<Fleet, ReportError> {
@@ -82,21 +74,23 @@ pub async fn collect(urls: &[String], token: Option<&str>) -> Result<Fleet, Repo
 
 async fn incidents(url: &str, token: Option<&str>) -> Result<Vec<AgentIncident>, ReportError> {
     let ep = Endpoint::with_token("agent", url, token)?;
-    let answer = ep.get(PATH).await?;
+    let path = all_incidents_path();
+    let answer = ep.get(&path).await?;
     if !(200..300).contains(&answer.status) {
-        return Err(ep.http_error(PATH, &answer));
+        return Err(ep.http_error(&path, &answer));
     }
     parse(url, &answer.body)
 }
 
 /// An agent's `/api/v1/incidents` answer; `url` names the agent in errors.
 pub fn parse(url: &str, body: &str) -> Result<Vec<AgentIncident>, ReportError> {
-    let list: IncidentList = serde_json::from_str(body).map_err(|e| ReportError::Malformed {
-        what: "agent",
-        url: url.to_string(),
-        path: PATH.into(),
-        reason: format!("not an incident list ({e})"),
-    })?;
+    let list: Page<Vec<AgentIncident>> =
+        serde_json::from_str(body).map_err(|e| ReportError::Malformed {
+            what: "agent",
+            url: url.to_string(),
+            path: all_incidents_path(),
+            reason: format!("not an incident list ({e})"),
+        })?;
     if list.truncated {
         eprintln!(
             "warning: agent {url} holds more incidents than one answer carries; the report uses its newest {}",

@@ -110,11 +110,12 @@ pub async fn collect_with(
     let token = &token;
     let fetches = running.iter().map(|(name, scheme)| async move {
         let path = format!(
-            "/api/v1/namespaces/{namespace}/pods/{scheme}{name}:{port}/proxy/api/v1/incidents"
+            "/api/v1/namespaces/{namespace}/pods/{scheme}{name}:{port}/proxy{}",
+            crate::api::INCIDENTS_PATH
         );
         let what = format!("pods/proxy {namespace}/{name}");
-        let request = http::Request::get(format!("{path}?limit={}", crate::http::MAX_LIMIT))
-            .header(crate::http::auth::PROXIED_TOKEN, token.as_str())
+        let request = http::Request::get(format!("{path}?limit={}", crate::api::MAX_LIMIT))
+            .header(crate::api::PROXIED_TOKEN, token.as_str())
             .body(kube::client::Body::empty())
             .map_err(|e| ReportError::Api(format!("{what}: {e}")))?;
         let res = client

@@ -11,7 +11,7 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use sidecar_race_agent::inventory::cgroups;
+use sidecar_race_agent::{inventory::cgroups, kernel::cgroup2};
 use sidecar_race_testbed::cgroup;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -50,7 +50,7 @@ impl SimPod {
         let netns = format!("sr-{name}-{pid}-{seq}");
         run(Command::new("ip").args(["netns", "add", &netns]))?;
         run(Command::new("ip").args(["-n", &netns, "link", "set", "lo", "up"]))?;
-        let root = cgroups::find_cgroup2()?;
+        let root = cgroup2::find_cgroup2()?;
         let cgroup_dir = root.join(QOS).join(format!(
             "kubepods-burstable-pod{}.slice",
             uid.replace('-', "_")
@@ -75,7 +75,7 @@ impl SimPod {
         let dir = self.cgroup_dir.join(format!("cri-containerd-{id}.scope"));
         fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         self.containers.push(dir.clone());
-        let root = cgroups::find_cgroup2()?;
+        let root = cgroup2::find_cgroup2()?;
         Ok(SimContainer {
             name: name.to_string(),
             cgroup_id: cgroups::id_of(&dir)?,

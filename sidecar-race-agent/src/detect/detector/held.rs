@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     detect::fact::{Client, Fact},
-    ingest::events::{Comm, UnixName},
+    names::{Comm, UnixName},
     pods::pod_meta::PodMeta,
 };
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::incidents::Key;
-use crate::{detect::service::UnixSocket, ingest::events::UnixName};
+use crate::{detect::service::UnixSocket, names::UnixName};
 
 /// The socket a client's last Unix refusal resolved to, with its incident key.
 pub(super) struct ResolvedSocket {

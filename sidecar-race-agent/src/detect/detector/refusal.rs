@@ -19,7 +19,7 @@ use crate::{
         incident::{Episode, Hidden, Incident, Phase},
         listeners::{Listener, canonical, covers, is_loopback},
     },
-    ingest::events::Comm,
+    names::Comm,
     pods::{pod_info::PodInfo, pod_meta::PodMeta},
 };
 

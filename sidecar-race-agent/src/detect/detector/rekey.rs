@@ -16,7 +16,7 @@ use crate::{
         incident::{Hidden, State},
         service::{Service, SocketKey, UnixSocket},
     },
-    ingest::events::UnixName,
+    names::UnixName,
     pods::pod_meta::PodMeta,
 };
 

@@ -22,7 +22,7 @@ use crate::{
         service::{SocketKey, UnixSocket},
         socket_view::served_path,
     },
-    ingest::events::{Comm, UnixName},
+    names::{Comm, UnixName},
     pods::{pod_info::ContainerInfo, pod_meta::PodMeta},
 };
 

@@ -8,7 +8,7 @@ use super::{
     held::{HeldFact, named},
     state::Detector,
 };
-use crate::{detect::fact::Fact, ingest::events::UnixName, pods::pod_meta::PodMeta};
+use crate::{detect::fact::Fact, names::UnixName, pods::pod_meta::PodMeta};
 
 impl Detector {
     /// A Unix refusal, bind or close: decided now, or held behind the pod's earlier

@@ -3,7 +3,7 @@
 use super::*;
 use crate::{
     detect::{service::SocketKey, socket_view::SocketView},
-    ingest::events::UnixName,
+    names::UnixName,
     pods::mounts::Mount,
 };
 

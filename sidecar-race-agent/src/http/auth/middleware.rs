@@ -14,15 +14,12 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
+use crate::api::PROXIED_TOKEN;
+
 use super::{
     authenticator::{Authenticator, Verdict},
     decision::Decision,
 };
-
-/// The header that carries the token through the API server's pod proxy, which removes
-/// `Authorization` once it has authenticated the caller (`report --agents-via-api`). The
-/// token is reviewed exactly like a bearer token.
-pub const PROXIED_TOKEN: &str = "x-sidecar-race-token";
 
 /// The request goes on only when allowed.
 pub async fn require(State(auth): State<Arc<Authenticator>>, req: Request, next: Next) -> Response {

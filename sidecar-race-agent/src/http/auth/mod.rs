@@ -20,6 +20,6 @@ pub use self::{
     budget::ReviewBudget,
     cache::CacheTtls,
     decision::Decision,
-    middleware::{PROXIED_TOKEN, require},
+    middleware::require,
     review::{GROUP, KubeReviewer, NoClient, Reviewer, Unreachable, access_review, resource_of},
 };

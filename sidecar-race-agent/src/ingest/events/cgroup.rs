@@ -2,7 +2,7 @@
 
 use sidecar_race_ebpf::abi::{CgroupEvent, flags};
 
-use super::c_string::c_string;
+use crate::names::c_string::c_string;
 
 /// `cgroup_created`, `cgroup_removed`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 
 use sidecar_race_ebpf::abi;
 
-use super::comm::Comm;
+use crate::names::Comm;
 
 /// The task behind a socket event.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::inventory::{
+use super::{
     cgroup_path::{self, PathInfo},
     cgroups::CgroupIndex,
 };
@@ -15,7 +15,7 @@ pub trait Marks {
     fn unmark(&mut self, cgroup_id: u64);
 }
 
-impl Marks for super::probes::Probes {
+impl Marks for crate::kernel::probes::Probes {
     fn mark(&mut self, cgroup_id: u64) -> Result<(), String> {
         self.mark_charge_point(cgroup_id).map_err(|e| e.to_string())
     }
