@@ -8,6 +8,7 @@ pub(crate) mod checkpoint;
 pub mod cli;
 pub mod clock;
 pub mod commands;
+pub mod daemon;
 pub mod detect;
 pub mod http;
 pub mod ingest;

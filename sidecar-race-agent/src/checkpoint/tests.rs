@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::{
-    commands::run::checkpoint::{self as daemon, Restore},
+    daemon::checkpoint::{self as daemon, Restore},
     detect::render::Filter,
     detect::{DetectorConfig, Incident, Phase, State},
     ingest::events::KernelEvent,

@@ -1,4 +1,6 @@
-//! `sidecar-race-agent run`: the long-running daemon.
+//! `sidecar-race-agent run`: the long-running daemon, wired up: the agent started as
+//! the node's owner, the pipeline with its restored state, the sinks and the HTTP
+//! server; then the [`Daemon`]'s loop runs until SIGTERM.
 
 use std::{
     net::SocketAddr,
@@ -18,31 +20,18 @@ use crate::{
     checkpoint::CheckpointFile,
     cli::{AuthMode, StateArgs},
     clock,
+    daemon::{Daemon, checkpoint, totals},
     detect::DetectorConfig,
     http::{self, HttpState},
-    inventory::charge_points::ChargePoints,
     kernel::probes::Origin,
     pipeline::Pipeline,
-    pipeline::outcome::Outcome,
     shutdown,
-    sinks::incident_logs::IncidentLogs,
-    sinks::k8s_events::EventPublisher,
-    sinks::{metrics::Metrics, otlp::Exporter},
+    sinks::{fan_out::Sinks, incident_logs::IncidentLogs, metrics::Metrics, otlp::Exporter},
 };
 
-pub mod checkpoint;
 mod kube_clients;
 mod owner;
-mod totals;
 
-/// How often held facts are released and time advances in the detector.
-const TICK: Duration = Duration::from_millis(100);
-/// How often the kernel's suppressed-refusal counts are read.
-const SUPPRESSED: Duration = Duration::from_secs(1);
-/// Granularity of releases between ticks (see `release_delay`).
-const RELEASE_GRAIN: Duration = Duration::from_millis(10);
-/// Kernel events taken into the pipeline under one lock.
-const BATCH: usize = 512;
 /// How long the last OTLP push may hold the agent's exit.
 const OTLP_LAST_PUSH: Duration = Duration::from_secs(3);
 
@@ -116,14 +105,14 @@ async fn daemon(
     opts: RunOptions,
     agent: agent::Agent,
     otlp: Option<Exporter>,
-    mut signal: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    signal: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 ) -> anyhow::Result<()> {
     let agent::Agent {
         env,
         mut probes,
-        mut stream,
+        stream,
         inventory,
-        mut pod_updates,
+        pod_updates,
         source_stats,
     } = agent;
     let has_pod_source = inventory.has_pod_source;
@@ -198,7 +187,7 @@ async fn daemon(
         AuthMode::None => None,
         AuthMode::Kubernetes => Some(kube_clients::start_auth().await?),
     };
-    let mut logs = IncidentLogs::new(Instant::now());
+    let logs = IncidentLogs::new(Instant::now());
     let totals = totals::NodeTotals {
         pipeline: pipeline.lock().totals(),
         kernel: probes.counters(),
@@ -220,9 +209,13 @@ async fn daemon(
         .with_series_ttl(opts.series_ttl)
         .with_totals(Box::new(totals.clone())),
     ));
+    let mut sinks = Sinks::default().with(logs).with(metrics.clone());
+    if let Some(events) = events {
+        sinks = sinks.with(events);
+    }
     if let Some(checkpoint::Restore::Restored(r)) = &restore {
         // Incidents of pods gone while no agent ran, ended by the restore.
-        account(&r.outcomes, &metrics, events.as_ref(), &mut logs);
+        sinks.consume(&r.outcomes, Instant::now());
     }
     let stop_otlp = Arc::new(Notify::new());
     let otlp = otlp.map(|e| tokio::spawn(e.run(metrics.clone(), stop_otlp.clone())));
@@ -258,89 +251,21 @@ async fn daemon(
     })?;
     ready.store(true, Relaxed);
 
-    let mut stats = tokio::time::interval(opts.stats_interval);
-    stats.tick().await;
-    let mut tick = tokio::time::interval(TICK);
-    let mut suppressed = tokio::time::interval(SUPPRESSED);
-    let mut periodic = tokio::time::interval(checkpoint::EVERY);
-    periodic.tick().await;
-    let (mut read_since_saved, mut save_failing) = (false, false);
-    let mut stopping = false;
-    let lock = || pipeline.lock();
-    let mut charge_points = ChargePoints::with_marked(probes.charge_point_ids());
-    charge_points.sync(&lock().inventory().cgroups, &mut probes);
-    loop {
-        let until_due = lock()
-            .next_release_boot_ns()
-            .map(|due| release_delay(due, clock::boot_now_ns()));
-        tokio::select! {
-            batch = stream.events.recv() => {
-                let Some(batch) = batch else {
-                    break; // the reader stopped and the channel is empty
-                };
-                if started_boot_ns > 0 {
-                    let before = batch.iter().filter(|ev| ev.ts_boot_ns() < started_boot_ns).count();
-                    start.records_before_start.fetch_add(before as u64, Relaxed);
-                }
-                // A scrape waits for at most one chunk.
-                for chunk in batch.chunks(BATCH) {
-                    let p = &mut *lock();
-                    chunk
-                        .iter()
-                        .filter(|ev| ev.ts_boot_ns() >= cut_boot_ns)
-                        .for_each(|ev| p.kernel_event(ev));
-                }
-                read_since_saved = true;
-                // New containers are charged as such from their first refusal on.
-                charge_points.sync(&lock().inventory().cgroups, &mut probes);
-            }
-            Some(update) = pod_updates.recv() => lock().pod_update(update),
-            _ = tick.tick() => {
-                let outcomes = lock().tick(clock::boot_now_ns());
-                account(&outcomes, &metrics, events.as_ref(), &mut logs);
-            }
-            // A held fact (a listener coming up) reaches the detector as soon as the
-            // reorder window allows, not up to a tick later.
-            _ = tokio::time::sleep(until_due.unwrap_or(TICK)), if until_due.is_some() => {
-                let outcomes = lock().tick(clock::boot_now_ns());
-                account(&outcomes, &metrics, events.as_ref(), &mut logs);
-            }
-            _ = suppressed.tick() => {
-                logs.summary(Instant::now());
-                charge_points.sync(&lock().inventory().cgroups, &mut probes);
-                let outcomes = read_suppressed(&mut probes, &pipeline, false);
-                account(&outcomes, &metrics, events.as_ref(), &mut logs);
-            }
-            _ = stats.tick() => totals.log(),
-            _ = periodic.tick(), if checkpoint.is_some() && read_since_saved && !stopping => {
-                if let Some(file) = &checkpoint {
-                    let state = lock().snapshot();
-                    checkpoint::save_periodic(file, state, clock::boot_now_ns(), &mut save_failing);
-                }
-                read_since_saved = false;
-            }
-            _ = &mut signal, if !stopping => {
-                tracing::info!("stopping");
-                stopping = true;
-                ready.store(false, Relaxed);
-                match checkpoint {
-                    Some(_) => stream.leave(),
-                    None => stream.stop(),
-                }
-            }
-        }
+    Daemon {
+        pipeline,
+        probes,
+        stream,
+        pod_updates,
+        sinks,
+        checkpoint,
+        totals,
+        stats_interval: opts.stats_interval,
+        started_boot_ns,
+        cut_boot_ns,
+        ready,
     }
-    // With a checkpoint, what the stream handed over is in the pipeline now and goes to
-    // the next agent as it is: nothing is finalised or published here.
-    let saved = checkpoint
-        .as_ref()
-        .is_some_and(|file| checkpoint::save(file, &lock(), clock::boot_now_ns()));
-    if !saved {
-        let mut outcomes = lock().flush(clock::boot_now_ns());
-        outcomes.extend(read_suppressed(&mut probes, &pipeline, true));
-        account(&outcomes, &metrics, None, &mut logs);
-    }
-    totals.log();
+    .run(signal)
+    .await;
     if let Some(export) = otlp {
         // The last push holds the final counts; a collector that does not answer
         // within the limit does not hold the agent's exit.
@@ -350,67 +275,4 @@ async fn daemon(
     stop_http.notify_one();
     server.await??;
     Ok(())
-}
-
-/// What the kernel counted instead of sending since the last reading, as outcomes for
-/// the sinks; deletes the entries of removed cgroups once their final value is in.
-/// The kernel's map is read before the pipeline's lock is taken.
-fn read_suppressed(
-    probes: &mut crate::kernel::probes::Probes,
-    pipeline: &Mutex<Pipeline>,
-    last: bool,
-) -> Vec<Outcome> {
-    match probes.suppressed() {
-        Ok(counts) => {
-            let reading = pipeline.lock().read_suppressed(&counts, last);
-            reading
-                .forget
-                .iter()
-                .for_each(|id| probes.forget_suppressed(*id));
-            reading.outcomes
-        }
-        Err(e) => {
-            tracing::warn!("cannot read suppressed refusal counts: {e}");
-            Vec::new()
-        }
-    }
-}
-
-/// What one step of the pipeline came to, told to the sinks beside it: logs, metrics
-/// and Kubernetes Events.
-fn account(
-    outcomes: &[Outcome],
-    metrics: &Mutex<Metrics>,
-    events: Option<&EventPublisher>,
-    logs: &mut IncidentLogs,
-) {
-    let now = Instant::now();
-    logs.consume(outcomes, now);
-    metrics.lock().consume(outcomes, now);
-    if let Some(events) = events {
-        events.consume(outcomes);
-    }
-}
-
-/// How long until a fact due at `due` (boot ns) may be released, rounded up to
-/// `RELEASE_GRAIN` so a storm of held facts wakes the detector at most 100 times a
-/// second.
-fn release_delay(due: u64, now: u64) -> Duration {
-    let grain = RELEASE_GRAIN.as_nanos() as u64;
-    let wait = due.saturating_sub(now);
-    Duration::from_nanos(wait.div_ceil(grain) * grain)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn releases_wait_for_the_due_time_rounded_up_to_the_grain() {
-        let ms = Duration::from_millis;
-        assert_eq!(release_delay(1_000_000, 0), ms(10));
-        assert_eq!(release_delay(25_000_000, 0), ms(30));
-        assert_eq!(release_delay(30_000_000, 10_000_000), ms(20));
-        assert_eq!(release_delay(5, 10), Duration::ZERO);
-    }
 }

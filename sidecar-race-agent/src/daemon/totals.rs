@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// Where the kernel's totals are read: its per-CPU counters (fixed ones in tests).
-pub(super) trait KernelSource: Send + Sync {
+pub trait KernelSource: Send + Sync {
     fn read(&self) -> Result<KernelTotals, ProbeError>;
 }
 
@@ -46,7 +46,7 @@ impl KernelSource for KernelCounters {
 }
 
 #[derive(Clone)]
-pub(super) struct NodeTotals {
+pub struct NodeTotals {
     pub pipeline: PublishedTotals,
     pub kernel: Arc<dyn KernelSource>,
     pub stream: Arc<StreamStats>,
@@ -61,7 +61,7 @@ pub(super) struct NodeTotals {
 
 /// How the agent started (see [`StartTotals`]).
 #[derive(Debug, Default)]
-pub(super) struct Start {
+pub struct Start {
     pub kernel_state: &'static str,
     pub checkpoint: &'static str,
     pub records_before_start: AtomicU64,
@@ -76,7 +76,7 @@ impl std::fmt::Debug for NodeTotals {
 }
 
 /// The node's totals at one moment.
-pub(super) struct Snapshot {
+pub struct Snapshot {
     /// What `/metrics` exports.
     pub totals: Totals,
     /// Why `totals.kernel` is `None`.
@@ -89,7 +89,7 @@ pub(super) struct Snapshot {
 
 impl NodeTotals {
     /// The one builder of the node's totals.
-    pub(super) fn snapshot(&self) -> Snapshot {
+    pub fn snapshot(&self) -> Snapshot {
         let (kernel, kernel_error) = match self.kernel.read() {
             Ok(k) => (Some(k), None),
             Err(e) => (None, Some(e)),
@@ -130,7 +130,7 @@ impl NodeTotals {
     }
 
     /// The periodic log line of the node's totals.
-    pub(super) fn log(&self) {
+    pub fn log(&self) {
         let Snapshot {
             totals: t,
             kernel_error,
