@@ -56,6 +56,8 @@ async fn main() -> anyhow::Result<()> {
                     .map(|endpoint| commands::run::OtlpOptions {
                         endpoint,
                         interval: args.otlp_interval.max(Duration::from_secs(1)),
+                        logs: args.otlp_logs,
+                        cluster_name: args.cluster_name,
                     }),
                 state: args.state,
             })

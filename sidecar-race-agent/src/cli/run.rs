@@ -145,6 +145,14 @@ pub struct RunArgs {
         value_parser = parse_duration
     )]
     pub otlp_interval: std::time::Duration,
+    /// Also push each incident's state changes (opened, in another phase, resolved) as
+    /// OTLP log records to the --otlp-endpoint collector (`/v1/logs`), named by the
+    /// OpenTelemetry semantic conventions. Off by default.
+    #[arg(long, env = "SIDECAR_RACE_OTLP_LOGS", requires = "otlp_endpoint")]
+    pub otlp_logs: bool,
+    /// The cluster's name, as `k8s.cluster.name` on everything pushed over OTLP.
+    #[arg(long, env = "SIDECAR_RACE_CLUSTER_NAME", value_name = "NAME")]
+    pub cluster_name: Option<String>,
     /// Milliseconds kernel facts are held to be put back in time order.
     #[arg(long, env = "SIDECAR_RACE_REORDER_WINDOW_MS", default_value_t = 200)]
     pub reorder_window_ms: u64,

@@ -32,6 +32,21 @@ pub enum Outcome {
     StuckJob(StuckJob),
 }
 
+impl Outcome {
+    /// The incident whose state this outcome changes, and the change in words: opened,
+    /// in another phase, or final ("incident resolved": metrics and Events count it
+    /// then too). The log lines and the OTLP log records tell exactly these.
+    pub fn state_change(&self) -> Option<(&IncidentView, &'static str)> {
+        match self {
+            Outcome::Opened(v) => Some((v, "incident opened")),
+            Outcome::StuckJob(StuckJob::Found(v)) => Some((&**v, "incident opened")),
+            Outcome::Rephased(v) => Some((v, "incident phase changed")),
+            Outcome::Settled(a) => Some((&a.view, "incident resolved")),
+            _ => None,
+        }
+    }
+}
+
 /// An incident to account for, with what a count of its refusals needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Accounting {

@@ -33,8 +33,12 @@ pub struct Sinks {
 
 impl Sinks {
     pub fn with(mut self, sink: impl OutcomeSink + 'static) -> Self {
-        self.sinks.push(Box::new(sink));
+        self.add(sink);
         self
+    }
+
+    pub fn add(&mut self, sink: impl OutcomeSink + 'static) {
+        self.sinks.push(Box::new(sink));
     }
 
     pub fn consume(&mut self, outcomes: &[Outcome], now: Instant) {

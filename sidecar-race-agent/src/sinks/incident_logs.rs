@@ -9,7 +9,7 @@ use crate::{
         processes::summary,
         render::{IncidentView, role_name},
     },
-    pipeline::outcome::{Outcome, StuckJob},
+    pipeline::outcome::Outcome,
     sinks::log_budget::LogBudget,
 };
 
@@ -32,14 +32,7 @@ impl IncidentLogs {
     }
 
     pub fn consume(&mut self, outcomes: &[Outcome], now: Instant) {
-        for o in outcomes {
-            let (v, what) = match o {
-                Outcome::Opened(v) => (v, "incident opened"),
-                Outcome::StuckJob(StuckJob::Found(v)) => (&**v, "incident opened"),
-                Outcome::Rephased(v) => (v, "incident phase changed"),
-                Outcome::Settled(a) => (&a.view, "incident resolved"),
-                _ => continue,
-            };
+        for (v, what) in outcomes.iter().filter_map(Outcome::state_change) {
             if self.budget.allow(&v.pod_uid, now) {
                 line(v, what);
             } else if let (Some(ns), Some(pod)) = (&v.namespace, &v.pod) {

@@ -48,13 +48,23 @@ impl Collector {
         // JSON is YAML.
         let config = json!({
             "receivers": {"otlp": {"protocols": {"http": {"endpoint": format!("127.0.0.1:{port}")}}}},
-            "exporters": {"file": {
-                "path": dir.join("metrics.jsonl").display().to_string(),
-                "format": "json",
-                "flush_interval": "100ms",
-            }},
+            "exporters": {
+                "file": {
+                    "path": dir.join("metrics.jsonl").display().to_string(),
+                    "format": "json",
+                    "flush_interval": "100ms",
+                },
+                "file/logs": {
+                    "path": dir.join("logs.jsonl").display().to_string(),
+                    "format": "json",
+                    "flush_interval": "100ms",
+                },
+            },
             "service": {
-                "pipelines": {"metrics": {"receivers": ["otlp"], "exporters": ["file"]}},
+                "pipelines": {
+                    "metrics": {"receivers": ["otlp"], "exporters": ["file"]},
+                    "logs": {"receivers": ["otlp"], "exporters": ["file/logs"]},
+                },
                 "telemetry": {"metrics": {"level": "none"}},
             },
         });
@@ -91,7 +101,27 @@ impl Collector {
     /// What it has written so far: one `ExportMetricsServiceRequest` (OTLP/JSON) per
     /// request received, in order (a line not yet flushed whole is left out).
     pub fn received(&self) -> Vec<Value> {
-        let text = std::fs::read_to_string(self.dir.join("metrics.jsonl")).unwrap_or_default();
+        self.written("metrics.jsonl")
+    }
+
+    /// The log records it has written so far (`ExportLogsServiceRequest`s flattened),
+    /// each with its resource's attributes beside it, in order.
+    pub fn received_logs(&self) -> Vec<(Value, Value)> {
+        let mut records = Vec::new();
+        for request in self.written("logs.jsonl") {
+            for rl in request["resourceLogs"].as_array().into_iter().flatten() {
+                for sl in rl["scopeLogs"].as_array().into_iter().flatten() {
+                    for r in sl["logRecords"].as_array().into_iter().flatten() {
+                        records.push((rl["resource"].clone(), r.clone()));
+                    }
+                }
+            }
+        }
+        records
+    }
+
+    fn written(&self, file: &str) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.dir.join(file)).unwrap_or_default();
         let complete = text.rfind('\n').map_or("", |end| &text[..end]);
         complete
             .lines()

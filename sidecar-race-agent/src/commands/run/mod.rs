@@ -26,11 +26,15 @@ use crate::{
     kernel::probes::Origin,
     pipeline::Pipeline,
     shutdown,
-    sinks::{fan_out::Sinks, incident_logs::IncidentLogs, metrics::Metrics, otlp::Exporter},
+    sinks::{fan_out::Sinks, incident_logs::IncidentLogs, metrics::Metrics},
 };
 
 mod kube_clients;
+mod otlp;
 mod owner;
+
+use otlp::Otlp;
+pub use otlp::OtlpOptions;
 
 /// How long the last OTLP push may hold the agent's exit.
 const OTLP_LAST_PUSH: Duration = Duration::from_secs(3);
@@ -67,11 +71,6 @@ pub struct RunOptions {
     pub checkpoint: Option<std::path::PathBuf>,
 }
 
-pub struct OtlpOptions {
-    pub endpoint: String,
-    pub interval: Duration,
-}
-
 /// Starts the agent, then runs the daemon as a task on the runtime's workers, beside
 /// the ring-buffer reader. On the thread that blocks on `main` instead, every batch
 /// the reader handed over woke that thread too: a second thread switch per batch, a
@@ -81,11 +80,7 @@ pub struct OtlpOptions {
 /// where a worker's heap kept some 9 MiB of them resident.
 pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
     // A bad collector URL stops the agent before anything is loaded.
-    let otlp = opts
-        .otlp
-        .as_ref()
-        .map(|o| Exporter::new(&o.endpoint, o.interval))
-        .transpose()?;
+    let otlp = opts.otlp.as_ref().map(Otlp::new).transpose()?;
     // Before anything is loaded: a SIGTERM while the agent starts stops it cleanly
     // (with its checkpoint) once the loop runs, instead of killing it.
     let signal = Box::pin(shutdown::signal());
@@ -104,7 +99,7 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
 async fn daemon(
     opts: RunOptions,
     agent: agent::Agent,
-    otlp: Option<Exporter>,
+    otlp: Option<Otlp>,
     signal: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 ) -> anyhow::Result<()> {
     let agent::Agent {
@@ -209,16 +204,25 @@ async fn daemon(
         .with_series_ttl(opts.series_ttl)
         .with_totals(Box::new(totals.clone())),
     ));
+    let (otlp_metrics, otlp_logs) = match otlp {
+        Some(o) => (Some(o.metrics), o.logs),
+        None => (None, None),
+    };
     let mut sinks = Sinks::default().with(logs).with(metrics.clone());
     if let Some(events) = events {
-        sinks = sinks.with(events);
+        sinks.add(events);
     }
+    let otlp_logs = otlp_logs.map(|(sink, exporter)| {
+        sinks.add(sink);
+        otlp::spawn_logs(exporter)
+    });
     if let Some(checkpoint::Restore::Restored(r)) = &restore {
         // Incidents of pods gone while no agent ran, ended by the restore.
         sinks.consume(&r.outcomes, Instant::now());
     }
     let stop_otlp = Arc::new(Notify::new());
-    let otlp = otlp.map(|e| tokio::spawn(e.run(metrics.clone(), stop_otlp.clone())));
+    let otlp_metrics =
+        otlp_metrics.map(|e| tokio::spawn(e.run(metrics.clone(), stop_otlp.clone())));
     let ready = Arc::new(AtomicBool::new(false));
     let stop_http = Arc::new(Notify::new());
     let stop = stop_http.clone();
@@ -266,12 +270,19 @@ async fn daemon(
     }
     .run(signal)
     .await;
-    if let Some(export) = otlp {
-        // The last push holds the final counts; a collector that does not answer
-        // within the limit does not hold the agent's exit.
-        stop_otlp.notify_one();
-        let _ = tokio::time::timeout(OTLP_LAST_PUSH, export).await;
-    }
+    // The last pushes hold the final counts and the last records (the daemon's sinks
+    // are dropped, so the log task sends what is left and ends); a collector that does
+    // not answer within the limit does not hold the agent's exit.
+    stop_otlp.notify_one();
+    let last_pushes = async {
+        if let Some(export) = otlp_metrics {
+            let _ = export.await;
+        }
+        if let Some(export) = otlp_logs {
+            let _ = export.await;
+        }
+    };
+    let _ = tokio::time::timeout(OTLP_LAST_PUSH, last_pushes).await;
     stop_http.notify_one();
     server.await??;
     Ok(())

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use opentelemetry_proto::tonic::{
     collector::metrics::v1::ExportMetricsServiceRequest,
-    common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value},
+    common::v1::KeyValue,
     metrics::v1::{
         AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
         ResourceMetrics, ScopeMetrics, Sum, metric, number_data_point,
@@ -31,24 +31,17 @@ pub struct Times {
     pub now_unix_nano: u64,
 }
 
-/// One request holding every family, under `resource` (key, value pairs).
+/// One request holding every family, under `resource`.
 pub fn request(
     families: &[Family],
-    resource: &[(&str, String)],
+    resource: Resource,
     times: Times,
 ) -> ExportMetricsServiceRequest {
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
-            resource: Some(Resource {
-                attributes: resource.iter().map(|(k, v)| attribute(k, v)).collect(),
-                ..Default::default()
-            }),
+            resource: Some(resource),
             scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope {
-                    name: "sidecar-race-agent".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    ..Default::default()
-                }),
+                scope: Some(super::attributes::scope()),
                 metrics: families.iter().filter_map(|f| metric(f, times)).collect(),
                 schema_url: String::new(),
             }],
@@ -112,18 +105,11 @@ fn unit(family: &Family) -> String {
     .to_string()
 }
 
-fn attribute(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.to_string(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.to_string())),
-        }),
-        ..Default::default()
-    }
-}
-
 fn attributes(labels: &[(String, String)]) -> Vec<KeyValue> {
-    labels.iter().map(|(k, v)| attribute(k, v)).collect()
+    labels
+        .iter()
+        .map(|(k, v)| super::attributes::string(k, v))
+        .collect()
 }
 
 /// Whole numbers as integers (the counters count), others as doubles.

@@ -3,8 +3,12 @@
 //! pipelines built on OpenTelemetry. Off by default; a collector that is down costs a
 //! warning when exports start failing and one when they work again, nothing else.
 
+pub mod attributes;
 mod convert;
 mod exposition;
+mod log_record;
+pub mod logs;
+mod transport;
 
 #[cfg(test)]
 mod tests;
@@ -14,27 +18,19 @@ use std::{
         Arc,
         atomic::{AtomicU64, Ordering::Relaxed},
     },
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime},
 };
 
-use kube::client::Body;
 use parking_lot::Mutex;
 use prost::Message;
 use tokio::sync::Notify;
 
+use opentelemetry_proto::tonic::resource::v1::Resource;
+
 use super::metrics::Metrics;
 
-/// The OTLP/HTTP path of metrics below a collector's base URL.
-const METRICS_PATH: &str = "/v1/metrics";
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Why an OTLP endpoint cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum OtlpError {
-    #[error("--otlp-endpoint {url}: {reason}")]
-    BadUrl { url: String, reason: String },
-}
+use transport::{METRICS_PATH, client, unix_nano};
+pub use transport::{OtlpError, base_url};
 
 /// Exports done and failed, for the agent's own logs and tests.
 #[derive(Debug, Default)]
@@ -47,7 +43,7 @@ pub struct Exporter {
     url: String,
     client: kube::Client,
     interval: Duration,
-    resource: Vec<(&'static str, String)>,
+    resource: Resource,
     start_unix_nano: u64,
     pub counts: Arc<ExportCounts>,
 }
@@ -55,26 +51,14 @@ pub struct Exporter {
 impl Exporter {
     /// `endpoint`: the collector's base URL (`http://collector:4318`), or the full
     /// metrics URL ending in `/v1/metrics`.
-    pub fn new(endpoint: &str, interval: Duration) -> Result<Self, OtlpError> {
-        let bad = |reason: String| OtlpError::BadUrl {
-            url: endpoint.to_string(),
-            reason,
-        };
-        let base = endpoint
-            .trim_end_matches('/')
-            .trim_end_matches(METRICS_PATH)
-            .to_string();
-        let client =
-            crate::outbound::client(&base, CONNECT_TIMEOUT, SEND_TIMEOUT, None).map_err(bad)?;
-        let mut resource = vec![
-            ("service.name", "sidecar-race-agent".to_string()),
-            ("service.version", env!("CARGO_PKG_VERSION").to_string()),
-        ];
-        if let Ok(node) = std::env::var("NODE_NAME")
-            && !node.is_empty()
-        {
-            resource.push(("k8s.node.name", node));
-        }
+    pub fn new(
+        endpoint: &str,
+        interval: Duration,
+        origin: &attributes::Origin,
+    ) -> Result<Self, OtlpError> {
+        let base = base_url(endpoint);
+        let client = client(&base)?;
+        let resource = origin.resource();
         Ok(Self {
             url: format!("{base}{METRICS_PATH}"),
             client,
@@ -89,28 +73,18 @@ impl Exporter {
     pub async fn run(self, metrics: Arc<Mutex<Metrics>>, stop: Arc<Notify>) {
         let mut tick = tokio::time::interval(self.interval);
         tick.tick().await;
-        let mut failing = false;
+        let mut said = transport::Said::new("OTLP export", self.url.clone());
         loop {
             let last = tokio::select! {
                 _ = tick.tick() => false,
                 _ = stop.notified() => true,
             };
-            match self.export(&metrics).await {
-                Ok(()) => {
-                    self.counts.ok.fetch_add(1, Relaxed);
-                    if failing {
-                        tracing::info!(url = %self.url, "OTLP export works again");
-                        failing = false;
-                    }
-                }
-                Err(e) => {
-                    self.counts.failed.fetch_add(1, Relaxed);
-                    if !failing {
-                        tracing::warn!(url = %self.url, "OTLP export failed (said once until it works again): {e}");
-                        failing = true;
-                    }
-                }
-            }
+            let result = self.export(&metrics).await;
+            match &result {
+                Ok(()) => self.counts.ok.fetch_add(1, Relaxed),
+                Err(_) => self.counts.failed.fetch_add(1, Relaxed),
+            };
+            said.result(&result);
             if last {
                 return;
             }
@@ -127,26 +101,7 @@ impl Exporter {
             start_unix_nano: self.start_unix_nano,
             now_unix_nano: unix_nano(SystemTime::now()),
         };
-        let body = convert::request(&families, &self.resource, times).encode_to_vec();
-        let request = http::Request::post(METRICS_PATH)
-            .header(http::header::CONTENT_TYPE, "application/x-protobuf")
-            .body(Body::from(body))
-            .map_err(|e| e.to_string())?;
-        let answer = self
-            .client
-            .send(request)
-            .await
-            .map_err(|e| format!("{e}"))?;
-        let status = answer.status();
-        if !status.is_success() {
-            return Err(format!("HTTP {status}"));
-        }
-        Ok(())
+        let body = convert::request(&families, self.resource.clone(), times).encode_to_vec();
+        transport::post(&self.client, METRICS_PATH, body).await
     }
-}
-
-fn unix_nano(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or_default()
 }

@@ -1,6 +1,7 @@
 use opentelemetry_proto::tonic::{
     common::v1::any_value,
     metrics::v1::{AggregationTemporality, metric, number_data_point},
+    resource::v1::Resource,
 };
 
 use super::{
@@ -60,7 +61,10 @@ fn the_exposition_reads_back_families_samples_and_escaped_labels() {
 fn counters_are_cumulative_monotonic_sums_without_total_and_histograms_keep_their_buckets() {
     let req = request(
         &parse(TEXT).unwrap(),
-        &[("service.name", "x".into())],
+        Resource {
+            attributes: vec![super::attributes::string("service.name", "x")],
+            ..Default::default()
+        },
         TIMES,
     );
     let metrics = &req.resource_metrics[0].scope_metrics[0].metrics;
@@ -128,7 +132,7 @@ fn the_agents_own_exposition_converts_family_by_family() {
     let families = parse(&text).unwrap();
     let with_samples = families.iter().filter(|f| !f.samples.is_empty()).count();
     assert!(with_samples > 0, "{text}");
-    let req = request(&families, &[], TIMES);
+    let req = request(&families, Resource::default(), TIMES);
     assert_eq!(
         req.resource_metrics[0].scope_metrics[0].metrics.len(),
         with_samples
