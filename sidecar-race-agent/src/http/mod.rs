@@ -9,6 +9,7 @@ mod endpoints;
 mod health_slot;
 mod listen;
 mod rendered;
+mod replay;
 pub mod server;
 mod state;
 pub mod tls;

@@ -3,9 +3,11 @@
 //! connection age (idle keep-alive clients), an absolute deadline for each answer
 //! (head and body: a client reading slowly is cut off) and no request bodies.
 //! Beyond the cap, a few more connections are taken that serve only `/healthz` and
-//! `/readyz` (their request line is peeked first): requests waiting for a token review
-//! (or anything else) cannot take those, so a flood does not get the agent restarted
-//! by its liveness probe.
+//! `/readyz`: each must send a probe's whole request head (over TLS, after its
+//! handshake) within a second before it takes a health slot, so neither requests
+//! waiting for a token review, nor clients stalling in their head, nor idle TLS
+//! connections can hold those, and a flood does not get the agent restarted by its
+//! liveness probe.
 //! Shutdown waits for connections at most as long as a request may take.
 
 use std::{
@@ -17,7 +19,8 @@ use std::{
 
 use super::{
     answer_deadline::{AnswerDeadline, ArmedBody, deadline_passed},
-    health_slot::{PEEK_TIMEOUT, asks_for_health},
+    health_slot::{PEEK_TIMEOUT, read_probe_head},
+    replay::Replayed,
     tls::Reloading,
     write_deadline::WriteDeadline,
 };
@@ -36,7 +39,7 @@ use hyper_util::{
 };
 use tokio::{
     net::TcpListener,
-    sync::{Semaphore, watch},
+    sync::{OwnedSemaphorePermit, Semaphore, watch},
     time::Instant,
 };
 
@@ -52,12 +55,12 @@ pub struct Limits {
     pub write_timeout: Duration,
     /// Connections served at once; further ones get a health slot, or are closed.
     pub max_connections: usize,
-    /// Connections beyond `max_connections` whose request line is peeked (within a
-    /// second) to tell the kubelet's probes from the rest, which are closed; further
-    /// ones are closed at once.
+    /// Connections beyond `max_connections` whose request head is read (within a
+    /// second, TLS handshake included) to tell the kubelet's probes from the rest,
+    /// which are closed; further ones are closed at once.
     pub peeked_connections: usize,
-    /// Probes among those served at once, on slots of their own: only
-    /// [`HEALTH_PATHS`], one request each.
+    /// Probes among those answered at once, on slots of their own taken once a whole
+    /// request head arrived: only [`HEALTH_PATHS`], one request each.
     pub health_connections: usize,
     /// A connection is closed (after its request in flight) at this age, so idle
     /// keep-alive clients cannot hold a slot forever.
@@ -244,40 +247,41 @@ pub async fn serve(
             deadline,
             Connection { peer, health_only },
         ));
-        // A probe sends its request at once: a health slot is not left to an idle
-        // client for the whole header timeout.
-        let header_read_timeout = if health_only {
-            limits.header_read_timeout.min(PEEK_TIMEOUT)
-        } else {
-            limits.header_read_timeout
+        let conn = Driven {
+            service,
+            // A probe's head is read before it is served: only its own time counts.
+            header_read_timeout: if health_only {
+                limits.header_read_timeout.min(PEEK_TIMEOUT)
+            } else {
+                limits.header_read_timeout
+            },
+            limits,
+            cut_at,
+            stop: stop_rx.clone(),
+            fd,
         };
         let health_slots = health_slots.clone();
         let acceptor = tls.as_ref().map(|t| t.acceptor());
-        let stop = stop_rx.clone();
         tokio::spawn(async move {
-            let (_slot, _health_slot) = if health_only {
-                // Over TLS the request line cannot be peeked: a health slot serves
-                // only the probes' paths anyway, one request each.
-                if acceptor.is_none() && !asks_for_health(&stream).await {
-                    return; // closed: beyond the cap, only the probes are served
-                }
-                let Ok(health) = health_slots.try_acquire_owned() else {
-                    return;
-                };
-                drop(slot); // the peek slot goes back to the next connection
-                (None, Some(health))
-            } else {
-                (Some(slot), None)
-            };
             let io = WriteDeadline::new(stream, limits.write_timeout);
+            if health_only {
+                // The handshake and the probe's whole head, both on the peek slot.
+                let by = Instant::now() + PEEK_TIMEOUT;
+                let Some(acceptor) = acceptor else {
+                    return answer_probe(io, by, slot, health_slots, conn).await;
+                };
+                if let Ok(Ok(tls)) = tokio::time::timeout_at(by, acceptor.accept(io)).await {
+                    answer_probe(tls, by, slot, health_slots, conn).await;
+                }
+                return;
+            }
+            let _slot = slot;
             let Some(acceptor) = acceptor else {
-                return drive(io, service, header_read_timeout, limits, cut_at, stop, fd).await;
+                return drive(io, conn).await;
             };
             // The handshake within the header timeout, as a request's headers.
-            match tokio::time::timeout(header_read_timeout, acceptor.accept(io)).await {
-                Ok(Ok(tls)) => {
-                    drive(tls, service, header_read_timeout, limits, cut_at, stop, fd).await
-                }
+            match tokio::time::timeout(conn.header_read_timeout, acceptor.accept(io)).await {
+                Ok(Ok(tls)) => drive(tls, conn).await,
                 Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
                 Err(_) => tracing::debug!("TLS handshake not done within the header timeout"),
             }
@@ -304,20 +308,55 @@ pub async fn serve(
     Ok(())
 }
 
-/// Serves one connection's requests on `io` (plain or TLS) until it ends, its
-/// answer's deadline passes (then it is reset), it reaches its maximum age, or the
-/// server stops (then its request in flight may finish).
-async fn drive<I>(
-    io: I,
+/// What serving one connection needs besides its stream.
+struct Driven {
     service: TowerToHyperService<Router>,
     header_read_timeout: Duration,
     limits: Limits,
-    mut cut_at: watch::Receiver<Option<Instant>>,
-    mut stop: watch::Receiver<bool>,
+    cut_at: watch::Receiver<Option<Instant>>,
+    stop: watch::Receiver<bool>,
     fd: RawFd,
+}
+
+/// Beyond the cap: reads a probe's whole request head by `by` while `peeked` (its peek
+/// slot) is held, and only then takes a health slot to answer it, so that a client
+/// stalling in its head holds no health slot. Anything else is closed.
+async fn answer_probe<I>(
+    mut io: I,
+    by: Instant,
+    peeked: OwnedSemaphorePermit,
+    health_slots: Arc<Semaphore>,
+    conn: Driven,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let max = conn.limits.max_header_bytes;
+    let Ok(Some(head)) = tokio::time::timeout_at(by, read_probe_head(&mut io, max)).await else {
+        return; // closed: beyond the cap, only the probes are served
+    };
+    // Health slots are held only while whole probes are answered: one comes back fast.
+    let Ok(Ok(_health)) = tokio::time::timeout_at(by, health_slots.acquire_owned()).await else {
+        return;
+    };
+    drop(peeked); // the peek slot goes back to the next connection
+    drive(Replayed::new(head, io), conn).await;
+}
+
+/// Serves one connection's requests on `io` (plain or TLS) until it ends, its
+/// answer's deadline passes (then it is reset), it reaches its maximum age, or the
+/// server stops (then its request in flight may finish).
+async fn drive<I>(io: I, conn: Driven)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let Driven {
+        service,
+        header_read_timeout,
+        limits,
+        mut cut_at,
+        mut stop,
+        fd,
+    } = conn;
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_read_timeout)
