@@ -284,3 +284,41 @@ fn listen_at(ts: u64, cgroup_id: u64, pid: u32, addr: SocketAddr) -> SocketFact 
         start_boot_ns: 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn socket(key: SocketKey, path: &str) -> UnixSocket {
+        UnixSocket {
+            is_abstract: matches!(key, SocketKey::Abstract(_)),
+            key,
+            path: path.into(),
+            volume: None,
+        }
+    }
+
+    #[test]
+    fn a_listener_may_serve_a_socket_of_its_file_name_or_abstract_name() {
+        let on_volume = socket(
+            SocketKey::OnVolume {
+                volume: "sock".into(),
+                relative: "app.sock".into(),
+            },
+            "/app-view/app.sock",
+        );
+        let path = |p: &str| UnixName::Path(p.into());
+        // The sidecar mounts the volume elsewhere: the detector decides on the volume.
+        assert!(may_serve(&on_volume, &path("/vol/app.sock")));
+        assert!(!may_serve(&on_volume, &path("/vol/db.sock")));
+        assert!(!may_serve(
+            &on_volume,
+            &UnixName::Abstract("app.sock".into())
+        ));
+        let abs = socket(SocketKey::Abstract("otel".into()), "@otel");
+        assert!(may_serve(&abs, &UnixName::Abstract("otel".into())));
+        assert!(!may_serve(&abs, &UnixName::Abstract("other".into())));
+        assert!(!may_serve(&abs, &path("/run/otel")));
+        assert!(!may_serve(&on_volume, &UnixName::Unnamed));
+    }
+}
