@@ -1,8 +1,9 @@
 //! `/healthz` under a cheap flood (SECURITY.md, "Review floods"): idle clients hold
 //! every connection slot, then about 30 connections a second send `GET /healthz ` and
-//! stall (over TLS: connect and send nothing). Every one-second probe, once a second,
-//! must be answered 200: before, each stalled connection took one of the 8 health
-//! slots for a second, and the probes found none.
+//! stall (over TLS: connect and send nothing), or 600 a second send nothing. Every
+//! one-second probe, once a second, must be answered 200: before, each stalled
+//! connection took one of the 8 health slots for a second, and the probes found none;
+//! and silent connections beyond the 256 places for reading heads closed the rest.
 
 mod http_kit;
 
@@ -31,8 +32,10 @@ use tokio_rustls::TlsConnector;
 
 /// The connections the idle clients hold: the server's cap.
 const IDLE: usize = 128;
-/// Stalled connections opened each second.
+/// Stalled connections opened each second: the flood's shape, and more than the 256
+/// places for connections beyond the cap can hold for the second each may take.
 const STALLED_PER_SECOND: u32 = 30;
+const SILENT_PER_SECOND: u32 = 600;
 /// How long a probe may take, as a kubelet probe with `timeoutSeconds: 1`.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -63,11 +66,16 @@ fn hold_idle(addr: SocketAddr, counts: Arc<Counts>, done: Arc<AtomicBool>) {
     }
 }
 
-/// Opens `STALLED_PER_SECOND` connections a second, each sending `prefix` and
-/// nothing more, kept until the server closes them (at most 3 s).
-fn stall(addr: SocketAddr, prefix: &'static [u8], counts: Arc<Counts>, done: Arc<AtomicBool>) {
+/// Opens `per_second` connections a second, each sending `prefix` and nothing more,
+/// kept until the server closes them (at most 3 s).
+fn stall(
+    addr: SocketAddr,
+    (prefix, per_second): (&'static [u8], u32),
+    counts: Arc<Counts>,
+    done: Arc<AtomicBool>,
+) {
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(Duration::from_secs(1) / STALLED_PER_SECOND);
+        let mut every = tokio::time::interval(Duration::from_secs(1) / per_second);
         while !done.load(Relaxed) {
             every.tick().await;
             let counts = counts.clone();
@@ -102,7 +110,7 @@ async fn probe_on<S: AsyncRead + AsyncWrite + Unpin>(mut io: S) -> bool {
 async fn flood_and_probe<F, Fut>(
     name: &str,
     addr: SocketAddr,
-    stalled: &'static [u8],
+    stalled: (&'static [u8], u32),
     probes: usize,
     probe: F,
 ) -> Vec<Option<Duration>>
@@ -144,7 +152,30 @@ where
 async fn healthz_answers_through_stalled_probe_prefixes() {
     let server = Server::start(pipeline_with_races(1), Limits::default(), true).await;
     let addr = server.addr;
-    let answered = flood_and_probe("plain HTTP", addr, b"GET /healthz ", 15, || async move {
+    let stalled = (&b"GET /healthz "[..], STALLED_PER_SECOND);
+    let answered = flood_and_probe("plain HTTP", addr, stalled, 15, || async move {
+        match TcpStream::connect(addr).await {
+            Ok(s) => probe_on(s).await,
+            Err(_) => false,
+        }
+    })
+    .await;
+    assert!(
+        answered.iter().all(Option::is_some),
+        "every probe is answered through the flood: {answered:?}"
+    );
+    server.stop();
+}
+
+/// Silent connections beyond the cap faster than its 256 places can hold them for a
+/// second each: the oldest gives its place to the newest, so a probe, which sends its
+/// head at once, still gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_answers_through_more_silent_connections_than_places() {
+    let server = Server::start(pipeline_with_races(1), Limits::default(), true).await;
+    let addr = server.addr;
+    let silent = (&b""[..], SILENT_PER_SECOND);
+    let answered = flood_and_probe("silent", addr, silent, 10, || async move {
         match TcpStream::connect(addr).await {
             Ok(s) => probe_on(s).await,
             Err(_) => false,
@@ -212,7 +243,7 @@ async fn healthz_answers_over_tls_through_idle_connections_beyond_the_cap() {
     let connector = TlsConnector::from(Arc::new(config));
     // Over TLS nothing can be read before the handshake: the stalled clients send
     // nothing at all.
-    let answered = flood_and_probe("TLS", addr, b"", 10, || {
+    let answered = flood_and_probe("TLS", addr, (b"", STALLED_PER_SECOND), 10, || {
         let connector = connector.clone();
         async move {
             let Ok(tcp) = TcpStream::connect(addr).await else {

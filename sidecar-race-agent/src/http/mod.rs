@@ -8,6 +8,7 @@ pub mod auth;
 mod endpoints;
 mod health_slot;
 mod listen;
+mod peeking;
 mod rendered;
 mod replay;
 pub mod server;

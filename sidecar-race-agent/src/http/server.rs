@@ -7,7 +7,8 @@
 //! handshake) within a second before it takes a health slot, so neither requests
 //! waiting for a token review, nor clients stalling in their head, nor idle TLS
 //! connections can hold those, and a flood does not get the agent restarted by its
-//! liveness probe.
+//! liveness probe. When more connections than the places for reading heads come, the
+//! oldest is closed for the newest, so silent ones cannot keep a probe out either.
 //! Shutdown waits for connections at most as long as a request may take.
 
 use std::{
@@ -20,6 +21,7 @@ use std::{
 use super::{
     answer_deadline::{AnswerDeadline, ArmedBody, deadline_passed},
     health_slot::{PEEK_TIMEOUT, read_probe_head},
+    peeking::{PeekPlace, Peeking},
     replay::Replayed,
     tls::Reloading,
     write_deadline::WriteDeadline,
@@ -39,7 +41,7 @@ use hyper_util::{
 };
 use tokio::{
     net::TcpListener,
-    sync::{OwnedSemaphorePermit, Semaphore, watch},
+    sync::{Semaphore, watch},
     time::Instant,
 };
 
@@ -57,7 +59,7 @@ pub struct Limits {
     pub max_connections: usize,
     /// Connections beyond `max_connections` whose request head is read (within a
     /// second, TLS handshake included) to tell the kubelet's probes from the rest,
-    /// which are closed; further ones are closed at once.
+    /// which are closed; a further one takes the place of the oldest, which is closed.
     pub peeked_connections: usize,
     /// Probes among those answered at once, on slots of their own taken once a whole
     /// request head arrived: only [`HEALTH_PATHS`], one request each.
@@ -203,10 +205,10 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let health_slots = Arc::new(Semaphore::new(limits.health_connections));
-    let peek_slots = Arc::new(Semaphore::new(limits.peeked_connections));
+    let peeking = Peeking::new(limits.peeked_connections);
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
-    let mut refused_warned = false;
+    let mut evicted_warned = false;
     loop {
         let stream = tokio::select! {
             _ = &mut shutdown => break,
@@ -221,24 +223,24 @@ pub async fn serve(
             },
         };
         let (stream, peer) = stream;
-        // Beyond the cap, a connection is looked at (on a peek slot) before it may
-        // take a health slot; with neither, it is closed at once.
-        let (slot, health_only) = match slots.clone().try_acquire_owned() {
-            Ok(slot) => (slot, false),
-            Err(_) => match peek_slots.clone().try_acquire_owned() {
-                Ok(slot) => (slot, true),
-                Err(_) => {
-                    if !refused_warned {
-                        tracing::warn!(
-                            max = limits.max_connections,
-                            "HTTP connection limit reached: closing new connections until some end"
-                        );
-                        refused_warned = true;
-                    }
-                    continue; // dropping the stream closes it
+        // Beyond the cap, a connection's head is read (on a peek place) before it may
+        // take a health slot; with every place taken, the oldest gives its own up.
+        let (slot, place) = match slots.clone().try_acquire_owned() {
+            Ok(slot) => (Some(slot), None),
+            Err(_) => {
+                let (place, evicted) = peeking.enter();
+                if evicted && !evicted_warned {
+                    tracing::warn!(
+                        max = limits.max_connections,
+                        "HTTP connection limit reached: beyond it only /healthz and /readyz \
+                         are answered, and connections slow to send them are closed"
+                    );
+                    evicted_warned = true;
                 }
-            },
+                (None, Some(place))
+            }
         };
+        let health_only = place.is_some();
         let fd = stream.as_raw_fd();
         let (deadline, cut_at) = AnswerDeadline::new();
         let service = TowerToHyperService::new(limited(
@@ -264,14 +266,18 @@ pub async fn serve(
         let acceptor = tls.as_ref().map(|t| t.acceptor());
         tokio::spawn(async move {
             let io = WriteDeadline::new(stream, limits.write_timeout);
-            if health_only {
-                // The handshake and the probe's whole head, both on the peek slot.
+            if let Some(place) = place {
+                // The handshake and the probe's whole head, both on the peek place.
                 let by = Instant::now() + PEEK_TIMEOUT;
                 let Some(acceptor) = acceptor else {
-                    return answer_probe(io, by, slot, health_slots, conn).await;
+                    return answer_probe(io, by, place, health_slots, conn).await;
                 };
-                if let Ok(Ok(tls)) = tokio::time::timeout_at(by, acceptor.accept(io)).await {
-                    answer_probe(tls, by, slot, health_slots, conn).await;
+                let accepted = tokio::select! {
+                    _ = place.evicted() => return,
+                    accepted = tokio::time::timeout_at(by, acceptor.accept(io)) => accepted,
+                };
+                if let Ok(Ok(tls)) = accepted {
+                    answer_probe(tls, by, place, health_slots, conn).await;
                 }
                 return;
             }
@@ -293,13 +299,13 @@ pub async fn serve(
     let all = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     let drained = tokio::time::timeout(limits.request_timeout + Duration::from_secs(1), async {
         let general = slots.acquire_many(all(limits.max_connections)).await;
-        let peeked = peek_slots
-            .acquire_many(all(limits.peeked_connections))
-            .await;
+        while peeking.live() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let health = health_slots
             .acquire_many(all(limits.health_connections))
             .await;
-        (general, peeked, health)
+        (general, health)
     })
     .await;
     if drained.is_err() {
@@ -318,27 +324,36 @@ struct Driven {
     fd: RawFd,
 }
 
-/// Beyond the cap: reads a probe's whole request head by `by` while `peeked` (its peek
-/// slot) is held, and only then takes a health slot to answer it, so that a client
-/// stalling in its head holds no health slot. Anything else is closed.
+/// Beyond the cap: reads a probe's whole request head by `by` while `place` (its peek
+/// place) is held, and only then takes a health slot to answer it, so that a client
+/// stalling in its head holds no health slot. Anything else is closed, as is a
+/// connection whose place a newer one took meanwhile.
 async fn answer_probe<I>(
     mut io: I,
     by: Instant,
-    peeked: OwnedSemaphorePermit,
+    place: PeekPlace,
     health_slots: Arc<Semaphore>,
     conn: Driven,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let max = conn.limits.max_header_bytes;
-    let Ok(Some(head)) = tokio::time::timeout_at(by, read_probe_head(&mut io, max)).await else {
+    let head = tokio::select! {
+        _ = place.evicted() => return,
+        head = tokio::time::timeout_at(by, read_probe_head(&mut io, max)) => head,
+    };
+    let Ok(Some(head)) = head else {
         return; // closed: beyond the cap, only the probes are served
     };
     // Health slots are held only while whole probes are answered: one comes back fast.
-    let Ok(Ok(_health)) = tokio::time::timeout_at(by, health_slots.acquire_owned()).await else {
+    let health = tokio::select! {
+        _ = place.evicted() => return,
+        health = tokio::time::timeout_at(by, health_slots.acquire_owned()) => health,
+    };
+    let Ok(Ok(_health)) = health else {
         return;
     };
-    drop(peeked); // the peek slot goes back to the next connection
+    drop(place); // the peek place goes back to the next connection
     drive(Replayed::new(head, io), conn).await;
 }
 
