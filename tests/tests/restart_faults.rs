@@ -1,6 +1,6 @@
 //! Agent restarts that go wrong (#50), on the real kernel with pins on a private
 //! bpffs: a final checkpoint that cannot be written (a full state directory), a
-//! `kill -9` after the listener came up, pins adopted without a checkpoint, and state
+//! `kill -9` after the listener came up (TCP or Unix socket), pins adopted without a checkpoint, and state
 //! files that are not what they should be. Across each, nothing is counted twice, no
 //! resolved race becomes `unresolved`, and the agent serves.
 
@@ -449,4 +449,106 @@ fn a_manifest_that_is_a_fifo_or_dev_zero_is_loaded_anew_with_one_line() {
         "loading anew",
     );
     let _ = std::fs::remove_file(pods_file);
+}
+
+/// A Unix socket race as [`a_listener_a_killed_agent_took_with_it_still_resolves_the_race_once`]
+/// has it over TCP: the app dials `app-view/app.sock`, the proxy binds the same socket
+/// on the shared volume at `vol/app.sock` after the agent's periodic checkpoint, the
+/// agent reads and tells it and is killed. The next agent restores the race open and
+/// finds the listener in the pod's Unix socket table: resolved, told once.
+#[test]
+fn a_unix_listener_a_killed_agent_took_with_it_still_resolves_the_race_once() {
+    if !is_root_or_skip("a_unix_listener_a_killed_agent_took_with_it_still_resolves_the_race_once")
+    {
+        return;
+    }
+    let place = PinnedPlace::new("killed-unix");
+    let (pods_file, source) = empty_pods_file("killed-unix");
+    let dir = std::env::temp_dir().join(format!("sr-killed-unix-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (vol, view) = (dir.join("vol"), dir.join("app-view"));
+    std::fs::create_dir_all(&vol).unwrap();
+    std::os::unix::fs::symlink(&vol, &view).unwrap();
+    let (vol, view) = (vol.display().to_string(), view.display().to_string());
+    let mut pod = SimPod::new("killed-unix").unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let mut m = pod.app_and_proxy_manifest("shop", "checkout", &a, &p, Declared::App);
+    m["spec"]["volumes"] = serde_json::json!([{"name": "sock", "emptyDir": {}}]);
+    for c in m["spec"]["containers"].as_array_mut().unwrap() {
+        let at = if c["name"] == "app" { &view } else { &vol };
+        c["volumeMounts"] = serde_json::json!([{"name": "sock", "mountPath": at}]);
+    }
+    write_pod_list(&pods_file, &[m]);
+    // This host's kernel has neither fexit nor kprobes: the syscall hooks (uds.rs).
+    let quick = [
+        "--unresolved-after-seconds",
+        "8",
+        "--unix-hooks",
+        "syscalls",
+    ];
+    let old = agent(&place, &source, &quick);
+    old.wait_log(&["programs and maps pinned"], Duration::from_secs(5));
+    let sr_uds = sibling_binary("sr-uds");
+    let dialed = format!("{view}/app.sock");
+    let app = CountedApp::start(
+        &mut pod,
+        &a,
+        &sr_uds,
+        &[
+            "connect",
+            &dialed,
+            "--interval-ms",
+            "100",
+            "--attempts",
+            "1000",
+        ],
+    );
+    wait_until(
+        "a periodic checkpoint holding the open incident",
+        Duration::from_secs(8),
+        || checkpoint_has_open(&place.state_dir, &pod.uid),
+    );
+    let written = std::fs::read(place.state_dir.join("checkpoint.json")).unwrap();
+    let mut listen = std::process::Command::new(&sr_uds);
+    listen.args(["listen", &format!("{vol}/app.sock")]);
+    pod.spawn(&p, listen).expect("start sr-uds listen");
+    let told = old.wait_log(&["incident resolved", &pod.uid], Duration::from_secs(4));
+    let told: Value = serde_json::from_str(&told).unwrap();
+    assert_eq!(told["state"], "resolved", "{told:#}");
+    old.kill();
+    assert_eq!(
+        std::fs::read(place.state_dir.join("checkpoint.json")).unwrap(),
+        written,
+        "killed before a checkpoint that knew of the listener"
+    );
+    let new = agent(&place, &source, &quick);
+    new.wait_log(&["adopted the programs and maps"], Duration::from_secs(5));
+    let refused = app.refused(&mut pod);
+    // Well past the 8 s the race had.
+    std::thread::sleep(Duration::from_secs(9));
+    let incidents = new.incidents_of(&pod.uid);
+    let new_log = new.stop();
+    let _ = std::fs::remove_file(pods_file);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(incidents.len(), 1, "{incidents:#?}");
+    let i = &incidents[0];
+    assert_eq!(i["state"], "resolved", "{i:#}");
+    assert_eq!(i["phase"], told["phase"], "never `unresolved`: {i:#}");
+    assert_eq!(i["socket"]["volume"], "sock", "{i:#}");
+    assert!(
+        i["refused_count"].as_u64().unwrap() <= refused,
+        "{i:#} of {refused}"
+    );
+    assert!(
+        new_log
+            .iter()
+            .any(|l| l.contains("a Unix socket listener the agent before this one saw")),
+        "the listener was found in the table"
+    );
+    assert!(
+        settled(&new_log, &pod.uid).is_empty(),
+        "told once, by the agent that read the listen: {:#?}",
+        settled(&new_log, &pod.uid)
+    );
 }

@@ -7,7 +7,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use crate::{
     checkpoint::{CheckpointFile, LoadError},
-    ingest::events::{Sender, SocketFact},
+    detect::service::{SocketKey, UnixSocket},
+    ingest::events::{Sender, SocketFact, UnixFact, UnixHook, UnixName},
     inventory::{PodOwner, cgroup_path},
     kernel::listening,
     pipeline::{Pipeline, PipelineSnapshot, Restored},
@@ -163,15 +164,21 @@ pub fn save(file: &CheckpointFile, pipeline: &Pipeline, now: u64) -> bool {
 /// ring, and without it the race would end `unresolved` ("nothing listened"). Each is
 /// taken in as a listen at `now` (it listened by then), behind the records still in
 /// the ring (the reorder window): a listen recorded there comes first, with its time.
-/// Returns how many were found.
+/// TCP incidents look for a listener on their port, Unix socket incidents for one
+/// bound to their socket's file name (or abstract name); the detector then keys it on
+/// the pod's volumes as any listen record. Returns how many were found.
 fn listening_now(pipeline: &mut Pipeline, now: u64) -> usize {
-    let mut waiting: Vec<(String, u16)> = pipeline
-        .detector()
-        .incidents()
-        .newest_first()
-        .filter(|i| !i.is_final() && i.socket.is_none())
-        .map(|i| (i.pod_uid.clone(), i.port))
-        .collect();
+    let mut waiting: Vec<(String, u16)> = Vec::new();
+    let mut waiting_unix: Vec<(String, UnixSocket)> = Vec::new();
+    for i in pipeline.detector().incidents().newest_first() {
+        if i.is_final() {
+            continue;
+        }
+        match &i.socket {
+            None => waiting.push((i.pod_uid.clone(), i.port)),
+            Some(socket) => waiting_unix.push((i.pod_uid.clone(), socket.clone())),
+        }
+    }
     waiting.sort();
     waiting.dedup();
     let cgroups = &pipeline.inventory().cgroups;
@@ -192,6 +199,17 @@ fn listening_now(pipeline: &mut Pipeline, now: u64) -> usize {
             dirs.iter().map(|(id, d)| (*id, d.as_path())).collect();
         found.extend(listening::tcp_listeners(&dirs, port));
     }
+    let mut found_unix = Vec::new();
+    for (uid, socket) in &waiting_unix {
+        let dirs = pod_cgroups(uid);
+        let dirs: Vec<(u64, &std::path::Path)> =
+            dirs.iter().map(|(id, d)| (*id, d.as_path())).collect();
+        for l in listening::unix_listeners(&dirs, |name| may_serve(socket, name)) {
+            if !found_unix.contains(&l) {
+                found_unix.push(l);
+            }
+        }
+    }
     for l in &found {
         tracing::info!(
             addr = %l.addr,
@@ -201,24 +219,106 @@ fn listening_now(pipeline: &mut Pipeline, now: u64) -> usize {
         );
         pipeline.listening_at_restore(&listen_at(now, l.cgroup_id, l.pid, l.addr));
     }
-    found.len()
+    for l in &found_unix {
+        tracing::info!(
+            socket = %l.name,
+            pid = l.pid,
+            "a Unix socket listener the agent before this one saw come up after its last \
+             checkpoint is listening: the incidents it covers resolve as of now, as that \
+             agent told them"
+        );
+        pipeline.unix_listening_at_restore(&unix_listen_at(now, l));
+    }
+    found.len() + found_unix.len()
+}
+
+/// Whether a listener bound to `name` may serve the incident's `socket`: the same
+/// abstract name, or a path with the same file name (the two containers may mount
+/// the volume at different places; the detector decides on the volume).
+fn may_serve(socket: &UnixSocket, name: &UnixName) -> bool {
+    let file_name = |p: &str| std::path::Path::new(p).file_name().map(|f| f.to_owned());
+    match (&socket.key, name) {
+        (SocketKey::Abstract(want), UnixName::Abstract(got)) => **want == **got,
+        (SocketKey::Abstract(_), _) | (_, UnixName::Abstract(_) | UnixName::Unnamed) => false,
+        (_, UnixName::Path(got)) => {
+            file_name(got).is_some() && file_name(&socket.path) == file_name(got)
+        }
+    }
+}
+
+/// A Unix listen record as the kernel would have written it at `ts`.
+fn unix_listen_at(ts: u64, l: &listening::UnixListening) -> UnixFact {
+    UnixFact {
+        ts_boot_ns: ts,
+        owner: sender(l.cgroup_id, l.pid),
+        name: l.name.clone(),
+        refusal: None,
+        sock_type: None,
+        netns: None,
+        inode: None,
+        hook: Some(UnixHook::Listener),
+        start_boot_ns: 0,
+    }
+}
+
+/// Who holds a listener found in the tables: its process, as a record names it.
+fn sender(cgroup_id: u64, pid: u32) -> Sender {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    Sender {
+        cgroup_id,
+        pid,
+        tgid: pid,
+        comm: comm.trim().into(),
+    }
 }
 
 /// A listen record as the kernel would have written it at `ts`.
 fn listen_at(ts: u64, cgroup_id: u64, pid: u32, addr: SocketAddr) -> SocketFact {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     SocketFact {
         ts_boot_ns: ts,
-        owner: Sender {
-            cgroup_id,
-            pid,
-            tgid: pid,
-            comm: comm.trim().into(),
-        },
+        owner: sender(cgroup_id, pid),
         ipv6: addr.is_ipv6(),
         src: addr,
         dst: None,
         local_dst: None,
         start_boot_ns: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn socket(key: SocketKey, path: &str) -> UnixSocket {
+        UnixSocket {
+            is_abstract: matches!(key, SocketKey::Abstract(_)),
+            key,
+            path: path.into(),
+            volume: None,
+        }
+    }
+
+    #[test]
+    fn a_listener_may_serve_a_socket_of_its_file_name_or_abstract_name() {
+        let on_volume = socket(
+            SocketKey::OnVolume {
+                volume: "sock".into(),
+                relative: "app.sock".into(),
+            },
+            "/app-view/app.sock",
+        );
+        let path = |p: &str| UnixName::Path(p.into());
+        // The sidecar mounts the volume elsewhere: the detector decides on the volume.
+        assert!(may_serve(&on_volume, &path("/vol/app.sock")));
+        assert!(!may_serve(&on_volume, &path("/vol/db.sock")));
+        assert!(!may_serve(
+            &on_volume,
+            &UnixName::Abstract("app.sock".into())
+        ));
+        let abs = socket(SocketKey::Abstract("otel".into()), "@otel");
+        assert!(may_serve(&abs, &UnixName::Abstract("otel".into())));
+        assert!(!may_serve(&abs, &UnixName::Abstract("other".into())));
+        assert!(!may_serve(&abs, &path("/run/otel")));
+        assert!(!may_serve(&on_volume, &UnixName::Unnamed));
     }
 }

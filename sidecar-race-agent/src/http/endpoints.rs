@@ -101,12 +101,14 @@ async fn healthz(State(Shared { state: s, .. }): State<Shared>) -> (StatusCode, 
 }
 
 /// Ready, and on a node where the agent cannot see everything, what it cannot: a
-/// degraded agent still serves what it sees, so it stays ready.
+/// degraded agent still serves what it sees, so it stays ready. The `degraded:` line
+/// only without `--auth`: with it, `/readyz` stays open for the kubelet and says only
+/// `ready` (SECURITY.md), and the sentence is in the agent's log.
 async fn readyz(State(Shared { state: s, .. }): State<Shared>) -> (StatusCode, String) {
     if s.ready.load(Relaxed) && s.stream.is_alive(READER_STALE_AFTER) {
         let body = match &s.degraded {
-            Some(what) => format!("ready\ndegraded: {what}\n"),
-            None => "ready\n".to_string(),
+            Some(what) if s.auth.is_none() => format!("ready\ndegraded: {what}\n"),
+            _ => "ready\n".to_string(),
         };
         (StatusCode::OK, body)
     } else {
@@ -235,5 +237,68 @@ async fn metrics(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Res
         )
             .into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use axum::body::to_bytes;
+    use parking_lot::Mutex;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::{
+        clock,
+        detect::DetectorConfig,
+        http::auth::{Authenticator, CacheTtls, NoClient},
+        ingest::stream::StreamStats,
+        sinks::metrics::Metrics,
+        test_facts,
+    };
+
+    async fn readyz_body(auth: Option<Arc<Authenticator>>) -> (StatusCode, String) {
+        let stream = Arc::new(StreamStats::default());
+        stream
+            .last_poll_boot_ns
+            .store(clock::boot_now_ns(), Relaxed);
+        let dir = test_facts::temp_dir("readyz");
+        let state = HttpState {
+            ready: Arc::new(AtomicBool::new(true)),
+            degraded: Some("Unix domain sockets are not seen (lockdown)".into()),
+            stream,
+            pipeline: Arc::new(Mutex::new(test_facts::pipeline(
+                &dir,
+                None,
+                DetectorConfig::default(),
+            ))),
+            metrics: Arc::new(Mutex::new(Metrics::new(false, "test", "test"))),
+            auth,
+        };
+        let req = axum::http::Request::get("/readyz")
+            .body(Body::empty())
+            .unwrap();
+        let res = router(state, Limits::default(), true)
+            .oneshot(req)
+            .await
+            .unwrap();
+        let status = res.status();
+        let body = to_bytes(res.into_body(), 1 << 16).await.unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn readyz_says_what_is_degraded_only_when_every_endpoint_is_open() {
+        let (status, body) = readyz_body(None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            body,
+            "ready\ndegraded: Unix domain sockets are not seen (lockdown)\n"
+        );
+        let auth = Authenticator::new(Box::new(NoClient("none".into())), CacheTtls::default());
+        let (status, body) = readyz_body(Some(Arc::new(auth))).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, "ready\n", "with --auth, /readyz says only ready");
     }
 }

@@ -3,9 +3,12 @@
 //! connection age (idle keep-alive clients), an absolute deadline for each answer
 //! (head and body: a client reading slowly is cut off) and no request bodies.
 //! Beyond the cap, a few more connections are taken that serve only `/healthz` and
-//! `/readyz` (their request line is peeked first): requests waiting for a token review
-//! (or anything else) cannot take those, so a flood does not get the agent restarted
-//! by its liveness probe.
+//! `/readyz`: each must send a probe's whole request head (over TLS, after its
+//! handshake) within a second before it takes a health slot, so neither requests
+//! waiting for a token review, nor clients stalling in their head, nor idle TLS
+//! connections can hold those, and a flood does not get the agent restarted by its
+//! liveness probe. When more connections than the places for reading heads come, the
+//! oldest is closed for the newest, so silent ones cannot keep a probe out either.
 //! Shutdown waits for connections at most as long as a request may take.
 
 use std::{
@@ -17,7 +20,9 @@ use std::{
 
 use super::{
     answer_deadline::{AnswerDeadline, ArmedBody, deadline_passed},
-    health_slot::{PEEK_TIMEOUT, asks_for_health},
+    health_slot::{PEEK_TIMEOUT, read_probe_head},
+    peeking::{PeekPlace, Peeking},
+    replay::Replayed,
     tls::Reloading,
     write_deadline::WriteDeadline,
 };
@@ -52,12 +57,12 @@ pub struct Limits {
     pub write_timeout: Duration,
     /// Connections served at once; further ones get a health slot, or are closed.
     pub max_connections: usize,
-    /// Connections beyond `max_connections` whose request line is peeked (within a
-    /// second) to tell the kubelet's probes from the rest, which are closed; further
-    /// ones are closed at once.
+    /// Connections beyond `max_connections` whose request head is read (within a
+    /// second, TLS handshake included) to tell the kubelet's probes from the rest,
+    /// which are closed; a further one takes the place of the oldest, which is closed.
     pub peeked_connections: usize,
-    /// Probes among those served at once, on slots of their own: only
-    /// [`HEALTH_PATHS`], one request each.
+    /// Probes among those answered at once, on slots of their own taken once a whole
+    /// request head arrived: only [`HEALTH_PATHS`], one request each.
     pub health_connections: usize,
     /// A connection is closed (after its request in flight) at this age, so idle
     /// keep-alive clients cannot hold a slot forever.
@@ -200,10 +205,10 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let health_slots = Arc::new(Semaphore::new(limits.health_connections));
-    let peek_slots = Arc::new(Semaphore::new(limits.peeked_connections));
+    let peeking = Peeking::new(limits.peeked_connections);
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
-    let mut refused_warned = false;
+    let mut evicted_warned = false;
     loop {
         let stream = tokio::select! {
             _ = &mut shutdown => break,
@@ -218,24 +223,24 @@ pub async fn serve(
             },
         };
         let (stream, peer) = stream;
-        // Beyond the cap, a connection is looked at (on a peek slot) before it may
-        // take a health slot; with neither, it is closed at once.
-        let (slot, health_only) = match slots.clone().try_acquire_owned() {
-            Ok(slot) => (slot, false),
-            Err(_) => match peek_slots.clone().try_acquire_owned() {
-                Ok(slot) => (slot, true),
-                Err(_) => {
-                    if !refused_warned {
-                        tracing::warn!(
-                            max = limits.max_connections,
-                            "HTTP connection limit reached: closing new connections until some end"
-                        );
-                        refused_warned = true;
-                    }
-                    continue; // dropping the stream closes it
+        // Beyond the cap, a connection's head is read (on a peek place) before it may
+        // take a health slot; with every place taken, the oldest gives its own up.
+        let (slot, place) = match slots.clone().try_acquire_owned() {
+            Ok(slot) => (Some(slot), None),
+            Err(_) => {
+                let (place, evicted) = peeking.enter();
+                if evicted && !evicted_warned {
+                    tracing::warn!(
+                        max = limits.max_connections,
+                        "HTTP connection limit reached: beyond it only /healthz and /readyz \
+                         are answered, and connections slow to send them are closed"
+                    );
+                    evicted_warned = true;
                 }
-            },
+                (None, Some(place))
+            }
         };
+        let health_only = place.is_some();
         let fd = stream.as_raw_fd();
         let (deadline, cut_at) = AnswerDeadline::new();
         let service = TowerToHyperService::new(limited(
@@ -244,40 +249,45 @@ pub async fn serve(
             deadline,
             Connection { peer, health_only },
         ));
-        // A probe sends its request at once: a health slot is not left to an idle
-        // client for the whole header timeout.
-        let header_read_timeout = if health_only {
-            limits.header_read_timeout.min(PEEK_TIMEOUT)
-        } else {
-            limits.header_read_timeout
+        let conn = Driven {
+            service,
+            // A probe's head is read before it is served: only its own time counts.
+            header_read_timeout: if health_only {
+                limits.header_read_timeout.min(PEEK_TIMEOUT)
+            } else {
+                limits.header_read_timeout
+            },
+            limits,
+            cut_at,
+            stop: stop_rx.clone(),
+            fd,
         };
         let health_slots = health_slots.clone();
         let acceptor = tls.as_ref().map(|t| t.acceptor());
-        let stop = stop_rx.clone();
         tokio::spawn(async move {
-            let (_slot, _health_slot) = if health_only {
-                // Over TLS the request line cannot be peeked: a health slot serves
-                // only the probes' paths anyway, one request each.
-                if acceptor.is_none() && !asks_for_health(&stream).await {
-                    return; // closed: beyond the cap, only the probes are served
-                }
-                let Ok(health) = health_slots.try_acquire_owned() else {
-                    return;
-                };
-                drop(slot); // the peek slot goes back to the next connection
-                (None, Some(health))
-            } else {
-                (Some(slot), None)
-            };
             let io = WriteDeadline::new(stream, limits.write_timeout);
+            if let Some(place) = place {
+                // The handshake and the probe's whole head, both on the peek place.
+                let by = Instant::now() + PEEK_TIMEOUT;
+                let Some(acceptor) = acceptor else {
+                    return answer_probe(io, by, place, health_slots, conn).await;
+                };
+                let accepted = tokio::select! {
+                    _ = place.evicted() => return,
+                    accepted = tokio::time::timeout_at(by, acceptor.accept(io)) => accepted,
+                };
+                if let Ok(Ok(tls)) = accepted {
+                    answer_probe(tls, by, place, health_slots, conn).await;
+                }
+                return;
+            }
+            let _slot = slot;
             let Some(acceptor) = acceptor else {
-                return drive(io, service, header_read_timeout, limits, cut_at, stop, fd).await;
+                return drive(io, conn).await;
             };
             // The handshake within the header timeout, as a request's headers.
-            match tokio::time::timeout(header_read_timeout, acceptor.accept(io)).await {
-                Ok(Ok(tls)) => {
-                    drive(tls, service, header_read_timeout, limits, cut_at, stop, fd).await
-                }
+            match tokio::time::timeout(conn.header_read_timeout, acceptor.accept(io)).await {
+                Ok(Ok(tls)) => drive(tls, conn).await,
                 Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
                 Err(_) => tracing::debug!("TLS handshake not done within the header timeout"),
             }
@@ -289,13 +299,13 @@ pub async fn serve(
     let all = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     let drained = tokio::time::timeout(limits.request_timeout + Duration::from_secs(1), async {
         let general = slots.acquire_many(all(limits.max_connections)).await;
-        let peeked = peek_slots
-            .acquire_many(all(limits.peeked_connections))
-            .await;
+        while peeking.live() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let health = health_slots
             .acquire_many(all(limits.health_connections))
             .await;
-        (general, peeked, health)
+        (general, health)
     })
     .await;
     if drained.is_err() {
@@ -304,20 +314,64 @@ pub async fn serve(
     Ok(())
 }
 
-/// Serves one connection's requests on `io` (plain or TLS) until it ends, its
-/// answer's deadline passes (then it is reset), it reaches its maximum age, or the
-/// server stops (then its request in flight may finish).
-async fn drive<I>(
-    io: I,
+/// What serving one connection needs besides its stream.
+struct Driven {
     service: TowerToHyperService<Router>,
     header_read_timeout: Duration,
     limits: Limits,
-    mut cut_at: watch::Receiver<Option<Instant>>,
-    mut stop: watch::Receiver<bool>,
+    cut_at: watch::Receiver<Option<Instant>>,
+    stop: watch::Receiver<bool>,
     fd: RawFd,
+}
+
+/// Beyond the cap: reads a probe's whole request head by `by` while `place` (its peek
+/// place) is held, and only then takes a health slot to answer it, so that a client
+/// stalling in its head holds no health slot. Anything else is closed, as is a
+/// connection whose place a newer one took meanwhile.
+async fn answer_probe<I>(
+    mut io: I,
+    by: Instant,
+    place: PeekPlace,
+    health_slots: Arc<Semaphore>,
+    conn: Driven,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let max = conn.limits.max_header_bytes;
+    let head = tokio::select! {
+        _ = place.evicted() => return,
+        head = tokio::time::timeout_at(by, read_probe_head(&mut io, max)) => head,
+    };
+    let Ok(Some(head)) = head else {
+        return; // closed: beyond the cap, only the probes are served
+    };
+    // Health slots are held only while whole probes are answered: one comes back fast.
+    let health = tokio::select! {
+        _ = place.evicted() => return,
+        health = tokio::time::timeout_at(by, health_slots.acquire_owned()) => health,
+    };
+    let Ok(Ok(_health)) = health else {
+        return;
+    };
+    drop(place); // the peek place goes back to the next connection
+    drive(Replayed::new(head, io), conn).await;
+}
+
+/// Serves one connection's requests on `io` (plain or TLS) until it ends, its
+/// answer's deadline passes (then it is reset), it reaches its maximum age, or the
+/// server stops (then its request in flight may finish).
+async fn drive<I>(io: I, conn: Driven)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let Driven {
+        service,
+        header_read_timeout,
+        limits,
+        mut cut_at,
+        mut stop,
+        fd,
+    } = conn;
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_read_timeout)

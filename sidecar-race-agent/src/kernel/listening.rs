@@ -1,6 +1,7 @@
-//! Who listens now, as the kernel's socket tables tell it: the TCP listeners held by
-//! the processes of a set of cgroups, read from `/proc/<pid>/net/tcp{,6}` (the table of
-//! the process's network namespace) and matched to their owner through its fds. A
+//! Who listens now, as the kernel's socket tables tell it: the TCP and Unix listeners
+//! held by the processes of a set of cgroups, read from `/proc/<pid>/net/tcp{,6}` and
+//! `/proc/<pid>/net/unix` (the tables of the process's network namespace) and matched
+//! to their owner through its fds. A
 //! restored agent asks this for its open incidents: a listener that came up after the
 //! checkpoint, and whose record the agent before read and took with it, is still
 //! there to be seen.
@@ -10,6 +11,8 @@ use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     path::Path,
 };
+
+use crate::names::UnixName;
 
 /// Processes read per cgroup, and fds per process: a listener is among the first.
 const PIDS_PER_CGROUP: usize = 256;
@@ -65,6 +68,88 @@ pub fn tcp_listeners(cgroups: &[(u64, &Path)], port: u16) -> Vec<Listening> {
         }
     }
     found
+}
+
+/// A Unix socket listening now, with the name it was bound to (as the binder gave it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnixListening {
+    pub cgroup_id: u64,
+    pub pid: u32,
+    pub name: UnixName,
+}
+
+/// The Unix listeners held by the processes of `cgroups` (id, directory) whose name
+/// `wanted` keeps.
+pub fn unix_listeners(
+    cgroups: &[(u64, &Path)],
+    wanted: impl Fn(&UnixName) -> bool,
+) -> Vec<UnixListening> {
+    let mut tables_read = Vec::new();
+    let mut listening: HashMap<u64, UnixName> = HashMap::new();
+    let mut owners: Vec<(u64, u32)> = Vec::new();
+    for &(cgroup_id, dir) in cgroups {
+        for pid in pids(dir) {
+            owners.push((cgroup_id, pid));
+            let Ok(netns) = std::fs::read_link(format!("/proc/{pid}/ns/net")) else {
+                continue;
+            };
+            if tables_read.contains(&netns) {
+                continue;
+            }
+            tables_read.push(netns);
+            if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/unix")) {
+                listening.extend(unix_listeners_in(&text).filter(|(_, n)| wanted(n)));
+            }
+        }
+    }
+    let mut found = Vec::new();
+    if listening.is_empty() {
+        return found;
+    }
+    for (cgroup_id, pid) in owners {
+        for inode in socket_inodes(pid) {
+            if let Some(name) = listening.remove(&inode) {
+                found.push(UnixListening {
+                    cgroup_id,
+                    pid,
+                    name,
+                });
+            }
+        }
+    }
+    found
+}
+
+/// `__SO_ACCEPTCON` in `/proc/net/unix`'s `Flags` column: the socket listens.
+const UNIX_ACCEPTCON: u32 = 0x10000;
+
+/// (inode, name) of each listening, named socket of a `/proc/net/unix` table. Its
+/// columns: `Num RefCount Protocol Flags Type St Inode Path`; the path is the rest of
+/// the line (it may hold spaces), an abstract name shown with `@` for its NUL.
+fn unix_listeners_in(table: &str) -> impl Iterator<Item = (u64, UnixName)> + '_ {
+    table.lines().skip(1).filter_map(|line| {
+        let mut rest = line;
+        let mut cols = [""; 7];
+        for col in &mut cols {
+            rest = rest.trim_start();
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            *col = &rest[..end];
+            rest = &rest[end..];
+        }
+        let flags = u32::from_str_radix(cols[3], 16).ok()?;
+        if flags & UNIX_ACCEPTCON == 0 {
+            return None;
+        }
+        let inode = cols[6].parse().ok()?;
+        let name = match rest.trim_start() {
+            "" => return None,
+            path => match path.strip_prefix('@') {
+                Some(abs) => UnixName::Abstract(abs.into()),
+                None => UnixName::Path(path.into()),
+            },
+        };
+        Some((inode, name))
+    })
 }
 
 /// The processes of the cgroup at `dir`.
@@ -164,6 +249,54 @@ mod tests {
                 (4444, "[::1]:8080".parse().unwrap()),
             ],
             "an established socket (st 01) is no listener"
+        );
+    }
+
+    #[test]
+    fn the_unix_tables_named_listeners_are_read_with_their_names() {
+        let table = "Num       RefCount Protocol Flags    Type St Inode Path\n\
+             ffff8881: 00000002 00000000 00010000 0001 01 5151 /var/run/app sock/app.sock\n\
+             ffff8882: 00000002 00000000 00010000 0001 01 5252 @otel\n\
+             ffff8883: 00000003 00000000 00000000 0001 03 5353 /var/run/app.sock\n\
+             ffff8884: 00000002 00000000 00010000 0001 01 5454\n\
+             ffff8885: 00000002 00000000 00010000 0005 01 5555 /sockets/db.sock\n";
+        let found: Vec<_> = unix_listeners_in(table).collect();
+        assert_eq!(
+            found,
+            [
+                (5151, UnixName::Path("/var/run/app sock/app.sock".into())),
+                (5252, UnixName::Abstract("otel".into())),
+                (5555, UnixName::Path("/sockets/db.sock".into())),
+            ],
+            "a connected socket (no __SO_ACCEPTCON) and an unnamed listener are left out"
+        );
+    }
+
+    #[test]
+    fn a_unix_listener_of_this_process_is_found_by_its_cgroup() {
+        let dir = std::env::temp_dir().join(format!("sr-unix-listening-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("app.sock");
+        let _ = std::fs::remove_file(&path);
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        // A cgroup directory whose one process is this one.
+        let cgroup = dir.join("cgroup");
+        std::fs::create_dir_all(&cgroup).unwrap();
+        std::fs::write(
+            cgroup.join("cgroup.procs"),
+            format!("{}\n", std::process::id()),
+        )
+        .unwrap();
+        let name = UnixName::Path(path.display().to_string().into());
+        let found = unix_listeners(&[(7, cgroup.as_path())], |n| *n == name);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            found,
+            [UnixListening {
+                cgroup_id: 7,
+                pid: std::process::id(),
+                name,
+            }]
         );
     }
 }

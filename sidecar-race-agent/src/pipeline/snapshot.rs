@@ -20,7 +20,7 @@ use super::{
 };
 use crate::{
     detect::{Change, detector::DetectorSnapshot},
-    ingest::events::{KernelEvent, SocketFact},
+    ingest::events::{KernelEvent, SocketFact, UnixFact},
     inventory::{PodOwner, cgroup_path},
     pods::pod_info::PodInfo,
 };
@@ -189,6 +189,22 @@ impl Pipeline {
                 listen.src.port(),
                 listen.ts_boot_ns,
             ));
+        }
+    }
+
+    /// As [`Self::listening_at_restore`], for a Unix listener the kernel's table shows
+    /// for an open Unix socket incident (whose port is 0).
+    pub fn unix_listening_at_restore(&mut self, listen: &UnixFact) {
+        let ev = KernelEvent::UnixListen(listen.clone());
+        self.kernel_event(&ev);
+        if let Some(owner) = self
+            .inventory
+            .cgroups
+            .path(listen.owner.cgroup_id)
+            .and_then(|p| PodOwner::of(&cgroup_path::parse(p)))
+        {
+            self.listening_at_restore
+                .push((owner.pod_uid.to_string(), 0, listen.ts_boot_ns));
         }
     }
 

@@ -7,7 +7,17 @@
 //! `--agent-token-file`, or else a 10-minute token of the `sidecar-race-scraper`
 //! ServiceAccount (deploy/monitoring/scraper.yaml) from the TokenRequest API, which needs
 //! `create` on `serviceaccounts/token` in the agent's namespace.
+//!
+//! Bounded however large the fleet ([`Bounds`]): 8 agents are read at a time, each
+//! answer within 30 s and 64 MiB, all of them within 60 s plus 2 s per agent and
+//! 512 MiB in total; past any bound the report stops with one sentence naming it.
 
+use std::{
+    sync::atomic::{AtomicUsize, Ordering::Relaxed},
+    time::Duration,
+};
+
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::{
     authentication::v1::{TokenRequest, TokenRequestSpec},
     core::v1::{Pod, ServiceAccount},
@@ -17,13 +27,44 @@ use kube::{
     api::{ListParams, PostParams},
 };
 
-use super::{agents, error::ReportError, fleet::Fleet};
+use super::{
+    agents::{self, AgentIncident},
+    error::ReportError,
+    fleet::Fleet,
+};
 
 /// The agents' pod label (deploy/base/daemonset.yaml).
 pub const AGENT_SELECTOR: &str = "app.kubernetes.io/name=sidecar-race-agent";
 
 /// The ServiceAccount whose short-lived token reads the agents (deploy/monitoring/scraper.yaml).
 pub const SCRAPER: &str = "sidecar-race-scraper";
+
+/// How much reading the agents may take: a fleet of thousands of nodes neither opens
+/// thousands of proxied requests at once nor holds the report without end.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Agents read at once.
+    pub at_once: usize,
+    /// One agent's answer, read whole, within this.
+    pub per_agent: Duration,
+    /// Every agent read within this, plus `total_per_agent` for each agent.
+    pub total: Duration,
+    pub total_per_agent: Duration,
+    /// The agents' answers together (each is also capped at `MAX_BODY_BYTES`).
+    pub total_bytes: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            at_once: 8,
+            per_agent: Duration::from_secs(30),
+            total: Duration::from_secs(60),
+            total_per_agent: Duration::from_secs(2),
+            total_bytes: 512 << 20,
+        }
+    }
+}
 
 pub async fn collect(
     namespace: &str,
@@ -83,6 +124,17 @@ pub async fn collect_with(
     port: u16,
     token: Option<&str>,
 ) -> Result<Fleet, ReportError> {
+    collect_within(client, namespace, port, token, Bounds::default()).await
+}
+
+/// As [`collect_with`], within `bounds`.
+pub async fn collect_within(
+    client: &Client,
+    namespace: &str,
+    port: u16,
+    token: Option<&str>,
+    bounds: Bounds,
+) -> Result<Fleet, ReportError> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let listed = pods
         .list(&ListParams::default().labels(AGENT_SELECTOR))
@@ -108,51 +160,94 @@ pub async fn collect_with(
         None => scraper_token(client, namespace).await?,
     };
     let token = &token;
+    let read = AtomicUsize::new(0);
+    let read = &read;
     let fetches = running.iter().map(|(name, scheme)| async move {
-        let path = format!(
-            "/api/v1/namespaces/{namespace}/pods/{scheme}{name}:{port}/proxy{}",
-            crate::api::INCIDENTS_PATH
-        );
         let what = format!("pods/proxy {namespace}/{name}");
-        let request = http::Request::get(format!("{path}?limit={}", crate::api::MAX_LIMIT))
-            .header(crate::api::PROXIED_TOKEN, token.as_str())
-            .body(kube::client::Body::empty())
-            .map_err(|e| ReportError::Api(format!("{what}: {e}")))?;
-        let res = client
-            .send(request)
+        let fetch = incidents(client, namespace, name, scheme, port, token, read, &bounds);
+        tokio::time::timeout(bounds.per_agent, fetch)
             .await
-            .map_err(|e| ReportError::Api(format!("{what}: {e}")))?;
-        let status = res.status();
-        let body = super::client::read_capped(res.into_body())
-            .await
-            .map_err(|e| match e {
-                Some(e) => ReportError::Api(format!("{what}: {e}")),
-                None => ReportError::TooLarge {
-                    what: "agent",
-                    url: what.clone(),
-                    path: path.clone(),
-                    limit_mib: super::client::MAX_BODY_BYTES >> 20,
-                },
-            })?;
-        let body = String::from_utf8_lossy(&body);
-        if status == http::StatusCode::UNAUTHORIZED {
-            return Err(ReportError::Api(format!(
-                "{what}: HTTP 401: the agent did not accept the token (--auth kubernetes): \
-                 the API server could not review it"
-            )));
-        }
-        if !status.is_success() {
-            return Err(ReportError::Api(format!(
-                "{what}: HTTP {status}: {}",
-                super::client::snippet(&body)
-            )));
-        }
-        agents::parse(&what, &body)
+            .map_err(|_| {
+                ReportError::Api(format!(
+                    "{what}: no whole answer within {}s",
+                    bounds.per_agent.as_secs_f64()
+                ))
+            })?
     });
-    let lists = futures::future::try_join_all(fetches).await?;
+    let all = futures::stream::iter(fetches)
+        .buffered(bounds.at_once.max(1))
+        .try_collect::<Vec<_>>();
+    let agents = u32::try_from(running.len()).unwrap_or(u32::MAX);
+    let deadline = bounds.total + bounds.total_per_agent.saturating_mul(agents);
+    let lists = tokio::time::timeout(deadline, all).await.map_err(|_| {
+        ReportError::Api(format!(
+            "the {agents} agents were not all read within {}s",
+            deadline.as_secs_f64()
+        ))
+    })??;
     let names = running
         .iter()
         .map(|(n, _)| format!("pods/proxy {namespace}/{n}"))
         .collect();
     Ok(agents::fleet(names, lists.into_iter().flatten()))
+}
+
+/// One agent's incidents through the pod proxy; `read` counts the bytes of every
+/// agent's answer, refused past `bounds.total_bytes`.
+#[allow(clippy::too_many_arguments)]
+async fn incidents(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    scheme: &str,
+    port: u16,
+    token: &str,
+    read: &AtomicUsize,
+    bounds: &Bounds,
+) -> Result<Vec<AgentIncident>, ReportError> {
+    let path = format!(
+        "/api/v1/namespaces/{namespace}/pods/{scheme}{name}:{port}/proxy{}",
+        crate::api::INCIDENTS_PATH
+    );
+    let what = format!("pods/proxy {namespace}/{name}");
+    let request = http::Request::get(format!("{path}?limit={}", crate::api::MAX_LIMIT))
+        .header(crate::api::PROXIED_TOKEN, token)
+        .body(kube::client::Body::empty())
+        .map_err(|e| ReportError::Api(format!("{what}: {e}")))?;
+    let res = client
+        .send(request)
+        .await
+        .map_err(|e| ReportError::Api(format!("{what}: {e}")))?;
+    let status = res.status();
+    let body = super::client::read_capped(res.into_body())
+        .await
+        .map_err(|e| match e {
+            Some(e) => ReportError::Api(format!("{what}: {e}")),
+            None => ReportError::TooLarge {
+                what: "agent",
+                url: what.clone(),
+                path: path.clone(),
+                limit_mib: super::client::MAX_BODY_BYTES >> 20,
+            },
+        })?;
+    if read.fetch_add(body.len(), Relaxed) + body.len() > bounds.total_bytes {
+        return Err(ReportError::Api(format!(
+            "the agents' answers add up to more than {} MiB (at {what}), more than the report reads",
+            bounds.total_bytes >> 20
+        )));
+    }
+    let body = String::from_utf8_lossy(&body);
+    if status == http::StatusCode::UNAUTHORIZED {
+        return Err(ReportError::Api(format!(
+            "{what}: HTTP 401: the agent did not accept the token (--auth kubernetes): \
+             the API server could not review it"
+        )));
+    }
+    if !status.is_success() {
+        return Err(ReportError::Api(format!(
+            "{what}: HTTP {status}: {}",
+            super::client::snippet(&body)
+        )));
+    }
+    agents::parse(&what, &body)
 }

@@ -37,7 +37,7 @@ pub fn resource_of(path: &str) -> Option<&'static str> {
 /// Why no decision could be had (the API server down, slow, or refusing the agent).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct Unreachable(String);
+pub struct Unreachable(pub(crate) String);
 
 /// Asks for decisions; the API server in the agent, a fake in tests.
 pub trait Reviewer: Send + Sync + 'static {
