@@ -221,3 +221,80 @@ fn kep5532_an_in_place_restart_of_all_containers_is_a_second_pod_start_and_its_r
     });
     eprintln!("{starts}");
 }
+
+#[test]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
+fn kep5307_a_sidecar_restarted_by_an_exit_code_rule_mid_life_is_a_steady_race_never_a_drain() {
+    let c = cluster();
+    let addr = c.agent_addr();
+    let ns = &fresh_namespace("sidecarrule");
+    let evidence = format!("/var/lib/sidecar-race-cluster/evidence/{ns}");
+    // The classic sidecar, declared first, serves at once and marks it; 8 s in it
+    // exits 42 and its rule restarts it; the new instance serves 2 s after its start.
+    // The app dials only once the sidecar has served (no startup race), every 200 ms,
+    // and writes each failed dial's error to a host file: busybox nc says why.
+    let mut proxy = with_rule(
+        shell(
+            "proxy",
+            &format!(
+                "trap 'exit 0' TERM; \
+                 if [ ! -e /scratch/first ]; then touch /scratch/first; {}sleep 0.5; touch /scratch/serving; sleep 8; exit {RULE_EXIT}; fi; \
+                 sleep 2; {}sleep 0.5; touch /scratch/serving-again; wait",
+                listen(15001),
+                listen(15001)
+            ),
+        ),
+        "Restart",
+    );
+    proxy["ports"] = json!([{"containerPort": 15001, "name": "proxy"}]);
+    let mut app = with_scratch(shell(
+        "app",
+        "until [ -e /scratch/serving ]; do sleep 0.1; done; f=/evidence/$(hostname); \
+         while :; do err=$(nc -w 1 127.0.0.1 15001 </dev/null 2>&1 >/dev/null) || echo \"failed: $err\" >> $f; sleep 0.2; done",
+    ));
+    app["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "evidence", "mountPath": "/evidence"}));
+    let mut pod: Value = serde_json::from_str(&bare_pod(ns, "ledger", vec![proxy, app])).unwrap();
+    pod["spec"]["volumes"].as_array_mut().unwrap().push(
+        json!({"name": "evidence", "hostPath": {"path": evidence, "type": "DirectoryOrCreate"}}),
+    );
+    c.apply(&pod.to_string());
+    let pod = restarted(ns, "ledger", "proxy", 1);
+    assert_eq!(
+        container_status(&pod, "proxy")["lastState"]["terminated"]["exitCode"],
+        RULE_EXIT,
+        "{pod:#}"
+    );
+    assert_eq!(container_status(&pod, "app")["restartCount"], 0, "{pod:#}");
+    // The new instance serves 2.5 s after its start: 5 s on, the app's file holds
+    // every failed dial (a later one would make the counts differ, and the case fail).
+    std::thread::sleep(Duration::from_secs(5));
+    let file = std::path::Path::new(&evidence).join(name(&pod));
+    let lines = std::fs::read_to_string(&file).unwrap_or_default();
+    eprintln!("the app's failed dials:\n{lines}");
+    let refused = lines.lines().filter(|l| l.contains("refused")).count() as u64;
+    let other: Vec<&str> = lines.lines().filter(|l| !l.contains("refused")).collect();
+    assert!(other.is_empty(), "dials that failed otherwise: {other:#?}");
+    assert!(
+        refused >= 5,
+        "the sidecar's restart refused the app {refused} times"
+    );
+    let race = wait_incident(
+        &addr,
+        &uid(&pod),
+        "the sidecar restart's incident, with the app's count",
+        Duration::from_secs(30),
+        |i| named_and_resolved(i) && i["refused_count"].as_u64() == Some(refused),
+    );
+    eprintln!("incident: {race:#}");
+    assert_eq!(
+        race["phase"], "steady",
+        "a restart, never a drain: {race:#}"
+    );
+    assert_eq!(race["container"], "app");
+    assert_eq!(race["sidecar"], "proxy");
+    let all = incidents_of(&addr, &uid(&pod));
+    assert_eq!(all.len(), 1, "one incident for the pod: {all:#?}");
+}
