@@ -187,8 +187,28 @@ fn kep5532_an_in_place_restart_of_all_containers_is_a_second_pod_start_and_its_r
     assert_eq!(uid(&pod), uid(&first));
     assert_ne!(container_id(&pod, "app"), old_app);
     assert_ne!(container_id(&pod, "proxy"), old_proxy);
+    assert_eq!(pod["status"]["podIP"], first["status"]["podIP"], "{pod:#}");
     let proxy_last = &container_status(&pod, "proxy")["lastState"]["terminated"];
-    assert_eq!(proxy_last["reason"], "RestartingAllContainers", "{pod:#}");
+    assert_eq!(
+        (
+            proxy_last["exitCode"].as_i64(),
+            proxy_last["reason"].as_str()
+        ),
+        (Some(137), Some("RestartingAllContainers")),
+        "{pod:#}"
+    );
+    eprintln!(
+        "the app's last state: {:#}",
+        container_status(&pod, "app")["lastState"]
+    );
+    let events = c.json(&["-n", ns, "get", "events"])["items"].clone();
+    let killing = events
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["reason"] == "Killing")
+        .count();
+    assert!(killing >= 1, "no Killing Event: {events:#}");
     assert_eq!(
         condition_status(&pod, "AllContainersRestarting").as_deref(),
         Some("False"),
