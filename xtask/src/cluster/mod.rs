@@ -95,21 +95,17 @@ pub const KUBE_1_36: &str = "kube-1.36";
 /// that proves what 1.36 proves; docs/cluster.md).
 pub const KUBE_1_37: &str = "kube-1.37";
 
-/// `cargo xtask test`'s cluster tier, after the others: a cluster on containerd for
-/// tests/tests/cluster.rs, cluster_helm.rs, cluster_admission.rs and
-/// cluster_real_sidecars.rs (their cases are `#[ignore]`d in a plain `cargo test`),
-/// one case at a time, then `down`; then a cluster on CRI-O for `CORE_CASES`, then
-/// `down`; then Kubernetes 1.36 on containerd 2 for `CORE_CASES` and the
-/// `NEWER_NODE_TESTS`, then `down`. Each `down` is checked to leave the host as its
-/// `up` found it. When an `up` fails its cases still run and each fails with the
-/// reason. Runs when `args` is empty or names the tier; `cri-o`, `kube-1.36` or
-/// `kube-1.37` runs only that variant (1.37 only when named).
-pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Result<()> {
+/// A variant of the tier: its runtime, its Kubernetes, and the `cargo test` runs of its
+/// cases on one cluster.
+type Variant = (Runtime, Kubernetes, Vec<std::process::Command>);
+
+/// The variants `cargo xtask test ARGS` runs (none when `args` name another tier).
+fn variants(args: &[String]) -> Vec<Variant> {
     let named = |what: &str| args.iter().any(|a| a.contains(what));
     let (only_cri_o, only_1_36, only_1_37) = (named("cri-o"), named(KUBE_1_36), wants_1_37(args));
     let all = !only_cri_o && !only_1_36 && !only_1_37;
     if all && !args.is_empty() && !named("cluster") {
-        return Ok(());
+        return Vec::new();
     }
     let mut variants = Vec::new();
     if all {
@@ -166,6 +162,20 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
             vec![core(), newer()],
         ));
     }
+    variants
+}
+
+/// `cargo xtask test`'s cluster tier, after the others: a cluster on containerd for
+/// tests/tests/cluster.rs, cluster_helm.rs, cluster_admission.rs and
+/// cluster_real_sidecars.rs (their cases are `#[ignore]`d in a plain `cargo test`),
+/// one case at a time, then `down`; then a cluster on CRI-O for `CORE_CASES`, then
+/// `down`; then Kubernetes 1.36 on containerd 2 for `CORE_CASES` and the
+/// `NEWER_NODE_TESTS`, then `down`. Each `down` is checked to leave the host as its
+/// `up` found it. When an `up` fails its cases still run and each fails with the
+/// reason. Runs when `args` is empty or names the tier; `cri-o`, `kube-1.36` or
+/// `kube-1.37` runs only that variant (1.37 only when named).
+pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Result<()> {
+    let variants = variants(args);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         const WHY: &str = "the cluster tier needs root (a kubelet, a container runtime, kube-proxy); CI runs as root";
@@ -306,7 +316,51 @@ fn listed_tests(list: &str) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::listed_tests;
+    use super::{AWAITING_THE_AGENT, Kubernetes, listed_tests, variants};
+
+    /// Each variant's Kubernetes, and the `cargo test` arguments of each of its runs.
+    fn planned(args: &[&str]) -> Vec<(Kubernetes, Vec<String>)> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        variants(&args)
+            .into_iter()
+            .flat_map(|(_, k, cmds)| {
+                cmds.into_iter().map(move |c| {
+                    let a = c.get_args().map(|a| a.to_string_lossy().into_owned());
+                    (k, a.collect())
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn kubernetes_1_37_runs_only_when_named_and_both_newer_nodes_run_their_files() {
+        let default: Vec<Kubernetes> = planned(&[]).into_iter().map(|(k, _)| k).collect();
+        assert!(!default.contains(&Kubernetes::V1_37), "{default:?}");
+        assert!(default.contains(&Kubernetes::V1_36), "{default:?}");
+        for (name, kubernetes) in [
+            ("kube-1.36", Kubernetes::V1_36),
+            ("kube-1.37", Kubernetes::V1_37),
+        ] {
+            let runs = planned(&[name]);
+            assert!(
+                runs.iter().all(|(k, _)| *k == kubernetes),
+                "{name}: {runs:?}"
+            );
+            let newer = runs
+                .iter()
+                .find(|(_, a)| a.iter().any(|x| x == "cluster_native_era"))
+                .unwrap_or_else(|| panic!("{name} runs no native-era file: {runs:?}"));
+            assert!(
+                newer.1.iter().any(|x| x == "cluster_restart_rules"),
+                "{newer:?}"
+            );
+            // What awaits the agent's rule is skipped, or `--ignored` would run it.
+            for awaiting in AWAITING_THE_AGENT {
+                assert!(newer.1.iter().any(|x| x == awaiting), "{newer:?}");
+            }
+        }
+        assert!(planned(&["--test", "house"]).is_empty());
+    }
 
     #[test]
     fn each_listed_case_counts() {
