@@ -138,6 +138,9 @@ fn main() -> anyhow::Result<()> {
         }
         Task::Test { args } => {
             setup::ensure(Tier::Test)?;
+            if cluster::wants_1_37(&args) {
+                setup::ensure_kubernetes(cluster::Kubernetes::V1_37)?;
+            }
             build_all()?;
             // The real-runtime tier (tests/tests/cri_runtime.rs) runs the agent from it.
             image::image(None, &[])?;

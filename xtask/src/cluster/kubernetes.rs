@@ -1,6 +1,6 @@
 //! Which Kubernetes the node runs: 1.34 (the default: Debian's containerd 1.6 or
-//! CRI-O) or 1.36 (`cluster up --kubernetes 1.36`), on containerd 2 and runc built
-//! here. `up` records it, so that `status`, `down` and xtask's `kubectl` use that
+//! CRI-O), 1.36 or 1.37 (`cluster up --kubernetes 1.36|1.37`), on containerd 2 and
+//! runc built here. `up` records it, so that `status`, `down` and xtask's `kubectl` use that
 //! version's binaries. etcd, the Prometheus Operator and Prometheus are the same for
 //! both.
 
@@ -13,7 +13,7 @@ use super::{
     go_module,
     node::state,
     runtime::{Runtime, containerd2},
-    versions::{KUBERNETES_1_36_VERSION, KUBERNETES_VERSION},
+    versions::{KUBERNETES_1_36_VERSION, KUBERNETES_1_37_VERSION, KUBERNETES_VERSION},
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -24,6 +24,10 @@ pub enum Kubernetes {
     /// v1.36.3 on containerd 2 and runc, built by the set-up.
     #[value(name = "1.36")]
     V1_36,
+    /// v1.37.2 on the same containerd 2 and runc; opt-in in the test tier
+    /// (`cargo xtask test kube-1.37`).
+    #[value(name = "1.37")]
+    V1_37,
 }
 
 impl Kubernetes {
@@ -32,6 +36,7 @@ impl Kubernetes {
         match self {
             Self::V1_34 => KUBERNETES_VERSION,
             Self::V1_36 => KUBERNETES_1_36_VERSION,
+            Self::V1_37 => KUBERNETES_1_37_VERSION,
         }
     }
 
@@ -49,31 +54,47 @@ impl Kubernetes {
             .collect()
     }
 
-    /// The runtime its node runs on, given the one asked for: 1.36 needs containerd 2
-    /// (containerd 1.x lacks the CRI `RuntimeConfig` call the kubelet needs from 1.35,
-    /// and the module proxy serves no CRI-O of that minor).
+    /// The runtime its node runs on, given the one asked for: 1.36 and 1.37 need
+    /// containerd 2 (containerd 1.x lacks the CRI `RuntimeConfig` call the kubelet needs
+    /// from 1.35, and the module proxy serves no CRI-O of those minors).
     pub fn runtime(self, asked: Runtime) -> anyhow::Result<Runtime> {
         match (self, asked) {
             (Self::V1_34, Runtime::Containerd2) => {
-                bail!("containerd 2 runs the Kubernetes 1.36 node: use --kubernetes 1.36")
+                bail!("containerd 2 runs the Kubernetes 1.36 and 1.37 nodes: use --kubernetes 1.36")
             }
             (Self::V1_34, other) => Ok(other),
-            (Self::V1_36, Runtime::Containerd | Runtime::Containerd2) => Ok(Runtime::Containerd2),
-            (Self::V1_36, other) => bail!(
-                "Kubernetes 1.36 runs on containerd 2 only, not {}: CRI-O's minor must match \
+            (_, Runtime::Containerd | Runtime::Containerd2) => Ok(Runtime::Containerd2),
+            (_, other) => bail!(
+                "Kubernetes {} runs on containerd 2 only, not {}: CRI-O's minor must match \
                  the kubelet's and only CRI-O 1.34 is built here",
+                self.minor(),
                 other.name()
             ),
         }
     }
 
+    /// `1.36`, as `--kubernetes` spells it.
+    pub fn minor(self) -> &'static str {
+        match self {
+            Self::V1_34 => "1.34",
+            Self::V1_36 => "1.36",
+            Self::V1_37 => "1.37",
+        }
+    }
+
     /// The kubelet configuration's lines this version needs besides the common ones.
+    /// No feature gate: the pod lifecycles the tier proves on 1.36 and 1.37 are on by
+    /// default there (`ContainerRestartRules`, KEP-5307, beta from 1.35;
+    /// `RestartAllContainersOnContainerExits`, KEP-5532, beta from 1.36; its
+    /// `NodeDeclaredFeatures` beta in 1.36, GA in 1.37). KEP-4438's
+    /// `SidecarsRestartableDuringPodTermination` is in neither: v1.37.2's kubelet
+    /// refuses to start with it (`unrecognized feature gate`), docs/cluster.md.
     pub fn kubelet_config(self) -> &'static str {
         match self {
             Self::V1_34 => "",
             // A hybrid host (v1 controllers, cgroup2 at /sys/fs/cgroup/unified) counts
             // as cgroup v1, which the kubelet refuses from 1.35 unless told.
-            Self::V1_36 => "failCgroupV1: false\n",
+            Self::V1_36 | Self::V1_37 => "failCgroupV1: false\n",
         }
     }
 
@@ -101,6 +122,7 @@ impl Kubernetes {
             .map(str::trim)
         {
             Ok(KUBERNETES_1_36_VERSION) => Self::V1_36,
+            Ok(KUBERNETES_1_37_VERSION) => Self::V1_37,
             _ => Self::V1_34,
         }
     }
@@ -113,6 +135,26 @@ fn recorded_file() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::{Kubernetes, Runtime};
+
+    #[test]
+    fn kubernetes_1_37_runs_on_containerd_2_only_with_the_1_36_kubelet_config() {
+        assert_eq!(
+            Kubernetes::V1_37.runtime(Runtime::Containerd).unwrap(),
+            Runtime::Containerd2
+        );
+        let refused = Kubernetes::V1_37.runtime(Runtime::CriO).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("Kubernetes 1.37 runs on containerd 2 only"),
+            "{refused}"
+        );
+        assert_eq!(Kubernetes::V1_37.version(), "v1.37.2");
+        assert_eq!(
+            Kubernetes::V1_37.kubelet_config(),
+            Kubernetes::V1_36.kubelet_config()
+        );
+    }
 
     #[test]
     fn kubernetes_1_36_runs_on_containerd_2_only() {

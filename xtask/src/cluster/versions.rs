@@ -23,7 +23,10 @@ pub const OPENSHIFT_API_VERSION: &str = "v0.0.0-20251021124544-a2cb0c5d994d";
 /// The newer node (`cluster up --kubernetes 1.36`): from 1.35 the kubelet needs a CRI
 /// with the `RuntimeConfig` call (containerd 2) and refuses cgroup v1 unless told.
 pub const KUBERNETES_1_36_VERSION: &str = "v1.36.3";
-/// The runtime of the 1.36 node: containerd 2 (`containerd`, its runc shim, `ctr`).
+/// The newest node (`cluster up --kubernetes 1.37`), on the same containerd 2 and runc
+/// as 1.36. Its go.mod says `go 1.26.0`: Go 1.26.8 builds it.
+pub const KUBERNETES_1_37_VERSION: &str = "v1.37.2";
+/// The runtime of the 1.36 and 1.37 nodes: containerd 2 (`containerd`, its runc shim, `ctr`).
 pub const CONTAINERD2_VERSION: &str = "v2.4.2";
 /// containerd 2's runc (Debian's 1.1.5 stays with containerd 1.6 and CRI-O).
 pub const RUNC_VERSION: &str = "v1.5.3";
