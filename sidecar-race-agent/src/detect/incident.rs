@@ -222,6 +222,10 @@ pub struct Incident {
     pub processes: Processes,
     /// The Unix socket refused, for a Unix socket incident (then `port` is 0).
     pub socket: Option<UnixSocket>,
+    /// Which start of the pod its refusals belong to: 0 as created, `n` its n-th
+    /// in-place restart of all containers seen (KEP-5532).
+    #[serde(default)]
+    pub pod_start: u32,
 }
 
 impl Incident {
@@ -263,6 +267,7 @@ impl Incident {
             hidden: None,
             processes,
             socket: None,
+            pod_start: 0,
         }
     }
 
@@ -446,6 +451,13 @@ impl IncidentLog {
 
     pub fn get_mut(&mut self, id: u64) -> Option<&mut Incident> {
         self.incidents.get_mut(&id)
+    }
+
+    /// The ids of the incidents `pod_uid` holds, oldest first.
+    pub fn ids_of(&self, pod_uid: &str) -> Vec<u64> {
+        self.by_pod
+            .get(pod_uid)
+            .map_or_else(Vec::new, |ids| ids.iter().copied().collect())
     }
 
     /// Incidents evicted so far (`sidecar_race_incidents_evicted_total`).

@@ -13,7 +13,52 @@ pub(super) struct Accounts {
     /// The incident log's eviction count when `settled` was last pruned.
     pub(super) evicted_seen: u64,
     /// Pod starts waiting for their names, with the boot-clock time the wait ends.
-    pub(super) starts: Vec<(String, u64)>,
+    pub(super) starts: Vec<PendingStart>,
+}
+
+/// A pod start waiting for its names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "PendingRepr")]
+pub(super) struct PendingStart {
+    pub(super) pod_uid: String,
+    /// 0 as created, `n` its n-th in-place restart (KEP-5532).
+    pub(super) start: u32,
+    /// The boot-clock time the wait for names ends.
+    pub(super) deadline: u64,
+}
+
+/// A pending start as a checkpoint holds it: a format-1 agent before in-place restarts
+/// wrote `[uid, deadline]`.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum PendingRepr {
+    Created(String, u64),
+    Start {
+        pod_uid: String,
+        start: u32,
+        deadline: u64,
+    },
+}
+
+impl From<PendingRepr> for PendingStart {
+    fn from(r: PendingRepr) -> Self {
+        match r {
+            PendingRepr::Created(pod_uid, deadline) => PendingStart {
+                pod_uid,
+                start: 0,
+                deadline,
+            },
+            PendingRepr::Start {
+                pod_uid,
+                start,
+                deadline,
+            } => PendingStart {
+                pod_uid,
+                start,
+                deadline,
+            },
+        }
+    }
 }
 
 impl Accounts {

@@ -291,6 +291,7 @@ impl Detector {
                 episode: Episode::BeforeListener,
                 hidden: None,
                 processes: Processes::default(),
+                pod_start: 0,
             });
             changes.push(Change::Opened(id));
         }

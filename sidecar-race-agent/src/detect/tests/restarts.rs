@@ -1,0 +1,173 @@
+//! Container instances started again in a pod that keeps running: all of them in
+//! place (KEP-5532), one by an exit-code rule (KEP-5307), a crash (neither).
+
+use super::*;
+use crate::detect::render::PodStart;
+
+const APP_2: &str = "a2a2";
+const PROXY_2: &str = "b2b2";
+const APP_3: &str = "a3a3";
+const PROXY_3: &str = "b3b3";
+
+/// checkout whose app and istio-proxy run as `instances` (app id, proxy id), the
+/// instance before each having ended with `reason` (none: the first instances).
+fn checkout_running(app: &str, proxy: &str, reason: Option<&str>) -> Meta {
+    let mut pod = checkout(Role::ClassicSidecar, None);
+    for s in &mut pod.statuses {
+        match s.name.as_str() {
+            "app" => s.container_id = app.into(),
+            "istio-proxy" => s.container_id = proxy.into(),
+            _ => continue,
+        }
+        s.restart_count = i32::from(reason.is_some());
+        s.last_terminated_reason = reason.map(str::to_string);
+    }
+    meta_with(pod)
+}
+
+/// The pod's first start: app refused for 0.9 s until istio-proxy listens.
+fn first_start() -> Vec<Fact> {
+    let mut facts = vec![
+        started(0),
+        container_started(10 * MS, PROXY),
+        container_started(20 * MS, APP),
+    ];
+    facts.extend(refusals(100 * MS, S, APP, "127.0.0.1:15001"));
+    facts.push(up(S, PROXY, "0.0.0.0:15001"));
+    facts
+}
+
+/// Every container killed at `at` and started again 0.5 s later in the same pod
+/// cgroup as `(app, proxy)`; the new app is refused 100 ms apart for 0.8 s, then the
+/// new proxy listens.
+fn restarted_in_place(
+    at: u64,
+    (old_app, old_proxy): (&str, &str),
+    (app, proxy): (&str, &str),
+) -> Vec<Fact> {
+    let mut facts = vec![
+        down(at, old_proxy, "0.0.0.0:15001"),
+        container_removed(at + MS, old_app),
+        container_removed(at + 2 * MS, old_proxy),
+        container_started(at + 500 * MS, proxy),
+        container_started(at + 510 * MS, app),
+    ];
+    facts.extend(refusals(
+        at + 600 * MS,
+        at + 1400 * MS,
+        app,
+        "127.0.0.1:15001",
+    ));
+    facts.push(up(at + 1400 * MS, proxy, "0.0.0.0:15001"));
+    facts
+}
+
+fn pod_starts(changes: &[Change]) -> Vec<u32> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::PodStarted { start, .. } => Some(*start),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn all_containers_restarted_in_place_is_a_new_start_whose_race_is_startup() {
+    let first = checkout_running(APP, PROXY, None);
+    let (mut d, changes) = run(first_start(), &first);
+    assert_eq!(pod_starts(&changes), vec![0]);
+    // The kubelet's status names the new instances a while after they started.
+    let mut changes = Vec::new();
+    for f in restarted_in_place(60 * S, (APP, PROXY), (APP_2, PROXY_2)) {
+        changes.extend(d.observe(f, &first));
+    }
+    let restarted = checkout_running(APP_2, PROXY_2, Some("RestartingAllContainers"));
+    changes.extend(d.advance(62 * S, &restarted));
+    changes.extend(d.advance(63 * S, &restarted));
+    assert_eq!(pod_starts(&changes), vec![1], "one new start, told once");
+    let incs = all(&d);
+    assert_eq!(incs.len(), 2, "{incs:#?}");
+    let (second, first_inc) = (incs[0], incs[1]);
+    assert_eq!(
+        (second.phase, second.state, second.refused_count),
+        (Phase::Startup, State::Resolved, 8),
+        "{second:#?}"
+    );
+    assert_eq!(
+        second.race_window_ns(),
+        Some(800 * MS),
+        "from its own start"
+    );
+    assert_eq!((second.pod_start, first_inc.pod_start), (1, 0));
+    let v = view(second, &restarted, &wall);
+    assert_eq!(
+        (v.pod_start, v.pod_start_number),
+        (PodStart::RestartedInPlace, 1)
+    );
+    assert_eq!(v.sidecar_container_id.as_deref(), Some(PROXY_2));
+    let json = serde_json::to_value(&v).unwrap();
+    assert_eq!(json["pod_start"], "restarted_in_place");
+    assert!(json.get("pod_start_number").is_none(), "{json:#}");
+    assert_eq!(view(first_inc, &first, &wall).pod_start, PodStart::Created);
+
+    // A second restart of all containers is the pod's third start.
+    let mut changes = Vec::new();
+    for f in restarted_in_place(120 * S, (APP_2, PROXY_2), (APP_3, PROXY_3)) {
+        changes.extend(d.observe(f, &restarted));
+    }
+    let again = checkout_running(APP_3, PROXY_3, Some("RestartingAllContainers"));
+    changes.extend(d.advance(122 * S, &again));
+    assert_eq!(pod_starts(&changes), vec![2]);
+    let third = all(&d)[0];
+    assert_eq!((third.phase, third.pod_start), (Phase::Startup, 2));
+}
+
+#[test]
+fn the_restart_is_known_when_refused_after_the_status_came() {
+    // The status told before the app's refusals: the incident belongs to the new start
+    // from the first refusal on.
+    let first = checkout_running(APP, PROXY, None);
+    let restarted = checkout_running(APP_2, PROXY_2, Some("RestartingAllContainers"));
+    let (mut d, _) = run(first_start(), &first);
+    let facts = restarted_in_place(60 * S, (APP, PROXY), (APP_2, PROXY_2));
+    let (before, after) = facts.split_at(5);
+    for f in before.iter().cloned() {
+        d.observe(f, &first);
+    }
+    assert_eq!(
+        pod_starts(&d.advance(60 * S + 520 * MS, &restarted)),
+        vec![1]
+    );
+    for f in after.iter().cloned() {
+        d.observe(f, &restarted);
+    }
+    let second = all(&d)[0];
+    assert_eq!(
+        (second.phase, second.pod_start, second.refused_count),
+        (Phase::Startup, 1, 8)
+    );
+}
+
+#[test]
+fn a_container_restarted_alone_is_no_pod_start() {
+    // The app crashes (Error, OOMKilled) and the kubelet starts it again: the pod did
+    // not start again, though the new instance was refused while the proxy restarted.
+    for reason in ["Error", "OOMKilled", "Completed"] {
+        let first = checkout_running(APP, PROXY, None);
+        let (mut d, _) = run(first_start(), &first);
+        let mut changes = Vec::new();
+        for f in restarted_in_place(60 * S, (APP, PROXY), (APP_2, PROXY_2)) {
+            changes.extend(d.observe(f, &first));
+        }
+        let crashed = checkout_running(APP_2, PROXY_2, Some(reason));
+        changes.extend(d.advance(63 * S, &crashed));
+        assert!(pod_starts(&changes).is_empty(), "{reason}: {changes:?}");
+        assert!(all(&d).iter().all(|i| i.pod_start == 0), "{reason}");
+    }
+    // Instances the agent did not see start (an agent started after the restart) are
+    // no start it saw either.
+    let restarted = checkout_running(APP_2, PROXY_2, Some("RestartingAllContainers"));
+    let (mut d, _) = run(vec![up(S, PROXY_2, "0.0.0.0:15001")], &restarted);
+    assert!(pod_starts(&d.advance(2 * S, &restarted)).is_empty());
+}
