@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use sidecar_race_agent::{
     detect::{
         Kind, Phase, State as IncidentState,
+        incident::DrainSubPhase,
         render::{IncidentView, PodStart, SocketView},
     },
     pods::pod_info::{Pattern, Role, Workload},
@@ -138,6 +139,7 @@ fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
         refusals_suppressed: 0,
         pod_start: PodStart::Created,
         pod_start_number: 0,
+        drain_sub_phase: None,
     }
 }
 
@@ -238,6 +240,21 @@ async fn reasons_follow_the_phase_and_unresolved_is_not_an_event() {
     let mut long = incident(Phase::Startup, "app", 15001);
     long.advice = "x".repeat(5000);
     assert!(notice_for(&long).unwrap().note.len() <= 1024);
+}
+
+#[test]
+fn a_drain_the_sidecar_restarted_in_says_so() {
+    let mut v = incident(Phase::Drain, "app", 15001);
+    v.drain_sub_phase = Some(DrainSubPhase::SidecarRestarting);
+    let n = notice_for(&v).unwrap();
+    assert_eq!(n.reason, "SidecarDrainRace");
+    assert!(
+        n.note.contains(
+            "after it stopped listening (drain) until the kubelet restarted it during the pod's termination"
+        ),
+        "{}",
+        n.note
+    );
 }
 
 #[test]

@@ -1,16 +1,17 @@
 //! Containers started again in a pod that keeps running, on the real kernel through
 //! `run` and `/api/v1/incidents`: Kubernetes 1.36's in-place restart of all containers
 //! (KEP-5532) is a new pod start whose race is `startup`; one container restarted
-//! after a crash is not.
+//! after a crash is not; a native sidecar the kubelet restarts while its pod
+//! terminates (KEP-4438) makes one `drain` incident marked `sidecar_restarting`.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::RunAgent,
-    pod::{Declared, SimContainer, SimPod, write_pod_list},
+    pod::{Declared, SimContainer, SimPod, mark_deleting, sibling_binary, write_pod_list},
     root::is_root_or_skip,
-    scenario::{app_refused, proxy},
+    scenario::{CountedApp, app_refused, proxy, proxy_serving},
 };
 
 const SETTLE: Duration = Duration::from_secs(15);
@@ -162,4 +163,70 @@ fn containers_restarted_after_a_crash_are_no_pod_start() {
     }
     assert_eq!(series(&agent, "pod_starts_total", 1), Some(1));
     assert_eq!(series(&agent, "affected_pod_starts_total", 1), Some(1));
+}
+
+#[test]
+fn a_native_sidecar_restarted_while_its_pod_terminates_is_one_drain_marked_restarting() {
+    if !is_root_or_skip(
+        "a_native_sidecar_restarted_while_its_pod_terminates_is_one_drain_marked_restarting",
+    ) {
+        return;
+    }
+    // KEP-4438's sequence (its feature gate is alpha in 1.37; the 1.37.2 kubelet built
+    // here does not know it): the pod is deleted, the kubelet kills the native sidecar
+    // while the app still works, then starts the sidecar again, which listens anew.
+    let (agent, pods_file) = RunAgent::start_with_pods_file("kep4438", &[]);
+    let mut pod = SimPod::new("kep4438").unwrap();
+    let p1 = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    let mut manifest =
+        pod.app_and_proxy_manifest("shop", "checkout", &a, &p1, Declared::NativeSidecar);
+    write_pod_list(&pods_file, &[manifest.clone()]);
+    let first = proxy_serving(&mut pod, &p1, 15001);
+    let app = CountedApp::start(
+        &mut pod,
+        &a,
+        &sibling_binary("sr-app"),
+        &[
+            "--connect",
+            "127.0.0.1:15001",
+            "--interval-ms",
+            "50",
+            "--attempts",
+            "80",
+            "--keep-dialing",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    mark_deleting(&mut manifest, 30);
+    write_pod_list(&pods_file, &[manifest.clone()]);
+    std::thread::sleep(Duration::from_millis(500));
+    pod.terminate(first);
+    let _ = pod.wait(first);
+    pod.remove_container(&p1).unwrap();
+    let p2 = pod.container("proxy").unwrap();
+    let mut restarted_manifest =
+        pod.app_and_proxy_manifest("shop", "checkout", &a, &p2, Declared::NativeSidecar);
+    restarted_manifest["metadata"] = manifest["metadata"].clone();
+    restarted(&mut restarted_manifest, "Error");
+    write_pod_list(&pods_file, &[restarted_manifest]);
+    proxy(
+        &mut pod,
+        &p2,
+        &["--listen", "127.0.0.1:15001", "--delay-ms", "1000"],
+    );
+    let refused = app.refused(&mut pod);
+    eprintln!("KEP-4438 drain: the app counted {refused} refusals");
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["drain_sub_phase"].as_str(),
+            i["refused_count"].as_u64()
+        ),
+        (Some("drain"), Some("sidecar_restarting"), Some(refused)),
+        "{i:#}"
+    );
+    assert_eq!(i["sidecar_container_id"], p2.id.as_str(), "{i:#}");
+    assert_eq!(i["pod_start"], "created", "{i:#}");
 }

@@ -226,6 +226,19 @@ pub struct Incident {
     /// in-place restart of all containers seen (KEP-5532).
     #[serde(default)]
     pub pod_start: u32,
+    /// What a drain's outage was, when known: the sidecar restarting during the pod's
+    /// termination (KEP-4438), its refusals ended by a new instance's listener.
+    #[serde(default)]
+    pub drain_sub_phase: Option<DrainSubPhase>,
+}
+
+/// What a `drain` incident's outage was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrainSubPhase {
+    /// The sidecar was restarted while its pod terminated (KEP-4438): a listener of
+    /// another container instance than the one that went away ended the refusals.
+    SidecarRestarting,
 }
 
 impl Incident {
@@ -268,6 +281,7 @@ impl Incident {
             processes,
             socket: None,
             pod_start: 0,
+            drain_sub_phase: None,
         }
     }
 

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::{
     advice::{Subject as AdviceSubject, advice, shows_workaround, workaround},
-    incident::{Incident, Kind, Phase, State, Subject},
+    incident::{DrainSubPhase, Incident, Kind, Phase, State, Subject},
     processes::ProcessCount,
 };
 use crate::{
@@ -73,6 +73,9 @@ pub struct IncidentView {
     /// count starts by pod and number; not shown).
     #[serde(skip)]
     pub pod_start_number: u32,
+    /// For a `drain`: `sidecar_restarting` when the kubelet restarted the sidecar while
+    /// the pod terminated (KEP-4438) and its new instance ended the refusals; else null.
+    pub drain_sub_phase: Option<DrainSubPhase>,
 }
 
 /// How the pod start an incident belongs to began.
@@ -256,6 +259,7 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         refusals_suppressed: 0,
         pod_start: PodStart::of(inc.pod_start),
         pod_start_number: inc.pod_start,
+        drain_sub_phase: inc.drain_sub_phase,
     }
 }
 

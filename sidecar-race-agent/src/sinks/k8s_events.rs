@@ -88,6 +88,10 @@ pub fn notice_for(v: &IncidentView) -> Option<EventNotice> {
         (Kind::SidecarRace, phase) => {
             let (reason, when) = match phase {
                 Phase::Startup => ("SidecarStartupRace", "before it listened (startup)"),
+                Phase::Drain if v.drain_sub_phase.is_some() => (
+                    "SidecarDrainRace",
+                    "after it stopped listening (drain) until the kubelet restarted it during the pod's termination",
+                ),
                 Phase::Drain => ("SidecarDrainRace", "after it stopped listening (drain)"),
                 _ => ("SidecarRestartRace", "while it restarted"),
             };

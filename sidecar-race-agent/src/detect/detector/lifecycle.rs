@@ -292,6 +292,7 @@ impl Detector {
                 hidden: None,
                 processes: Processes::default(),
                 pod_start: 0,
+                drain_sub_phase: None,
             });
             changes.push(Change::Opened(id));
         }

@@ -2,7 +2,7 @@
 //! place (KEP-5532), one by an exit-code rule (KEP-5307), a crash (neither).
 
 use super::*;
-use crate::detect::render::PodStart;
+use crate::detect::{incident::DrainSubPhase, render::PodStart};
 
 const APP_2: &str = "a2a2";
 const PROXY_2: &str = "b2b2";
@@ -170,4 +170,83 @@ fn a_container_restarted_alone_is_no_pod_start() {
     let restarted = checkout_running(APP_2, PROXY_2, Some("RestartingAllContainers"));
     let (mut d, _) = run(vec![up(S, PROXY_2, "0.0.0.0:15001")], &restarted);
     assert!(pod_starts(&d.advance(2 * S, &restarted)).is_empty());
+}
+
+/// checkout with a native istio-proxy, deleted at 30 s with a 30 s grace period.
+fn terminating_at_30s() -> Meta {
+    let mut pod = checkout(
+        Role::NativeSidecar,
+        Some(ProbeTarget::TcpSocket { port: Some(15001) }),
+    );
+    pod.deletion_timestamp = Some(at(60 * S));
+    pod.deletion_grace_period_seconds = Some(30);
+    meta_with(pod)
+}
+
+/// The pod running since 0 (proxy up at 1 s); at 31 s the kubelet kills the native
+/// sidecar while the app still dials; with `restarted`, it starts the sidecar again
+/// (a new instance) at 31.6 s, listening at 32.5 s, else the pod is removed then.
+fn terminating(restarted: bool) -> Vec<Fact> {
+    let mut facts = vec![
+        started(0),
+        container_started(0, PROXY),
+        container_started(10 * MS, APP),
+        up(S, PROXY, "0.0.0.0:15001"),
+        down(31 * S, PROXY, "0.0.0.0:15001"),
+    ];
+    facts.extend(refusals(
+        31 * S + 50 * MS,
+        31 * S + 550 * MS,
+        APP,
+        "127.0.0.1:15001",
+    ));
+    facts.push(container_removed(31 * S + 560 * MS, PROXY));
+    if restarted {
+        facts.push(container_started(31 * S + 600 * MS, PROXY_2));
+    }
+    facts.extend(refusals(
+        31 * S + 650 * MS,
+        32 * S + 450 * MS,
+        APP,
+        "127.0.0.1:15001",
+    ));
+    if restarted {
+        facts.push(up(32 * S + 500 * MS, PROXY_2, "0.0.0.0:15001"));
+    }
+    facts.push(container_removed(40 * S, APP));
+    facts.push(removed(41 * S));
+    facts
+}
+
+#[test]
+fn a_sidecar_restarted_while_its_pod_terminates_is_one_drain_marked_restarting() {
+    // KEP-4438: the kubelet restarts a native sidecar that exits while its pod
+    // terminates. The refusals until the new instance listens are one drain.
+    let meta = terminating_at_30s();
+    let (d, _) = run(terminating(true), &meta);
+    let incs = all(&d);
+    assert_eq!(
+        incs.len(),
+        1,
+        "the restart is no second incident: {incs:#?}"
+    );
+    let i = incs[0];
+    assert_eq!(
+        (i.phase, i.state, i.refused_count, i.drain_sub_phase),
+        (
+            Phase::Drain,
+            State::Resolved,
+            13,
+            Some(DrainSubPhase::SidecarRestarting)
+        )
+    );
+    let v = view(i, &meta, &wall);
+    assert_eq!(v.sidecar_container_id.as_deref(), Some(PROXY_2));
+    let json = serde_json::to_value(&v).unwrap();
+    assert_eq!(json["drain_sub_phase"], "sidecar_restarting");
+    // Killed and never restarted: a drain that ends with the pod, no sub-phase.
+    let (d, _) = run(terminating(false), &meta);
+    let i = all(&d)[0];
+    assert_eq!((i.phase, i.drain_sub_phase), (Phase::Drain, None));
+    assert!(serde_json::to_value(view(i, &meta, &wall)).unwrap()["drain_sub_phase"].is_null());
 }
