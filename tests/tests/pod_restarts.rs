@@ -2,7 +2,10 @@
 //! `run` and `/api/v1/incidents`: Kubernetes 1.36's in-place restart of all containers
 //! (KEP-5532) is a new pod start whose race is `startup`; one container restarted
 //! after a crash is not; a native sidecar the kubelet restarts while its pod
-//! terminates (KEP-4438) makes one `drain` incident marked `sidecar_restarting`.
+//! terminates (KEP-4438) makes one `drain` incident marked `sidecar_restarting`;
+//! containers restarted by their exit-code rules (KEP-5307) are new instances: an app
+//! instance racing its sidecar is that instance's `startup` race, a sidecar restarted
+//! mid-life is `steady`.
 
 use std::time::{Duration, Instant};
 
@@ -18,14 +21,19 @@ const SETTLE: Duration = Duration::from_secs(15);
 const OWNER: &str = r#"namespace="shop",workload_kind="Deployment",workload="checkout""#;
 
 /// The pod source's status of `manifest`'s containers after the kubelet started each
-/// again: one restart, the instance before ended with `reason` (exit code 137: killed).
-fn restarted(manifest: &mut Value, reason: &str) {
+/// again: one restart, the instance before ended with `reason` and `exit_code`.
+fn restarted_with(manifest: &mut Value, reason: &str, exit_code: i32) {
     for key in ["containerStatuses", "initContainerStatuses"] {
         for s in manifest["status"][key].as_array_mut().into_iter().flatten() {
             s["restartCount"] = json!(1);
-            s["lastState"] = json!({"terminated": {"exitCode": 137, "reason": reason, "finishedAt": "2026-11-29T10:00:00Z"}});
+            s["lastState"] = json!({"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": "2026-11-29T10:00:00Z"}});
         }
     }
+}
+
+/// [`restarted_with`] exit code 137: the kubelet killed the instances before.
+fn restarted(manifest: &mut Value, reason: &str) {
+    restarted_with(manifest, reason, 137);
 }
 
 /// The app in `a` dials 127.0.0.1:15001 every 50 ms from its start while the proxy in
@@ -229,4 +237,114 @@ fn a_native_sidecar_restarted_while_its_pod_terminates_is_one_drain_marked_resta
     );
     assert_eq!(i["sidecar_container_id"], p2.id.as_str(), "{i:#}");
     assert_eq!(i["pod_start"], "created", "{i:#}");
+}
+
+/// A Deployment's pod whose proxy serves before its app starts (no race at the pod's
+/// start); 4 s later, past the agent's 3 s startup bound, the proxy exits with code 42,
+/// which its `restartPolicyRules` restart it on (KEP-5307): a new instance listening
+/// 1 s after it starts. With `app_restarted` the app exits so too and its new instance
+/// dials at once; else the app runs all along, dialing every 50 ms. The agent, the
+/// pod, the client's container and the app's own count of refusals.
+fn restarted_by_rules(name: &str, app_restarted: bool) -> (RunAgent, SimPod, SimContainer, u64) {
+    let (agent, pods_file) =
+        RunAgent::start_with_pods_file(name, &["--startup-bound-seconds", "3"]);
+    let mut pod = SimPod::new(name).unwrap();
+    let p1 = pod.container("proxy").unwrap();
+    let a1 = pod.container("app").unwrap();
+    let manifest = pod.app_and_proxy_manifest("shop", "checkout", &a1, &p1, Declared::App);
+    write_pod_list(&pods_file, &[manifest]);
+    let first = proxy_serving(&mut pod, &p1, 15001);
+    let dialing = (!app_restarted).then(|| {
+        CountedApp::start(
+            &mut pod,
+            &a1,
+            &sibling_binary("sr-app"),
+            &[
+                "--connect",
+                "127.0.0.1:15001",
+                "--interval-ms",
+                "50",
+                "--attempts",
+                "120",
+                "--keep-dialing",
+            ],
+        )
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    pod.terminate(first);
+    let _ = pod.wait(first);
+    pod.remove_container(&p1).unwrap();
+    let p2 = pod.container("proxy").unwrap();
+    let a2 = if app_restarted {
+        pod.remove_container(&a1).unwrap();
+        pod.container("app").unwrap()
+    } else {
+        a1.clone()
+    };
+    let mut manifest = pod.app_and_proxy_manifest("shop", "checkout", &a2, &p2, Declared::App);
+    restarted_with(&mut manifest, "Error", 42);
+    if !app_restarted {
+        // The app's status is its first instance's.
+        let app = &mut manifest["status"]["containerStatuses"][0];
+        app["restartCount"] = json!(0);
+        app["lastState"] = json!({});
+    }
+    write_pod_list(&pods_file, &[manifest]);
+    let refused = match dialing {
+        Some(app) => {
+            proxy(
+                &mut pod,
+                &p2,
+                &["--listen", "127.0.0.1:15001", "--delay-ms", "1000"],
+            );
+            app.refused(&mut pod)
+        }
+        None => race(&mut pod, &p2, &a2).1,
+    };
+    (agent, pod, a2, refused)
+}
+
+#[test]
+fn an_app_restarted_by_a_rule_racing_its_sidecar_is_a_startup_of_that_instance() {
+    if !is_root_or_skip(
+        "an_app_restarted_by_a_rule_racing_its_sidecar_is_a_startup_of_that_instance",
+    ) {
+        return;
+    }
+    let (agent, pod, a2, refused) = restarted_by_rules("rule-app", true);
+    eprintln!("KEP-5307 app instance: the app counted {refused} refusals");
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["pod_start"].as_str(),
+            i["refused_count"].as_u64()
+        ),
+        (Some("startup"), Some("created"), Some(refused)),
+        "{i:#}"
+    );
+    assert_eq!(i["container_id"], a2.id.as_str(), "{i:#}");
+    assert_eq!(series(&agent, "pod_starts_total", 1), Some(1));
+}
+
+#[test]
+fn a_sidecar_restarted_by_a_rule_mid_life_is_steady() {
+    if !is_root_or_skip("a_sidecar_restarted_by_a_rule_mid_life_is_steady") {
+        return;
+    }
+    let (agent, pod, a, refused) = restarted_by_rules("rule-sidecar", false);
+    eprintln!("KEP-5307 sidecar restart: the app counted {refused} refusals");
+    let i = agent.one_resolved_holding(&pod.uid, refused, SETTLE);
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["drain_sub_phase"].as_str(),
+            i["pod_start"].as_str(),
+            i["refused_count"].as_u64()
+        ),
+        (Some("steady"), None, Some("created"), Some(refused)),
+        "{i:#}"
+    );
+    assert_eq!(i["container_id"], a.id.as_str(), "{i:#}");
+    assert_eq!(series(&agent, "pod_starts_total", 1), Some(1));
 }

@@ -250,3 +250,98 @@ fn a_sidecar_restarted_while_its_pod_terminates_is_one_drain_marked_restarting()
     assert_eq!((i.phase, i.drain_sub_phase), (Phase::Drain, None));
     assert!(serde_json::to_value(view(i, &meta, &wall)).unwrap()["drain_sub_phase"].is_null());
 }
+
+/// The pod running since 0 (proxy up at 1 s, the app connected); at 300 s, long past
+/// the startup bound of the pod's start, both exit with a code their restart rules
+/// (KEP-5307) restart them on: new instances at 300.5 s, the proxy listening at
+/// 301.4 s, the new app refused until then unless `app_restarted` is false (the old app
+/// keeps dialing instead).
+fn restarted_by_rules(app_restarted: bool) -> Vec<Fact> {
+    let client = if app_restarted { APP_2 } else { APP };
+    let mut facts = vec![
+        started(0),
+        container_started(0, PROXY),
+        container_started(10 * MS, APP),
+        up(S, PROXY, "0.0.0.0:15001"),
+        down(300 * S, PROXY, "0.0.0.0:15001"),
+        container_removed(300 * S + 10 * MS, PROXY),
+        container_started(300 * S + 500 * MS, PROXY_2),
+    ];
+    if app_restarted {
+        facts.push(container_removed(300 * S + 20 * MS, APP));
+        facts.push(container_started(300 * S + 500 * MS, APP_2));
+    }
+    facts.extend(refusals(
+        300 * S + 600 * MS,
+        301 * S + 400 * MS,
+        client,
+        "127.0.0.1:15001",
+    ));
+    facts.push(up(301 * S + 400 * MS, PROXY_2, "0.0.0.0:15001"));
+    facts
+}
+
+#[test]
+fn an_app_restarted_by_a_rule_that_races_its_sidecar_is_a_startup_of_that_instance() {
+    let before = checkout_running(APP, PROXY, None);
+    let (mut d, mut changes) = run(restarted_by_rules(true), &before);
+    // Exit code 42 of containers with `restartPolicy: Never` and a rule: `Error`.
+    let after = checkout_running(APP_2, PROXY_2, Some("Error"));
+    changes.extend(d.advance(302 * S, &after));
+    assert_eq!(
+        pod_starts(&changes),
+        vec![0],
+        "a rule's restart is no pod start"
+    );
+    let incs = all(&d);
+    assert_eq!(incs.len(), 1, "{incs:#?}");
+    let i = incs[0];
+    assert_eq!(
+        (
+            i.phase,
+            i.state,
+            i.refused_count,
+            i.pod_start,
+            i.client_instances
+        ),
+        (Phase::Startup, State::Resolved, 8, 0, 1),
+        "timed from the instance's own start, not the pod's: {i:#?}"
+    );
+    assert_eq!(i.client_container_id(), Some(APP_2));
+    assert_eq!(i.race_window_ns(), Some(800 * MS));
+}
+
+#[test]
+fn a_sidecar_restarted_by_a_rule_mid_life_is_steady_never_drain() {
+    let before = checkout_running(APP, PROXY, None);
+    let after = checkout_running(APP, PROXY_2, Some("Error"));
+    for meta in [&before as &dyn PodMeta, &after, &NoMeta] {
+        let (mut d, mut changes) = run(restarted_by_rules(false), meta);
+        changes.extend(d.advance(302 * S, meta));
+        // The pod goes later, its deletion unknown without metadata: still no drain.
+        changes.extend(d.observe(container_removed(400 * S, APP), meta));
+        changes.extend(d.observe(removed(401 * S), meta));
+        assert!(
+            !changes.iter().any(|c| matches!(c, Change::Rephased { .. })),
+            "{changes:?}"
+        );
+        let incs = all(&d);
+        assert_eq!(incs.len(), 1, "{incs:#?}");
+        let i = incs[0];
+        assert_eq!(
+            (
+                i.phase,
+                i.state,
+                i.refused_count,
+                i.drain_sub_phase,
+                i.pod_start
+            ),
+            (Phase::Steady, State::Resolved, 8, None, 0)
+        );
+        assert_eq!(i.race_window_ns(), Some(1400 * MS), "gone → back");
+        assert_eq!(
+            view(i, meta, &wall).sidecar_container_id.as_deref(),
+            Some(PROXY_2)
+        );
+    }
+}
