@@ -66,3 +66,26 @@ impl Accounts {
         self.settled.contains_key(&id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_starts_of_a_checkpoint_from_before_in_place_restarts_are_read() {
+        // A format-1 checkpoint written before pod starts had numbers: `[uid, deadline]`.
+        let read: Vec<PendingStart> = serde_json::from_str(
+            r#"[["uid-a", 5], {"pod_uid": "uid-b", "start": 2, "deadline": 7}]"#,
+        )
+        .unwrap();
+        let pending = |uid: &str, start, deadline| PendingStart {
+            pod_uid: uid.into(),
+            start,
+            deadline,
+        };
+        assert_eq!(read, vec![pending("uid-a", 0, 5), pending("uid-b", 2, 7)]);
+        let again: Vec<PendingStart> =
+            serde_json::from_str(&serde_json::to_string(&read).unwrap()).unwrap();
+        assert_eq!(again, read);
+    }
+}
