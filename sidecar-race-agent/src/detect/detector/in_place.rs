@@ -1,7 +1,7 @@
 //! What the detector keeps of a pod's in-place restarts of all containers (KEP-5532);
 //! `restart` finds them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -15,4 +15,11 @@ pub(super) struct InPlaceStarts {
     /// The latest restart's container instances, by container name: a second instance
     /// of a name that ended `RestartingAllContainers` is the next restart's.
     pub(super) members: BTreeMap<String, String>,
+    /// Container ids of the restarts before (the newest few): a status still naming
+    /// one of them while the next restart is under way never joins that one.
+    #[serde(default)]
+    pub(super) earlier: VecDeque<String>,
 }
+
+/// Ids of earlier restarts' instances remembered per pod.
+pub(super) const EARLIER_PER_POD: usize = 64;

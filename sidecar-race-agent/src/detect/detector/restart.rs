@@ -6,7 +6,7 @@
 //! it ended `RestartingAllContainers` belongs to a new start of the pod. A container
 //! restarted alone (a crash: `Error`, `OOMKilled`) is no new start of the pod.
 
-use super::{change::Change, state::Detector};
+use super::{change::Change, in_place::EARLIER_PER_POD, state::Detector};
 use crate::pods::pod_meta::PodMeta;
 
 /// The `lastState.terminated.reason` the kubelet gives every container it killed to
@@ -35,8 +35,14 @@ impl Detector {
         restarted.sort_unstable();
         let mut new_starts = Vec::new();
         let starts = &mut ps.in_place;
+        let began = starts.at;
         for (created, name, id) in restarted {
-            if starts.members.values().any(|m| m == id) {
+            if starts
+                .members
+                .values()
+                .chain(&starts.earlier)
+                .any(|m| m == id)
+            {
                 continue;
             }
             // An instance of a name the latest restart already has, created after it
@@ -46,12 +52,19 @@ impl Detector {
             if starts.at.is_none() || later {
                 starts.count += 1;
                 starts.at = Some(created);
-                starts.members.clear();
+                let before = std::mem::take(&mut starts.members);
+                starts.earlier.extend(before.into_values());
+                while starts.earlier.len() > EARLIER_PER_POD {
+                    starts.earlier.pop_front();
+                }
                 new_starts.push((starts.count, created));
             }
             starts.at = starts.at.map(|at| at.min(created));
             starts.members.insert(name.to_string(), id.to_string());
         }
+        // The latest restart began no later than its earliest instance known now (one
+        // named after the others may have started first).
+        let moved = (starts.at != began).then_some((starts.count, starts.at));
         let mut changes = Vec::new();
         for (start, at) in new_starts {
             self.incidents.mark_start(uid, start, at);
@@ -59,6 +72,9 @@ impl Detector {
                 pod_uid: uid.to_string(),
                 start,
             });
+        }
+        if let Some((start @ 1.., Some(at))) = moved {
+            self.incidents.mark_start(uid, start, at);
         }
         changes
     }

@@ -119,6 +119,15 @@ fn all_containers_restarted_in_place_is_a_new_start_whose_race_is_startup() {
     let again = checkout_running(APP_3, PROXY_3, Some("RestartingAllContainers"));
     changes.extend(d.advance(122 * S, &again));
     assert_eq!(pod_starts(&changes), vec![2]);
+    let second_race = all(&d)
+        .into_iter()
+        .find(|i| i.client_container_id() == Some(APP_2) && i.port == 15001)
+        .map(|i| i.pod_start);
+    assert_eq!(
+        second_race,
+        Some(1),
+        "the second start's race stays the second's"
+    );
     let third = all(&d)[0];
     assert_eq!((third.phase, third.pod_start), (Phase::Startup, 2));
 }
@@ -344,4 +353,63 @@ fn a_sidecar_restarted_by_a_rule_mid_life_is_steady_never_drain() {
             Some(PROXY_2)
         );
     }
+}
+
+#[test]
+fn a_restart_named_piecemeal_is_one_start_from_its_first_instance() {
+    let first = checkout_running(APP, PROXY, None);
+    let (mut d, _) = run(first_start(), &first);
+    let mut facts = restarted_in_place(60 * S, (APP, PROXY), (APP_2, PROXY_2));
+    // The new proxy dials the app's port before the new app exists (at 60.505 s).
+    facts.insert(4, refused(60 * S + 505 * MS, PROXY_2, "127.0.0.1:8080"));
+    for f in facts {
+        d.observe(f, &first);
+    }
+    let restarted = checkout_running(APP_2, PROXY_2, Some("RestartingAllContainers"));
+    // The app's new instance is named first, the proxy's still its old one.
+    let mut app_first = checkout_running(APP_2, PROXY_2, Some("RestartingAllContainers"));
+    let proxy = app_first.pods.get_mut(POD).unwrap().statuses.iter_mut();
+    for s in proxy.filter(|s| s.name == "istio-proxy") {
+        (s.container_id, s.last_terminated_reason) = (PROXY.into(), None);
+    }
+    let on_8080 = |d: &Detector| all(d).iter().find(|i| i.port == 8080).map(|i| i.pod_start);
+    assert_eq!(pod_starts(&d.advance(61 * S, &app_first)), vec![1]);
+    assert_eq!(
+        on_8080(&d),
+        Some(0),
+        "before the app's instance, as known then"
+    );
+    assert!(
+        pod_starts(&d.advance(62 * S, &restarted)).is_empty(),
+        "the same restart"
+    );
+    assert_eq!(
+        on_8080(&d),
+        Some(1),
+        "the restart began with the proxy's instance"
+    );
+    // The next restart under way: the app's third instance named while the proxy's
+    // status still names its second. One new start, and the old instance never joins it.
+    d.observe(container_started(120 * S, APP_3), &restarted);
+    let under_way = checkout_running(APP_3, PROXY_2, Some("RestartingAllContainers"));
+    let changes: Vec<Change> = (0..3)
+        .flat_map(|k| d.advance(121 * S + k * S, &under_way))
+        .collect();
+    assert_eq!(pod_starts(&changes), vec![2]);
+    let second_race = all(&d)
+        .into_iter()
+        .find(|i| i.client_container_id() == Some(APP_2) && i.port == 15001)
+        .map(|i| i.pod_start);
+    assert_eq!(
+        second_race,
+        Some(1),
+        "the second start's race stays the second's"
+    );
+    d.observe(refused(122 * S, APP_3, "127.0.0.1:9999"), &under_way);
+    let newest = all(&d)[0];
+    assert_eq!(
+        (newest.port, newest.pod_start),
+        (9999, 2),
+        "after the third start began"
+    );
 }
