@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 use sidecar_race_agent::{
     detect::{
         Kind, Phase, State as IncidentState,
-        render::{IncidentView, SocketView},
+        incident::DrainSubPhase,
+        render::{IncidentView, PodStart, SocketView},
     },
     pods::pod_info::{Pattern, Role, Workload},
     sinks::k8s_events::{EventPublisher, notice_for},
@@ -136,6 +137,9 @@ fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
         race_window_seconds: Some(1.5),
         advice: "Move istio-proxy from containers to initContainers with restartPolicy: Always and give it a startupProbe that tests port 15001, so app starts only once istio-proxy serves.".into(),
         refusals_suppressed: 0,
+        pod_start: PodStart::Created,
+        pod_start_number: 0,
+        drain_sub_phase: None,
     }
 }
 
@@ -236,6 +240,43 @@ async fn reasons_follow_the_phase_and_unresolved_is_not_an_event() {
     let mut long = incident(Phase::Startup, "app", 15001);
     long.advice = "x".repeat(5000);
     assert!(notice_for(&long).unwrap().note.len() <= 1024);
+}
+
+#[test]
+fn a_drain_the_sidecar_restarted_in_says_so() {
+    let mut v = incident(Phase::Drain, "app", 15001);
+    v.drain_sub_phase = Some(DrainSubPhase::SidecarRestarting);
+    let n = notice_for(&v).unwrap();
+    assert_eq!(n.reason, "SidecarDrainRace");
+    assert!(
+        n.note.contains(
+            "after it stopped listening (drain) until the kubelet restarted it during the pod's termination"
+        ),
+        "{}",
+        n.note
+    );
+}
+
+#[test]
+fn a_race_after_an_in_place_restart_of_all_containers_says_so() {
+    let created = notice_for(&incident(Phase::Startup, "app", 15001)).unwrap();
+    assert!(
+        !created.note.contains("restarted in place"),
+        "{}",
+        created.note
+    );
+    let mut restarted = incident(Phase::Startup, "app", 15001);
+    restarted.pod_start = PodStart::RestartedInPlace;
+    restarted.pod_start_number = 1;
+    let n = notice_for(&restarted).unwrap();
+    assert_eq!(n.reason, "SidecarStartupRace");
+    assert!(
+        n.note.contains(
+            "before it listened (startup), after all of the pod's containers were restarted in place; race window 1.50 s"
+        ),
+        "{}",
+        n.note
+    );
 }
 
 #[tokio::test]

@@ -33,6 +33,7 @@ fn metrics_near_the_cap() -> Metrics {
     let outcomes: Vec<Outcome> = (0..DEFAULT_MAX_SERIES)
         .map(|i| Outcome::PodStarted {
             pod_uid: format!("uid-{i}"),
+            start: 0,
             who: Attribution {
                 namespace: Some("batch-reports".into()),
                 workload: Some(Workload {

@@ -222,6 +222,23 @@ pub struct Incident {
     pub processes: Processes,
     /// The Unix socket refused, for a Unix socket incident (then `port` is 0).
     pub socket: Option<UnixSocket>,
+    /// Which start of the pod its refusals belong to: 0 as created, `n` its n-th
+    /// in-place restart of all containers seen (KEP-5532).
+    #[serde(default)]
+    pub pod_start: u32,
+    /// What a drain's outage was, when known: the sidecar restarting during the pod's
+    /// termination (KEP-4438), its refusals ended by a new instance's listener.
+    #[serde(default)]
+    pub drain_sub_phase: Option<DrainSubPhase>,
+}
+
+/// What a `drain` incident's outage was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrainSubPhase {
+    /// The sidecar was restarted while its pod terminated (KEP-4438): a listener of
+    /// another container instance than the one that went away ended the refusals.
+    SidecarRestarting,
 }
 
 impl Incident {
@@ -263,6 +280,8 @@ impl Incident {
             hidden: None,
             processes,
             socket: None,
+            pod_start: 0,
+            drain_sub_phase: None,
         }
     }
 
@@ -446,6 +465,13 @@ impl IncidentLog {
 
     pub fn get_mut(&mut self, id: u64) -> Option<&mut Incident> {
         self.incidents.get_mut(&id)
+    }
+
+    /// The ids of the incidents `pod_uid` holds, oldest first.
+    pub fn ids_of(&self, pod_uid: &str) -> Vec<u64> {
+        self.by_pod
+            .get(pod_uid)
+            .map_or_else(Vec::new, |ids| ids.iter().copied().collect())
     }
 
     /// Incidents evicted so far (`sidecar_race_incidents_evicted_total`).

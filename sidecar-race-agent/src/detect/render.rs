@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::{
     advice::{Subject as AdviceSubject, advice, shows_workaround, workaround},
-    incident::{Incident, Kind, Phase, State, Subject},
+    incident::{DrainSubPhase, Incident, Kind, Phase, State, Subject},
     processes::ProcessCount,
 };
 use crate::{
@@ -66,6 +66,36 @@ pub struct IncidentView {
     /// Refusals of the client container the kernel counted instead of sending (over
     /// its refusal budget); when > 0, `refused_count` is a lower bound.
     pub refusals_suppressed: u64,
+    /// The pod start its refusals belong to: `created`, or `restarted_in_place` (the
+    /// kubelet restarted all of the pod's containers in the same sandbox, KEP-5532).
+    pub pod_start: PodStart,
+    /// Which start: 0 as created, `n` the pod's n-th in-place restart (the metrics
+    /// count starts by pod and number; not shown).
+    #[serde(skip)]
+    pub pod_start_number: u32,
+    /// For a `drain`: `sidecar_restarting` when the kubelet restarted the sidecar while
+    /// the pod terminated (KEP-4438) and its new instance ended the refusals; else null.
+    pub drain_sub_phase: Option<DrainSubPhase>,
+}
+
+/// How the pod start an incident belongs to began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PodStart {
+    /// The pod was created (its sandbox and cgroup made).
+    Created,
+    /// All of its containers were restarted in place (KEP-5532).
+    RestartedInPlace,
+}
+
+impl PodStart {
+    fn of(number: u32) -> Self {
+        if number == 0 {
+            PodStart::Created
+        } else {
+            PodStart::RestartedInPlace
+        }
+    }
 }
 
 /// The containers of an incident, their roles, and so its kind: what a filter on
@@ -227,6 +257,9 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         advice,
         // Known to the pipeline, which reads the kernel's counts.
         refusals_suppressed: 0,
+        pod_start: PodStart::of(inc.pod_start),
+        pod_start_number: inc.pod_start,
+        drain_sub_phase: inc.drain_sub_phase,
     }
 }
 

@@ -223,6 +223,7 @@ mod tests {
                     finished_at: None,
                     ready: true,
                     restart_count: 0,
+                    last_terminated_reason: None,
                 })
                 .collect(),
             deletion_timestamp: None,

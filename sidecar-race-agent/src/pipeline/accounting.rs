@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::{
+    accounts::PendingStart,
     outcome::{Accounting, Outcome, StuckJob},
     state::Pipeline,
 };
@@ -44,10 +45,17 @@ impl Pipeline {
                     .filter(|inc| matches!(inc.subject, Subject::StuckJob { .. }))
                     .filter(|inc| inc.is_final())
                     .map(|_| Outcome::StuckJob(StuckJob::Ended(*id))),
-                Change::PodStarted { pod_uid } => {
-                    if !self.accounts.starts.iter().any(|(uid, _)| uid == pod_uid) {
-                        let deadline = now.saturating_add(POD_START_NAME_WAIT_NS);
-                        self.accounts.starts.push((pod_uid.clone(), deadline));
+                Change::PodStarted { pod_uid, start } => {
+                    let starts = &mut self.accounts.starts;
+                    if !starts
+                        .iter()
+                        .any(|s| s.pod_uid == *pod_uid && s.start == *start)
+                    {
+                        starts.push(PendingStart {
+                            pod_uid: pod_uid.clone(),
+                            start: *start,
+                            deadline: now.saturating_add(POD_START_NAME_WAIT_NS),
+                        });
                     }
                     None
                 }
@@ -168,14 +176,15 @@ impl Pipeline {
     fn named_starts(&mut self, now: u64) -> Vec<Outcome> {
         let inventory = &self.inventory;
         let mut named = Vec::new();
-        self.accounts.starts.retain(|(uid, deadline)| {
-            let known = inventory.pods.pod(uid).is_some();
-            if !known && inventory.has_pod_source && now < *deadline {
+        self.accounts.starts.retain(|s| {
+            let known = inventory.pods.pod(&s.pod_uid).is_some();
+            if !known && inventory.has_pod_source && now < s.deadline {
                 return true;
             }
             named.push(Outcome::PodStarted {
-                pod_uid: uid.clone(),
-                who: inventory.pod_names(uid),
+                pod_uid: s.pod_uid.clone(),
+                start: s.start,
+                who: inventory.pod_names(&s.pod_uid),
             });
             false
         });

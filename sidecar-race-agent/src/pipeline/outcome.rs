@@ -17,9 +17,11 @@ pub enum Outcome {
     /// Refusals counted into an incident after its final accounting (one per refusal
     /// the detector counted; `new_refusals` is 0 for the later ones of a step).
     LateRefusals(Accounting),
-    /// A pod start the agent saw, once its names are known or the wait for them is over.
+    /// A pod start the agent saw, once its names are known or the wait for them is over:
+    /// its creation (`start` 0) or its `start`-th in-place restart of all containers.
     PodStarted {
         pod_uid: String,
+        start: u32,
         who: Attribution,
     },
     /// Refusals the kernel counted instead of sending since its last reading (their

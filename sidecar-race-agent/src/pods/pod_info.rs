@@ -52,6 +52,10 @@ pub struct StatusInfo {
     pub finished_at: Option<Timestamp>,
     pub ready: bool,
     pub restart_count: i32,
+    /// `lastState.terminated.reason` of the instance before this one: the kubelet's
+    /// `RestartingAllContainers` marks an in-place restart of the whole pod (KEP-5532).
+    #[serde(default)]
+    pub last_terminated_reason: Option<String>,
 }
 
 /// A container status' `state`.
@@ -324,6 +328,11 @@ fn status_info(s: &ContainerStatus) -> Option<StatusInfo> {
             .map(|t| t.0),
         ready: s.ready,
         restart_count: s.restart_count,
+        last_terminated_reason: s
+            .last_state
+            .as_ref()
+            .and_then(|st| st.terminated.as_ref())
+            .and_then(|t| t.reason.clone()),
     })
 }
 

@@ -51,6 +51,9 @@ pub struct AgentIncident {
     pub processes: Vec<ProcessCount>,
     #[serde(default)]
     pub guarded: bool,
+    /// `created` or `restarted_in_place` (KEP-5532); absent from older agents.
+    #[serde(default)]
+    pub pod_start: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -102,14 +105,16 @@ pub fn parse(url: &str, body: &str) -> Result<Vec<AgentIncident>, ReportError> {
 
 /// Groups incidents by workload: counts per (sidecar, phase, pattern) and per
 /// (container, sidecar, port, phase) with the refused processes summed (guarded when
-/// all its incidents are), affected pod starts = distinct pods with a startup
-/// incident, window quantiles by nearest rank.
+/// all its incidents are), affected pod starts = distinct pods with a startup incident,
+/// a pod's in-place restarts (all as one) apart from its creation, window quantiles by
+/// nearest rank.
 pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentIncident>) -> Fleet {
     #[derive(Default)]
     struct Acc {
         incidents: BTreeMap<(Kind, String, Phase, String), f64>,
         refusals: BTreeMap<(String, String, u16, Phase), Refused>,
-        affected: BTreeSet<String>,
+        /// (pod uid, `pod_start`): a pod restarted in place starts again.
+        affected: BTreeSet<(String, Option<String>)>,
         windows: Vec<f64>,
         stuck: BTreeMap<String, BTreeSet<String>>,
     }
@@ -153,7 +158,7 @@ pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentInciden
             refused.guarded += u64::from(i.guarded);
         }
         if phase == Phase::Startup || kind == Kind::InitDeadlock {
-            acc.affected.insert(i.pod_uid);
+            acc.affected.insert((i.pod_uid, i.pod_start));
         }
         acc.windows
             .extend(i.race_window_seconds.filter(|w| w.is_finite()));
@@ -250,6 +255,7 @@ mod tests {
             race_window_seconds: window,
             processes: vec![],
             guarded: false,
+            pod_start: Some("created".into()),
         }
     }
 
@@ -266,6 +272,21 @@ mod tests {
         assert_eq!(ev.window_p50, Some(1.5));
         assert_eq!(ev.incidents.len(), 1);
         assert!(ev.refusals.is_empty());
+    }
+
+    #[test]
+    fn a_pod_restarted_in_place_is_affected_again() {
+        // Before: one pod, one affected start, however it started again.
+        let again = AgentIncident {
+            pod_start: Some("restarted_in_place".into()),
+            ..incident("p1", "startup", Some(1.0))
+        };
+        let f = fleet(
+            vec!["http://a".into()],
+            [incident("p1", "startup", Some(1.0)), again.clone(), again],
+        );
+        let (_, ev) = f.workloads.iter().next().unwrap();
+        assert_eq!(ev.affected_pod_starts, 2.0);
     }
 
     #[test]

@@ -26,7 +26,11 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::{
-    detect::{Phase, incident::Kind, render::IncidentView},
+    detect::{
+        Phase,
+        incident::Kind,
+        render::{IncidentView, PodStart},
+    },
     pipeline::outcome::{Outcome, StuckJob},
     sinks::token_bucket::TokenBucket,
 };
@@ -84,6 +88,10 @@ pub fn notice_for(v: &IncidentView) -> Option<EventNotice> {
         (Kind::SidecarRace, phase) => {
             let (reason, when) = match phase {
                 Phase::Startup => ("SidecarStartupRace", "before it listened (startup)"),
+                Phase::Drain if v.drain_sub_phase.is_some() => (
+                    "SidecarDrainRace",
+                    "after it stopped listening (drain) until the kubelet restarted it during the pod's termination",
+                ),
                 Phase::Drain => ("SidecarDrainRace", "after it stopped listening (drain)"),
                 _ => ("SidecarRestartRace", "while it restarted"),
             };
@@ -91,10 +99,18 @@ pub fn notice_for(v: &IncidentView) -> Option<EventNotice> {
                 .race_window_seconds
                 .map(|w| format!("; race window {w:.2} s"))
                 .unwrap_or_default();
+            // The kubelet restarted every container of the pod in the same sandbox: a
+            // pod start no pod creation shows.
+            let restarted = match v.pod_start {
+                PodStart::RestartedInPlace => {
+                    ", after all of the pod's containers were restarted in place"
+                }
+                PodStart::Created => "",
+            };
             (
                 reason,
                 format!(
-                    "{who} was refused {} times on {target} by {sidecar} ({} sidecar) {when}{window}. Fix: {}",
+                    "{who} was refused {} times on {target} by {sidecar} ({} sidecar) {when}{restarted}{window}. Fix: {}",
                     v.refused_count,
                     v.pattern.as_str(),
                     v.advice

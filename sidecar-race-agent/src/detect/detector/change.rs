@@ -28,9 +28,11 @@ pub enum Change {
         why: NotARace,
         refused: u64,
     },
-    /// The agent saw a pod start (its cgroup created).
+    /// The agent saw a pod start: its cgroup created (`start` 0), or its `start`-th
+    /// in-place restart of all containers (KEP-5532).
     PodStarted {
         pod_uid: String,
+        start: u32,
     },
 }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::detect::{
     fact::Client,
-    incident::{Hidden, Incident, IncidentLog},
+    incident::{Hidden, Incident, IncidentLog, Subject},
     pairs,
     service::{Service, SocketKey},
 };
@@ -105,6 +105,20 @@ impl Incidents {
             }
         }
         id
+    }
+
+    /// The pod's refusal incidents first refused at `at` or later belong to its start
+    /// `start` (an in-place restart found after they were opened).
+    pub(super) fn mark_start(&mut self, pod: &str, start: u32, at: u64) {
+        for id in self.log.ids_of(pod) {
+            if let Some(inc) = self.log.get_mut(id)
+                && inc.subject == Subject::Refusals
+                && inc.first_refused_at >= at
+                && inc.pod_start < start
+            {
+                inc.pod_start = start;
+            }
+        }
     }
 
     /// The open incident of `key` in the pod.

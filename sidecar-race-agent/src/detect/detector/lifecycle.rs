@@ -291,6 +291,8 @@ impl Detector {
                 episode: Episode::BeforeListener,
                 hidden: None,
                 processes: Processes::default(),
+                pod_start: 0,
+                drain_sub_phase: None,
             });
             changes.push(Change::Opened(id));
         }

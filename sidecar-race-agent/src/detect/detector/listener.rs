@@ -12,7 +12,7 @@ use crate::detect::service::Service;
 use crate::{
     detect::{
         fact::Client,
-        incident::{Episode, Hidden, Phase, State},
+        incident::{DrainSubPhase, Episode, Hidden, Phase, State},
         listeners::covers,
     },
     pods::{pod_info::Role, pod_meta::PodMeta},
@@ -125,6 +125,15 @@ impl Detector {
             Episode::AfterClose { .. } if drain => Phase::Drain,
             Episode::AfterClose { .. } => Phase::Steady,
         };
+        // A drain ended by another instance's listener than the one that went away:
+        // the kubelet restarted the sidecar while the pod terminated (KEP-4438). Its
+        // refusals are this one drain, not a drain and a restart.
+        let closed_by = inc.listener_container_id.as_deref();
+        if inc.phase == Phase::Drain
+            && closed_by.is_some_and(|closed| container_id.as_deref().is_some_and(|c| c != closed))
+        {
+            inc.drain_sub_phase = Some(DrainSubPhase::SidecarRestarting);
+        }
         inc.listener_ready_at = Some(ts);
         inc.listener_container_id = container_id.or(inc.listener_container_id.take());
         inc.state = State::Resolved;

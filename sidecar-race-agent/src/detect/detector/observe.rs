@@ -68,6 +68,7 @@ impl Detector {
                 ps.started_at = Some(ts);
                 vec![Change::PodStarted {
                     pod_uid: pod_uid.to_string(),
+                    start: 0,
                 }]
             }
             Fact::ContainerStarted {
@@ -116,6 +117,7 @@ impl Detector {
             {
                 ps.source_gone_at.get_or_insert(now);
             }
+            changes.extend(self.in_place_restarts(&uid, meta));
             changes.extend(self.release_held(&uid, now, meta, false));
             changes.extend(self.rekey_sockets(&uid, meta));
             for id in self.incidents.pending_in(&uid) {

@@ -115,8 +115,15 @@ impl Detector {
             .map(|(_, inc)| inc.targets.clone())
             .unwrap_or_default();
         let late_refusal_ns = self.cfg.late_refusal_ns;
+        // The client instance's own start: listeners gone before it never served it
+        // (a container restarted by a rule, or all of them restarted in place).
+        let client_since = match &r.client {
+            Client::Container(id) => container_start(self.pods.get(&*pod_uid), pod, id, meta),
+            Client::Cgroup(_) => None,
+        };
         let ps = self.pod_state(&pod_uid);
-        let history = match listener_history(ps, &r, loopback, &dialed_before, late_refusal_ns) {
+        let seen = (&dialed_before[..], late_refusal_ns, client_since);
+        let history = match listener_history(ps, &r, loopback, seen) {
             Ok(history) => history,
             Err(why) => return vec![not_a_race(why, 1)],
         };
@@ -234,6 +241,8 @@ impl Detector {
     ) -> (u64, Vec<Change>) {
         let (pod_uid, shown) = (incident.pod_uid.clone(), incident.is_shown());
         let after_close = matches!(incident.episode, Episode::AfterClose { .. });
+        let mut incident = incident;
+        incident.pod_start = self.start_at(&pod_uid, incident.first_refused_at);
         let id = self.incidents.insert_open(incident, key);
         if after_close
             && self.drain_condition(&pod_uid, id, meta)
@@ -271,7 +280,7 @@ impl Detector {
             Client::Container(id) => container_start(ps, pod, id, meta),
             Client::Cgroup(_) => None,
         }
-        .or_else(|| ps.and_then(|p| p.started_at))
+        .or_else(|| self.latest_start(uid))
         .or_else(|| pod.and_then(|p| p.start_time).and_then(|t| meta.boot_ns(t)));
         let server_start = server_container_id.and_then(|id| container_start(ps, pod, id, meta));
         client_start.is_some_and(recent) && server_start.is_none_or(recent)
@@ -280,17 +289,25 @@ impl Detector {
 
 /// What the pod's listeners on the refused port say about `r`, or why it is no race
 /// (something listens there and still refused, or a dual-stack client's fallback).
+/// `seen`: the addresses the client dialed before, the late-refusal bound, and when
+/// the client instance started, if known: listeners gone before that are not its.
 fn listener_history(
     ps: &PodState,
     r: &Refusal,
     loopback: bool,
-    dialed_before: &[SocketAddr],
-    late_refusal_ns: u64,
+    (dialed_before, late_refusal_ns, client_since): (&[SocketAddr], u64, Option<u64>),
 ) -> Result<ListenerHistory, NotARace> {
     let (ts, port) = (r.ts, r.target.port());
-    let on_port = ps.listeners.on_port(port);
+    let all_on_port = ps.listeners.on_port(port);
+    let gone_before_client =
+        |l: &Listener| client_since.is_some_and(|s| l.down_at.is_some_and(|d| d < s));
+    let on_port: Vec<&Listener> = all_on_port
+        .iter()
+        .filter(|l| !gone_before_client(l))
+        .collect();
     let covering: Vec<&Listener> = on_port
         .iter()
+        .copied()
         .filter(|l| covers(l.addr, r.target))
         .collect();
     let just_up = covering
@@ -307,6 +324,7 @@ fn listener_history(
     let local = |l: &Listener| is_loopback(l.addr.ip()) || l.addr.ip().is_unspecified();
     let up_elsewhere: Vec<&Listener> = on_port
         .iter()
+        .copied()
         .filter(|l| l.is_up_at(ts) && !covers(l.addr, r.target))
         .filter(|_| loopback && just_up.is_none())
         .collect();
@@ -342,7 +360,7 @@ fn listener_history(
         just_up,
         episode,
         listener_container_id,
-        seen_on_port: !on_port.is_empty(),
+        seen_on_port: !all_on_port.is_empty(),
         uncovering: uncovering.map(|l| l.addr),
     })
 }

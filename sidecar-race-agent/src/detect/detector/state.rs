@@ -9,7 +9,8 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use super::{
-    config::DetectorConfig, held::Held, incidents::Incidents, last_socket::ResolvedSocket,
+    config::DetectorConfig, held::Held, in_place::InPlaceStarts, incidents::Incidents,
+    last_socket::ResolvedSocket,
 };
 use crate::detect::{listener_table::ListenerTable, unix_listeners::UnixListeners};
 
@@ -35,6 +36,9 @@ pub(super) struct PodState {
     /// the path as written until the pod source names the container (see `rekey`).
     #[serde(default)]
     pub(super) unkeyed: bool,
+    /// Its in-place restarts of all containers seen (KEP-5532).
+    #[serde(default)]
+    pub(super) in_place: InPlaceStarts,
 }
 
 pub struct Detector {

@@ -96,6 +96,7 @@ fn status(name: &str, id: &str) -> StatusInfo {
         finished_at: None,
         ready: true,
         restart_count: 0,
+        last_terminated_reason: None,
     }
 }
 
@@ -283,7 +284,8 @@ fn ordered_start_gives_no_incident() {
         changes,
         vec![
             Change::PodStarted {
-                pod_uid: POD.into()
+                pod_uid: POD.into(),
+                start: 0
             },
             Change::NotARace {
                 why: NotARace::SelfRefusal,
@@ -636,7 +638,8 @@ fn host_network_pods_need_a_declared_port_or_a_listener_in_the_pod() {
     assert_eq!(
         changes,
         vec![Change::PodStarted {
-            pod_uid: POD.into()
+            pod_uid: POD.into(),
+            start: 0
         }]
     );
     let changes = d.advance(200 * S, &meta);
@@ -1514,4 +1517,5 @@ fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
 
 mod background;
 mod kubelet;
+mod restarts;
 mod unix;

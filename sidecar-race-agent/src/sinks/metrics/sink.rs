@@ -25,6 +25,9 @@ const UNKNOWN: &str = "unknown";
 /// seen listening on (of a socket on no pod volume that nothing was seen serving).
 const OTHER_PORT: &str = "other";
 
+/// One start of one pod: its uid and which start.
+type StartKey = (String, u32);
+
 /// Counted starts are forgotten after this (startup incidents settle within minutes).
 const START_MEMORY: Duration = Duration::from_secs(3600);
 
@@ -43,10 +46,11 @@ pub(super) struct Sink {
     pod_label: bool,
     /// Open stuck-Job incidents and the labels their gauge was raised under.
     stuck: HashMap<u64, Labels>,
-    /// Pod starts counted, by pod uid.
-    starts: HashMap<String, Start>,
-    /// Pods with a startup incident settled before their start was counted.
-    affected_early: HashMap<String, Instant>,
+    /// Pod starts counted, by pod uid and start (0 as created, `n` the n-th in-place
+    /// restart of all containers).
+    starts: HashMap<StartKey, Start>,
+    /// Pod starts with a startup incident settled before the start was counted.
+    affected_early: HashMap<StartKey, Instant>,
 }
 
 impl Sink {
@@ -65,7 +69,11 @@ impl Sink {
         match outcome {
             Outcome::Settled(a) => self.settle(a, now),
             Outcome::LateRefusals(a) => self.count_refusals(a, now),
-            Outcome::PodStarted { pod_uid, who } => self.pod_started(pod_uid, who, now),
+            Outcome::PodStarted {
+                pod_uid,
+                start,
+                who,
+            } => self.pod_started((pod_uid, *start), who, now),
             Outcome::Suppressed { who, refusals } => self.count_suppressed(who, *refusals, now),
             Outcome::StuckJob(StuckJob::Found(v)) if !self.stuck.contains_key(&v.id) => {
                 let mut labels = self.workload_labels(v);
@@ -167,7 +175,8 @@ impl Sink {
         if v.kind != Kind::InitDeadlock && v.phase != Phase::Startup {
             return;
         }
-        match self.starts.get_mut(&v.pod_uid) {
+        let key = (v.pod_uid.clone(), v.pod_start_number);
+        match self.starts.get_mut(&key) {
             Some(start) if !start.affected => {
                 start.affected = true;
                 let l = self
@@ -177,21 +186,22 @@ impl Sink {
             }
             Some(_) => {}
             None => {
-                self.affected_early.insert(v.pod_uid.clone(), now);
+                self.affected_early.insert(key, now);
             }
         }
     }
 
     /// Counts a pod start (once), and as affected when a startup incident of the pod
     /// was settled before.
-    fn pod_started(&mut self, pod_uid: &str, who: &Attribution, now: Instant) {
-        if self.starts.contains_key(pod_uid) {
+    fn pod_started(&mut self, (pod_uid, start): (&str, u32), who: &Attribution, now: Instant) {
+        let key = (pod_uid.to_string(), start);
+        if self.starts.contains_key(&key) {
             return;
         }
         let labels = self.owner_labels(&who.namespace, who.workload.as_ref(), &who.pod);
         let l = self.series.labels("pod_starts", labels.clone(), now);
         self.families.pod_starts.get_or_create(&l).inc();
-        let affected = self.affected_early.remove(pod_uid).is_some();
+        let affected = self.affected_early.remove(&key).is_some();
         if affected {
             let l = self
                 .series
@@ -199,7 +209,7 @@ impl Sink {
             self.families.affected_starts.get_or_create(&l).inc();
         }
         self.starts.insert(
-            pod_uid.to_string(),
+            key,
             Start {
                 seen: now,
                 labels,

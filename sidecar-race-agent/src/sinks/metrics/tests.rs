@@ -367,6 +367,7 @@ fn thirty_thousand_job_runs_keep_new_workloads_labelled() {
             &[
                 Outcome::PodStarted {
                     pod_uid: format!("uid-{run}"),
+                    start: 0,
                     who,
                 },
                 Outcome::Suppressed {
@@ -432,4 +433,90 @@ fn how_the_agent_started_is_exported_with_the_records_from_before_its_start() {
         classic.contains("sidecar_race_records_before_start_total 23"),
         "{classic}"
     );
+}
+
+/// checkout as the pod source shows it after Kubernetes restarted all of its
+/// containers in place (KEP-5532): the same pod, new container ids, each instance
+/// before ended `RestartingAllContainers`.
+fn restarted_in_place(app: &str, proxy: &str) -> PodInfo {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pods/classic-deployment.json");
+    let text = std::fs::read_to_string(fixture)
+        .unwrap()
+        .replace(&"a".repeat(64), app)
+        .replace(&"b".repeat(64), proxy);
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for s in v["status"]["containerStatuses"].as_array_mut().unwrap() {
+        s["restartCount"] = 1.into();
+        s["lastState"] = serde_json::json!({"terminated": {
+            "exitCode": 137, "reason": "RestartingAllContainers"}});
+    }
+    PodInfo::from_json(v).unwrap()
+}
+
+fn removed(ts: u64, id: u64, path: String) -> KernelEvent {
+    let KernelEvent::CgroupCreated(fact) = created(ts, id, path) else {
+        unreachable!()
+    };
+    KernelEvent::CgroupRemoved(fact)
+}
+
+#[test]
+fn an_in_place_restart_of_all_containers_is_a_second_pod_start() {
+    let dir = temp_dir("metrics-in-place");
+    let mut p = pipeline(&dir, Some(checkout_pod()), DetectorConfig::default());
+    let mut m = Metrics::new(false, "0.1.0", "k");
+    let now = Instant::now();
+    let (a, b) = ("a".repeat(64), "b".repeat(64));
+    let (a2, b2) = ("e".repeat(64), "f".repeat(64));
+    let refused = |ts, cgroup| {
+        KernelEvent::Refused(socket(
+            ts,
+            cgroup,
+            "127.0.0.1:40000",
+            Some("127.0.0.1:15001"),
+        ))
+    };
+    let first = [
+        created(0, 100, pod_path(UID)),
+        created(MS, 101, container_path(UID, &a)),
+        created(MS, 102, container_path(UID, &b)),
+        refused(100 * MS, 101),
+        KernelEvent::Listen(socket(500 * MS, 102, "0.0.0.0:15001", None)),
+    ];
+    for ev in &first {
+        p.kernel_event(ev);
+    }
+    m.consume(&p.tick(2_000 * MS), now);
+    // 20 s later every container is killed and started again in the same pod cgroup.
+    let again = [
+        KernelEvent::ListenClosed(socket(20_000 * MS, 102, "0.0.0.0:15001", None)),
+        removed(20_001 * MS, 101, container_path(UID, &a)),
+        removed(20_002 * MS, 102, container_path(UID, &b)),
+        created(20_500 * MS, 103, container_path(UID, &b2)),
+        created(20_510 * MS, 104, container_path(UID, &a2)),
+        refused(20_600 * MS, 104),
+        refused(20_700 * MS, 104),
+        KernelEvent::Listen(socket(21_000 * MS, 103, "0.0.0.0:15001", None)),
+    ];
+    for ev in &again {
+        p.kernel_event(ev);
+    }
+    p.pod_update(PodUpdate::Apply(Box::new(restarted_in_place(&a2, &b2))));
+    m.consume(&p.tick(23_000 * MS), now);
+    m.consume(&p.tick(24_000 * MS), now);
+    let om = m.encode();
+    let owner = r#"namespace="shop",workload_kind="Deployment",workload="checkout""#;
+    for line in [
+        format!("sidecar_race_pod_starts_total{{{owner}}} 2"),
+        format!("sidecar_race_affected_pod_starts_total{{{owner}}} 2"),
+        format!(
+            r#"sidecar_race_incidents_total{{{owner},sidecar="istio-proxy",phase="startup",pattern="classic",kind="sidecar_race"}} 2"#
+        ),
+        format!(
+            r#"sidecar_race_refused_connections_total{{{owner},container="app",sidecar="istio-proxy",port="15001",phase="startup"}} 3"#
+        ),
+    ] {
+        assert!(om.contains(&line), "{line} not in\n{om}");
+    }
 }
