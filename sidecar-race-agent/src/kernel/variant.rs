@@ -66,6 +66,7 @@ mod tests {
             "unix_kprobe_release",
             "unix_sys_exit",
             "unix_sys_exit_listen",
+            "udp_kfree_skb",
         ];
         for name in charging {
             assert!(names.contains(name), "{name} in the object");

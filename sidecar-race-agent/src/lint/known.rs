@@ -334,6 +334,7 @@ mod tests {
             sidecar_by: None,
             image: t.image.clone(),
             ports: Vec::new(),
+            udp_ports: vec![],
             startup_probe: None,
             readiness_probe: None,
             mounts: Vec::new(),

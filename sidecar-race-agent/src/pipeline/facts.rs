@@ -27,6 +27,16 @@ impl Pipeline {
                     process: s.owner.comm,
                 })
             }
+            KernelEvent::UdpRefused(s) => {
+                let (pod_uid, client) = self.pod_client(&s.owner)?;
+                Some(Fact::UdpRefused {
+                    ts: s.ts_boot_ns,
+                    pod_uid,
+                    client,
+                    dst: s.dst?,
+                    process: s.owner.comm,
+                })
+            }
             KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
                 let (pod_uid, client) = self.pod_client(&s.owner)?;
                 let container_id = client.container_id().map(str::to_string);

@@ -7,6 +7,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use crate::{
     checkpoint::{CheckpointFile, LoadError},
+    detect::service::Protocol,
     ingest::events::{Sender, SocketFact},
     inventory::{PodOwner, cgroup_path},
     kernel::listening,
@@ -169,25 +170,14 @@ fn listening_now(pipeline: &mut Pipeline, now: u64) -> usize {
         .detector()
         .incidents()
         .newest_first()
-        .filter(|i| !i.is_final() && i.socket.is_none())
+        .filter(|i| !i.is_final() && i.socket.is_none() && i.protocol == Protocol::Tcp)
         .map(|i| (i.pod_uid.clone(), i.port))
         .collect();
     waiting.sort();
     waiting.dedup();
-    let cgroups = &pipeline.inventory().cgroups;
-    let mount = cgroups.mount().to_path_buf();
-    let pod_cgroups = |uid: &str| -> Vec<(u64, PathBuf)> {
-        cgroups
-            .live()
-            .filter(|(_, path)| {
-                PodOwner::of(&cgroup_path::parse(path)).is_some_and(|o| &*o.pod_uid == uid)
-            })
-            .map(|(id, path)| (id, mount.join(path.trim_start_matches('/'))))
-            .collect()
-    };
     let mut found = Vec::new();
     for (uid, port) in waiting {
-        let dirs = pod_cgroups(&uid);
+        let dirs = pod_cgroups(pipeline, &uid);
         let dirs: Vec<(u64, &std::path::Path)> =
             dirs.iter().map(|(id, d)| (*id, d.as_path())).collect();
         found.extend(listening::tcp_listeners(&dirs, port));
@@ -202,6 +192,19 @@ fn listening_now(pipeline: &mut Pipeline, now: u64) -> usize {
         pipeline.listening_at_restore(&listen_at(now, l.cgroup_id, l.pid, l.addr));
     }
     found.len()
+}
+
+/// The live cgroups of pod `uid` with their directories.
+pub(super) fn pod_cgroups(pipeline: &Pipeline, uid: &str) -> Vec<(u64, PathBuf)> {
+    let cgroups = &pipeline.inventory().cgroups;
+    let mount = cgroups.mount();
+    cgroups
+        .live()
+        .filter(|(_, path)| {
+            PodOwner::of(&cgroup_path::parse(path)).is_some_and(|o| &*o.pod_uid == uid)
+        })
+        .map(|(id, path)| (id, mount.join(path.trim_start_matches('/'))))
+        .collect()
 }
 
 /// A listen record as the kernel would have written it at `ts`.

@@ -33,6 +33,7 @@ pub mod checkpoint;
 mod kube_clients;
 mod owner;
 mod totals;
+mod udp_bound;
 
 /// How often held facts are released and time advances in the detector.
 const TICK: Duration = Duration::from_millis(100);
@@ -295,7 +296,9 @@ async fn daemon(
             }
             Some(update) = pod_updates.recv() => lock().pod_update(update),
             _ = tick.tick() => {
-                let outcomes = lock().tick(clock::boot_now_ns());
+                let now = clock::boot_now_ns();
+                udp_bound::poll(&mut lock(), now);
+                let outcomes = lock().tick(now);
                 account(&outcomes, &metrics, events.as_ref(), &mut logs);
             }
             // A held fact (a listener coming up) reaches the detector as soon as the

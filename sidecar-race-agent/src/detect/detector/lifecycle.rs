@@ -52,7 +52,7 @@ impl Detector {
         };
         match inc.hidden {
             Some(Hidden::SocketUnproven) if unnamed_client() => return changes,
-            Some(Hidden::HostNetworkPort | Hidden::SocketUnproven)
+            Some(Hidden::HostNetworkPort | Hidden::SocketUnproven | Hidden::UdpPortUnproven)
                 if now.saturating_sub(since) >= self.cfg.unresolved_after_ns =>
             {
                 return self.discard(uid, id, NotARace::Other);
@@ -288,6 +288,7 @@ impl Detector {
                 listener_container_id: None,
                 uncovering_listener: None,
                 socket: None,
+                protocol: crate::detect::service::Protocol::Tcp,
                 episode: Episode::BeforeListener,
                 hidden: None,
                 processes: Processes::default(),

@@ -80,6 +80,7 @@ fn container(
         sidecar_by: None,
         image: None,
         ports: ports.to_vec(),
+        udp_ports: vec![],
         startup_probe,
         readiness_probe: None,
         mounts: Vec::new(),
