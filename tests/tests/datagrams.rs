@@ -9,7 +9,10 @@ use std::{path::PathBuf, time::Duration};
 use serde_json::{Value, json};
 use sidecar_race_tests::{
     agent::RunAgent,
-    pod::{Decl, Declared, SimContainer, SimPod, require_binary, sibling_binary, write_pod_list},
+    pod::{
+        Decl, Declared, SimContainer, SimPod, mark_deleting, require_binary, sibling_binary,
+        write_pod_list,
+    },
     root::is_root_or_skip,
     scenario::CountedApp,
 };
@@ -126,4 +129,152 @@ fn a_statsd_sidecar_bound_late_on_udp_v4_is_one_startup_race_with_the_apps_exact
         i["refused_count"]
     );
     assert_eq!(i["destination"], "127.0.0.1:8125", "{i:#}");
+}
+
+#[test]
+fn a_statsd_sidecar_bound_late_on_udp_v6_is_one_startup_race_with_the_apps_exact_loss() {
+    if !is_root_or_skip(
+        "a_statsd_sidecar_bound_late_on_udp_v6_is_one_startup_race_with_the_apps_exact_loss",
+    ) {
+        return;
+    }
+    let (lost, i) = late_statsd("udp-v6", "[::1]:8125", "[::1]:8125", false);
+    eprintln!(
+        "udp v6 unconnected: app lost {lost}, agent counted {}",
+        i["refused_count"]
+    );
+    assert_eq!(i["destination"], "[::1]:8125", "{i:#}");
+}
+
+/// A connected sender learns of a drop on its next send (`ECONNREFUSED`, which sends
+/// nothing): the agent counts the datagrams dropped, never those errors too.
+#[test]
+fn a_connected_udp_sender_is_counted_once_per_lost_datagram_not_per_error() {
+    if !is_root_or_skip("a_connected_udp_sender_is_counted_once_per_lost_datagram_not_per_error") {
+        return;
+    }
+    let (lost, i) = late_statsd("udp-conn", "127.0.0.1:8125", "127.0.0.1:8125", true);
+    eprintln!(
+        "udp v4 connected: app lost {lost}, agent counted {}",
+        i["refused_count"]
+    );
+}
+
+/// The statsd sidecar exits at SIGTERM while the pod is deleted and the app still
+/// sends: one drain incident holding exactly what the app lost after it went.
+#[test]
+fn a_statsd_sidecar_gone_at_a_drain_is_one_drain_incident_with_the_apps_exact_loss() {
+    if !is_root_or_skip(
+        "a_statsd_sidecar_gone_at_a_drain_is_one_drain_incident_with_the_apps_exact_loss",
+    ) {
+        return;
+    }
+    let (agent, pods_file) = agent("udp-drain");
+    let mut pod = SimPod::new("udp-drain").unwrap();
+    let statsd = pod.container("statsd").unwrap();
+    let app = pod.container("app").unwrap();
+    let mut m = manifest(&pod, &app, &statsd, &[8125]);
+    write_pod_list(&pods_file, &[m.clone()]);
+    let sidecar = spawn(&mut pod, &statsd, &["recv", "127.0.0.1:8125"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let sender = CountedApp::start(
+        &mut pod,
+        &app,
+        &sr_udp(),
+        &[
+            "send",
+            "127.0.0.1:8125",
+            "--interval-ms",
+            "50",
+            "--attempts",
+            "60",
+            "--keep-sending",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    mark_deleting(&mut m, 30);
+    write_pod_list(&pods_file, &[m]);
+    std::thread::sleep(Duration::from_millis(300));
+    pod.terminate(sidecar);
+    let lost = sender.refused(&mut pod);
+    assert!(lost >= 15, "lost after the sidecar went: {lost}");
+    let uid = pod.uid.clone();
+    drop(pod);
+    let i = agent.one_resolved_holding(&uid, lost, SETTLE);
+    eprintln!(
+        "udp drain: app lost {lost}, agent counted {}",
+        i["refused_count"]
+    );
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["protocol"].as_str(),
+            i["refused_count"].as_u64()
+        ),
+        (Some("drain"), Some("udp"), Some(lost)),
+        "{i:#}"
+    );
+    assert_eq!(i["sidecar"], "statsd", "{i:#}");
+}
+
+/// In a pod whose statsd sidecar binds late, the app also looks a name up on a local
+/// resolver nobody runs (127.0.0.53:53), sends to a UDP port no container declares,
+/// and logs through glibc's `syslog()` with no `/dev/log`: only the statsd race is an
+/// incident.
+#[test]
+fn dns_lookups_undeclared_udp_ports_and_dev_log_probes_are_no_incidents() {
+    if !is_root_or_skip("dns_lookups_undeclared_udp_ports_and_dev_log_probes_are_no_incidents") {
+        return;
+    }
+    let (agent, pods_file) =
+        RunAgent::start_with_pods_file("dgram-noise", &["--unix-hooks", "syscalls"]);
+    let mut pod = SimPod::new("udp-noise").unwrap();
+    let statsd = pod.container("statsd").unwrap();
+    let app = pod.container("app").unwrap();
+    write_pod_list(&pods_file, &[manifest(&pod, &app, &statsd, &[8125])]);
+    spawn(
+        &mut pod,
+        &statsd,
+        &["recv", "127.0.0.1:8125", "--delay-ms", "1500"],
+    );
+    let to_statsd = ["send", "127.0.0.1:8125", "--interval-ms", "50"];
+    let statsd_sender = CountedApp::start(&mut pod, &app, &sr_udp(), &to_statsd);
+    let dns = [
+        "send",
+        "127.0.0.53:53",
+        "--interval-ms",
+        "20",
+        "--attempts",
+        "20",
+    ];
+    let dns_lost = send(&mut pod, &app, &dns);
+    let other = [
+        "send",
+        "127.0.0.1:9999",
+        "--interval-ms",
+        "20",
+        "--attempts",
+        "20",
+    ];
+    let other_lost = send(&mut pod, &app, &other);
+    assert_eq!((dns_lost, other_lost), (20, 20));
+    // glibc's syslog(): a datagram socket connected to /dev/log, which is not there.
+    let mut syslog = std::process::Command::new("python3");
+    syslog.args(["-c", "import syslog\nfor _ in range(5): syslog.syslog('x')"]);
+    let pid = pod.spawn(&app, syslog).expect("python3");
+    assert!(pod.wait(pid).unwrap().success());
+    let lost = statsd_sender.refused(&mut pod);
+    let i = agent.one_resolved_holding(&pod.uid, lost, SETTLE);
+    eprintln!(
+        "noise: statsd lost {lost}, agent counted {}",
+        i["refused_count"]
+    );
+    assert_eq!(
+        (i["port"].as_u64(), i["refused_count"].as_u64()),
+        (Some(8125), Some(lost))
+    );
+    // Past the agent's wait for a socket on those ports, they are still no incident.
+    std::thread::sleep(Duration::from_secs(3));
+    let all = agent.incidents_of(&pod.uid);
+    assert_eq!(all.len(), 1, "{all:#?}");
 }

@@ -100,7 +100,10 @@ fn parties<'a>(inc: &Incident, meta: &'a dyn PodMeta) -> Parties<'a> {
         .map(str::to_string);
     // The sidecar: the container declaring the port, else the one seen listening.
     let declared = pod
-        .and_then(|p| p.declaring(inc.port))
+        .and_then(|p| match inc.protocol {
+            Protocol::Udp => p.declaring_udp(inc.port),
+            _ => p.declaring(inc.port),
+        })
         .map(|c| c.name.clone());
     let by_listener = inc
         .listener_container_id

@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// Clock skew allowed between the API server's deletion time and the node's kernel.
-const DELETION_SKEW_NS: u64 = 5 * SECOND;
+pub(super) const DELETION_SKEW_NS: u64 = 5 * SECOND;
 
 impl Detector {
     pub(super) fn advance_incident(
@@ -115,7 +115,7 @@ impl Detector {
 
     /// Since when the pod is being deleted, as far as known: its deletion timestamp,
     /// else when the pod source stopped reporting it.
-    fn deletion_began(&self, uid: &str, meta: &dyn PodMeta) -> Option<u64> {
+    pub(super) fn deletion_began(&self, uid: &str, meta: &dyn PodMeta) -> Option<u64> {
         meta.pod(uid)
             .and_then(|p| terminating_since(p, meta))
             .or_else(|| self.pods.get(uid)?.source_gone_at)

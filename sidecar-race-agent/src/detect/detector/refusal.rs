@@ -10,6 +10,7 @@ use super::{
     hidden::TARGETS_PER_INCIDENT,
     incidents::Key,
     instances::Instance,
+    lifecycle::DELETION_SKEW_NS,
     state::{Detector, PodState},
 };
 use crate::detect::{
@@ -135,10 +136,23 @@ impl Detector {
         } else {
             &ps.listeners
         };
-        let history = match listener_history(table, &r, loopback, &dialed_before, late_refusal_ns) {
-            Ok(history) => history,
-            Err(why) => return vec![not_a_race(why, 1)],
-        };
+        let mut history =
+            match listener_history(table, &r, loopback, &dialed_before, late_refusal_ns) {
+                Ok(history) => history,
+                Err(why) => return vec![not_a_race(why, 1)],
+            };
+        // No hook sees a UDP socket close: in a pod being deleted, a datagram refused
+        // on a port with no socket seen there is refused after its socket went away, at
+        // or before this refusal (the close time is bounded by it, not known).
+        if udp
+            && history.episode == Episode::BeforeListener
+            && !history.seen_on_port
+            && self
+                .deletion_began(&pod_uid, meta)
+                .is_some_and(|d| d <= ts.saturating_add(DELETION_SKEW_NS))
+        {
+            history.episode = Episode::AfterClose { closed_at: ts };
+        }
         let mut instance_unnamed = false;
         if history.episode == Episode::BeforeListener {
             match self.crash_loop_incident(&pod_uid, &r.client, &service, meta) {
