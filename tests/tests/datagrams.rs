@@ -278,3 +278,81 @@ fn dns_lookups_undeclared_udp_ports_and_dev_log_probes_are_no_incidents() {
     let all = agent.incidents_of(&pod.uid);
     assert_eq!(all.len(), 1, "{all:#?}");
 }
+
+/// A syslog-like sidecar `rsyslog` binds a Unix datagram socket `bound` 1.5 s late
+/// while the app sends to `dialed` every 50 ms: one resolved startup incident naming
+/// the sidecar, with exactly the sends the app had refused. `volume`: the directory
+/// both containers mount as emptyDir `log` (none for an abstract name).
+fn late_unix_datagram(name: &str, bound: &str, volume: Option<&str>) -> (u64, Value) {
+    let (agent, pods_file) =
+        RunAgent::start_with_pods_file(&format!("dgram-{name}"), &["--unix-hooks", "syscalls"]);
+    let mut pod = SimPod::new(name).unwrap();
+    let syslog = pod.container("rsyslog").unwrap();
+    let app = pod.container("app").unwrap();
+    let mut m = manifest(&pod, &app, &syslog, &[]);
+    if let Some(dir) = volume {
+        m["spec"]["volumes"] = json!([{"name": "log", "emptyDir": {}}]);
+        for c in m["spec"]["containers"].as_array_mut().expect("containers") {
+            c["volumeMounts"] = json!([{"name": "log", "mountPath": dir}]);
+        }
+    }
+    write_pod_list(&pods_file, &[m]);
+    spawn(&mut pod, &syslog, &["recv", bound, "--delay-ms", "1500"]);
+    let lost = send(&mut pod, &app, &["send", bound, "--interval-ms", "50"]);
+    assert!(
+        lost >= 15,
+        "sends refused while the sidecar was late: {lost}"
+    );
+    let i = agent.one_resolved_holding(&pod.uid, lost, SETTLE);
+    assert_eq!(
+        (
+            i["phase"].as_str(),
+            i["state"].as_str(),
+            i["protocol"].as_str()
+        ),
+        (Some("startup"), Some("resolved"), Some("unixgram")),
+        "{i:#}"
+    );
+    assert_eq!(i["refused_count"].as_u64(), Some(lost), "{i:#}");
+    assert_eq!(i["sidecar"], "rsyslog", "{i:#}");
+    assert_eq!(i["sidecar_container_id"], syslog.id.as_str(), "{i:#}");
+    assert!((1.0..2.2).contains(&window(&i)), "window {}", window(&i));
+    (lost, i)
+}
+
+#[test]
+fn a_unix_datagram_sidecar_bound_late_on_a_shared_volume_is_one_resolved_startup_race() {
+    if !is_root_or_skip(
+        "a_unix_datagram_sidecar_bound_late_on_a_shared_volume_is_one_resolved_startup_race",
+    ) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sr-dgram-{}-vol", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("volume directory");
+    let dir_s = dir.to_str().unwrap();
+    let path = format!("{dir_s}/log.sock");
+    let (lost, i) = late_unix_datagram("ugram-path", &path, Some(dir_s));
+    eprintln!(
+        "unix datagram path: app lost {lost}, agent counted {}",
+        i["refused_count"]
+    );
+    assert_eq!(i["socket"]["volume"], "log", "{i:#}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_unix_datagram_sidecar_bound_late_on_an_abstract_name_is_one_resolved_startup_race() {
+    if !is_root_or_skip(
+        "a_unix_datagram_sidecar_bound_late_on_an_abstract_name_is_one_resolved_startup_race",
+    ) {
+        return;
+    }
+    let name = format!("@sr-syslog-{}", std::process::id());
+    let (lost, i) = late_unix_datagram("ugram-abs", &name, None);
+    eprintln!(
+        "unix datagram abstract: app lost {lost}, agent counted {}",
+        i["refused_count"]
+    );
+    assert_eq!(i["socket"]["abstract"], true, "{i:#}");
+}

@@ -75,12 +75,15 @@ pub enum Fact {
         name: UnixName,
         process: Comm,
     },
-    /// A Unix socket of the pod started listening.
+    /// A Unix socket of the pod started listening (a datagram socket: was bound).
     UnixListenerUp {
         ts: u64,
         pod_uid: Arc<str>,
         container_id: Option<String>,
         name: UnixName,
+        /// A datagram socket's bind: what it resolves is `unixgram`.
+        #[serde(default)]
+        datagram: bool,
     },
     UnixListenerDown {
         ts: u64,

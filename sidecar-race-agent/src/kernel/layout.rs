@@ -336,7 +336,12 @@ pub fn syscall_args(tracefs: &Tracefs) -> Result<SyscallArgs, SyscallArgsError> 
         Ok(f.offset)
     };
     let exit_ret = field("sys_exit_connect", "ret")?;
-    for exit in ["sys_exit_sendto", "sys_exit_bind", "sys_exit_listen"] {
+    for exit in [
+        "sys_exit_sendto",
+        "sys_exit_bind",
+        "sys_exit_listen",
+        "sys_exit_socket",
+    ] {
         if field(exit, "ret")? != exit_ret {
             return Err(SyscallArgsError::Field {
                 event: exit,
@@ -365,6 +370,8 @@ pub fn syscall_args(tracefs: &Tracefs) -> Result<SyscallArgs, SyscallArgsError> 
         bind_addr: field("sys_enter_bind", "umyaddr")?,
         bind_addrlen: field("sys_enter_bind", "addrlen")?,
         fd,
+        socket_family: field("sys_enter_socket", "family")?,
+        socket_type: field("sys_enter_socket", "type")?,
     })
 }
 

@@ -77,6 +77,7 @@ impl Pipeline {
                         pod_uid,
                         container_id,
                         name,
+                        datagram: u.sock_type == Some("dgram"),
                     }
                 } else {
                     Fact::UnixListenerDown {

@@ -8,12 +8,12 @@
 //! - `sr-udp send ADDR [--interval-ms N] [--connected] [--attempts N] [--keep-sending]`:
 //!   sends numbered datagrams every interval until one is answered (or `--attempts`
 //!   sends; `--keep-sending` does not stop at an answer), then waits for late answers.
-//!   Its last line: `sr-udp: L lost, S sent, E refused at send`. `lost` counts datagrams
-//!   the kernel took (`send` succeeded) that were never answered: dropped because no
-//!   socket held the address. A connected UDP socket's send that fails with
+//!   Its last line: `sr-udp: L lost, S sent, E refused at send`. For UDP, `lost` counts
+//!   datagrams the kernel took (`send` succeeded) that were never answered: dropped
+//!   because no socket held the port. A connected UDP socket's send that fails with
 //!   `ECONNREFUSED` (the ICMP of an earlier drop, reported on the next send) sent
-//!   nothing and is counted apart; so is a Unix `ENOENT` / `ECONNREFUSED`, which also
-//!   sends nothing.
+//!   nothing and is not among them. For a Unix socket, `lost` counts the sends refused
+//!   (`ENOENT`, `ECONNREFUSED`: the kernel's refusal is the loss) and any unanswered.
 
 use std::{
     collections::BTreeSet,
@@ -222,7 +222,14 @@ fn send(o: &Opts) {
     }
     // Answers still on their way.
     collect(&sock, &mut answered, Duration::from_millis(300));
-    let lost = sent_seqs.difference(&answered).count();
+    let unanswered = sent_seqs.difference(&answered).count() as u64;
+    // A Unix send to a path nobody holds fails and sends nothing: that datagram is the
+    // one lost. A UDP datagram the kernel took is lost when dropped unanswered.
+    let lost = if is_unix(&o.addr) {
+        refused_at_send + unanswered
+    } else {
+        unanswered
+    };
     println!("sr-udp: {lost} lost, {sent} sent, {refused_at_send} refused at send");
 }
 

@@ -53,6 +53,9 @@ pub(super) enum HeldFact {
         container_id: Option<String>,
         name: UnixName,
         up: bool,
+        /// A datagram socket's bind.
+        #[serde(default)]
+        datagram: bool,
     },
 }
 
@@ -60,6 +63,7 @@ impl HeldFact {
     /// The Unix facts, as held; any other fact is `Err` (it is never held).
     pub(super) fn of(fact: Fact) -> Result<(Arc<str>, HeldFact), Fact> {
         let up = matches!(fact, Fact::UnixListenerUp { .. });
+        let datagram = matches!(fact, Fact::UnixListenerUp { datagram: true, .. });
         Ok(match fact {
             Fact::UnixRefused {
                 ts,
@@ -81,6 +85,7 @@ impl HeldFact {
                 pod_uid,
                 container_id,
                 name,
+                ..
             }
             | Fact::UnixListenerDown {
                 ts,
@@ -94,6 +99,7 @@ impl HeldFact {
                     container_id,
                     name,
                     up,
+                    datagram,
                 },
             ),
             other => return Err(other),

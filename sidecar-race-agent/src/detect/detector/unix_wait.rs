@@ -80,12 +80,14 @@ impl Detector {
                 container_id,
                 name,
                 up: true,
-            } => self.unix_listener_up(ts, &pod_uid, container_id, &name, meta),
+                datagram,
+            } => self.unix_listener_up(ts, &pod_uid, (container_id, datagram), &name, meta),
             HeldFact::Listener {
                 ts,
                 container_id,
                 name,
                 up: false,
+                ..
             } => {
                 self.unix_listener_down(ts, &pod_uid, container_id, &name, meta);
                 Vec::new()

@@ -26,6 +26,7 @@ fn unix_bound(ts: u64, container: &str, path: &str) -> Fact {
         pod_uid: POD.into(),
         container_id: Some(container.into()),
         name: name(path),
+        datagram: false,
     }
 }
 

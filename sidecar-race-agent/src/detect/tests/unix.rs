@@ -43,6 +43,7 @@ pub(super) fn unix_up(ts: u64, path: &str) -> Fact {
         pod_uid: POD.into(),
         container_id: Some(PROXY.into()),
         name: name(path),
+        datagram: false,
     }
 }
 
