@@ -113,6 +113,22 @@ fn late_statsd(name: &str, bound: &str, dialed: &str, connected: bool) -> (u64, 
     assert_eq!(i["sidecar_container_id"], statsd.id.as_str(), "{i:#}");
     // First drop → the bind, found within a tick of the agent's loop.
     assert!((1.0..2.2).contains(&window(&i)), "window {}", window(&i));
+    let advice = i["advice"].as_str().unwrap_or_default();
+    assert!(advice.contains("lost, not retried"), "{advice}");
+    assert!(
+        advice.contains("a tcpSocket probe cannot test UDP"),
+        "{advice}"
+    );
+    let series = format!(r#"port="8125",phase="startup",protocol="udp"}} {lost}"#);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !agent.metrics().contains(&series) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {series} in:\n{}",
+            agent.metrics()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     (lost, i)
 }
 

@@ -198,6 +198,7 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
             .map(|s| (s.path.as_str(), socket_in_sidecar.as_deref())),
         known: sidecar_info.and_then(|c| CATALOG.known(&c.name, c.image.as_deref())),
         unexpanded: unexpanded.as_deref(),
+        protocol: inc.protocol,
     };
     let mut advice = advice(&subject);
     if let Some(tool) = wait_tool.filter(|_| shows_workaround(kind, inc.phase)) {

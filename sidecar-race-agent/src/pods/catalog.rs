@@ -38,6 +38,9 @@ pub struct Sidecar {
     /// UDP ports it receives datagrams on by default (statsd, DogStatsD, syslog).
     #[serde(default)]
     pub udp_ports: Vec<u16>,
+    /// UDP ports it receives on only when its configuration turns a receiver on.
+    #[serde(default)]
+    pub udp_receivers: Vec<u16>,
     /// Flags whose value is the `host:port` it receives UDP datagrams on.
     #[serde(default)]
     pub udp_flags: Vec<String>,

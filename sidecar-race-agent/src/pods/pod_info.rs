@@ -332,7 +332,7 @@ fn udp_ports(ports: Option<&[ContainerPort]>, name: &str, image: Option<&str>) -
         .filter_map(|p| u16::try_from(p.container_port).ok())
         .collect();
     if let Some(known) = crate::pods::catalog::CATALOG.known(name, image) {
-        for p in &known.udp_ports {
+        for p in known.udp_ports.iter().chain(&known.udp_receivers) {
             if !udp.contains(p) {
                 udp.push(*p);
             }
