@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use super::{
     change::{Change, NotARace},
-    config::SECOND,
+    config::{DELETION_SKEW_NS, SECOND},
     state::Detector,
     unix::container,
 };
@@ -21,9 +21,6 @@ use crate::{
         pod_meta::PodMeta,
     },
 };
-
-/// Clock skew allowed between the API server's deletion time and the node's kernel.
-pub(super) const DELETION_SKEW_NS: u64 = 5 * SECOND;
 
 impl Detector {
     pub(super) fn advance_incident(

@@ -6,11 +6,11 @@ use std::{net::SocketAddr, sync::Arc};
 
 use super::{
     change::{Change, NotARace},
+    config::DELETION_SKEW_NS,
     held::Burst,
     hidden::TARGETS_PER_INCIDENT,
     incidents::Key,
     instances::Instance,
-    lifecycle::DELETION_SKEW_NS,
     state::{Detector, PodState},
 };
 use crate::detect::{
