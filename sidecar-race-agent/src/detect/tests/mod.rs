@@ -1515,4 +1515,5 @@ fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
 
 mod background;
 mod kubelet;
+mod udp;
 mod unix;
