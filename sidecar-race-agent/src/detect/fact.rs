@@ -74,6 +74,9 @@ pub enum Fact {
         /// As the client named it.
         name: UnixName,
         process: Comm,
+        /// Sent as a datagram (`sendto`, a datagram socket): the data was lost.
+        #[serde(default)]
+        datagram: bool,
     },
     /// A Unix socket of the pod started listening (a datagram socket: was bound).
     UnixListenerUp {

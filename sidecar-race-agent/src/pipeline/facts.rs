@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::state::Pipeline;
 use crate::{
     detect::{Client, Fact},
-    ingest::events::{KernelEvent, Sender},
+    ingest::events::{KernelEvent, Sender, UnixHook},
     inventory::{
         PodOwner,
         cgroup_path::{self, PathInfo},
@@ -65,6 +65,9 @@ impl Pipeline {
                     client,
                     name: u.name.clone(),
                     process: u.owner.comm,
+                    // A datagram socket's, or a send to a path (only datagrams name one).
+                    datagram: u.sock_type == Some("dgram")
+                        || matches!(u.hook, Some(UnixHook::Sendmsg | UnixHook::SyscallSendto)),
                 })
             }
             KernelEvent::UnixListen(u) | KernelEvent::UnixListenClosed(u) => {

@@ -46,6 +46,9 @@ pub(super) enum HeldFact {
         client: Client,
         name: UnixName,
         process: Comm,
+        /// Sent as a datagram.
+        #[serde(default)]
+        datagram: bool,
     },
     /// A listener up (`up`) or gone.
     Listener {
@@ -71,6 +74,7 @@ impl HeldFact {
                 client,
                 name,
                 process,
+                datagram,
             } => (
                 pod_uid,
                 HeldFact::Refused {
@@ -78,6 +82,7 @@ impl HeldFact {
                     client,
                     name,
                     process,
+                    datagram,
                 },
             ),
             Fact::UnixListenerUp {
@@ -152,15 +157,17 @@ impl Held {
                 client,
                 name,
                 process,
+                datagram,
             }),
             HeldFact::Refused {
                 burst: b,
                 client: c,
                 name: n,
                 process: p,
+                datagram: d,
             },
         ) = (self.facts.back_mut(), &fact)
-            && (&*client, &*name, &*process) == (c, n, p)
+            && (&*client, &*name, &*process, &*datagram) == (c, n, p, d)
         {
             burst.last = burst.last.max(b.last);
             burst.count += b.count;
@@ -206,6 +213,7 @@ mod tests {
             client: Client::Container("a".into()),
             name: UnixName::Path(path.into()),
             process: "curl".into(),
+            datagram: false,
         }
     }
 

@@ -34,7 +34,7 @@ impl Detector {
         &mut self,
         burst: Burst,
         pod_uid: Arc<str>,
-        client: Client,
+        (client, datagram): (Client, bool),
         name: &UnixName,
         process: Comm,
         meta: &dyn PodMeta,
@@ -93,7 +93,11 @@ impl Detector {
         );
         incident.hidden = hidden;
         incident.socket = Some(socket);
-        incident.protocol = Protocol::Unix;
+        incident.protocol = if datagram {
+            Protocol::Unixgram
+        } else {
+            Protocol::Unix
+        };
         let (id, changes) = self.insert_refusals(incident, key, meta);
         if burst.count > 1
             && let Some(inc) = self.incidents.get_mut(id)

@@ -74,7 +74,8 @@ impl Detector {
                 client,
                 name,
                 process,
-            } => self.unix_refused(burst, pod_uid, client, &name, process, meta),
+                datagram,
+            } => self.unix_refused(burst, pod_uid, (client, datagram), &name, process, meta),
             HeldFact::Listener {
                 ts,
                 container_id,

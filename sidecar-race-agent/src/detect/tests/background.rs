@@ -17,6 +17,7 @@ fn refused_by(ts: u64, client: &str, path: &str, process: &str) -> Fact {
         client: Client::Container(client.into()),
         name: name(path),
         process: process.into(),
+        datagram: false,
     }
 }
 

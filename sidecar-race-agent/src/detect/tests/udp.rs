@@ -129,3 +129,47 @@ fn a_udp_socket_gone_at_a_deletion_is_a_drain_whether_its_bind_was_seen_or_not()
         );
     }
 }
+
+#[test]
+fn a_unix_datagram_sent_to_a_missing_path_and_a_datagram_bind_make_unixgram_incidents() {
+    use super::unix::{name, unix_refused, with_socket_volume};
+    let meta = meta_with(with_socket_volume());
+    let sent = |ts: u64| match unix_refused(ts, "/var/run/dapr/log.sock") {
+        Fact::UnixRefused {
+            ts,
+            pod_uid,
+            client,
+            name,
+            process,
+            ..
+        } => Fact::UnixRefused {
+            ts,
+            pod_uid,
+            client,
+            name,
+            process,
+            datagram: true,
+        },
+        other => other,
+    };
+    let (d, _) = run(vec![started(0), sent(100 * MS), sent(200 * MS)], &meta);
+    assert_eq!(all(&d).len(), 1);
+    assert_eq!(
+        (all(&d)[0].protocol, all(&d)[0].refused_count),
+        (Protocol::Unixgram, 2),
+        "a send to a path is a datagram: open, already unixgram"
+    );
+    // A connect of a datagram socket (glibc's syslog) reads as a Unix refusal; the
+    // datagram socket's bind that resolves it says what it was.
+    let bound = Fact::UnixListenerUp {
+        ts: 1500 * MS,
+        pod_uid: POD.into(),
+        container_id: Some(PROXY.into()),
+        name: name("/sockets/log.sock"),
+        datagram: true,
+    };
+    let connected = unix_refused(100 * MS, "/var/run/dapr/log.sock");
+    let (d, _) = run(vec![started(0), connected, bound], &meta);
+    let i = all(&d)[0];
+    assert_eq!((i.state, i.protocol), (State::Resolved, Protocol::Unixgram));
+}

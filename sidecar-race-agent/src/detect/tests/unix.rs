@@ -34,6 +34,7 @@ pub(super) fn unix_refused(ts: u64, path: &str) -> Fact {
         client: Client::Container(APP.into()),
         name: name(path),
         process: "app".into(),
+        datagram: false,
     }
 }
 
