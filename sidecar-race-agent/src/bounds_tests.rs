@@ -68,7 +68,7 @@ fn a_flooding_neighbour_does_not_split_or_evict_a_race_in_metrics_and_api() {
     );
     let om = m.encode();
     assert!(
-        om.contains(r#"sidecar_race_refused_connections_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="app",sidecar="istio-proxy",port="15001",phase="startup"} 30"#),
+        om.contains(r#"sidecar_race_refused_connections_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="app",sidecar="istio-proxy",port="15001",phase="startup",protocol="tcp"} 30"#),
         "{om}"
     );
     std::fs::remove_dir_all(dir).unwrap();
@@ -197,7 +197,7 @@ fn series_beyond_the_cap_fold_into_overflow_and_are_counted() {
         .collect();
     assert_eq!(refused.len(), 3, "two series and the overflow one: {om}");
     assert!(
-        om.contains(r#"sidecar_race_refused_connections_total{namespace="overflow",workload_kind="overflow",workload="overflow",container="overflow",sidecar="overflow",port="overflow",phase="overflow"} 1"#),
+        om.contains(r#"sidecar_race_refused_connections_total{namespace="overflow",workload_kind="overflow",workload="overflow",container="overflow",sidecar="overflow",port="overflow",phase="overflow",protocol="overflow"} 1"#),
         "{om}"
     );
     assert!(

@@ -121,6 +121,7 @@ fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
         sidecar_container_id: Some("b".repeat(64)),
         sidecar_role: Some(Role::ClassicSidecar),
         pattern: Pattern::Classic,
+        protocol: Some(sidecar_race_agent::detect::service::Protocol::Tcp),
         port: Some(port),
         destination: Some(format!("127.0.0.1:{port}")),
         local_destination: None,

@@ -448,3 +448,45 @@ spec:
         "the mode kubectl reads (0400), in decimal:\n{fixed}"
     );
 }
+
+/// A statsd_exporter classic sidecar named by its UDP flag, and a DogStatsD one by a
+/// `protocol: UDP` containerPort: each is told to race the app's datagrams.
+#[test]
+fn classic_sidecars_receiving_udp_are_found_by_their_flag_and_their_udp_port() {
+    let yaml = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: metrics, namespace: shop}
+spec:
+  selector: {matchLabels: {app: metrics}}
+  template:
+    metadata: {labels: {app: metrics}}
+    spec:
+      containers:
+        - name: app
+          image: example.com/app:1
+        - name: exporter
+          image: prom/statsd-exporter:v0.28.0
+          args: ["--statsd.listen-udp=:9225"]
+        - name: agent
+          image: example.com/dd-agent:7
+          ports: [{containerPort: 8125, protocol: UDP}]
+"#;
+    let (_, json) = lint(&["--format", "json", "-"], Some(yaml));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let says = |name: &str| {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["containers"][0] == name)
+            .map(|f| f["reason"].as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let exporter = says("exporter");
+    assert!(exporter.contains("on UDP 9225:"), "{exporter}\n{json}");
+    assert!(exporter.contains("lost, not retried"), "{exporter}");
+    // Not a known sidecar: a declared UDP port alone does not make it one.
+    assert!(!says("agent").contains("UDP"), "{json}");
+}

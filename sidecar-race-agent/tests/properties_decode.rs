@@ -36,7 +36,7 @@ fn config() -> ProptestConfig {
 
 prop_compose! {
     fn socket_event()(
-        k in prop::sample::select(vec![kind::REFUSED, kind::LISTEN, kind::LISTEN_CLOSED]),
+        k in prop::sample::select(vec![kind::REFUSED, kind::LISTEN, kind::LISTEN_CLOSED, kind::UDP_REFUSED]),
         fl in any::<u8>(),
         ts in any::<u64>(),
         cgroup_id in any::<u64>(),
@@ -73,7 +73,7 @@ proptest! {
         match decode(&bytes) {
             Ok(ev) => {
                 let size = match ev {
-                    KernelEvent::Refused(_) | KernelEvent::Listen(_) | KernelEvent::ListenClosed(_) => SOCKET_EVENT_SIZE,
+                    KernelEvent::Refused(_) | KernelEvent::UdpRefused(_) | KernelEvent::Listen(_) | KernelEvent::ListenClosed(_) => SOCKET_EVENT_SIZE,
                     KernelEvent::CgroupCreated(_) | KernelEvent::CgroupRemoved(_) => CGROUP_EVENT_SIZE,
                     KernelEvent::UnixRefused(_) | KernelEvent::UnixListen(_) | KernelEvent::UnixListenClosed(_) => UNIX_EVENT_SIZE,
                 };
@@ -144,7 +144,7 @@ proptest! {
         prop_assert_eq!(decoded.kind().code(), ev.header.kind);
         prop_assert_eq!(decoded.ts_boot_ns(), ev.header.ts_boot_ns);
         prop_assert_eq!(decoded.cgroup_id(), ev.owner.cgroup_id);
-        let (KernelEvent::Refused(f) | KernelEvent::Listen(f) | KernelEvent::ListenClosed(f)) = decoded else {
+        let (KernelEvent::Refused(f) | KernelEvent::UdpRefused(f) | KernelEvent::Listen(f) | KernelEvent::ListenClosed(f)) = decoded else {
             unreachable!("a socket kind");
         };
         prop_assert_eq!(f.owner.pid, ev.owner.pid);
@@ -153,7 +153,7 @@ proptest! {
         prop_assert!(!f.owner.comm.contains('\0'));
         prop_assert_eq!(f.src.port(), ev.src_port);
         prop_assert_eq!(f.start_boot_ns, ev.start_boot_ns);
-        let refused = ev.header.kind == kind::REFUSED;
+        let refused = matches!(ev.header.kind, kind::REFUSED | kind::UDP_REFUSED);
         prop_assert_eq!(f.dst.map(|d| d.port()), refused.then_some(ev.dst_port));
         if let Some(local) = f.local_dst {
             prop_assert!(refused && ev.header.flags & flags::HAS_LOCAL_DST != 0);

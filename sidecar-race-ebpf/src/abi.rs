@@ -20,8 +20,12 @@ pub mod kind {
     pub const UNIX_LISTEN: u8 = 7;
     /// A listening Unix socket was released.
     pub const UNIX_LISTEN_CLOSED: u8 = 8;
+    /// A UDP datagram dropped because no socket holds its port (a `SocketEvent`:
+    /// `src` the sender's end, `dst` where it went; the owner is the task the drop
+    /// happened in, see `programs/udp_refused.rs`).
+    pub const UDP_REFUSED: u8 = 9;
     /// One past the largest kind: sizes counter arrays.
-    pub const COUNT: u8 = 9;
+    pub const COUNT: u8 = 10;
 }
 
 /// Bits of [`Header::flags`].
@@ -130,7 +134,7 @@ pub struct Owner {
     pub comm: [u8; COMM_LEN],
 }
 
-/// `refused`, `listen` and `listen_closed`. Addresses are 16 bytes: IPv6, or IPv4
+/// `refused`, `listen`, `listen_closed` and `udp_refused`. Addresses are 16 bytes: IPv6, or IPv4
 /// mapped into IPv6 (`::ffff:a.b.c.d`) as the kernel's tracepoints store them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

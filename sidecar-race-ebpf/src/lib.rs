@@ -9,4 +9,5 @@
 pub mod abi;
 pub mod admission;
 pub mod layout;
+pub mod udp;
 pub mod unix;

@@ -28,6 +28,8 @@ pub mod hook {
     pub const LISTENER: u8 = 5;
     /// The `bind` and `listen` syscall tracepoints (listeners up, no close).
     pub const SYSCALL_LISTEN: u8 = 6;
+    /// The `bind` syscall tracepoint on a Unix datagram socket (a listener up).
+    pub const SYSCALL_DGRAM_BIND: u8 = 7;
 }
 
 /// `unix_refused`, `unix_listen` and `unix_listen_closed`.
@@ -143,6 +145,10 @@ pub struct SyscallArgs {
     pub regs_connect_addrlen: u16,
     pub regs_sendto_addr: u16,
     pub regs_sendto_addrlen: u16,
+    /// `sys_enter_socket.family` and `.type`: which descriptors are Unix datagram
+    /// sockets, whose `bind` is their listener (they never `listen`).
+    pub socket_family: u16,
+    pub socket_type: u16,
 }
 
 impl SyscallArgs {
@@ -159,6 +165,8 @@ impl SyscallArgs {
         regs_connect_addrlen: MISSING,
         regs_sendto_addr: MISSING,
         regs_sendto_addrlen: MISSING,
+        socket_family: MISSING,
+        socket_type: MISSING,
     };
 }
 
@@ -193,7 +201,7 @@ pub struct UnixConfig {
     pub kprobe: KprobeRegs,
 }
 
-const _: () = assert!(size_of::<UnixConfig>() == 60);
+const _: () = assert!(size_of::<UnixConfig>() == 64);
 
 impl UnixConfig {
     pub const UNSET: UnixConfig = UnixConfig {
@@ -202,6 +210,11 @@ impl UnixConfig {
         kprobe: KprobeRegs::UNSET,
     };
 }
+
+/// `SOCK_DGRAM`, and the bits of `socket()`'s type that are the type itself (the rest
+/// are `SOCK_NONBLOCK` / `SOCK_CLOEXEC`).
+pub const SOCK_DGRAM: u16 = 2;
+pub const SOCK_TYPE_MASK: u64 = 0xf;
 
 /// Whether a Unix connect or send that returned `ret` was refused: nothing serves the
 /// path (`ENOENT`) or a socket file is left without a listener (`ECONNREFUSED`).

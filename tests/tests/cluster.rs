@@ -100,14 +100,14 @@ fn case1_classic_sidecar_late_listener_in_a_deployment() {
     // Labelled metrics, scraped from the agent pod.
     let body = metrics(&addr);
     let incidents = format!(
-        "sidecar_race_incidents_total{{namespace=\"{ns}\",workload_kind=\"Deployment\",workload=\"checkout\",sidecar=\"proxy\",phase=\"startup\",pattern=\"classic\",kind=\"sidecar_race\"}} 1"
+        "sidecar_race_incidents_total{{namespace=\"{ns}\",workload_kind=\"Deployment\",workload=\"checkout\",sidecar=\"proxy\",phase=\"startup\",pattern=\"classic\",kind=\"sidecar_race\",protocol=\"tcp\"}} 1"
     );
     assert!(
         body.lines().any(|l| l == incidents),
         "no `{incidents}` in:\n{body}"
     );
     let refusals = format!(
-        "sidecar_race_refused_connections_total{{namespace=\"{ns}\",workload_kind=\"Deployment\",workload=\"checkout\",container=\"app\",sidecar=\"proxy\",port=\"15001\",phase=\"startup\"}} {refused}"
+        "sidecar_race_refused_connections_total{{namespace=\"{ns}\",workload_kind=\"Deployment\",workload=\"checkout\",container=\"app\",sidecar=\"proxy\",port=\"15001\",phase=\"startup\",protocol=\"tcp\"}} {refused}"
     );
     assert!(
         body.lines().any(|l| l == refusals),
@@ -227,7 +227,7 @@ fn case6_a_proxy_dialing_the_app_before_it_listens_is_app_not_ready_and_no_incid
     );
     let body = metrics(&addr);
     let line = format!(
-        "sidecar_race_app_not_ready_refusals_total{{namespace=\"{ns}\",workload_kind=\"Deployment\",workload=\"checkout\",container=\"istio-proxy\",app=\"app\",port=\"8080\"}} {refused}"
+        "sidecar_race_app_not_ready_refusals_total{{namespace=\"{ns}\",workload_kind=\"Deployment\",workload=\"checkout\",container=\"istio-proxy\",app=\"app\",port=\"8080\",protocol=\"tcp\"}} {refused}"
     );
     assert!(body.lines().any(|l| l == line), "no `{line}` in:\n{body}");
     assert!(

@@ -233,7 +233,7 @@ fn case18_real_oauth2_proxy_forwarding_to_an_app_still_warming_up_is_app_not_rea
     assert_eq!(incidents_of(&addr, &uid(&pod)).len(), 1);
     let body = metrics(&addr);
     let line = format!(
-        "sidecar_race_app_not_ready_refusals_total{{namespace=\"{ns}\",workload_kind=\"Deployment\",workload=\"gateway\",container=\"{OAUTH2_PROXY}\",app=\"app\",port=\"8080\"}} {bad_gateway}"
+        "sidecar_race_app_not_ready_refusals_total{{namespace=\"{ns}\",workload_kind=\"Deployment\",workload=\"gateway\",container=\"{OAUTH2_PROXY}\",app=\"app\",port=\"8080\",protocol=\"tcp\"}} {bad_gateway}"
     );
     assert!(body.lines().any(|l| l == line), "no `{line}` in:\n{body}");
     assert!(

@@ -153,7 +153,7 @@ fn condition_status(pod: &Value, kind: &str) -> Option<String> {
 }
 
 #[test]
-#[ignore = "needs the kep-agent rule (an in-place restart is a pod start); xtask's AWAITING_THE_AGENT"]
+#[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
 fn kep5532_an_in_place_restart_of_all_containers_is_a_second_pod_start_and_its_race_a_startup_one()
 {
     let c = cluster();

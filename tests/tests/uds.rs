@@ -198,7 +198,7 @@ fn a_socket_bound_late_on_a_shared_volume_is_one_startup_race_naming_both_contai
     let metrics = agent.metrics();
     assert!(
         metrics.contains(&format!(
-            r#"container="app",sidecar="proxy",socket="sock/app.sock",phase="startup"}} {refused}"#
+            r#"container="app",sidecar="proxy",socket="sock/app.sock",phase="startup",protocol="unix"}} {refused}"#
         )),
         "{metrics}"
     );
@@ -534,7 +534,7 @@ fn a_socket_under_a_sub_path_expr_is_one_startup_race_in_the_expanded_directory(
     let metrics = agent.metrics();
     assert!(
         metrics.contains(&format!(
-            r#"socket="sock/{pod_name}/app.sock",phase="startup"}} {refused}"#
+            r#"socket="sock/{pod_name}/app.sock",phase="startup",protocol="unix"}} {refused}"#
         )),
         "{metrics}"
     );

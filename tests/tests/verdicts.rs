@@ -181,7 +181,7 @@ fn a_mesh_proxy_dialing_its_app_before_it_listens_is_not_a_sidecar_race() {
     );
     let line = wait_metric(
         &agent,
-        r#"sidecar_race_app_not_ready_refusals_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="istio-proxy",app="app",port="8080"}"#,
+        r#"sidecar_race_app_not_ready_refusals_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="istio-proxy",app="app",port="8080",protocol="tcp"}"#,
         SETTLE,
     );
     assert!(!line.ends_with(" 0"), "{line}");
@@ -358,7 +358,7 @@ fn an_init_container_polling_a_classic_sidecar_is_a_deadlock() {
     assert!(!advice.contains("check the address"), "{advice}");
     let line = wait_metric(
         &agent,
-        r#"sidecar_race_incidents_total{namespace="billing",workload_kind="Deployment",workload="ledger",sidecar="cloud-sql-proxy",phase="unresolved",pattern="classic",kind="init_deadlock"}"#,
+        r#"sidecar_race_incidents_total{namespace="billing",workload_kind="Deployment",workload="ledger",sidecar="cloud-sql-proxy",phase="unresolved",pattern="classic",kind="init_deadlock",protocol="tcp"}"#,
         SETTLE,
     );
     assert!(line.ends_with(" 1"), "{line}");
@@ -499,7 +499,7 @@ fn a_pods_file_written_after_the_race_still_labels_the_metrics() {
     assert_eq!(i["namespace"], "shop", "{i:#}");
     let line = wait_metric(
         &agent,
-        r#"sidecar_race_incidents_total{namespace="shop",workload_kind="Deployment",workload="late-writer",sidecar="proxy",phase="startup",pattern="classic",kind="sidecar_race"}"#,
+        r#"sidecar_race_incidents_total{namespace="shop",workload_kind="Deployment",workload="late-writer",sidecar="proxy",phase="startup",pattern="classic",kind="sidecar_race",protocol="tcp"}"#,
         Duration::from_secs(15),
     );
     assert!(line.ends_with(" 1"), "{line}");

@@ -7,7 +7,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use crate::{
     checkpoint::{CheckpointFile, LoadError},
-    detect::service::{SocketKey, UnixSocket},
+    detect::service::{Protocol, SocketKey, UnixSocket},
     ingest::events::{Sender, SocketFact, UnixFact, UnixHook, UnixName},
     inventory::{PodOwner, cgroup_path},
     kernel::listening,
@@ -174,34 +174,25 @@ fn listening_now(pipeline: &mut Pipeline, now: u64) -> usize {
         if i.is_final() {
             continue;
         }
+        // UDP incidents wait for a bound socket, looked for on every tick (udp_bound).
         match &i.socket {
-            None => waiting.push((i.pod_uid.clone(), i.port)),
+            None if i.protocol == Protocol::Tcp => waiting.push((i.pod_uid.clone(), i.port)),
+            None => {}
             Some(socket) => waiting_unix.push((i.pod_uid.clone(), socket.clone())),
         }
     }
     waiting.sort();
     waiting.dedup();
-    let cgroups = &pipeline.inventory().cgroups;
-    let mount = cgroups.mount().to_path_buf();
-    let pod_cgroups = |uid: &str| -> Vec<(u64, PathBuf)> {
-        cgroups
-            .live()
-            .filter(|(_, path)| {
-                PodOwner::of(&cgroup_path::parse(path)).is_some_and(|o| &*o.pod_uid == uid)
-            })
-            .map(|(id, path)| (id, mount.join(path.trim_start_matches('/'))))
-            .collect()
-    };
     let mut found = Vec::new();
     for (uid, port) in waiting {
-        let dirs = pod_cgroups(&uid);
+        let dirs = pod_cgroups(pipeline, &uid);
         let dirs: Vec<(u64, &std::path::Path)> =
             dirs.iter().map(|(id, d)| (*id, d.as_path())).collect();
         found.extend(listening::tcp_listeners(&dirs, port));
     }
     let mut found_unix = Vec::new();
     for (uid, socket) in &waiting_unix {
-        let dirs = pod_cgroups(uid);
+        let dirs = pod_cgroups(pipeline, uid);
         let dirs: Vec<(u64, &std::path::Path)> =
             dirs.iter().map(|(id, d)| (*id, d.as_path())).collect();
         for l in listening::unix_listeners(&dirs, |name| may_serve(socket, name)) {
@@ -270,6 +261,19 @@ fn sender(cgroup_id: u64, pid: u32) -> Sender {
         tgid: pid,
         comm: comm.trim().into(),
     }
+}
+
+/// The live cgroups of pod `uid` with their directories.
+pub(super) fn pod_cgroups(pipeline: &Pipeline, uid: &str) -> Vec<(u64, PathBuf)> {
+    let cgroups = &pipeline.inventory().cgroups;
+    let mount = cgroups.mount();
+    cgroups
+        .live()
+        .filter(|(_, path)| {
+            PodOwner::of(&cgroup_path::parse(path)).is_some_and(|o| &*o.pod_uid == uid)
+        })
+        .map(|(id, path)| (id, mount.join(path.trim_start_matches('/'))))
+        .collect()
 }
 
 /// A listen record as the kernel would have written it at `ts`.

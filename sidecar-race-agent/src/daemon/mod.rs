@@ -29,6 +29,7 @@ use crate::{
 
 pub mod checkpoint;
 pub mod totals;
+mod udp_bound;
 
 /// How often held facts are released and time advances in the detector.
 const TICK: Duration = Duration::from_millis(100);
@@ -107,7 +108,9 @@ impl Daemon {
                 }
                 Some(update) = self.pod_updates.recv() => lock().pod_update(update),
                 _ = tick.tick() => {
-                    let outcomes = lock().tick(clock::boot_now_ns());
+                    let now = clock::boot_now_ns();
+                    udp_bound::poll(&mut lock(), now);
+                    let outcomes = lock().tick(now);
                     self.sinks.consume(&outcomes, Instant::now());
                 }
                 // A held fact (a listener coming up) reaches the detector as soon as the

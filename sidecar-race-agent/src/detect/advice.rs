@@ -5,6 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use super::{
     incident::{Kind, Phase},
     listeners::canonical,
+    service::Protocol,
 };
 use crate::{
     pods::catalog::Sidecar,
@@ -42,6 +43,9 @@ pub struct Subject<'a> {
     /// For a Unix socket incident: a container's mount of the socket's volume whose
     /// `subPathExpr` could not be expanded, and why (`app's subPathExpr $(DIR): …`).
     pub unexpanded: Option<&'a str>,
+    /// How the refused data travelled: datagrams were lost, and a UDP socket is probed
+    /// by exec (`tcpSocket` cannot test UDP).
+    pub protocol: Protocol,
 }
 
 impl Subject<'_> {
@@ -49,6 +53,7 @@ impl Subject<'_> {
     pub fn target(&self) -> String {
         match self.socket {
             Some((dialed, _)) => format!("socket {dialed}"),
+            None if self.protocol == Protocol::Udp => format!("UDP port {}", self.port),
             None => format!("port {}", self.port),
         }
     }
@@ -67,6 +72,23 @@ impl Subject<'_> {
             );
         }
         match self.socket {
+            None if self.protocol == Protocol::Udp => format!(
+                "an exec startupProbe that tests the bound UDP socket (e.g. command: [\"sh\", \"-c\", \"ss -Hlun 'sport = :{}' | grep -q .\"]; a tcpSocket probe cannot test UDP)",
+                self.port
+            ),
+            Some((dialed, served))
+                if self.protocol == Protocol::Unixgram
+                    && !self.known.is_some_and(|k| k.no_shell) =>
+            {
+                let path = served.unwrap_or(dialed);
+                let test = match path.strip_prefix('@') {
+                    Some(name) => format!("\"sh\", \"-c\", \"ss -Hlx src @{name} | grep -q .\""),
+                    None => format!("\"test\", \"-S\", \"{path}\""),
+                };
+                format!(
+                    "an exec startupProbe that tests the bound datagram socket (e.g. command: [{test}]; a tcpSocket probe cannot test a Unix socket)"
+                )
+            }
             Some(_) if let Some(known) = self.known.filter(|k| k.no_shell) => match &known.ready {
                 Some(r) => format!(
                     "a startupProbe on its readiness endpoint (httpGet {} on port {}{}; its image has no shell for an exec probe of the socket)",
@@ -93,6 +115,16 @@ pub fn advice(s: &Subject) -> String {
         Kind::InitDeadlock => init_deadlock(s),
         Kind::AppNotReady => app_not_ready(s),
         Kind::SidecarRace => sidecar_race(s),
+    };
+    // A refused datagram is gone: no connect failed for the app to retry.
+    let text = if s.protocol.is_datagram() && s.kind != Kind::StuckJob {
+        format!(
+            "The datagrams {} sent to {} while nothing was bound there were lost, not retried. {text}",
+            s.container.unwrap_or("the app container"),
+            s.target()
+        )
+    } else {
+        text
     };
     let text = if s.kind == Kind::SidecarRace && !s.roles_known {
         format!(
@@ -291,6 +323,7 @@ mod tests {
             socket: None,
             known: None,
             unexpanded: None,
+            protocol: Protocol::Tcp,
         }
     }
 
@@ -301,6 +334,33 @@ mod tests {
             startup_probe: probe,
             ..base("istio-proxy", 15001)
         })
+    }
+
+    #[test]
+    fn a_datagram_race_says_the_data_was_lost_and_probes_the_bound_socket_by_exec() {
+        let udp = advice(&Subject {
+            protocol: Protocol::Udp,
+            ..base("statsd", 8125)
+        });
+        assert!(udp.starts_with("The datagrams app sent to UDP port 8125 while nothing was bound there were lost, not retried."), "{udp}");
+        assert!(
+            udp.contains("initContainers with restartPolicy: Always"),
+            "{udp}"
+        );
+        assert!(udp.contains("ss -Hlun 'sport = :8125'"), "{udp}");
+        assert!(udp.contains("a tcpSocket probe cannot test UDP"), "{udp}");
+        let unixgram = advice(&Subject {
+            protocol: Protocol::Unixgram,
+            socket: Some(("/var/log/app/log.sock", Some("/log/log.sock"))),
+            ..base("rsyslog", 0)
+        });
+        assert!(unixgram.contains("lost, not retried"), "{unixgram}");
+        assert!(
+            unixgram.contains(r#"command: ["test", "-S", "/log/log.sock"]"#),
+            "{unixgram}"
+        );
+        let tcp = advice(&base("istio-proxy", 15001));
+        assert!(!tcp.contains("lost"), "{tcp}");
     }
 
     #[test]

@@ -49,6 +49,23 @@ pub enum Fact {
         /// The refused process's name (its thread-group leader's `comm`).
         process: Comm,
     },
+    /// A UDP datagram of a task of `pod_uid` dropped: no socket held its port.
+    UdpRefused {
+        ts: u64,
+        pod_uid: Arc<str>,
+        client: Client,
+        /// Where it was sent.
+        dst: SocketAddr,
+        process: Comm,
+    },
+    /// A UDP socket of the pod bound to `addr`, found in the pod's socket table (the
+    /// bind itself is not hooked): at or before `ts`.
+    UdpBound {
+        ts: u64,
+        pod_uid: Arc<str>,
+        container_id: Option<String>,
+        addr: SocketAddr,
+    },
     /// A connect or send to a Unix socket refused for a task of `pod_uid`.
     UnixRefused {
         ts: u64,
@@ -57,13 +74,19 @@ pub enum Fact {
         /// As the client named it.
         name: UnixName,
         process: Comm,
+        /// Sent as a datagram (`sendto`, a datagram socket): the data was lost.
+        #[serde(default)]
+        datagram: bool,
     },
-    /// A Unix socket of the pod started listening.
+    /// A Unix socket of the pod started listening (a datagram socket: was bound).
     UnixListenerUp {
         ts: u64,
         pod_uid: Arc<str>,
         container_id: Option<String>,
         name: UnixName,
+        /// A datagram socket's bind: what it resolves is `unixgram`.
+        #[serde(default)]
+        datagram: bool,
     },
     UnixListenerDown {
         ts: u64,
@@ -107,6 +130,8 @@ impl Fact {
     pub fn pod_uid(&self) -> &str {
         match self {
             Fact::Refused { pod_uid, .. }
+            | Fact::UdpRefused { pod_uid, .. }
+            | Fact::UdpBound { pod_uid, .. }
             | Fact::ListenerUp { pod_uid, .. }
             | Fact::ListenerDown { pod_uid, .. }
             | Fact::UnixRefused { pod_uid, .. }
@@ -122,6 +147,8 @@ impl Fact {
     pub fn ts(&self) -> u64 {
         match self {
             Fact::Refused { ts, .. }
+            | Fact::UdpRefused { ts, .. }
+            | Fact::UdpBound { ts, .. }
             | Fact::ListenerUp { ts, .. }
             | Fact::ListenerDown { ts, .. }
             | Fact::UnixRefused { ts, .. }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     fact::Client,
     processes::Processes,
-    service::{Service, UnixSocket},
+    service::{Protocol, Service, UnixSocket},
 };
 
 #[derive(
@@ -160,6 +160,11 @@ pub enum Hidden {
     /// container instance went away: a container the kubelet replaced may be refused by
     /// its own earlier instance (a self-refusal). Decided once the listener is named.
     ListenerUnnamed,
+    /// A UDP port the pod does not own (no `containerPorts` entry with `protocol:
+    /// UDP`, no known sidecar's UDP port): DNS lookups, NTP and the like. Shown once a
+    /// socket of the pod binds the port, else counted as `other` when its wait for one
+    /// is over: never an incident on its own.
+    UdpPortUnproven,
     /// Turned out not to be a race (a container refused by itself, or not pod-local).
     Discarded,
     /// Its refusals were merged into an earlier instance's incident (a crash loop).
@@ -222,6 +227,9 @@ pub struct Incident {
     pub processes: Processes,
     /// The Unix socket refused, for a Unix socket incident (then `port` is 0).
     pub socket: Option<UnixSocket>,
+    /// How the refused data travelled (incidents from before it was recorded: TCP).
+    #[serde(default)]
+    pub protocol: Protocol,
     /// Which start of the pod its refusals belong to: 0 as created, `n` its n-th
     /// in-place restart of all containers seen (KEP-5532).
     #[serde(default)]
@@ -280,6 +288,7 @@ impl Incident {
             hidden: None,
             processes,
             socket: None,
+            protocol: Protocol::Tcp,
             pod_start: 0,
             drain_sub_phase: None,
         }
@@ -289,7 +298,7 @@ impl Incident {
     pub fn service(&self) -> Service {
         match &self.socket {
             Some(s) => Service::Socket(s.key.clone()),
-            None => Service::Port(self.port),
+            None => Service::port(self.protocol, self.port),
         }
     }
 

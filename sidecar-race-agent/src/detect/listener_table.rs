@@ -73,6 +73,21 @@ impl ListenerTable {
             .any(|l| l.addr == addr && l.up_at.is_some() && l.down_at.is_none())
     }
 
+    /// Marks every listener open before `ts` that takes `target` as gone at `ts`: a
+    /// UDP datagram refused there proves no socket holds it any more.
+    pub fn gone_before(&mut self, target: SocketAddr, ts: u64) {
+        let gone: Vec<(SocketAddr, Option<String>)> = self
+            .on_port(target.port())
+            .iter()
+            .filter(|l| l.down_at.is_none() && l.up_at.is_some_and(|up| up <= ts))
+            .filter(|l| super::listeners::covers(l.addr, target))
+            .map(|l| (l.addr, l.container_id.clone()))
+            .collect();
+        for (addr, container_id) in gone {
+            self.down(addr, container_id, ts);
+        }
+    }
+
     /// Records of listeners on `port`, oldest first.
     pub fn on_port(&self, port: u16) -> &[Listener] {
         self.by_port.get(&port).map_or(&[], Vec::as_slice)

@@ -17,7 +17,10 @@ use crate::{
 };
 
 pub use super::socket_view::SocketView;
-use super::{service::UnixSocket, socket_view::served_path};
+use super::{
+    service::{Protocol, UnixSocket},
+    socket_view::served_path,
+};
 
 /// One incident in the public JSON shape (field names are a stable interface).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -40,6 +43,9 @@ pub struct IncidentView {
     #[serde(serialize_with = "role_or_unknown")]
     pub sidecar_role: Option<Role>,
     pub pattern: Pattern,
+    /// How the refused data travelled: `tcp`, `udp`, `unix` or `unixgram` (null for a
+    /// stuck Job). A refused datagram (`udp`, `unixgram`) is lost, never retried.
+    pub protocol: Option<Protocol>,
     /// Refused on a port (null for a Unix socket incident).
     pub port: Option<u16>,
     pub destination: Option<String>,
@@ -124,7 +130,10 @@ fn parties<'a>(inc: &Incident, meta: &'a dyn PodMeta) -> Parties<'a> {
         .map(str::to_string);
     // The sidecar: the container declaring the port, else the one seen listening.
     let declared = pod
-        .and_then(|p| p.declaring(inc.port))
+        .and_then(|p| match inc.protocol {
+            Protocol::Udp => p.declaring_udp(inc.port),
+            _ => p.declaring(inc.port),
+        })
         .map(|c| c.name.clone());
     let by_listener = inc
         .listener_container_id
@@ -219,6 +228,7 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
             .map(|s| (s.path.as_str(), socket_in_sidecar.as_deref())),
         known: sidecar_info.and_then(|c| CATALOG.known(&c.name, c.image.as_deref())),
         unexpanded: unexpanded.as_deref(),
+        protocol: inc.protocol,
     };
     let mut advice = advice(&subject);
     if let Some(tool) = wait_tool.filter(|_| shows_workaround(kind, inc.phase)) {
@@ -240,6 +250,7 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         sidecar_container_id,
         sidecar_role,
         pattern,
+        protocol: refusals.then_some(inc.protocol),
         port: (refusals && inc.socket.is_none()).then_some(inc.port),
         destination: (refusals && inc.socket.is_none()).then(|| inc.destination.to_string()),
         socket: inc.socket.as_ref().map(SocketView::of),

@@ -74,8 +74,69 @@ impl UnixSocket {
 /// What an incident is keyed on besides its client.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Service {
+    /// A TCP port.
     Port(u16),
     Socket(SocketKey),
+    /// A UDP port: the same number as a TCP port is another service.
+    UdpPort(u16),
+}
+
+impl Service {
+    /// The port service of `protocol` (TCP, or UDP).
+    pub fn port(protocol: Protocol, port: u16) -> Service {
+        match protocol {
+            Protocol::Udp => Service::UdpPort(port),
+            _ => Service::Port(port),
+        }
+    }
+}
+
+/// How the data travelled: the incident's `protocol` and the metrics' `protocol`
+/// label (bounded: these four values). Datagrams (`udp`, `unixgram`) are lost when
+/// refused, never retried by the kernel.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Protocol {
+    #[default]
+    Tcp,
+    Udp,
+    /// A Unix stream or seqpacket socket.
+    Unix,
+    /// A Unix datagram socket.
+    Unixgram,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 4] = [
+        Protocol::Tcp,
+        Protocol::Udp,
+        Protocol::Unix,
+        Protocol::Unixgram,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Datagrams: a refused one is lost, not retried.
+    pub fn is_datagram(self) -> bool {
+        matches!(self, Protocol::Udp | Protocol::Unixgram)
+    }
 }
 
 #[cfg(test)]
@@ -90,6 +151,7 @@ mod tests {
             sidecar_by: None,
             image: None,
             ports: vec![],
+            udp_ports: vec![],
             startup_probe: None,
             readiness_probe: None,
             mounts: vec![Mount {

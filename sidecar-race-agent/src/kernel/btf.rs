@@ -3,7 +3,10 @@
 //! expose member offsets, so this reads the few it needs itself: struct members by
 //! name, through anonymous unions and structs.
 
-use sidecar_race_ebpf::layout::{CgroupFields, MISSING, SockFields, TaskFields};
+use sidecar_race_ebpf::{
+    layout::{CgroupFields, MISSING, SockFields, TaskFields},
+    udp::UdpConfig,
+};
 use thiserror::Error;
 
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
@@ -214,6 +217,16 @@ pub fn cgroup_fields(btf: &Btf) -> Result<CgroupFields, BtfError> {
     })
 }
 
+/// The `sk_buff` members the UDP refusal program reads (`sidecar_race_ebpf::udp`),
+/// into the config whose tracefs offsets `layout` filled.
+pub fn skb_fields(btf: &Btf, mut udp: UdpConfig) -> Result<UdpConfig, BtfError> {
+    udp.head = btf.offset("sk_buff", "head")?;
+    udp.network_header = btf.offset("sk_buff", "network_header")?;
+    udp.transport_header = btf.offset("sk_buff", "transport_header")?;
+    udp.skb_iif = btf.offset("sk_buff", "skb_iif")?;
+    Ok(udp)
+}
+
 /// The offsets that name a task by its process (the thread-group leader's `comm`).
 pub fn task_fields(btf: &Btf) -> Result<TaskFields, BtfError> {
     Ok(TaskFields {
@@ -360,6 +373,17 @@ mod tests {
     }
 
     /// The running kernel's BTF, when it has one: both task fields are found, apart.
+    #[test]
+    fn this_kernels_sk_buff() {
+        let Ok(data) = std::fs::read(VMLINUX) else {
+            eprintln!("skipped: this kernel has no BTF");
+            return;
+        };
+        let btf = Btf::parse(&data).unwrap();
+        let f = skb_fields(&btf, UdpConfig::UNSET).unwrap();
+        assert!(f.head > f.transport_header && f.network_header == f.transport_header + 2);
+    }
+
     #[test]
     fn this_kernels_task() {
         let Ok(data) = std::fs::read(VMLINUX) else {

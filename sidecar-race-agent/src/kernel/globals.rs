@@ -5,6 +5,7 @@
 use aya::EbpfLoader;
 use sidecar_race_ebpf::{
     layout::{CgroupFields, Config, MISSING, SockFields, TaskFields},
+    udp::UdpConfig,
     unix::{SyscallArgs, UnixConfig, UnixFields},
 };
 
@@ -15,6 +16,9 @@ pub(super) struct Globals {
     config: [u8; size_of::<Config>()],
     task: [u8; size_of::<TaskFields>()],
     unix: [u8; size_of::<UnixConfig>()],
+    udp: [u8; size_of::<UdpConfig>()],
+    /// The UDP refusal program's offsets (tracefs and BTF), or why they are missing.
+    pub udp_fields: Result<(), String>,
     /// The socket offsets the BTF tracepoints of sockets need, or why they are missing.
     pub sock: Result<(), String>,
     /// The cgroup offsets the BTF tracepoints of cgroups need, or why they are missing.
@@ -35,6 +39,7 @@ impl Globals {
         config.refusal_budget = opts.refusal_budget;
         config.control_budget = opts.control_budget;
         let offsets = BtfOffsets::read();
+        let udp = offsets.udp_of(layout);
         let cgroup = match &offsets.cgroup {
             Ok(f) if f.root == MISSING || f.hierarchy_id == MISSING => {
                 Err("no cgroup.root or cgroup_root.hierarchy_id in the kernel's BTF".to_string())
@@ -82,6 +87,8 @@ impl Globals {
             config: config_bytes(&config),
             task: task_bytes(&task.unwrap_or(TaskFields::UNSET)),
             unix: plain_bytes(&unix_config),
+            udp: udp_bytes(udp.as_ref().unwrap_or(&UdpConfig::UNSET)),
+            udp_fields: udp.map(|_| ()),
             sock: sock.map(|_| ()),
             cgroup,
             unix_fields,
@@ -95,7 +102,8 @@ impl Globals {
         loader
             .override_global("CONFIG", &self.config, true)
             .override_global("TASK", &self.task, true)
-            .override_global("UNIX", &self.unix, true);
+            .override_global("UNIX", &self.unix, true)
+            .override_global("UDP", &self.udp, true);
     }
 }
 
@@ -127,6 +135,7 @@ struct BtfOffsets {
     sock: Result<SockFields, String>,
     task: Result<TaskFields, String>,
     unix: Result<UnixFields, String>,
+    skb: Result<UdpConfig, String>,
 }
 
 impl BtfOffsets {
@@ -143,8 +152,32 @@ impl BtfOffsets {
             sock: from_btf(&parsed, btf::sock_fields),
             task: from_btf(&parsed, btf::task_fields),
             unix: from_btf(&parsed, unix_hooks::unix_fields),
+            skb: from_btf(&parsed, |b| btf::skb_fields(b, UdpConfig::UNSET)),
         }
     }
+
+    /// The UDP program's config: the layout's tracefs offsets with BTF's `sk_buff` ones.
+    fn udp_of(&self, layout: &KernelLayout) -> Result<UdpConfig, String> {
+        let skb = self.skb.clone()?;
+        let c = UdpConfig {
+            head: skb.head,
+            network_header: skb.network_header,
+            transport_header: skb.transport_header,
+            skb_iif: skb.skb_iif,
+            ..layout.udp
+        };
+        if c.is_set() {
+            Ok(c)
+        } else {
+            Err("skb:kfree_skb's record lacks what it needs".to_string())
+        }
+    }
+}
+
+/// The UDP config as the bytes of the `UDP` global.
+fn udp_bytes(udp: &UdpConfig) -> [u8; size_of::<UdpConfig>()] {
+    // SAFETY: UdpConfig is repr(C) plain data with explicit padding fields.
+    unsafe { std::mem::transmute_copy(udp) }
 }
 
 /// One set of offsets from the parsed BTF, or why there is none.

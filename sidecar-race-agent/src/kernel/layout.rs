@@ -6,7 +6,7 @@ use std::fmt;
 use sidecar_race_ebpf::layout::{
     CgroupDir, Config, InetSockSetState, MISSING, TcpReceiveReset, TcpSendReset,
 };
-use sidecar_race_ebpf::unix::SyscallArgs;
+use sidecar_race_ebpf::{udp::UdpConfig, unix::SyscallArgs};
 use thiserror::Error;
 
 use super::tracefs::{EventFormat, Tracefs, TracefsError};
@@ -27,7 +27,7 @@ pub struct Tracepoint {
     pub capability: &'static str,
 }
 
-pub const TRACEPOINTS: [Tracepoint; 5] = [
+pub const TRACEPOINTS: [Tracepoint; 6] = [
     Tracepoint {
         category: "sock",
         name: "inet_sock_set_state",
@@ -68,7 +68,18 @@ pub const TRACEPOINTS: [Tracepoint; 5] = [
         required: false,
         capability: "container-removed events",
     },
+    Tracepoint {
+        category: "skb",
+        name: "kfree_skb",
+        program: UDP_PROGRAM,
+        btf_program: None,
+        required: false,
+        capability: "UDP refusals (datagrams to a pod's loopback port no socket holds; needs the drop reason NO_SOCKET, 5.17+)",
+    },
 ];
+
+/// The program on `skb:kfree_skb` (see `sidecar_race_ebpf::udp`).
+pub const UDP_PROGRAM: &str = "udp_kfree_skb";
 
 /// Why one tracepoint cannot be used on this kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +111,9 @@ impl fmt::Display for Unusable {
 #[derive(Debug, Clone)]
 pub struct KernelLayout {
     pub config: Config,
+    /// `skb:kfree_skb`'s offsets and `NO_SOCKET`'s number (the `sk_buff` offsets come
+    /// from BTF, `kernel::globals`); unset when the tracepoint is unusable.
+    pub udp: UdpConfig,
     pub unusable: Vec<Unusable>,
     /// Offsets of the syscall tracepoints for the Unix socket fallback, or why not.
     pub unix_syscalls: Result<SyscallArgs, String>,
@@ -139,6 +153,7 @@ impl KernelLayout {
 pub fn without_tracefs(why: &str) -> KernelLayout {
     KernelLayout {
         config: Config::UNSET,
+        udp: UdpConfig::UNSET,
         unusable: TRACEPOINTS
             .into_iter()
             .map(|tracepoint| Unusable {
@@ -170,6 +185,7 @@ pub fn from_tracefs(tracefs: &Tracefs) -> KernelLayout {
 /// `formats` gives the format of a tracepoint (a tracefs, or fixtures in tests).
 pub fn build(formats: impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError>) -> KernelLayout {
     let mut config = Config::UNSET;
+    let mut udp = UdpConfig::UNSET;
     let mut unusable = Vec::new();
     for tp in TRACEPOINTS {
         let result = formats(&tp)
@@ -177,7 +193,14 @@ pub fn build(formats: impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError>)
                 TracefsError::MissingTracepoint(..) => "this kernel does not have it".to_string(),
                 other => other.to_string(),
             })
-            .and_then(|fmt| fill(&mut config, &tp, &fmt));
+            .and_then(|fmt| {
+                if tp.program == UDP_PROGRAM {
+                    udp = udp_fields(&fmt)?;
+                    Ok(())
+                } else {
+                    fill(&mut config, &tp, &fmt)
+                }
+            });
         if let Err(reason) = result {
             unusable.push(Unusable {
                 tracepoint: tp,
@@ -187,6 +210,7 @@ pub fn build(formats: impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError>)
     }
     KernelLayout {
         config,
+        udp,
         unusable,
         unix_syscalls: Err("syscall tracepoints not read".to_string()),
         without_tracefs: false,
@@ -250,6 +274,24 @@ fn fill(config: &mut Config, tp: &Tracepoint, fmt: &EventFormat) -> Result<(), S
     Ok(())
 }
 
+/// `skb:kfree_skb`'s record: the drop's reason and its number for `NO_SOCKET`, which
+/// kernels before 5.17 do not record (the `sk_buff` offsets are BTF's, added later).
+fn udp_fields(fmt: &EventFormat) -> Result<UdpConfig, String> {
+    let f = |name: &str, sizes: &[u16]| offset(fmt, name, sizes);
+    let reason =
+        f("reason", &[4]).map_err(|e| format!("{e}: the kernel records no drop reason (5.17+)"))?;
+    let no_socket = fmt
+        .symbol_value("NO_SOCKET")
+        .ok_or("the drop reason NO_SOCKET is not in its print format")?;
+    Ok(UdpConfig {
+        skbaddr: f("skbaddr", &[8])?,
+        protocol: f("protocol", &[2])?,
+        reason,
+        no_socket,
+        ..UdpConfig::UNSET
+    })
+}
+
 fn offset(fmt: &EventFormat, name: &str, sizes: &[u16]) -> Result<u16, String> {
     let field = fmt
         .field(name)
@@ -294,7 +336,12 @@ pub fn syscall_args(tracefs: &Tracefs) -> Result<SyscallArgs, SyscallArgsError> 
         Ok(f.offset)
     };
     let exit_ret = field("sys_exit_connect", "ret")?;
-    for exit in ["sys_exit_sendto", "sys_exit_bind", "sys_exit_listen"] {
+    for exit in [
+        "sys_exit_sendto",
+        "sys_exit_bind",
+        "sys_exit_listen",
+        "sys_exit_socket",
+    ] {
         if field(exit, "ret")? != exit_ret {
             return Err(SyscallArgsError::Field {
                 event: exit,
@@ -323,6 +370,8 @@ pub fn syscall_args(tracefs: &Tracefs) -> Result<SyscallArgs, SyscallArgsError> 
         bind_addr: field("sys_enter_bind", "umyaddr")?,
         bind_addrlen: field("sys_enter_bind", "addrlen")?,
         fd,
+        socket_family: field("sys_enter_socket", "family")?,
+        socket_type: field("sys_enter_socket", "type")?,
     })
 }
 
@@ -369,6 +418,15 @@ mod tests {
         assert_eq!(l.config.send_reset.saddr, 32);
         assert_eq!(l.config.send_reset.daddr, 60);
         assert_eq!(l.config.cgroup_mkdir.path_loc, 24);
+        assert_eq!((l.udp.skbaddr, l.udp.protocol, l.udp.reason), (8, 32, 36));
+        assert_eq!(l.udp.no_socket, 3, "NO_SOCKET as 6.18 numbers it");
+    }
+
+    #[test]
+    fn kernel_6_1_records_the_reason_at_its_own_offset() {
+        let l = build(fixtures("6.1"));
+        assert!(l.is_usable(UDP_PROGRAM));
+        assert_eq!((l.udp.protocol, l.udp.reason, l.udp.no_socket), (24, 28, 3));
     }
 
     #[test]
@@ -392,6 +450,13 @@ mod tests {
         assert_eq!(l.config.receive_reset.family, MISSING);
         assert_eq!(l.config.receive_reset.saddr_v6, 28);
         assert!(!l.is_usable("tcp_send_reset"));
+        let udp = l
+            .unusable
+            .iter()
+            .find(|u| u.tracepoint.program == UDP_PROGRAM)
+            .expect("no drop reason before 5.17");
+        assert!(udp.to_string().contains("UDP refusals"), "{udp}");
+        assert!(udp.reason.contains("5.17"), "{}", udp.reason);
         let cg = l
             .unusable
             .iter()

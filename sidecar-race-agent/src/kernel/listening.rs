@@ -4,7 +4,8 @@
 //! to their owner through its fds. A
 //! restored agent asks this for its open incidents: a listener that came up after the
 //! checkpoint, and whose record the agent before read and took with it, is still
-//! there to be seen.
+//! there to be seen. The UDP sockets bound in the pod are read the same way while a
+//! UDP incident is open: no hook sees a UDP bind.
 
 use std::{
     collections::HashMap,
@@ -19,6 +20,8 @@ const PIDS_PER_CGROUP: usize = 256;
 const FDS_PER_PROCESS: usize = 4096;
 /// `TCP_LISTEN` in the tables' `st` column.
 const LISTEN: &str = "0A";
+/// A UDP socket bound and not connected: `TCP_CLOSE` in `/proc/net/udp{,6}`.
+const UDP_UNCONNECTED: &str = "07";
 
 /// A socket listening now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +34,17 @@ pub struct Listening {
 
 /// The TCP listeners on `port` held by the processes of `cgroups` (id, directory).
 pub fn tcp_listeners(cgroups: &[(u64, &Path)], port: u16) -> Vec<Listening> {
+    sockets_in(cgroups, port, ["tcp", "tcp6"], LISTEN)
+}
+
+/// The UDP sockets bound to `port` (and not connected: a receiver) held by the
+/// processes of `cgroups`: the datagram sidecar that came up, whose bind is not hooked.
+pub fn udp_bound(cgroups: &[(u64, &Path)], port: u16) -> Vec<Listening> {
+    sockets_in(cgroups, port, ["udp", "udp6"], UDP_UNCONNECTED)
+}
+
+/// The sockets on `port` in state `st` of `tables` held by the processes of `cgroups`.
+fn sockets_in(cgroups: &[(u64, &Path)], port: u16, tables: [&str; 2], st: &str) -> Vec<Listening> {
     // Each listening socket's inode, from each network namespace's table once.
     let mut tables_read = Vec::new();
     let mut listening: HashMap<u64, SocketAddr> = HashMap::new();
@@ -45,9 +59,9 @@ pub fn tcp_listeners(cgroups: &[(u64, &Path)], port: u16) -> Vec<Listening> {
                 continue;
             }
             tables_read.push(netns);
-            for table in ["tcp", "tcp6"] {
+            for table in tables {
                 if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) {
-                    listening.extend(listeners_in(&text).filter(|(_, a)| a.port() == port));
+                    listening.extend(in_state(&text, st).filter(|(_, a)| a.port() == port));
                 }
             }
         }
@@ -183,11 +197,11 @@ fn socket_inodes(pid: u32) -> Vec<u64> {
         .collect()
 }
 
-/// (inode, address) of each listening socket of a `/proc/net/tcp{,6}` table.
-fn listeners_in(table: &str) -> impl Iterator<Item = (u64, SocketAddr)> + '_ {
-    table.lines().skip(1).filter_map(|line| {
+/// (inode, address) of each socket in state `st` of a `/proc/net/{tcp,udp}{,6}` table.
+fn in_state<'a>(table: &'a str, st: &'a str) -> impl Iterator<Item = (u64, SocketAddr)> + 'a {
+    table.lines().skip(1).filter_map(move |line| {
         let cols: Vec<&str> = line.split_whitespace().collect();
-        if cols.get(3) != Some(&LISTEN) {
+        if cols.get(3) != Some(&st) {
             return None;
         }
         let addr = local_address(cols.get(1)?)?;
@@ -241,7 +255,7 @@ mod tests {
              1: {v4} 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0 100 0 0 10 0\n\
              2: {v6} 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4444 1\n"
         );
-        let found: Vec<_> = listeners_in(&table).collect();
+        let found: Vec<_> = in_state(&table, LISTEN).collect();
         assert_eq!(
             found,
             [
@@ -298,5 +312,14 @@ mod tests {
                 name,
             }]
         );
+    }
+
+    #[test]
+    fn a_bound_udp_receiver_is_told_from_a_connected_sender() {
+        let table = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+             1: 0100007F:1FBD 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 5151 2 0 0\n\
+             2: 0100007F:C350 0100007F:1FBD 01 00000000:00000000 00:00000000 00000000     0        0 5252 2 0 0\n";
+        let found: Vec<_> = in_state(table, UDP_UNCONNECTED).collect();
+        assert_eq!(found, [(5151, "127.0.0.1:8125".parse().unwrap())]);
     }
 }

@@ -190,6 +190,7 @@ impl Probes {
         let ready = BtfReady {
             sock: globals.sock.clone(),
             cgroup: globals.cgroup.clone(),
+            udp: globals.udp_fields.clone(),
         };
         let tracepoints =
             tracepoints::attach_all(&mut ebpf, layout, opts.set_state_btf, &ready, &kernel_btf)?;

@@ -39,11 +39,28 @@ pub struct Field {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EventFormat {
     pub fields: HashMap<String, Field>,
+    /// The `print fmt:` line, whose `__print_symbolic` tables number this kernel's
+    /// enums (a drop reason's number differs between kernels).
+    pub print_fmt: String,
 }
 
 impl EventFormat {
     pub fn field(&self, name: &str) -> Option<&Field> {
         self.fields.get(name)
+    }
+
+    /// The number `__print_symbolic` gives `symbol` (`{ 3, "NO_SOCKET" }`), if any.
+    pub fn symbol_value(&self, symbol: &str) -> Option<u32> {
+        let quoted = format!("\"{symbol}\"");
+        let at = self.print_fmt.find(&quoted)?;
+        let before = &self.print_fmt[..at];
+        let open = before.rfind('{')?;
+        before[open + 1..]
+            .trim()
+            .trim_end_matches(',')
+            .trim()
+            .parse()
+            .ok()
     }
 }
 
@@ -54,8 +71,13 @@ pub fn parse_format(event: &str, text: &str) -> Result<EventFormat, TracefsError
         reason,
     };
     let mut fields = HashMap::new();
+    let mut print_fmt = String::new();
     for line in text.lines() {
         let line = line.trim();
+        if let Some(fmt) = line.strip_prefix("print fmt:") {
+            print_fmt = fmt.trim().to_string();
+            continue;
+        }
         let Some(rest) = line.strip_prefix("field:") else {
             continue;
         };
@@ -81,7 +103,7 @@ pub fn parse_format(event: &str, text: &str) -> Result<EventFormat, TracefsError
     if fields.is_empty() {
         return Err(malformed("no fields".into()));
     }
-    Ok(EventFormat { fields })
+    Ok(EventFormat { fields, print_fmt })
 }
 
 /// `__u8 saddr_v6[16]` → `saddr_v6`; `__data_loc char[] path` → `path`.

@@ -7,7 +7,7 @@ use aya::{Ebpf, programs::BtfTracePoint};
 
 use super::{
     attach::{ProbeError, attach, chain, verifier_gist},
-    layout::{KernelLayout, TRACEPOINTS, Tracepoint},
+    layout::{KernelLayout, TRACEPOINTS, Tracepoint, UDP_PROGRAM},
 };
 
 /// The tracepoints attached, and those that could not be.
@@ -22,6 +22,9 @@ pub(super) struct Attached {
 pub(super) struct BtfReady {
     pub sock: Result<(), String>,
     pub cgroup: Result<(), String>,
+    /// The `sk_buff` offsets the UDP refusal program reads (it has no BTF program:
+    /// without them it is not attached).
+    pub udp: Result<(), String>,
 }
 
 /// Attaches every usable tracepoint of the layout: `inet_sock_set_state` on its BTF
@@ -59,6 +62,16 @@ pub(super) fn attach_all(
         } else {
             &ready.sock
         };
+        if tp.program == UDP_PROGRAM
+            && layout.is_usable(tp.program)
+            && let Err(why) = &ready.udp
+        {
+            degraded.push(Degraded {
+                tracepoint: tp,
+                reason: format!("no sk_buff offsets from the kernel's BTF: {why}"),
+            });
+            continue;
+        }
         if layout.is_usable(tp.program) {
             let e = match attach(ebpf, &tp, tp.program) {
                 Ok(()) => {

@@ -226,8 +226,11 @@ const CALLS_PAIRED: [(&str, &str); 4] = [
     ("unix_sys_exit", "sys_exit_connect"),
     ("unix_sys_exit", "sys_exit_sendto"),
 ];
-/// Listeners, by entry and exit.
-const LISTENERS: [(&str, &str); 4] = [
+/// Listeners, by entry and exit; `socket()` tells which descriptors are datagram
+/// sockets, whose `bind` is their listener.
+const LISTENERS: [(&str, &str); 6] = [
+    ("unix_sys_enter_socket", "sys_enter_socket"),
+    ("unix_sys_exit_socket", "sys_exit_socket"),
     ("unix_sys_enter_bind", "sys_enter_bind"),
     ("unix_sys_exit_bind", "sys_exit_bind"),
     ("unix_sys_enter_listen", "sys_enter_listen"),

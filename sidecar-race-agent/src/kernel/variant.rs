@@ -66,6 +66,8 @@ mod tests {
             "unix_kprobe_release",
             "unix_sys_exit",
             "unix_sys_exit_listen",
+            "udp_kfree_skb",
+            "unix_sys_exit_bind",
         ];
         for name in charging {
             assert!(names.contains(name), "{name} in the object");

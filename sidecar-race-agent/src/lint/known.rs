@@ -205,6 +205,39 @@ pub fn flag_ports(s: &Sidecar, t: &Container) -> Vec<u16> {
     out
 }
 
+/// The UDP ports `c` (typed `t`, when known) receives datagrams on: declared with
+/// `protocol: UDP` or a known sidecar's own (`udp_ports`), and those its UDP flags
+/// name (`--statsd.listen-udp=:9125`).
+pub fn udp_ports(c: &ContainerInfo, t: Option<&Container>) -> Vec<u16> {
+    let mut out = c.udp_ports.clone();
+    if let Some(s) = sidecar(c) {
+        // A receiver its config may leave off: only when the container declares it.
+        let declared = |p: &u16| {
+            t.and_then(|t| t.ports.as_deref())
+                .into_iter()
+                .flatten()
+                .any(|d| d.protocol.as_deref() == Some("UDP") && d.container_port == i32::from(*p))
+        };
+        out.retain(|p| !s.udp_receivers.contains(p) || declared(p));
+    }
+    if let (Some(s), Some(t)) = (sidecar(c), t) {
+        let flags = Flags::of(t, env_prefix(s));
+        let flagged: Vec<u16> = s
+            .udp_flags
+            .iter()
+            .filter_map(|f| flags.value(f).and_then(address_port))
+            .collect();
+        // A flag moves it off its default port.
+        if !flagged.is_empty() {
+            out.retain(|p| !s.udp_ports.contains(p));
+            out.extend(flagged);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// The directories known sidecar `c` (typed `t`) creates its Unix sockets in, per
 /// its socket flags (`--unix-socket=/cloudsql`).
 pub fn socket_dirs(c: &ContainerInfo, t: &Container) -> Vec<String> {
@@ -334,6 +367,7 @@ mod tests {
             sidecar_by: None,
             image: t.image.clone(),
             ports: Vec::new(),
+            udp_ports: vec![],
             startup_probe: None,
             readiness_probe: None,
             mounts: Vec::new(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::state::Pipeline;
 use crate::{
     detect::{Client, Fact},
-    ingest::events::{KernelEvent, Sender},
+    ingest::events::{KernelEvent, Sender, UnixHook},
     inventory::{
         PodOwner,
         cgroup_path::{self, PathInfo},
@@ -24,6 +24,16 @@ impl Pipeline {
                     client,
                     dst: s.dst?,
                     local_dst: s.local_dst,
+                    process: s.owner.comm,
+                })
+            }
+            KernelEvent::UdpRefused(s) => {
+                let (pod_uid, client) = self.pod_client(&s.owner)?;
+                Some(Fact::UdpRefused {
+                    ts: s.ts_boot_ns,
+                    pod_uid,
+                    client,
+                    dst: s.dst?,
                     process: s.owner.comm,
                 })
             }
@@ -55,6 +65,9 @@ impl Pipeline {
                     client,
                     name: u.name.clone(),
                     process: u.owner.comm,
+                    // A datagram socket's, or a send to a path (only datagrams name one).
+                    datagram: u.sock_type == Some("dgram")
+                        || matches!(u.hook, Some(UnixHook::Sendmsg | UnixHook::SyscallSendto)),
                 })
             }
             KernelEvent::UnixListen(u) | KernelEvent::UnixListenClosed(u) => {
@@ -67,6 +80,7 @@ impl Pipeline {
                         pod_uid,
                         container_id,
                         name,
+                        datagram: u.sock_type == Some("dgram"),
                     }
                 } else {
                     Fact::UnixListenerDown {

@@ -49,6 +49,20 @@ impl Pipeline {
         refresh.notify_one();
     }
 
+    /// A UDP socket of cgroup `cgroup_id` found bound to `addr` at `ts` (the pod's
+    /// socket table, read while a UDP incident waits for it).
+    pub fn udp_bound(&mut self, cgroup_id: u64, addr: std::net::SocketAddr, ts: u64) {
+        let Some(owner) = self.inventory.pod_owner(cgroup_id) else {
+            return;
+        };
+        self.reorder.push(crate::detect::Fact::UdpBound {
+            ts,
+            pod_uid: owner.pod_uid,
+            container_id: owner.container_id.map(|c| c.to_string()),
+            addr,
+        });
+    }
+
     pub fn pod_update(&mut self, update: PodUpdate) {
         self.inventory.apply(update);
     }

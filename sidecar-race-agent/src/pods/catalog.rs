@@ -35,6 +35,15 @@ pub struct Sidecar {
     pub redirect_ports: Vec<u16>,
     #[serde(default)]
     pub ports: Vec<u16>,
+    /// UDP ports it receives datagrams on by default (statsd, DogStatsD, syslog).
+    #[serde(default)]
+    pub udp_ports: Vec<u16>,
+    /// UDP ports it receives on only when its configuration turns a receiver on.
+    #[serde(default)]
+    pub udp_receivers: Vec<u16>,
+    /// Flags whose value is the `host:port` it receives UDP datagrams on.
+    #[serde(default)]
+    pub udp_flags: Vec<String>,
     #[serde(default)]
     pub port_flags: Vec<String>,
     #[serde(default)]

@@ -34,6 +34,10 @@ pub struct ContainerInfo {
     pub image: Option<String>,
     /// TCP ports the container declares (`ports[].containerPort`).
     pub ports: Vec<u16>,
+    /// UDP ports it serves: declared with `protocol: UDP`, or a known sidecar's
+    /// (`udp_ports` in data/known-sidecars.yaml).
+    #[serde(default)]
+    pub udp_ports: Vec<u16>,
     pub startup_probe: Option<ProbeTarget>,
     pub readiness_probe: Option<ProbeTarget>,
     /// Its `volumeMounts` (Unix sockets on a shared volume are matched through them).
@@ -122,6 +126,7 @@ impl PodInfo {
                     sidecar_by: None,
                     image: e.image.clone(),
                     ports: tcp_ports(e.ports.as_deref()),
+                    udp_ports: udp_ports(e.ports.as_deref(), &e.name, e.image.as_deref()),
                     startup_probe: None,
                     readiness_probe: None,
                     mounts: mounts(
@@ -187,6 +192,24 @@ impl PodInfo {
 
     pub fn container(&self, name: &str) -> Option<&ContainerInfo> {
         self.containers.iter().find(|c| c.name == name)
+    }
+
+    /// The container that serves UDP `port`, if exactly one does.
+    pub fn declaring_udp(&self, port: u16) -> Option<&ContainerInfo> {
+        let mut it = self
+            .containers
+            .iter()
+            .filter(|c| c.udp_ports.contains(&port));
+        match (it.next(), it.next()) {
+            (Some(c), None) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Whether a container of the pod serves UDP `port` (the noise rule of datagrams:
+    /// a refusal on a port no container owns is never an incident on its own).
+    pub fn owns_udp(&self, port: u16) -> bool {
+        self.containers.iter().any(|c| c.udp_ports.contains(&port))
     }
 
     /// The container that declares `port`, if exactly one does (ambiguity is not guessed).
@@ -276,6 +299,7 @@ fn container_info(
         sidecar_by,
         image: c.image.clone(),
         ports: tcp_ports(ports),
+        udp_ports: udp_ports(ports, &c.name, c.image.as_deref()),
         startup_probe: c.startup_probe.as_ref().map(|p| probe_target(p, ports)),
         readiness_probe: c.readiness_probe.as_ref().map(|p| probe_target(p, ports)),
         mounts: mounts(
@@ -300,6 +324,25 @@ fn tcp_ports(ports: Option<&[ContainerPort]>) -> Vec<u16> {
         .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
         .filter_map(|p| u16::try_from(p.container_port).ok())
         .collect()
+}
+
+/// The UDP ports a container serves: declared (`protocol: UDP`), and a known
+/// sidecar's own.
+fn udp_ports(ports: Option<&[ContainerPort]>, name: &str, image: Option<&str>) -> Vec<u16> {
+    let mut udp: Vec<u16> = ports
+        .into_iter()
+        .flatten()
+        .filter(|p| p.protocol.as_deref() == Some("UDP"))
+        .filter_map(|p| u16::try_from(p.container_port).ok())
+        .collect();
+    if let Some(known) = crate::pods::catalog::CATALOG.known(name, image) {
+        for p in known.udp_ports.iter().chain(&known.udp_receivers) {
+            if !udp.contains(p) {
+                udp.push(*p);
+            }
+        }
+    }
+    udp
 }
 
 fn status_info(s: &ContainerStatus) -> Option<StatusInfo> {

@@ -108,6 +108,7 @@ pub(super) fn fix(i: &IncidentCount, r: &RefusalCount) -> Fix {
         socket: None,
         known: None,
         unexpanded: None,
+        protocol: crate::detect::service::Protocol::Tcp,
     };
     let mut advice_text = advice(&subject);
     if r.guarded && shows_workaround(kind, phase) {
@@ -153,6 +154,7 @@ pub(super) fn stuck_job_fix(sidecar: &str) -> Fix {
             socket: None,
             known: None,
             unexpanded: None,
+            protocol: crate::detect::service::Protocol::Tcp,
         }),
         kind: Kind::StuckJob,
         phase: Phase::Drain,

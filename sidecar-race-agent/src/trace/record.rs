@@ -61,16 +61,17 @@ impl TraceRecord {
         let ts = clock::rfc3339_nanos(clock::boot_to_unix_ns(ev.ts_boot_ns()));
         let kind = ev.kind();
         match ev {
-            KernelEvent::Refused(s) | KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
-                Self::socket(
-                    kind,
-                    ts,
-                    s,
-                    cgroup_path,
-                    attribution,
-                    matches!(ev, KernelEvent::Refused(_)),
-                )
-            }
+            KernelEvent::Refused(s)
+            | KernelEvent::UdpRefused(s)
+            | KernelEvent::Listen(s)
+            | KernelEvent::ListenClosed(s) => Self::socket(
+                kind,
+                ts,
+                s,
+                cgroup_path,
+                attribution,
+                matches!(ev, KernelEvent::Refused(_) | KernelEvent::UdpRefused(_)),
+            ),
             KernelEvent::CgroupCreated(c) | KernelEvent::CgroupRemoved(c) => TraceRecord {
                 kind,
                 ts,

@@ -58,7 +58,9 @@ impl TraceFilter {
             let local = r.local_dst.clone().flatten();
             [port_of(&r.dst), port_of(&local)]
                 .into_iter()
-                .chain((r.kind != Kind::Refused).then(|| port_of(&r.src)))
+                .chain(
+                    (!matches!(r.kind, Kind::Refused | Kind::UdpRefused)).then(|| port_of(&r.src)),
+                )
                 .flatten()
                 .any(|p| self.ports.contains(&p))
         };
@@ -118,7 +120,7 @@ pub fn row(r: &TraceRecord, unix_ns: i128, offset_s: i64) -> String {
     let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let a = &r.attribution;
     let address = match r.kind {
-        Kind::Refused => {
+        Kind::Refused | Kind::UdpRefused => {
             let mut s = format!("{} → {}", dash(&r.src), r.dst.as_deref().unwrap_or("?"));
             if let Some(Some(local)) = &r.local_dst {
                 s.push_str(&format!(" ⇒ {local}"));

@@ -35,6 +35,7 @@ mod maps;
 mod process;
 mod reset;
 mod set_state;
+mod udp_refused;
 mod unix_connect;
 mod unix_kprobes;
 mod unix_listen;

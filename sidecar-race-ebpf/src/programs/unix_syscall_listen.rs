@@ -1,7 +1,9 @@
 //! Unix listeners for the fallback without BTF: `bind` on AF_UNIX remembers the path
 //! per process and descriptor; a later successful `listen` on that descriptor is a
-//! listener up. Closes are not seen this way: a refusal on the path tells the agent
-//! the listener is gone.
+//! listener up. A datagram socket never listens: its successful `bind` is its listener
+//! up, known as one by the `socket()` that made the descriptor (`UNIX_DGRAM_FDS`; a
+//! descriptor passed in or duplicated is not known so). Closes are not seen this way: a
+//! refusal on the path tells the agent the listener is gone.
 
 use aya_ebpf::{
     bindings::BPF_ANY,
@@ -12,7 +14,7 @@ use aya_ebpf::{
 };
 use sidecar_race_ebpf::{
     abi::{AF_UNIX, kind},
-    unix::{UNIX_PATH_MAX, hook},
+    unix::{SOCK_DGRAM, SOCK_TYPE_MASK, UNIX_PATH_MAX, hook},
 };
 
 use super::{
@@ -38,6 +40,53 @@ struct Bound {
     len: u32,
     /// Set once its listener was reported (a second listen() only changes the backlog).
     listening: u32,
+}
+
+/// A `socket()` in progress, by thread: 1 for a Unix datagram socket, else 0.
+#[map]
+static UNIX_SOCKET_CALLS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(1_024, 0);
+
+/// Unix datagram sockets, by (process id << 32 | descriptor), from their `socket()`.
+#[map]
+static UNIX_DGRAM_FDS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(16_384, 0);
+
+#[tracepoint]
+pub fn unix_sys_enter_socket(ctx: TracePointContext) -> u32 {
+    let a = unix_sock::config().syscalls;
+    let (Ok(family), Ok(ty)) = (
+        field::<u64>(&ctx, a.socket_family),
+        field::<u64>(&ctx, a.socket_type),
+    ) else {
+        return 0;
+    };
+    let dgram = family == u64::from(AF_UNIX) && ty & SOCK_TYPE_MASK == u64::from(SOCK_DGRAM);
+    let _ = UNIX_SOCKET_CALLS.insert(
+        &bpf_get_current_pid_tgid(),
+        &u8::from(dgram),
+        BPF_ANY as u64,
+    );
+    0
+}
+
+#[tracepoint]
+pub fn unix_sys_exit_socket(ctx: TracePointContext) -> u32 {
+    let Some(dgram) = unix_sock::take_call(&UNIX_SOCKET_CALLS) else {
+        return 0;
+    };
+    let Ok(fd) = field::<i64>(&ctx, unix_sock::config().syscalls.exit_ret) else {
+        return 0;
+    };
+    if fd < 0 {
+        return 0;
+    }
+    let key = bound_key(bpf_get_current_pid_tgid(), fd as u64);
+    // A descriptor number reused by another kind of socket is no datagram socket.
+    if dgram != 0 {
+        let _ = UNIX_DGRAM_FDS.insert(&key, &1, BPF_ANY as u64);
+    } else {
+        let _ = UNIX_DGRAM_FDS.remove(&key);
+    }
+    0
 }
 
 #[map]
@@ -73,12 +122,17 @@ pub fn unix_sys_enter_bind(ctx: TracePointContext) -> u32 {
     0
 }
 
-#[tracepoint]
-pub fn unix_sys_exit_bind(ctx: TracePointContext) -> u32 {
+budgeted!(
+    #[tracepoint]
+    unix_sys_exit_bind / unix_sys_exit_bind_plain (TracePointContext) => bind_exited
+);
+
+#[inline(always)]
+fn bind_exited<const CMPXCHG: bool>(ctx: &TracePointContext) -> u32 {
     let Some(pending) = unix_sock::take_call(&UNIX_BINDING) else {
         return 0;
     };
-    if field::<i64>(&ctx, unix_sock::config().syscalls.exit_ret) != Ok(0) {
+    if field::<i64>(ctx, unix_sock::config().syscalls.exit_ret) != Ok(0) {
         return 0;
     }
     let src = PathSource::of_sockaddr(pending.addr, pending.addr_len, true);
@@ -104,12 +158,19 @@ pub fn unix_sys_exit_bind(ctx: TracePointContext) -> u32 {
         return 0;
     }
     bound.len = n;
-    let _ = UNIX_BOUND.insert(
-        &bound_key(bpf_get_current_pid_tgid(), pending.fd),
-        &bound,
-        BPF_ANY as u64,
-    );
-    0
+    let key = bound_key(bpf_get_current_pid_tgid(), pending.fd);
+    let _ = UNIX_BOUND.insert(&key, &bound, BPF_ANY as u64);
+    // SAFETY: only checks presence.
+    if unsafe { UNIX_DGRAM_FDS.get(&key) }.is_none() {
+        return 0;
+    }
+    // A datagram socket bound: it receives from now on (it never listens).
+    let Some(bound) = UNIX_BOUND.get_ptr_mut(&key) else {
+        return 0;
+    };
+    // SAFETY: a map value valid for this program run (RCU).
+    unsafe { (*bound).listening = 1 };
+    listener_up::<CMPXCHG>(bound, SOCK_DGRAM, hook::SYSCALL_DGRAM_BIND)
 }
 
 #[tracepoint]
@@ -150,6 +211,12 @@ fn listen_exited<const CMPXCHG: bool>(ctx: &TracePointContext) -> u32 {
         }
         (*bound).listening = 1;
     }
+    listener_up::<CMPXCHG>(bound, 0, hook::SYSCALL_LISTEN)
+}
+
+/// The listener record of the socket bound at `bound` (a map value), seen by `hook`.
+#[inline(always)]
+fn listener_up<const CMPXCHG: bool>(bound: *mut Bound, sock_type: u16, hook: u8) -> u32 {
     let owner = current_owner();
     let path = PathSource {
         // SAFETY: the address of the path inside the map value.
@@ -160,10 +227,10 @@ fn listen_exited<const CMPXCHG: bool>(ctx: &TracePointContext) -> u32 {
     };
     let details = Details {
         error: 0,
-        sock_type: 0,
+        sock_type,
         netns: 0,
         inode: 0,
-        hook: hook::SYSCALL_LISTEN,
+        hook,
     };
     match unix_sock::listener::<CMPXCHG>(
         kind::UNIX_LISTEN,

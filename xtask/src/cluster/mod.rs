@@ -128,8 +128,7 @@ fn variants(args: &[String]) -> Vec<Variant> {
             .args(CORE_CASES);
         cmd
     };
-    // The newer nodes' own files, whole; a case that awaits the agent's rule is
-    // `#[ignore]`d with a reason other than the cluster's and left out here.
+    // The newer nodes' own files, whole.
     let newer = || {
         let mut cmd = cases_command(
             &NEWER_NODE_TESTS
@@ -138,9 +137,6 @@ fn variants(args: &[String]) -> Vec<Variant> {
                 .collect::<Vec<_>>(),
         );
         cmd.args(["--", "--ignored", "--test-threads=1"]);
-        for awaiting in AWAITING_THE_AGENT {
-            cmd.args(["--skip", awaiting]);
-        }
         cmd
     };
     if all || only_cri_o {
@@ -205,14 +201,6 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
 pub fn wants_1_37(args: &[String]) -> bool {
     args.iter().any(|a| a.contains(KUBE_1_37))
 }
-
-/// The newer nodes' cases whose agent rule is another branch's work (issue #48 item
-/// 3, KEP-5532's in-place restart as a pod start): `#[ignore]`d until it merges, and
-/// skipped here so that `--ignored` does not run them. Remove a name when its rule
-/// lands.
-const AWAITING_THE_AGENT: [&str; 1] = [
-    "kep5532_an_in_place_restart_of_all_containers_is_a_second_pod_start_and_its_race_a_startup_one",
-];
 
 /// `cargo test -p sidecar-race-tests` of the tier's `tests` targets.
 fn cases_command(tests: &[&str]) -> std::process::Command {
@@ -316,7 +304,7 @@ fn listed_tests(list: &str) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{AWAITING_THE_AGENT, Kubernetes, listed_tests, variants};
+    use super::{Kubernetes, listed_tests, variants};
 
     /// Each variant's Kubernetes, and the `cargo test` arguments of each of its runs.
     fn planned(args: &[&str]) -> Vec<(Kubernetes, Vec<String>)> {
@@ -354,10 +342,8 @@ mod tests {
                 newer.1.iter().any(|x| x == "cluster_restart_rules"),
                 "{newer:?}"
             );
-            // What awaits the agent's rule is skipped, or `--ignored` would run it.
-            for awaiting in AWAITING_THE_AGENT {
-                assert!(newer.1.iter().any(|x| x == awaiting), "{newer:?}");
-            }
+            // Nothing is skipped: KEP-5532's in-place restart case runs with the rest.
+            assert!(!newer.1.iter().any(|x| x == "--skip"), "{newer:?}");
         }
         assert!(planned(&["--test", "house"]).is_empty());
     }

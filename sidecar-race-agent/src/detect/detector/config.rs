@@ -2,6 +2,9 @@
 
 pub(super) const SECOND: u64 = 1_000_000_000;
 
+/// Clock skew allowed between the API server's deletion time and the node's kernel.
+pub(super) const DELETION_SKEW_NS: u64 = 5 * SECOND;
+
 #[derive(Debug, Clone, Copy)]
 pub struct DetectorConfig {
     /// No listener within this long after the first refusal: `unresolved`.

@@ -46,6 +46,9 @@ pub(super) enum HeldFact {
         client: Client,
         name: UnixName,
         process: Comm,
+        /// Sent as a datagram.
+        #[serde(default)]
+        datagram: bool,
     },
     /// A listener up (`up`) or gone.
     Listener {
@@ -53,6 +56,9 @@ pub(super) enum HeldFact {
         container_id: Option<String>,
         name: UnixName,
         up: bool,
+        /// A datagram socket's bind.
+        #[serde(default)]
+        datagram: bool,
     },
 }
 
@@ -60,6 +66,7 @@ impl HeldFact {
     /// The Unix facts, as held; any other fact is `Err` (it is never held).
     pub(super) fn of(fact: Fact) -> Result<(Arc<str>, HeldFact), Fact> {
         let up = matches!(fact, Fact::UnixListenerUp { .. });
+        let datagram = matches!(fact, Fact::UnixListenerUp { datagram: true, .. });
         Ok(match fact {
             Fact::UnixRefused {
                 ts,
@@ -67,6 +74,7 @@ impl HeldFact {
                 client,
                 name,
                 process,
+                datagram,
             } => (
                 pod_uid,
                 HeldFact::Refused {
@@ -74,6 +82,7 @@ impl HeldFact {
                     client,
                     name,
                     process,
+                    datagram,
                 },
             ),
             Fact::UnixListenerUp {
@@ -81,6 +90,7 @@ impl HeldFact {
                 pod_uid,
                 container_id,
                 name,
+                ..
             }
             | Fact::UnixListenerDown {
                 ts,
@@ -94,6 +104,7 @@ impl HeldFact {
                     container_id,
                     name,
                     up,
+                    datagram,
                 },
             ),
             other => return Err(other),
@@ -146,15 +157,17 @@ impl Held {
                 client,
                 name,
                 process,
+                datagram,
             }),
             HeldFact::Refused {
                 burst: b,
                 client: c,
                 name: n,
                 process: p,
+                datagram: d,
             },
         ) = (self.facts.back_mut(), &fact)
-            && (&*client, &*name, &*process) == (c, n, p)
+            && (&*client, &*name, &*process, &*datagram) == (c, n, p, d)
         {
             burst.last = burst.last.max(b.last);
             burst.count += b.count;
@@ -200,6 +213,7 @@ mod tests {
             client: Client::Container("a".into()),
             name: UnixName::Path(path.into()),
             process: "curl".into(),
+            datagram: false,
         }
     }
 

@@ -10,9 +10,16 @@ use crate::{
     detect::{
         incident::{Hidden, State},
         listeners::canonical,
+        service::Protocol,
     },
-    pods::pod_meta::PodMeta,
+    pods::{pod_info::PodInfo, pod_meta::PodMeta},
 };
+
+/// Whether `pod` (when known) owns UDP `port`: a container declares it, or a known
+/// sidecar of the pod serves it.
+pub(super) fn pod_owns_udp(pod: Option<&PodInfo>, port: u16) -> bool {
+    pod.is_some_and(|p| p.owns_udp(port))
+}
 
 /// Targets kept per incident (both loopback families and a pod IP, say).
 pub(super) const TARGETS_PER_INCIDENT: usize = 4;
@@ -38,6 +45,11 @@ impl Detector {
             last || now.saturating_sub(inc.first_refused_at) >= self.cfg.metadata_wait_ns;
         let (port, open) = (inc.port, inc.state == State::Open);
         let key = (inc.client.clone(), inc.service());
+        let service = key.1.clone();
+        // A UDP port no container of the pod owns stays unproven (the noise rule).
+        let udp_unowned = inc.protocol == Protocol::Udp
+            && !pod_owns_udp(meta.pod(uid), port)
+            && inc.listener_ready_at.is_none();
         let pod = meta.pod(uid);
         match hidden {
             Hidden::PodIpUnknown => {
@@ -72,6 +84,13 @@ impl Detector {
                     }
                     vec![]
                 }
+                Some(_) | None if udp_unowned && (pod.is_some() || timed_out) => {
+                    self.incidents.stop_awaiting(uid, id);
+                    if let Some(inc) = self.incidents.get_mut(id) {
+                        inc.hidden = Some(Hidden::UdpPortUnproven);
+                    }
+                    vec![]
+                }
                 Some(_) => self.show(uid, id),
                 None if timed_out => self.show(uid, id),
                 None => vec![],
@@ -86,7 +105,7 @@ impl Detector {
                     };
                 };
                 let earlier = self
-                    .earlier_instances(uid, port, &client_id)
+                    .earlier_instances(uid, &service, &client_id)
                     .into_iter()
                     .find(|(old, _)| meta.container_name(old) == Some(name))
                     .map(|(_, inc)| inc.id);
@@ -113,6 +132,7 @@ impl Detector {
             }
             Hidden::HostNetworkPort
             | Hidden::SocketUnproven
+            | Hidden::UdpPortUnproven
             | Hidden::Discarded
             | Hidden::Merged => vec![],
         }

@@ -20,13 +20,13 @@ impl Detector {
         &self,
         uid: &str,
         client: &Client,
-        port: u16,
+        service: &Service,
         meta: &dyn PodMeta,
     ) -> Instance {
         let Client::Container(new_id) = client else {
             return Instance::None;
         };
-        let mut candidates = self.earlier_instances(uid, port, new_id);
+        let mut candidates = self.earlier_instances(uid, service, new_id);
         candidates.retain(|(_, inc)| inc.state == State::Open);
         if candidates.is_empty() {
             return Instance::None;
@@ -45,7 +45,7 @@ impl Detector {
     pub(super) fn earlier_instances(
         &self,
         uid: &str,
-        port: u16,
+        service: &Service,
         new_id: &str,
     ) -> Vec<(&str, &Incident)> {
         let Some(ps) = self.pods.get(uid) else {
@@ -57,7 +57,7 @@ impl Detector {
                 let Client::Container(old_id) = client else {
                     return None;
                 };
-                let earlier = *p == Service::Port(port)
+                let earlier = p == service
                     && **old_id != *new_id
                     && inc.is_shown()
                     && inc.episode == Episode::BeforeListener

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use super::{
     change::{Change, NotARace},
-    config::SECOND,
+    config::{DELETION_SKEW_NS, SECOND},
     state::Detector,
     unix::container,
 };
@@ -21,9 +21,6 @@ use crate::{
         pod_meta::PodMeta,
     },
 };
-
-/// Clock skew allowed between the API server's deletion time and the node's kernel.
-const DELETION_SKEW_NS: u64 = 5 * SECOND;
 
 impl Detector {
     pub(super) fn advance_incident(
@@ -52,7 +49,7 @@ impl Detector {
         };
         match inc.hidden {
             Some(Hidden::SocketUnproven) if unnamed_client() => return changes,
-            Some(Hidden::HostNetworkPort | Hidden::SocketUnproven)
+            Some(Hidden::HostNetworkPort | Hidden::SocketUnproven | Hidden::UdpPortUnproven)
                 if now.saturating_sub(since) >= self.cfg.unresolved_after_ns =>
             {
                 return self.discard(uid, id, NotARace::Other);
@@ -115,7 +112,7 @@ impl Detector {
 
     /// Since when the pod is being deleted, as far as known: its deletion timestamp,
     /// else when the pod source stopped reporting it.
-    fn deletion_began(&self, uid: &str, meta: &dyn PodMeta) -> Option<u64> {
+    pub(super) fn deletion_began(&self, uid: &str, meta: &dyn PodMeta) -> Option<u64> {
         meta.pod(uid)
             .and_then(|p| terminating_since(p, meta))
             .or_else(|| self.pods.get(uid)?.source_gone_at)
@@ -288,6 +285,7 @@ impl Detector {
                 listener_container_id: None,
                 uncovering_listener: None,
                 socket: None,
+                protocol: crate::detect::service::Protocol::Tcp,
                 episode: Episode::BeforeListener,
                 hidden: None,
                 processes: Processes::default(),

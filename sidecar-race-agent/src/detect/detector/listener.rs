@@ -8,7 +8,7 @@ use super::{
     change::{Change, NotARace},
     state::Detector,
 };
-use crate::detect::service::Service;
+use crate::detect::service::{Protocol, Service};
 use crate::{
     detect::{
         fact::Client,
@@ -24,23 +24,30 @@ impl Detector {
         ts: u64,
         pod_uid: &str,
         container_id: Option<String>,
-        addr: SocketAddr,
+        (protocol, addr): (Protocol, SocketAddr),
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
         let ps = self.pod_state(pod_uid);
+        let table = if protocol == Protocol::Udp {
+            &mut ps.udp_listeners
+        } else {
+            &mut ps.listeners
+        };
         // Up already, and not gone since: the same listener told twice (a restored
-        // agent's look at the kernel's tables, then the record of the listen itself).
-        if ps.listeners.is_up(addr) {
+        // agent's look at the kernel's tables, then the record of the listen itself;
+        // a UDP socket seen again in the pod's table).
+        if table.is_up(addr) {
             return Vec::new();
         }
-        if !ps.listeners.up(addr, container_id.clone(), ts) {
+        if !table.up(addr, container_id.clone(), ts) {
             self.listeners_dropped += 1;
             return Vec::new();
         }
+        let service = Service::port(protocol, addr.port());
         let ids: Vec<u64> = self
             .incidents
             .open_in(pod_uid)
-            .filter(|((_, service), _)| *service == Service::Port(addr.port()))
+            .filter(|((_, s), _)| *s == service)
             .map(|(_, inc)| inc.id)
             .collect();
         let mut changes = Vec::new();
@@ -112,7 +119,7 @@ impl Detector {
         let mut changes = Vec::new();
         if matches!(
             inc.hidden,
-            Some(Hidden::HostNetworkPort | Hidden::SocketUnproven)
+            Some(Hidden::HostNetworkPort | Hidden::SocketUnproven | Hidden::UdpPortUnproven)
         ) {
             inc.hidden = None;
             changes.push(Change::Opened(id));

@@ -12,6 +12,7 @@ use crate::{
     detect::{
         fact::{Client, Fact},
         incident::IncidentLog,
+        service::Protocol,
     },
     pods::pod_meta::PodMeta,
 };
@@ -41,13 +42,40 @@ impl Detector {
                 dst,
                 local_dst,
                 process,
-            } => self.refused(ts, pod_uid, client, (dst, local_dst), process, meta),
+            } => self.refused(
+                ts,
+                pod_uid,
+                client,
+                (Protocol::Tcp, dst, local_dst),
+                process,
+                meta,
+            ),
+            Fact::UdpRefused {
+                ts,
+                pod_uid,
+                client,
+                dst,
+                process,
+            } => self.refused(
+                ts,
+                pod_uid,
+                client,
+                (Protocol::Udp, dst, None),
+                process,
+                meta,
+            ),
+            Fact::UdpBound {
+                ts,
+                pod_uid,
+                container_id,
+                addr,
+            } => self.listener_up(ts, &pod_uid, container_id, (Protocol::Udp, addr), meta),
             Fact::ListenerUp {
                 ts,
                 pod_uid,
                 container_id,
                 addr,
-            } => self.listener_up(ts, &pod_uid, container_id, addr, meta),
+            } => self.listener_up(ts, &pod_uid, container_id, (Protocol::Tcp, addr), meta),
             Fact::ListenerDown {
                 ts,
                 pod_uid,

@@ -6,13 +6,17 @@ use std::{net::SocketAddr, sync::Arc};
 
 use super::{
     change::{Change, NotARace},
+    config::DELETION_SKEW_NS,
     held::Burst,
     hidden::TARGETS_PER_INCIDENT,
     incidents::Key,
     instances::Instance,
     state::{Detector, PodState},
 };
-use crate::detect::service::Service;
+use crate::detect::{
+    listener_table::ListenerTable,
+    service::{Protocol, Service},
+};
 use crate::{
     detect::{
         fact::Client,
@@ -20,7 +24,10 @@ use crate::{
         listeners::{Listener, canonical, covers, is_loopback},
     },
     names::Comm,
-    pods::{pod_info::PodInfo, pod_meta::PodMeta},
+    pods::{
+        pod_info::{ContainerInfo, PodInfo},
+        pod_meta::PodMeta,
+    },
 };
 
 /// One refusal, as the detector reads it.
@@ -32,6 +39,7 @@ struct Refusal {
     /// Where it was refused after redirects.
     target: SocketAddr,
     process: Comm,
+    protocol: Protocol,
 }
 
 /// What the listeners on the refused port say about a refusal.
@@ -53,7 +61,7 @@ impl Detector {
         ts: u64,
         pod_uid: Arc<str>,
         client: Client,
-        (dst, local_dst): (SocketAddr, Option<SocketAddr>),
+        (protocol, dst, local_dst): (Protocol, SocketAddr, Option<SocketAddr>),
         process: Comm,
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
@@ -65,9 +73,12 @@ impl Detector {
             local_dst,
             target,
             process,
+            protocol,
         };
         let port = target.port();
-        let key = (r.client.clone(), Service::Port(port));
+        let udp = protocol == Protocol::Udp;
+        let service = Service::port(protocol, port);
+        let key = (r.client.clone(), service.clone());
         let loopback = is_loopback(target.ip());
         // Loopback is pod-local whatever the pod's IPs: a refusal counted into a known
         // incident needs nothing of the pod's metadata (a storm's usual path).
@@ -105,7 +116,7 @@ impl Detector {
             Client::Cgroup(_) => None,
         };
         if let (Some(p), Some(name)) = (pod, client_name)
-            && p.declaring(port).is_some_and(|c| c.name == name)
+            && declaring(p, udp, port).is_some_and(|c| c.name == name)
         {
             return vec![not_a_race(NotARace::SelfRefusal, 1)];
         }
@@ -123,13 +134,34 @@ impl Detector {
         };
         let ps = self.pod_state(&pod_uid);
         let seen = (&dialed_before[..], late_refusal_ns, client_since);
-        let history = match listener_history(ps, &r, loopback, seen) {
+        let table = if udp {
+            // A datagram refused proves that no socket holds the port now: a bound
+            // socket seen earlier went away at or before this refusal (its close is
+            // not hooked; bounded by the refusal).
+            ps.udp_listeners.gone_before(r.target, ts);
+            &ps.udp_listeners
+        } else {
+            &ps.listeners
+        };
+        let mut history = match listener_history(table, &r, loopback, seen) {
             Ok(history) => history,
             Err(why) => return vec![not_a_race(why, 1)],
         };
+        // No hook sees a UDP socket close: in a pod being deleted, a datagram refused
+        // on a port with no socket seen there is refused after its socket went away, at
+        // or before this refusal (the close time is bounded by it, not known).
+        if udp
+            && history.episode == Episode::BeforeListener
+            && !history.seen_on_port
+            && self
+                .deletion_began(&pod_uid, meta)
+                .is_some_and(|d| d <= ts.saturating_add(DELETION_SKEW_NS))
+        {
+            history.episode = Episode::AfterClose { closed_at: ts };
+        }
         let mut instance_unnamed = false;
         if history.episode == Episode::BeforeListener {
-            match self.crash_loop_incident(&pod_uid, &r.client, port, meta) {
+            match self.crash_loop_incident(&pod_uid, &r.client, &service, meta) {
                 Instance::Of(id) => {
                     if let Some(inc) = self.incidents.reopen_under(&pod_uid, id, key.clone()) {
                         inc.client = r.client.clone();
@@ -141,7 +173,7 @@ impl Detector {
                 Instance::None => {}
             }
         }
-        let declared = pod.is_some_and(|p| p.declaring(port).is_some());
+        let declared = pod.is_some_and(|p| declaring(p, udp, port).is_some());
         let hidden = if wait_for_ips {
             Some(Hidden::PodIpUnknown)
         } else if pod.is_none() && may_wait {
@@ -150,6 +182,10 @@ impl Detector {
             Some(Hidden::HostNetworkPort)
         } else if instance_unnamed {
             Some(Hidden::ClientUnnamed)
+        } else if udp && !pod.is_some_and(|p| p.owns_udp(port)) && !history.seen_on_port {
+            // The noise rule: DNS, NTP and the like are refused on ports no container
+            // of the pod owns; shown only once a socket of the pod binds the port.
+            Some(Hidden::UdpPortUnproven)
         } else {
             None
         };
@@ -218,6 +254,7 @@ impl Detector {
             history.listener_container_id,
         );
         incident.port = r.target.port();
+        incident.protocol = r.protocol;
         incident.destination = r.dst;
         incident.local_destination = r.local_dst;
         incident.targets = vec![r.target];
@@ -292,13 +329,13 @@ impl Detector {
 /// `seen`: the addresses the client dialed before, the late-refusal bound, and when
 /// the client instance started, if known: listeners gone before that are not its.
 fn listener_history(
-    ps: &PodState,
+    table: &ListenerTable,
     r: &Refusal,
     loopback: bool,
     (dialed_before, late_refusal_ns, client_since): (&[SocketAddr], u64, Option<u64>),
 ) -> Result<ListenerHistory, NotARace> {
     let (ts, port) = (r.ts, r.target.port());
-    let all_on_port = ps.listeners.on_port(port);
+    let all_on_port = table.on_port(port);
     let gone_before_client =
         |l: &Listener| client_since.is_some_and(|s| l.down_at.is_some_and(|d| d < s));
     let on_port: Vec<&Listener> = all_on_port
@@ -363,6 +400,15 @@ fn listener_history(
         seen_on_port: !all_on_port.is_empty(),
         uncovering: uncovering.map(|l| l.addr),
     })
+}
+
+/// The container that declares `port` (of UDP when `udp`), if exactly one does.
+fn declaring(p: &PodInfo, udp: bool, port: u16) -> Option<&ContainerInfo> {
+    if udp {
+        p.declaring_udp(port)
+    } else {
+        p.declaring(port)
+    }
 }
 
 /// When container `container_id` of `pod` started: its cgroup's creation, else the

@@ -29,6 +29,9 @@ pub(super) struct PodState {
     /// delete, a missed relist): its deletion began no later than this.
     pub(super) source_gone_at: Option<u64>,
     pub(super) listeners: ListenerTable,
+    /// UDP sockets seen bound (in the pod's socket table while an incident was open).
+    #[serde(default)]
+    pub(super) udp_listeners: ListenerTable,
     pub(super) unix_listeners: UnixListeners,
     /// Unix-socket facts waiting for the pod's metadata.
     pub(super) held: Held,

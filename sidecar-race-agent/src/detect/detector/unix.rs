@@ -14,7 +14,7 @@ use super::{
     refusal::{count_burst, not_a_race},
     state::Detector,
 };
-use crate::detect::service::Service;
+use crate::detect::service::{Protocol, Service};
 use crate::{
     detect::{
         fact::Client,
@@ -34,7 +34,7 @@ impl Detector {
         &mut self,
         burst: Burst,
         pod_uid: Arc<str>,
-        client: Client,
+        (client, datagram): (Client, bool),
         name: &UnixName,
         process: Comm,
         meta: &dyn PodMeta,
@@ -93,6 +93,11 @@ impl Detector {
         );
         incident.hidden = hidden;
         incident.socket = Some(socket);
+        incident.protocol = if datagram {
+            Protocol::Unixgram
+        } else {
+            Protocol::Unix
+        };
         let (id, changes) = self.insert_refusals(incident, key, meta);
         if burst.count > 1
             && let Some(inc) = self.incidents.get_mut(id)
@@ -192,7 +197,7 @@ impl Detector {
         &mut self,
         ts: u64,
         pod_uid: &str,
-        container_id: Option<String>,
+        (container_id, datagram): (Option<String>, bool),
         name: &UnixName,
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
@@ -207,7 +212,23 @@ impl Detector {
             self.listeners_dropped += 1;
             return Vec::new();
         }
-        self.listener_came(ts, pod_uid, container_id, socket.key, meta)
+        let service = Service::Socket(socket.key.clone());
+        let changes = self.listener_came(ts, pod_uid, container_id, socket.key, meta);
+        if datagram {
+            // What a datagram socket's bind resolves was sent as datagrams.
+            let ids: Vec<u64> = self
+                .incidents
+                .open_or_resolved_in(pod_uid)
+                .filter(|((_, s), inc)| *s == service && inc.listener_ready_at == Some(ts))
+                .map(|(_, inc)| inc.id)
+                .collect();
+            for id in ids {
+                if let Some(inc) = self.incidents.get_mut(id) {
+                    inc.protocol = Protocol::Unixgram;
+                }
+            }
+        }
+        changes
     }
 
     /// A listener of socket `key` came up at `ts`: it resolves the pod's open

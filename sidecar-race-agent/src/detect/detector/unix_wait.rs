@@ -74,18 +74,21 @@ impl Detector {
                 client,
                 name,
                 process,
-            } => self.unix_refused(burst, pod_uid, client, &name, process, meta),
+                datagram,
+            } => self.unix_refused(burst, pod_uid, (client, datagram), &name, process, meta),
             HeldFact::Listener {
                 ts,
                 container_id,
                 name,
                 up: true,
-            } => self.unix_listener_up(ts, &pod_uid, container_id, &name, meta),
+                datagram,
+            } => self.unix_listener_up(ts, &pod_uid, (container_id, datagram), &name, meta),
             HeldFact::Listener {
                 ts,
                 container_id,
                 name,
                 up: false,
+                ..
             } => {
                 self.unix_listener_down(ts, &pod_uid, container_id, &name, meta);
                 Vec::new()

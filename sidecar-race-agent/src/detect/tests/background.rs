@@ -17,6 +17,7 @@ fn refused_by(ts: u64, client: &str, path: &str, process: &str) -> Fact {
         client: Client::Container(client.into()),
         name: name(path),
         process: process.into(),
+        datagram: false,
     }
 }
 
@@ -26,6 +27,7 @@ fn unix_bound(ts: u64, container: &str, path: &str) -> Fact {
         pod_uid: POD.into(),
         container_id: Some(container.into()),
         name: name(path),
+        datagram: false,
     }
 }
 

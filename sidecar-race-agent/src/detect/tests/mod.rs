@@ -80,6 +80,7 @@ fn container(
         sidecar_by: None,
         image: None,
         ports: ports.to_vec(),
+        udp_ports: vec![],
         startup_probe,
         readiness_probe: None,
         mounts: Vec::new(),
@@ -1518,4 +1519,5 @@ fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
 mod background;
 mod kubelet;
 mod restarts;
+mod udp;
 mod unix;

@@ -34,6 +34,7 @@ pub(super) fn unix_refused(ts: u64, path: &str) -> Fact {
         client: Client::Container(APP.into()),
         name: name(path),
         process: "app".into(),
+        datagram: false,
     }
 }
 
@@ -43,6 +44,7 @@ pub(super) fn unix_up(ts: u64, path: &str) -> Fact {
         pod_uid: POD.into(),
         container_id: Some(PROXY.into()),
         name: name(path),
+        datagram: false,
     }
 }
 

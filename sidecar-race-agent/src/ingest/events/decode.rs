@@ -58,11 +58,12 @@ impl Decoder {
             }
         };
         match header.kind {
-            kind::REFUSED | kind::LISTEN | kind::LISTEN_CLOSED => {
+            kind::REFUSED | kind::LISTEN | kind::LISTEN_CLOSED | kind::UDP_REFUSED => {
                 expect(SOCKET_EVENT_SIZE)?;
                 let fact = socket_fact(&read::<SocketEvent>(bytes));
                 Ok(match header.kind {
                     kind::REFUSED => KernelEvent::Refused(fact),
+                    kind::UDP_REFUSED => KernelEvent::UdpRefused(fact),
                     kind::LISTEN => KernelEvent::Listen(fact),
                     _ => KernelEvent::ListenClosed(fact),
                 })

@@ -5,6 +5,8 @@ use super::{cgroup::CgroupFact, kind::Kind, socket::SocketFact, unix::UnixFact};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelEvent {
     Refused(SocketFact),
+    /// A datagram dropped for want of a socket on its port (`src`: the sender's end).
+    UdpRefused(SocketFact),
     Listen(SocketFact),
     ListenClosed(SocketFact),
     CgroupCreated(CgroupFact),
@@ -18,6 +20,7 @@ impl KernelEvent {
     pub fn kind(&self) -> Kind {
         match self {
             KernelEvent::Refused(_) => Kind::Refused,
+            KernelEvent::UdpRefused(_) => Kind::UdpRefused,
             KernelEvent::Listen(_) => Kind::Listen,
             KernelEvent::ListenClosed(_) => Kind::ListenClosed,
             KernelEvent::CgroupCreated(_) => Kind::CgroupCreated,
@@ -30,9 +33,10 @@ impl KernelEvent {
 
     pub fn ts_boot_ns(&self) -> u64 {
         match self {
-            KernelEvent::Refused(s) | KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
-                s.ts_boot_ns
-            }
+            KernelEvent::Refused(s)
+            | KernelEvent::UdpRefused(s)
+            | KernelEvent::Listen(s)
+            | KernelEvent::ListenClosed(s) => s.ts_boot_ns,
             KernelEvent::CgroupCreated(c) | KernelEvent::CgroupRemoved(c) => c.ts_boot_ns,
             KernelEvent::UnixRefused(u)
             | KernelEvent::UnixListen(u)
@@ -42,9 +46,10 @@ impl KernelEvent {
 
     pub fn cgroup_id(&self) -> u64 {
         match self {
-            KernelEvent::Refused(s) | KernelEvent::Listen(s) | KernelEvent::ListenClosed(s) => {
-                s.owner.cgroup_id
-            }
+            KernelEvent::Refused(s)
+            | KernelEvent::UdpRefused(s)
+            | KernelEvent::Listen(s)
+            | KernelEvent::ListenClosed(s) => s.owner.cgroup_id,
             KernelEvent::CgroupCreated(c) | KernelEvent::CgroupRemoved(c) => c.cgroup_id,
             KernelEvent::UnixRefused(u)
             | KernelEvent::UnixListen(u)

@@ -28,10 +28,11 @@ pub enum Kind {
     UnixRefused,
     UnixListen,
     UnixListenClosed,
+    UdpRefused,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Refused,
         Kind::Listen,
         Kind::ListenClosed,
@@ -40,6 +41,7 @@ impl Kind {
         Kind::UnixRefused,
         Kind::UnixListen,
         Kind::UnixListenClosed,
+        Kind::UdpRefused,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +63,7 @@ impl Kind {
             Kind::UnixRefused => kind::UNIX_REFUSED,
             Kind::UnixListen => kind::UNIX_LISTEN,
             Kind::UnixListenClosed => kind::UNIX_LISTEN_CLOSED,
+            Kind::UdpRefused => kind::UDP_REFUSED,
         }
     }
 }

@@ -1,5 +1,5 @@
-//! `refused`, `listen` and `listen_closed` records: a TCP socket's addresses and the
-//! task behind it.
+//! `refused`, `listen`, `listen_closed` and `udp_refused` records: a socket's (or a
+//! dropped datagram's) addresses and the task behind it.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -31,7 +31,7 @@ pub fn socket_fact(ev: &SocketEvent) -> SocketFact {
         _ => Ipv6Addr::from(ev.src_addr).to_ipv4_mapped().is_none(),
     };
     let addr = |a: [u8; 16], port: u16| SocketAddr::new(ip(a, ipv6), port);
-    let is_refused = ev.header.kind == kind::REFUSED;
+    let is_refused = matches!(ev.header.kind, kind::REFUSED | kind::UDP_REFUSED);
     let dst = is_refused.then(|| addr(ev.dst_addr, ev.dst_port));
     let local_dst = (is_refused && ev.header.flags & flags::HAS_LOCAL_DST != 0)
         .then(|| addr(ev.local_dst_addr, ev.local_dst_port))

@@ -72,6 +72,8 @@ pub enum UnixHook {
     SyscallConnect,
     SyscallSendto,
     Listener,
+    /// The `bind` syscall tracepoint on a Unix datagram socket.
+    SyscallDgramBind,
 }
 
 impl UnixHook {
@@ -82,6 +84,7 @@ impl UnixHook {
             hook::SYSCALL_CONNECT => UnixHook::SyscallConnect,
             hook::SYSCALL_SENDTO => UnixHook::SyscallSendto,
             hook::LISTENER => UnixHook::Listener,
+            hook::SYSCALL_DGRAM_BIND => UnixHook::SyscallDgramBind,
             _ => return None,
         })
     }

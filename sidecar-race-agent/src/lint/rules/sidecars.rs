@@ -73,6 +73,27 @@ pub(super) fn classic_sidecar(
             ),
         );
     }
+    let udp = known::udp_ports(s, w.container(&s.name));
+    if !udp.is_empty() {
+        let ports = udp
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        out.push(
+            Finding::new(w, Rule::ClassicSidecarServesPort, Severity::Warning, vec![s.name.clone()])
+                .says(
+                    format!(
+                        "{} is a classic sidecar (in containers[], recognised by {by}) receiving datagrams on UDP {ports}: what the app sends there before it binds, or after it has stopped, is lost, not retried, and the app sees no error",
+                        s.name
+                    ),
+                    format!(
+                        "Move {} to initContainers with restartPolicy: Always and give it an exec startupProbe that tests the bound UDP socket (a tcpSocket probe cannot test UDP), so the app starts once it receives and it stops after the app",
+                        s.name
+                    ),
+                ),
+        );
+    }
     if w.is_job() {
         out.push(
             Finding::new(w, Rule::JobWithClassicSidecar, Severity::Error, vec![s.name.clone()])

@@ -130,6 +130,7 @@ impl Sink {
                     ("container", name(&v.container)),
                     ("app", name(&v.sidecar)),
                     target,
+                    protocol(v),
                 ]);
                 let l = self.series.labels("app_not_ready_refusals", l, now);
                 self.families
@@ -145,6 +146,7 @@ impl Sink {
                     ("sidecar", name(&v.sidecar)),
                     target,
                     ("phase", v.phase.as_str().to_string()),
+                    protocol(v),
                 ]);
                 let l = self.series.labels("refused_connections", l, now);
                 self.families
@@ -261,8 +263,17 @@ impl Sink {
             l.push(("pattern", v.pattern.as_str().to_string()));
             l.push(("kind", v.kind.as_str().to_string()));
         }
+        l.push(protocol(v));
         l
     }
+}
+
+/// The `protocol` label: `tcp`, `udp`, `unix` or `unixgram` (bounded).
+fn protocol(v: &IncidentView) -> (&'static str, String) {
+    (
+        "protocol",
+        v.protocol.unwrap_or_default().as_str().to_string(),
+    )
 }
 
 /// A label value for a name that may be unknown.

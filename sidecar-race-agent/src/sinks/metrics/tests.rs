@@ -313,11 +313,11 @@ fn metadata_that_arrives_after_the_race_labels_its_series() {
     m.consume(&step, now + Duration::from_secs(5));
     let om = m.encode();
     assert!(
-        om.contains(r#"sidecar_race_incidents_total{namespace="shop",workload_kind="Deployment",workload="billing",sidecar="log-proxy",phase="startup",pattern="classic",kind="sidecar_race"} 1"#),
+        om.contains(r#"sidecar_race_incidents_total{namespace="shop",workload_kind="Deployment",workload="billing",sidecar="log-proxy",phase="startup",pattern="classic",kind="sidecar_race",protocol="tcp"} 1"#),
         "{om}"
     );
     assert!(
-        om.contains(r#"sidecar_race_refused_connections_total{namespace="shop",workload_kind="Deployment",workload="billing",container="app",sidecar="log-proxy",port="9000",phase="startup"} 1"#),
+        om.contains(r#"sidecar_race_refused_connections_total{namespace="shop",workload_kind="Deployment",workload="billing",container="app",sidecar="log-proxy",port="9000",phase="startup",protocol="tcp"} 1"#),
         "{om}"
     );
     assert!(

@@ -89,7 +89,7 @@ fn a_socket_on_a_pod_volume_is_its_own_series_and_arbitrary_paths_are_other() {
     m.consume(&step, Instant::now());
     let om = m.encode();
     assert!(
-        om.contains(r#"sidecar_race_refused_connections_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="app",sidecar="istio-proxy",socket="dapr-socket/app.sock",phase="startup"} 2"#),
+        om.contains(r#"sidecar_race_refused_connections_total{namespace="shop",workload_kind="Deployment",workload="checkout",container="app",sidecar="istio-proxy",socket="dapr-socket/app.sock",phase="startup",protocol="unix"} 2"#),
         "{om}"
     );
     assert!(!om.contains("unresolved"), "{om}");

@@ -1,0 +1,109 @@
+//! UDP refusals: `skb:kfree_skb` with the drop reason `NO_SOCKET` on a UDP datagram
+//! that arrived on the loopback device. Delivered datagrams are consumed, not freed,
+//! so they never reach this program; other drops leave at the first compare (the
+//! reason). A datagram sent over loopback is received in the softirq its sender's
+//! `local_bh_enable` runs, in the sender's own task, so the current task is the sender
+//! and names the owner (the sender's cgroup), and loopback keeps it inside the sender's
+//! network namespace: the pod's loopback or its own addresses, never traffic from off
+//! the pod. A datagram the kernel's `ksoftirqd` delivered instead (a backlog too long
+//! for one softirq) carries that thread, whose cgroup is no pod's: counted, not blamed.
+
+use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use sidecar_race_ebpf::{
+    abi::{AF_INET, AF_INET6, SocketEvent, counter, kind, v4_mapped},
+    udp::{ETH_P_IP, ETH_P_IPV6, IPPROTO_UDP, LOOPBACK_IFINDEX, UdpConfig, ip_layout, udp_ports},
+};
+
+use super::{
+    budget, charge,
+    ctx_load::{load_i32, load_u16, load_u64},
+    helpers::{current_owner, now_boot_ns},
+    kernel_read::read,
+    ledgers::refusals,
+    maps::{EVENTS, config, count},
+};
+
+/// Filled by the agent (tracefs and BTF) at load time; unset, the program sends nothing.
+#[unsafe(no_mangle)]
+static UDP: UdpConfig = UdpConfig::UNSET;
+
+budgeted!(
+    #[tracepoint]
+    udp_kfree_skb / udp_kfree_skb_plain (TracePointContext) => on_drop
+);
+
+#[inline(always)]
+fn on_drop<const CMPXCHG: bool>(ctx: &TracePointContext) -> u32 {
+    match try_drop::<CMPXCHG>(ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+#[inline(always)]
+fn try_drop<const CMPXCHG: bool>(ctx: &TracePointContext) -> Result<u32, u32> {
+    // SAFETY: a plain read of a global nothing writes after load; volatile so the
+    // compiler does not fold in the `UNSET` initialiser.
+    let c = unsafe { core::ptr::read_volatile(&raw const UDP) };
+    if load_i32(ctx, c.reason)? as u32 != c.no_socket {
+        return Ok(0);
+    }
+    let ipv6 = match load_u16(ctx, c.protocol)? {
+        ETH_P_IP => false,
+        ETH_P_IPV6 => true,
+        _ => return Ok(0),
+    };
+    let skb = load_u64(ctx, c.skbaddr)?;
+    if read::<i32>(skb, c.skb_iif) != Some(LOOPBACK_IFINDEX) {
+        return Ok(0); // from off the pod, or not received at all
+    }
+    let head = read::<u64>(skb, c.head).ok_or(0u32)?;
+    let ip = head + u64::from(read::<u16>(skb, c.network_header).ok_or(0u32)?);
+    let th = read::<u16>(skb, c.transport_header).ok_or(0u32)?;
+    let at = ip_layout(ipv6);
+    if read::<u8>(ip, at.protocol) != Some(IPPROTO_UDP) {
+        return Ok(0); // TCP's own NO_SOCKET drops, ICMP, …
+    }
+    let (sport, dport) = udp_ports(read::<[u8; 4]>(head, th).ok_or(0u32)?);
+    count(counter::seen(kind::UDP_REFUSED));
+    let owner = current_owner();
+    if owner.pid == 0 {
+        return Ok(0); // the idle task: nobody's datagram to blame
+    }
+    let now = now_boot_ns();
+    let charged = charge::of_current_task(owner.cgroup_id).cgroup_id;
+    let ledger = refusals();
+    if !budget::admit::<CMPXCHG>(&ledger, config!(refusal_budget), charged, now) {
+        budget::suppress(&ledger, charged);
+        return Ok(0);
+    }
+    let Some(mut entry) = EVENTS.reserve::<SocketEvent>(0) else {
+        count(counter::lost(kind::UDP_REFUSED));
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` is a reserved record we own until submit; fields written in place
+    // to stay within the 512-byte stack.
+    unsafe {
+        (*ev).header.kind = kind::UDP_REFUSED;
+        (*ev).header.flags = 0;
+        (*ev).header._pad = [0; 6];
+        (*ev).header.ts_boot_ns = now;
+        (*ev).owner = owner;
+        (*ev).family = if ipv6 { AF_INET6 } else { AF_INET };
+        (*ev).src_port = sport;
+        (*ev).dst_port = dport;
+        // The addresses straight into the record (v6-form, IPv4 mapped), off the stack.
+        if ipv6 {
+            (*ev).src_addr = read::<[u8; 16]>(ip, at.saddr).unwrap_or([0; 16]);
+            (*ev).dst_addr = read::<[u8; 16]>(ip, at.daddr).unwrap_or([0; 16]);
+        } else {
+            (*ev).src_addr = v4_mapped(read::<[u8; 4]>(ip, at.saddr).unwrap_or([0; 4]));
+            (*ev).dst_addr = v4_mapped(read::<[u8; 4]>(ip, at.daddr).unwrap_or([0; 4]));
+        }
+        (*ev).start_boot_ns = 0;
+        (*ev).local_dst_addr = [0; 16];
+        (*ev).local_dst_port = 0;
+    }
+    entry.submit(0);
+    Ok(0)
+}
