@@ -511,10 +511,10 @@ fn an_in_place_restart_of_all_containers_is_a_second_pod_start() {
         format!("sidecar_race_pod_starts_total{{{owner}}} 2"),
         format!("sidecar_race_affected_pod_starts_total{{{owner}}} 2"),
         format!(
-            r#"sidecar_race_incidents_total{{{owner},sidecar="istio-proxy",phase="startup",pattern="classic",kind="sidecar_race"}} 2"#
+            r#"sidecar_race_incidents_total{{{owner},sidecar="istio-proxy",phase="startup",pattern="classic",kind="sidecar_race",protocol="tcp"}} 2"#
         ),
         format!(
-            r#"sidecar_race_refused_connections_total{{{owner},container="app",sidecar="istio-proxy",port="15001",phase="startup"}} 3"#
+            r#"sidecar_race_refused_connections_total{{{owner},container="app",sidecar="istio-proxy",port="15001",phase="startup",protocol="tcp"}} 3"#
         ),
     ] {
         assert!(om.contains(&line), "{line} not in\n{om}");
