@@ -151,7 +151,7 @@ fn native_sidecar_without_a_startup_probe_races_counted_exactly_with_its_event_a
         "{event:#}"
     );
     let series = format!(
-        "sidecar_race_refused_connections_total{{namespace=\"{ns}\",workload_kind=\"Deployment\",workload=\"ledger\",container=\"app\",sidecar=\"proxy\",port=\"15001\",phase=\"startup\"}} {refused}"
+        "sidecar_race_refused_connections_total{{namespace=\"{ns}\",workload_kind=\"Deployment\",workload=\"ledger\",container=\"app\",sidecar=\"proxy\",port=\"15001\",phase=\"startup\",protocol=\"tcp\"}} {refused}"
     );
     let body = metrics(&addr);
     assert!(
