@@ -73,6 +73,30 @@ fn wait_until(what: &str, timeout: Duration, pred: impl Fn() -> bool) {
     }
 }
 
+/// The old agent tells the race resolved and is killed before a checkpoint knew of the
+/// listener (`state_dir` still holds `written`). Returns what it told, and the step
+/// that waits for the next agent to adopt its pins.
+fn killed_after_telling(
+    old: RunAgent,
+    pod_uid: &str,
+    written: &[u8],
+    state_dir: &Path,
+) -> (Value, impl FnOnce(RunAgent) -> RunAgent) {
+    let told = old.wait_log(&["incident resolved", pod_uid], Duration::from_secs(4));
+    let told: Value = serde_json::from_str(&told).unwrap();
+    assert_eq!(told["state"], "resolved", "{told:#}");
+    old.kill();
+    assert_eq!(
+        std::fs::read(state_dir.join("checkpoint.json")).unwrap(),
+        written,
+        "killed before a checkpoint that knew of the listener"
+    );
+    (told, |new: RunAgent| {
+        new.wait_log(&["adopted the programs and maps"], Duration::from_secs(5));
+        new
+    })
+}
+
 /// Whether the checkpoint in `state_dir` holds an open incident of `pod_uid`.
 fn checkpoint_has_open(state_dir: &Path, pod_uid: &str) -> bool {
     let Ok(bytes) = std::fs::read(state_dir.join("checkpoint.json")) else {
@@ -236,17 +260,8 @@ fn a_listener_a_killed_agent_took_with_it_still_resolves_the_race_once() {
     );
     let written = std::fs::read(place.state_dir.join("checkpoint.json")).unwrap();
     proxy(&mut pod, &p, &["--listen", "127.0.0.1:15001"]);
-    let told = old.wait_log(&["incident resolved", &pod.uid], Duration::from_secs(4));
-    let told: Value = serde_json::from_str(&told).unwrap();
-    assert_eq!(told["state"], "resolved", "{told:#}");
-    old.kill();
-    assert_eq!(
-        std::fs::read(place.state_dir.join("checkpoint.json")).unwrap(),
-        written,
-        "killed before a checkpoint that knew of the listener"
-    );
-    let new = agent(&place, &source, &quick);
-    new.wait_log(&["adopted the programs and maps"], Duration::from_secs(5));
+    let (told, adopted) = killed_after_telling(old, &pod.uid, &written, &place.state_dir);
+    let new = adopted(agent(&place, &source, &quick));
     let refused = app.refused(&mut pod);
     // Well past the 8 s the race had.
     std::thread::sleep(Duration::from_secs(9));
@@ -513,17 +528,8 @@ fn a_unix_listener_a_killed_agent_took_with_it_still_resolves_the_race_once() {
     let mut listen = std::process::Command::new(&sr_uds);
     listen.args(["listen", &format!("{vol}/app.sock")]);
     pod.spawn(&p, listen).expect("start sr-uds listen");
-    let told = old.wait_log(&["incident resolved", &pod.uid], Duration::from_secs(4));
-    let told: Value = serde_json::from_str(&told).unwrap();
-    assert_eq!(told["state"], "resolved", "{told:#}");
-    old.kill();
-    assert_eq!(
-        std::fs::read(place.state_dir.join("checkpoint.json")).unwrap(),
-        written,
-        "killed before a checkpoint that knew of the listener"
-    );
-    let new = agent(&place, &source, &quick);
-    new.wait_log(&["adopted the programs and maps"], Duration::from_secs(5));
+    let (told, adopted) = killed_after_telling(old, &pod.uid, &written, &place.state_dir);
+    let new = adopted(agent(&place, &source, &quick));
     let refused = app.refused(&mut pod);
     // Well past the 8 s the race had.
     std::thread::sleep(Duration::from_secs(9));

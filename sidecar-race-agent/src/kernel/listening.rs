@@ -45,9 +45,30 @@ pub fn udp_bound(cgroups: &[(u64, &Path)], port: u16) -> Vec<Listening> {
 
 /// The sockets on `port` in state `st` of `tables` held by the processes of `cgroups`.
 fn sockets_in(cgroups: &[(u64, &Path)], port: u16, tables: [&str; 2], st: &str) -> Vec<Listening> {
-    // Each listening socket's inode, from each network namespace's table once.
+    held(cgroups, &tables, |text| {
+        in_state(text, st)
+            .filter(|(_, a)| a.port() == port)
+            .collect()
+    })
+    .into_iter()
+    .map(|(cgroup_id, pid, addr)| Listening {
+        cgroup_id,
+        pid,
+        addr,
+    })
+    .collect()
+}
+
+/// The sockets that `parse` picks from the `tables` of each network namespace the
+/// processes of `cgroups` are in (each namespace's tables read once), with the
+/// cgroup and process holding each, matched through the processes' fds.
+fn held<T>(
+    cgroups: &[(u64, &Path)],
+    tables: &[&str],
+    parse: impl Fn(&str) -> Vec<(u64, T)>,
+) -> Vec<(u64, u32, T)> {
     let mut tables_read = Vec::new();
-    let mut listening: HashMap<u64, SocketAddr> = HashMap::new();
+    let mut sockets: HashMap<u64, T> = HashMap::new();
     let mut owners: Vec<(u64, u32)> = Vec::new();
     for &(cgroup_id, dir) in cgroups {
         for pid in pids(dir) {
@@ -61,23 +82,19 @@ fn sockets_in(cgroups: &[(u64, &Path)], port: u16, tables: [&str; 2], st: &str) 
             tables_read.push(netns);
             for table in tables {
                 if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) {
-                    listening.extend(in_state(&text, st).filter(|(_, a)| a.port() == port));
+                    sockets.extend(parse(&text));
                 }
             }
         }
     }
     let mut found = Vec::new();
-    if listening.is_empty() {
+    if sockets.is_empty() {
         return found;
     }
     for (cgroup_id, pid) in owners {
         for inode in socket_inodes(pid) {
-            if let Some(addr) = listening.remove(&inode) {
-                found.push(Listening {
-                    cgroup_id,
-                    pid,
-                    addr,
-                });
+            if let Some(socket) = sockets.remove(&inode) {
+                found.push((cgroup_id, pid, socket));
             }
         }
     }
@@ -98,40 +115,16 @@ pub fn unix_listeners(
     cgroups: &[(u64, &Path)],
     wanted: impl Fn(&UnixName) -> bool,
 ) -> Vec<UnixListening> {
-    let mut tables_read = Vec::new();
-    let mut listening: HashMap<u64, UnixName> = HashMap::new();
-    let mut owners: Vec<(u64, u32)> = Vec::new();
-    for &(cgroup_id, dir) in cgroups {
-        for pid in pids(dir) {
-            owners.push((cgroup_id, pid));
-            let Ok(netns) = std::fs::read_link(format!("/proc/{pid}/ns/net")) else {
-                continue;
-            };
-            if tables_read.contains(&netns) {
-                continue;
-            }
-            tables_read.push(netns);
-            if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/unix")) {
-                listening.extend(unix_listeners_in(&text).filter(|(_, n)| wanted(n)));
-            }
-        }
-    }
-    let mut found = Vec::new();
-    if listening.is_empty() {
-        return found;
-    }
-    for (cgroup_id, pid) in owners {
-        for inode in socket_inodes(pid) {
-            if let Some(name) = listening.remove(&inode) {
-                found.push(UnixListening {
-                    cgroup_id,
-                    pid,
-                    name,
-                });
-            }
-        }
-    }
-    found
+    held(cgroups, &["unix"], |text| {
+        unix_listeners_in(text).filter(|(_, n)| wanted(n)).collect()
+    })
+    .into_iter()
+    .map(|(cgroup_id, pid, name)| UnixListening {
+        cgroup_id,
+        pid,
+        name,
+    })
+    .collect()
 }
 
 /// `__SO_ACCEPTCON` in `/proc/net/unix`'s `Flags` column: the socket listens.
