@@ -5,6 +5,7 @@ pub(crate) mod advice;
 pub(crate) mod detector;
 pub(crate) mod fact;
 pub mod incident;
+pub(crate) mod incident_log;
 pub(crate) mod listener_table;
 pub(crate) mod listeners;
 pub(crate) mod pairs;

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::outcome::Outcome;
 use crate::{
-    detect::{Client, incident::IncidentLog},
+    detect::{Client, incident_log::IncidentLog},
     inventory::{
         Attribution, Inventory, PodOwner,
         cgroup_path::{self, PathInfo},

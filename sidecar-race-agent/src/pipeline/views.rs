@@ -8,7 +8,7 @@ use crate::{
     clock,
     detect::{
         Incident,
-        incident::IncidentLog,
+        incident_log::IncidentLog,
         render::{Filter, IncidentView, view},
     },
     inventory::store::PodStore,

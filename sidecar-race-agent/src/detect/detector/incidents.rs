@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::detect::{
     fact::Client,
-    incident::{Hidden, Incident, IncidentLog, Subject},
+    incident::{Hidden, Incident, Subject},
+    incident_log::IncidentLog,
     pairs,
     service::{Service, SocketKey},
 };

@@ -11,7 +11,7 @@ use super::{
 use crate::{
     detect::{
         fact::{Client, Fact},
-        incident::IncidentLog,
+        incident_log::IncidentLog,
         service::Protocol,
     },
     pods::pod_meta::PodMeta,
