@@ -56,8 +56,9 @@ impl Attributor {
         self.events_without_pod
     }
 
-    /// Takes a kernel event into `inventory` (a cgroup event changes the tree) and
-    /// turns it into the fact the detector reads, when it has a pod.
+    /// Takes a kernel event into `inventory` (a cgroup event keeps its index current,
+    /// and one whose path the kernel could not read comes back named by it) and turns
+    /// it into the fact the detector reads, when it has a pod.
     pub(super) fn attribute(
         &mut self,
         inventory: &mut Inventory,
