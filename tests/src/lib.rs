@@ -15,6 +15,7 @@ pub mod cri;
 pub mod docs;
 pub mod fake_api;
 pub mod house;
+pub mod house_impls;
 pub mod house_layers;
 pub mod manifests;
 pub mod metrics_text;

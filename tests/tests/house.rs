@@ -1,13 +1,15 @@
 //! The house's rules, checked on the source (no root, no build): no import cycle and no
 //! arrow back up in any crate of the workspace, no non-test file over 500 lines outside
 //! the tests crate (test modules known by the module tree, not by their paths),
-//! CONTRIBUTING's layout naming exactly the modules there are, and the agent's
-//! top-level imports following CONTRIBUTING's layer table.
+//! CONTRIBUTING's layout naming exactly the modules there are, the agent's
+//! top-level imports following CONTRIBUTING's layer table, and the agent's `Pipeline`
+//! implemented in one file only.
 
 use std::{collections::BTreeSet, fs, path::PathBuf};
 
 use sidecar_race_tests::{
     house::{Crate, rust_files, show},
+    house_impls::files_implementing,
     house_layers::Layers,
 };
 
@@ -218,5 +220,59 @@ fn the_agent_imports_only_from_the_layers_below() {
         "CONTRIBUTING.md's layer table and the agent's imports disagree; move the item \
          down into a module both sides may import, or fix the table:\n{}",
         problems.join("\n")
+    );
+}
+
+/// The files CONTRIBUTING's layout names as holding the pipeline's fields (`pipeline/`:
+/// "`state` holds the `Pipeline` type, the only `impl Pipeline`").
+const PIPELINE_IMPLS: &[&str] = &["pipeline/state.rs"];
+
+/// The pipeline's stages own their state and are handed what they read: a method on
+/// `Pipeline` elsewhere would reach into every stage again (tests/src/house_impls.rs,
+/// with the forms it must find and those it must not).
+#[test]
+fn only_pipeline_state_implements_the_pipeline() {
+    let src = workspace().join("sidecar-race-agent/src");
+    let found: Vec<String> = files_implementing(&src, "Pipeline")
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect();
+    assert_eq!(
+        found, PIPELINE_IMPLS,
+        "`impl Pipeline` outside pipeline/state.rs: give the behaviour to the stage that \
+         owns the state, and hand it what it reads"
+    );
+}
+
+/// The guard itself, on a tree it must reject: a second file with an `impl` of the
+/// pipeline (a trait's), beside the type's own file and a file naming it in a comment.
+#[test]
+fn the_impl_rule_rejects_a_second_file_implementing_the_pipeline() {
+    let root = std::env::temp_dir().join(format!("house-impls-{}", std::process::id()));
+    let src = root.join("src");
+    fs::create_dir_all(src.join("pipeline")).expect("fixture dir");
+    let write = |path: &str, text: &str| fs::write(src.join(path), text).unwrap();
+    write("lib.rs", "mod pipeline;\n");
+    write("pipeline/mod.rs", "mod state;\nmod views;\nmod snapshot;\n");
+    write(
+        "pipeline/state.rs",
+        "pub struct Pipeline;\nimpl Pipeline {}\n",
+    );
+    write(
+        "pipeline/views.rs",
+        "impl Default for super::state::Pipeline {\n}\n",
+    );
+    write(
+        "pipeline/snapshot.rs",
+        "// not an impl Pipeline\nimpl PipelineSnapshot {}\n",
+    );
+    let found = files_implementing(&src, "Pipeline");
+    fs::remove_dir_all(&root).ok();
+    assert_eq!(
+        found,
+        vec![
+            PathBuf::from("pipeline/state.rs"),
+            PathBuf::from("pipeline/views.rs")
+        ]
     );
 }

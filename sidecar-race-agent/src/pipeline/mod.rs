@@ -5,14 +5,15 @@
 
 mod accounting;
 mod accounts;
-mod facts;
+mod attributor;
+mod detection;
 pub mod outcome;
 #[cfg(test)]
 mod process_tests;
 pub(crate) mod reorder;
+mod restore_look;
 mod snapshot;
 mod state;
-mod steps;
 pub(crate) mod suppressed;
 #[cfg(test)]
 mod tests;

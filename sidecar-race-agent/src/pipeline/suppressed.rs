@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::outcome::Outcome;
 use crate::{
-    detect::Client,
+    detect::{Client, incident_log::IncidentLog},
     inventory::{
         Attribution, Inventory, PodOwner,
         cgroup_path::{self, PathInfo},
@@ -49,7 +49,27 @@ pub struct Suppressed {
     baseline: bool,
 }
 
+/// Suppressed counts of a pod without incidents are kept this long.
+const SUPPRESSED_MEMORY: Duration = Duration::from_secs(600);
+
 impl Suppressed {
+    /// Takes a reading of the kernel's counts (see [`Self::read`]), then forgets the
+    /// totals of pods with no incident in `log` that have not grown for a while.
+    pub(super) fn take_reading(
+        &mut self,
+        counts: &SuppressedCounts,
+        inventory: &mut Inventory,
+        log: &IncidentLog,
+        wait: Duration,
+        last: bool,
+    ) -> Reading {
+        let now = Instant::now();
+        let reading = self.read(counts, inventory, now, wait, last);
+        let pods: HashSet<&str> = log.newest_first().map(|i| i.pod_uid.as_str()).collect();
+        self.retain_pods(&pods, now, SUPPRESSED_MEMORY);
+        reading
+    }
+
     /// Counts only what the kernel adds after the next reading: the map was adopted
     /// without the values an earlier agent read of it (no checkpoint restored), so
     /// what it holds is history since the pins were made, possibly days of it.

@@ -1,45 +1,54 @@
 //! Incidents as the API shows them: the filtered, newest-first list and each view,
-//! with the wall-clock times and the kernel's suppressed counts filled in.
+//! with the wall-clock times and the kernel's suppressed counts filled in. Free
+//! functions of what they read, so the API, accounting and the sinks' outcomes build
+//! a view the one same way.
 
-use super::state::Pipeline;
+use super::suppressed::Suppressed;
 use crate::{
     clock,
     detect::{
         Incident,
+        incident_log::IncidentLog,
         render::{Filter, IncidentView, view},
     },
+    inventory::store::PodStore,
 };
 
-impl Pipeline {
-    /// Incidents as the API shows them, newest first, at most `limit`, and whether
-    /// more matched. Phase, state and namespace are checked before a view is built
-    /// (views are what costs), the kind (it depends on the containers' roles) after.
-    pub fn incidents(&self, filter: &Filter, limit: usize) -> (Vec<IncidentView>, bool) {
-        let pods = &self.inventory.pods;
-        // Filtered before any view is built: only the answer's incidents are rendered.
-        let mut matching = self
-            .detector
-            .incidents()
-            .newest_first()
-            .filter(|i| i.is_shown() && filter.matches(i, pods));
-        let list: Vec<IncidentView> = matching
-            .by_ref()
-            .take(limit)
-            .map(|i| self.view(i))
-            .collect();
-        let more = matching.next().is_some();
-        (list, more)
-    }
+/// Incidents of `log` as the API shows them, newest first, at most `limit`, and
+/// whether more matched. Phase, state and namespace are checked before a view is built
+/// (views are what costs), the kind (it depends on the containers' roles) after.
+pub(super) fn incidents(
+    log: &IncidentLog,
+    pods: &PodStore,
+    suppressed: &Suppressed,
+    filter: &Filter,
+    limit: usize,
+) -> (Vec<IncidentView>, bool) {
+    // Filtered before any view is built: only the answer's incidents are rendered.
+    let mut matching = log
+        .newest_first()
+        .filter(|i| i.is_shown() && filter.matches(i, pods));
+    let list: Vec<IncidentView> = matching
+        .by_ref()
+        .take(limit)
+        .map(|i| incident_view(i, pods, suppressed))
+        .collect();
+    let more = matching.next().is_some();
+    (list, more)
+}
 
-    pub fn view(&self, incident: &Incident) -> IncidentView {
-        #[cfg(test)]
-        VIEWS_RENDERED.with(|n| n.set(n.get() + 1));
-        let mut v = view(incident, &self.inventory.pods, &wall);
-        v.refusals_suppressed = self
-            .suppressed
-            .of_client(&incident.pod_uid, &incident.client);
-        v
-    }
+/// The view of `incident`, named from `pods`, with the refusals of its client the
+/// kernel counted instead of sending.
+pub(super) fn incident_view(
+    incident: &Incident,
+    pods: &PodStore,
+    suppressed: &Suppressed,
+) -> IncidentView {
+    #[cfg(test)]
+    VIEWS_RENDERED.with(|n| n.set(n.get() + 1));
+    let mut v = view(incident, pods, &wall);
+    v.refusals_suppressed = suppressed.of_client(&incident.pod_uid, &incident.client);
+    v
 }
 
 /// Kernel boot-clock ns → RFC 3339 wall-clock time.
