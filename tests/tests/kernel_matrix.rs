@@ -271,6 +271,8 @@ struct Traits {
     /// BPF trampolines on kernel functions (`fexit`): x86_64 kernels have them since
     /// 5.5, arm64 ones since 6.5 (before, attaching fails with ENOTSUPP, 524).
     fexit: bool,
+    /// `skb:kfree_skb` records the drop reason (5.17 on), so UDP refusals are seen.
+    drop_reason: bool,
 }
 
 /// The line a kernel without BPF trampolines but with kprobes makes the agent log (an
@@ -299,22 +301,27 @@ fn assert_trace(run: &GuestRun, label: &str, traits: Traits) {
         .collect();
     eprintln!("{label}: attached {attached}; degraded: {degraded:?}");
     let mut expected_degraded: Vec<&str> = Vec::new();
+    let mut expected_attached = vec!["inet_sock_set_state", "tcp_receive_reset"];
     if traits.socketless_send_reset {
-        assert_eq!(
-            attached,
-            r#"["inet_sock_set_state", "tcp_receive_reset", "tcp_send_reset", "cgroup_mkdir", "cgroup_rmdir"]"#
-        );
+        expected_attached.push("tcp_send_reset");
     } else {
         expected_degraded.push(
             "degraded: tracepoint tcp:tcp_send_reset is unusable (field `saddr` has 4 bytes, expected 28; \
                this kernel's tcp_send_reset does not report resets sent without a socket (needs 6.10+)): \
                local-redirect awareness (local_dst of refusals after a NAT REDIRECT) disabled",
         );
-        assert_eq!(
-            attached,
-            r#"["inet_sock_set_state", "tcp_receive_reset", "cgroup_mkdir", "cgroup_rmdir"]"#
+    }
+    expected_attached.extend(["cgroup_mkdir", "cgroup_rmdir"]);
+    if traits.drop_reason {
+        expected_attached.push("kfree_skb");
+    } else {
+        expected_degraded.push(
+            "degraded: tracepoint skb:kfree_skb is unusable (no field `reason`: the kernel records no \
+               drop reason (5.17+)): UDP refusals (datagrams to a pod's loopback port no socket holds; \
+               needs the drop reason NO_SOCKET, 5.17+) disabled",
         );
     }
+    assert_eq!(attached, format!("{expected_attached:?}"), "{label}");
     if !traits.fexit {
         assert!(messages.contains(&NO_FEXIT), "{label}: {messages:?}");
     }
@@ -975,10 +982,11 @@ fn assert_unix(run: &GuestRun, label: &str, traits: Traits) {
     }
 }
 
-/// An x86_64 kernel before 6.10.
+/// An x86_64 kernel from 5.17 (the drop reason) to before 6.10.
 const BEFORE_6_10: Traits = Traits {
     socketless_send_reset: false,
     fexit: true,
+    drop_reason: true,
 };
 
 #[test]
@@ -993,14 +1001,21 @@ fn kernel_6_12_lts() {
         "6.12",
         Traits {
             socketless_send_reset: true,
-            fexit: true,
+            ..BEFORE_6_10
         },
     );
 }
 
 #[test]
 fn kernel_5_10_lts() {
-    kernel_tier(Arch::Amd64, "5.10", BEFORE_6_10);
+    kernel_tier(
+        Arch::Amd64,
+        "5.10",
+        Traits {
+            drop_reason: false,
+            ..BEFORE_6_10
+        },
+    );
 }
 
 /// The cross-built arm64 agent on Debian 12's arm64 cloud kernel. `cargo xtask test
