@@ -118,6 +118,8 @@ fn variants(args: &[String]) -> Vec<Variant> {
             "cluster_admission",
             "--test",
             "cluster_real_sidecars",
+            "--test",
+            "cluster_datagrams",
         ]);
         cmd.args(["--", "--ignored", "--test-threads=1"]);
         variants.push((Runtime::Containerd, Kubernetes::V1_34, vec![cmd]));
@@ -162,8 +164,8 @@ fn variants(args: &[String]) -> Vec<Variant> {
 }
 
 /// `cargo xtask test`'s cluster tier, after the others: a cluster on containerd for
-/// tests/tests/cluster.rs, cluster_helm.rs, cluster_admission.rs and
-/// cluster_real_sidecars.rs (their cases are `#[ignore]`d in a plain `cargo test`),
+/// tests/tests/cluster.rs, cluster_helm.rs, cluster_admission.rs,
+/// cluster_real_sidecars.rs and cluster_datagrams.rs (their cases are `#[ignore]`d in a plain `cargo test`),
 /// one case at a time, then `down`; then a cluster on CRI-O for `CORE_CASES`, then
 /// `down`; then Kubernetes 1.36 on containerd 2 for `CORE_CASES` and the
 /// `NEWER_NODE_TESTS`, then `down`. Each `down` is checked to leave the host as its
