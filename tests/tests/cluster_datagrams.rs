@@ -42,8 +42,8 @@ fn window(i: &Value) -> f64 {
 }
 
 /// The shape in a fresh namespace: one resolved startup incident naming the sidecar,
-/// with the app's own count of what it lost, its Event and series; `started` checks
-/// more of the running pod; then, at a rollout, one drain incident with the app's
+/// with the app's own count of what it lost, its Event and series (`started` checks
+/// more once the count is in); then, at a rollout, one drain incident with the app's
 /// count of what it lost once the sidecar had gone.
 fn lost_at_start_and_drain(shape: &Shape, started: impl Fn(&str, &Value, u64)) {
     let c = cluster();
@@ -58,19 +58,27 @@ fn lost_at_start_and_drain(shape: &Shape, started: impl Fn(&str, &Value, u64)) {
         lost >= 10,
         "the app lost only {lost} while the sidecar was late"
     );
+    // The count first, then the resolution: the sidecar's bind is what resolves it.
+    let counted = wait_incident(
+        &addr,
+        &uid(&pod),
+        &format!("{}'s startup incident with the app's count", shape.sidecar),
+        Duration::from_secs(60),
+        |i| i["container"].is_string() && i["refused_count"] == lost,
+    );
+    eprintln!(
+        "{} startup race: the app lost {lost}, the agent counted {}",
+        shape.sidecar, counted["refused_count"]
+    );
+    started(ns, &pod, lost);
     let incident = wait_incident(
         &addr,
         &uid(&pod),
-        &format!("{}'s startup incident", shape.sidecar),
-        Duration::from_secs(60),
+        &format!("{}'s bind resolving the startup incident", shape.sidecar),
+        Duration::from_secs(10),
         |i| named_and_resolved(i) && i["refused_count"] == lost,
     );
-    eprintln!(
-        "{} startup race: the app lost {lost}, the agent counted {}, window {:.3} s: {incident:#}",
-        shape.sidecar,
-        incident["refused_count"],
-        window(&incident)
-    );
+    eprintln!("window {:.3} s: {incident:#}", window(&incident));
     assert_eq!(incident["phase"], "startup", "{incident:#}");
     assert_eq!(incident["kind"], "sidecar_race", "{incident:#}");
     assert_eq!(incident["pattern"], "classic", "{incident:#}");
@@ -94,7 +102,6 @@ fn lost_at_start_and_drain(shape: &Shape, started: impl Fn(&str, &Value, u64)) {
         series.iter().any(|l| l.contains(&labels)),
         "no series ending {labels}: {series:#?}"
     );
-    started(ns, &pod, lost);
 
     // At a rollout the sidecar exits at SIGTERM while the app, in its preStop sleep,
     // still sends once a second, and once more at its own SIGTERM: what it lost then
