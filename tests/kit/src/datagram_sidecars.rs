@@ -119,7 +119,12 @@ pub fn logging_app(ns: &str, name: &str, evidence: &str) -> Value {
         "terminationGracePeriodSeconds": 10,
         "volumes": [{"name": "log", "emptyDir": {}}, evidence_volume(evidence)],
     });
-    serde_json::from_str(&deployment(ns, name, spec)).expect("a Deployment")
+    let mut d: Value = serde_json::from_str(&deployment(ns, name, spec)).expect("a Deployment");
+    // No catalog knows a socat relay as a sidecar: its user names it, as the agent's
+    // advice says, or the race reads as an app not ready.
+    d["spec"]["template"]["metadata"]["annotations"] =
+        json!({"sidecar-race.io/sidecars": LOG_RELAY});
+    d
 }
 
 /// The value of `metric` in what the app printed of the exporter's /metrics.
