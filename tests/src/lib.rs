@@ -27,6 +27,6 @@ pub mod vm_arch;
 
 // The simulated pod kit and the cluster's view, where the tests have always found them.
 pub use sidecar_race_kit::{
-    agent, cluster, flood, glibc_fleet, http, operator_prometheus, otelcol, pinned, pod,
-    prometheus, real_sidecars, root, scenario, stand_in,
+    agent, cluster, datagram_sidecars, flood, glibc_fleet, http, operator_prometheus, otelcol,
+    pinned, pod, prometheus, real_sidecars, root, scenario, stand_in,
 };

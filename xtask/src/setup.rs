@@ -104,6 +104,8 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
             ("curl", "curl"),
             // psql, the glibc image's client of the Cloud SQL proxy (cluster case 17).
             ("psql", "postgresql-client"),
+            // socat, the glibc image's Unix datagram log relay (cluster case 20).
+            ("socat", "socat"),
         ]);
         if !package_installed("busybox-static") {
             apt.want(&["busybox-static"]);

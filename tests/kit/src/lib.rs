@@ -6,13 +6,15 @@
 //! And the view of the real cluster of `cargo xtask cluster up` (`cluster`: kubectl,
 //! pods, the agent's pod; `stand_in`: busybox pods; `glibc_fleet`: ordinary glibc
 //! pods and the racing shapes in the glibc image; `real_sidecars`: the real OpenTelemetry
-//! Collector on a Unix socket and its glibc client; `operator_prometheus`: the real
+//! Collector on a Unix socket and its glibc client; `datagram_sidecars`: the statsd
+//! exporter on UDP and a Unix datagram log relay; `operator_prometheus`: the real
 //! Prometheus on the Prometheus Operator's configuration), which the cluster tier and
 //! `cargo xtask demo --cluster` (`sr-cluster-demo`) share. Nothing here needs protoc.
 
 pub mod agent;
 pub mod cluster;
 pub mod command;
+pub mod datagram_sidecars;
 pub mod flood;
 pub mod glibc_fleet;
 pub mod http;

@@ -71,27 +71,28 @@ const QUERY: &str = "psql 'host=127.0.0.1 port=5432 user=inventory dbname=invent
 /// The app container: a `counting_client` whose pod spec gives it a `preStop` sleep of
 /// 2 s, as apps are given to let endpoints drain first. The kubelet sends the classic
 /// sidecar its SIGTERM meanwhile, so the app's last attempts of those 2 s meet the
-/// sidecar gone, every time.
-fn counting_app(setup: &str, attempt: &str, refused: &str) -> Value {
-    let mut app = glibc_sh("app", &counting_client(setup, attempt, refused));
+/// sidecar gone, every time. `started` runs once the sidecar answered (the datagram
+/// cases read the sidecar's own counters there).
+pub(crate) fn counting_app(setup: &str, attempt: &str, refused: &str, started: &str) -> Value {
+    let mut app = glibc_sh("app", &counting_client(setup, attempt, refused, started));
     app["lifecycle"] = json!({"preStop": {"sleep": {"seconds": 2}}});
     app
 }
 
 /// A client that counts its own refusals: `attempt` every 50 ms while `refused` (a
 /// shell test of its status `$rc` and output `$out`) holds, then `refused <n>` printed
-/// and one attempt a second; at SIGTERM, after 0.2 s finishing its work in flight,
+/// then `started`, and one attempt a second; at SIGTERM, after 0.2 s finishing its work in flight,
 /// one last attempt (as SDKs and connection pools flush at shutdown). Every refused
 /// attempt after the start writes `refused` to `/evidence/<pod>`, which outlives the
 /// pod: the sidecar may go before the app's own SIGTERM (the kubelet stops the two
 /// concurrently), and the attempts that meet that are refusals of the drain too. The
 /// trap only marks SIGTERM, so the attempt it interrupts is still counted.
-fn counting_client(setup: &str, attempt: &str, refused: &str) -> String {
+fn counting_client(setup: &str, attempt: &str, refused: &str, started: &str) -> String {
     format!(
         "{setup} attempt() {{ out=$({attempt} 2>&1); rc=$?; }}; \
          count() {{ attempt; {refused} && echo refused >> /evidence/$(hostname); }}; \
          n=0; while :; do attempt; {refused} || break; n=$((n+1)); sleep 0.05; done; \
-         echo \"refused $n\"; \
+         echo \"refused $n\"; {started} \
          term=; trap 'term=1' TERM; \
          while [ -z \"$term\" ]; do count; [ -n \"$term\" ] || sleep 1; done; \
          sleep 0.2; count; echo flushed; exit 0"
@@ -99,7 +100,7 @@ fn counting_client(setup: &str, attempt: &str, refused: &str) -> String {
 }
 
 /// The hostPath volume `evidence` at `path`.
-fn evidence_volume(path: &str) -> Value {
+pub(crate) fn evidence_volume(path: &str) -> Value {
     json!({"name": "evidence", "hostPath": {"path": path, "type": "DirectoryOrCreate"}})
 }
 
@@ -122,6 +123,7 @@ pub fn telemetry(ns: &str, name: &str, evidence: &str) -> Value {
         "printf '\\0\\0\\0\\0\\0' > /tmp/request;",
         EXPORT,
         "[ $rc = 7 ]",
+        "",
     );
     app["env"] =
         json!([{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "unix:///var/run/otel/otlp.sock"}]);
@@ -171,6 +173,7 @@ pub fn inventory(ns: &str, name: &str, evidence: &str) -> Value {
         "",
         QUERY,
         "case \"$out\" in *\"Connection refused\"*) true;; *) false;; esac",
+        "",
     );
     app["env"] = json!([
         {"name": "DB_HOST", "value": "127.0.0.1"},

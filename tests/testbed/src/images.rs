@@ -1,10 +1,10 @@
 //! The images the test bed's pods run, made here (no registry is reachable): the
 //! sandbox image containerd's CRI plugin uses, a busybox image (`sh`, `nc`, `httpd`,
 //! `sleep`, ...), both from Debian's busybox-static, and a glibc image with the host's
-//! own `getent`, `logger`, `curl`, `perl` and `psql`, written as OCI archives for `ctr
-//! images import`; and the real sidecars `cargo xtask setup` builds (the OpenTelemetry
-//! Collector, the Cloud SQL Auth Proxy, oauth2-proxy), each packaged as its vendor
-//! packages it. One uncompressed layer, uid/gid 0, mtime 0, entries sorted.
+//! own `getent`, `logger`, `curl`, `perl`, `psql` and `socat`, written as OCI archives
+//! for `ctr images import`; and the real sidecars `cargo xtask setup` builds (the
+//! OpenTelemetry Collector, the Cloud SQL Auth Proxy, oauth2-proxy, the statsd
+//! exporter), each packaged as its vendor packages it. One uncompressed layer, uid/gid 0, mtime 0, entries sorted.
 
 use std::{
     collections::BTreeMap,
@@ -27,8 +27,9 @@ pub const BUSYBOX_IMAGE: &str = "sr-test.local/busybox:1";
 /// Ordinary glibc programs, as a fleet's pods run them: busybox's applets, and the
 /// host's Debian `getent` (glibc's resolver: the nscd socket, then DNS), `logger`
 /// (syslog on `/dev/log`), `curl` (also `--unix-socket`), `perl` with perl-base's
-/// modules (`IO::Socket::UNIX`) and `psql` (libpq, the Cloud SQL proxy's client). No `/dev/log` and no nscd socket: they are what the
-/// programs try and are refused on.
+/// modules (`IO::Socket::UNIX`), `psql` (libpq, the Cloud SQL proxy's client) and
+/// `socat` (a Unix datagram log relay). No `/dev/log` and no nscd socket: they are
+/// what the programs try and are refused on.
 pub const GLIBC_IMAGE: &str = "sr-test.local/glibc:1";
 /// A real sidecar's image as its vendor makes it: its static binary alone (no shell:
 /// an exec probe cannot run in it) as the entrypoint, run as a non-root user.
@@ -68,6 +69,16 @@ pub const OAUTH2_PROXY: VendorImage = VendorImage {
     user: "65532",
     cmd: &[],
 };
+/// The Prometheus statsd exporter (xtask/src/cluster/sidecars.rs) as `prom/statsd-exporter`
+/// runs it: user nobody, the binary the entrypoint. Its image adds the binary to
+/// Prometheus' busybox base; only the binary here, since nothing runs a shell in it.
+pub const STATSD_EXPORTER: VendorImage = VendorImage {
+    reference: "sr-test.local/statsd-exporter:0.31.0",
+    archive: "statsd-exporter.oci.tar",
+    entrypoint: "statsd_exporter",
+    user: "65534",
+    cmd: &[],
+};
 const APPLETS: [&str; 9] = [
     "sh", "nc", "httpd", "sleep", "true", "cat", "wget", "kill", "date",
 ];
@@ -85,11 +96,12 @@ const PERL_BASE: &str = if cfg!(target_arch = "aarch64") {
     "usr/lib/x86_64-linux-gnu/perl-base"
 };
 /// The glibc image's programs: (path in the image, path on the host).
-const GLIBC_PROGRAMS: [(&str, &str); 4] = [
+const GLIBC_PROGRAMS: [(&str, &str); 5] = [
     ("usr/bin/getent", "/usr/bin/getent"),
     ("usr/bin/logger", "/usr/bin/logger"),
     ("usr/bin/curl", "/usr/bin/curl"),
     ("usr/bin/perl", "/usr/bin/perl"),
+    ("usr/bin/socat", "/usr/bin/socat"),
 ];
 /// Where Debian's postgresql-client puts `psql` (`/usr/bin/psql` is a perl wrapper
 /// choosing among versions): the newest is the image's `usr/bin/psql`.
@@ -127,7 +139,7 @@ pub enum ImageError {
     #[error("cannot read {BUSYBOX} (busybox-static; `cargo xtask setup` installs it): {0}")]
     Busybox(io::Error),
     #[error(
-        "the glibc image's programs (getent, logger, curl, perl, psql; `cargo xtask setup` installs them): {0}"
+        "the glibc image's programs (getent, logger, curl, perl, psql, socat; `cargo xtask setup` installs them): {0}"
     )]
     Glibc(#[from] TreeError),
     #[error(
@@ -518,6 +530,7 @@ mod tests {
             "usr/bin/curl",
             "usr/bin/perl",
             "usr/bin/psql",
+            "usr/bin/socat",
             "bin/busybox",
             "bin/nc",
             "etc/nsswitch.conf",
@@ -532,6 +545,7 @@ mod tests {
         assert!(has("/libc.so.6"), "{names:?}");
         assert!(has("/libcurl.so.4"), "{names:?}");
         assert!(has("/libpq.so.5"), "{names:?}");
+        assert!(has("/libwrap.so.0"), "socat's: {names:?}");
         assert!(
             names
                 .iter()

@@ -118,8 +118,13 @@ fn variants(args: &[String]) -> Vec<Variant> {
             "cluster_admission",
             "--test",
             "cluster_real_sidecars",
+            "--test",
+            "cluster_datagrams",
         ]);
         cmd.args(["--", "--ignored", "--test-threads=1"]);
+        for awaiting in AWAITING_THE_AGENT {
+            cmd.args(["--skip", awaiting]);
+        }
         variants.push((Runtime::Containerd, Kubernetes::V1_34, vec![cmd]));
     }
     let core = || {
@@ -162,8 +167,8 @@ fn variants(args: &[String]) -> Vec<Variant> {
 }
 
 /// `cargo xtask test`'s cluster tier, after the others: a cluster on containerd for
-/// tests/tests/cluster.rs, cluster_helm.rs, cluster_admission.rs and
-/// cluster_real_sidecars.rs (their cases are `#[ignore]`d in a plain `cargo test`),
+/// tests/tests/cluster.rs, cluster_helm.rs, cluster_admission.rs,
+/// cluster_real_sidecars.rs and cluster_datagrams.rs (their cases are `#[ignore]`d in a plain `cargo test`),
 /// one case at a time, then `down`; then a cluster on CRI-O for `CORE_CASES`, then
 /// `down`; then Kubernetes 1.36 on containerd 2 for `CORE_CASES` and the
 /// `NEWER_NODE_TESTS`, then `down`. Each `down` is checked to leave the host as its
@@ -201,6 +206,17 @@ pub fn test_tier(args: &[String], tally: &mut crate::run::Tally) -> anyhow::Resu
 pub fn wants_1_37(args: &[String]) -> bool {
     args.iter().any(|a| a.contains(KUBE_1_37))
 }
+
+/// Cases that prove what the agent does not do yet on the real kubelet: `#[ignore]`d
+/// like the others, and skipped here so that `--ignored` does not run them (by hand
+/// they run and fail with the reason). Remove a name when the agent does it. Case 19:
+/// the DaemonSet's agent (no `hostPID`) cannot read the pod's UDP socket table, so the
+/// statsd exporter's late bind is never seen and the startup incident never resolves.
+/// Case 20: its drain incident (exact count) says protocol `unix`, not `unixgram`.
+const AWAITING_THE_AGENT: [&str; 2] = [
+    "case19_the_real_statsd_exporter_started_late_loses_the_apps_lines_at_start_and_drain",
+    "case20_a_unix_datagram_log_relay_started_late_refuses_the_apps_lines_at_start_and_drain",
+];
 
 /// `cargo test -p sidecar-race-tests` of the tier's `tests` targets.
 fn cases_command(tests: &[&str]) -> std::process::Command {
@@ -304,7 +320,7 @@ fn listed_tests(list: &str) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{Kubernetes, listed_tests, variants};
+    use super::{AWAITING_THE_AGENT, Kubernetes, listed_tests, variants};
 
     /// Each variant's Kubernetes, and the `cargo test` arguments of each of its runs.
     fn planned(args: &[&str]) -> Vec<(Kubernetes, Vec<String>)> {
@@ -346,6 +362,16 @@ mod tests {
             assert!(!newer.1.iter().any(|x| x == "--skip"), "{newer:?}");
         }
         assert!(planned(&["--test", "house"]).is_empty());
+        // What awaits the agent is skipped on 1.34, or `--ignored` would run it.
+        let default = planned(&[]);
+        let datagrams = default
+            .iter()
+            .find(|(_, a)| a.iter().any(|x| x == "cluster_datagrams"))
+            .unwrap_or_else(|| panic!("no run of cluster_datagrams: {default:?}"));
+        assert_eq!(datagrams.0, Kubernetes::V1_34);
+        for awaiting in AWAITING_THE_AGENT {
+            assert!(datagrams.1.iter().any(|x| x == awaiting), "{datagrams:?}");
+        }
     }
 
     #[test]

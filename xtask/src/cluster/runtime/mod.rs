@@ -23,7 +23,7 @@ pub use removed::Removed;
 use super::{
     node::{BRIDGE, NODE_IP, POD_CIDR, state},
     otelcol,
-    sidecars::{CLOUD_SQL_PROXY, OAUTH2_PROXY},
+    sidecars::{CLOUD_SQL_PROXY, OAUTH2_PROXY, STATSD_EXPORTER},
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -200,6 +200,7 @@ fn image_archives() -> anyhow::Result<Vec<(PathBuf, &'static str)>> {
         (&images::COLLECTOR, otelcol::binary()),
         (&images::CLOUD_SQL_PROXY, CLOUD_SQL_PROXY.binary()),
         (&images::OAUTH2_PROXY, OAUTH2_PROXY.binary()),
+        (&images::STATSD_EXPORTER, STATSD_EXPORTER.binary()),
     ];
     for (image, binary) in sidecars {
         if binary.exists() {
