@@ -1,5 +1,6 @@
 //! The hot-path rows: what the agent's programs add to a connection that succeeds,
-//! for each loop shape (TCP with FIN, TCP with RST, UDS). Per round, side by side:
+//! for each loop shape (TCP with FIN, TCP with RST, UDS), and by the same method to a
+//! delivered UDP datagram and to an unrelated drop (`datagrams`). Per round, side by side:
 //! the loop bare twice (the second a control of the noise), with the agent
 //! (throughput and CPU), and a shorter run with the kernel's statistics on, where null
 //! programs on the same hooks measure what the statistics themselves cost per run
@@ -99,12 +100,14 @@ pub fn measure(
     Ok(h)
 }
 
-/// The agent's Unix hooks for loop `w`: as shipped for TCP; the syscall tracepoints
+/// The agent's Unix hooks for loop `w`: as shipped for TCP and the datagram loops; the syscall tracepoints
 /// for UDS, the only Unix hooks a kernel without `fexit` and kprobes has (as shipped,
 /// the agent attaches none there and the row would measure nothing).
 pub fn hooks_for(w: Workload) -> UnixHooks {
     match w {
-        Workload::TcpFin | Workload::TcpRst => UnixHooks::AsShipped,
+        Workload::TcpFin | Workload::TcpRst | Workload::Udp | Workload::Drop => {
+            UnixHooks::AsShipped
+        }
         Workload::Uds => UnixHooks::Syscalls,
     }
 }

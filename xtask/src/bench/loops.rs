@@ -2,7 +2,8 @@
 //! and an accepting thread, both pinned to one CPU (see `cpu`), each timing its own
 //! CPU (the kernel's nanosecond runtime of the thread, loopback softirqs included:
 //! this kernel does not split out IRQ time). Three shapes: TCP closed with FIN or with
-//! RST, and a Unix stream socket.
+//! RST, and a Unix stream socket; and the datagram loops of `datagrams` (a delivered UDP
+//! datagram, a drop that is no UDP refusal), one thread each.
 
 use std::{
     io::Read as _,
@@ -23,7 +24,7 @@ use std::{
 
 use anyhow::Context;
 
-use super::cpu;
+use super::{cpu, datagrams};
 
 /// One run of a loop.
 #[derive(Debug, Clone, Copy)]
@@ -47,25 +48,57 @@ pub enum Workload {
     TcpRst,
     /// A Unix stream socket: connect, close.
     Uds,
+    /// A UDP datagram sent over loopback to a bound socket that reads it: delivered.
+    Udp,
+    /// A frame of an EtherType no protocol handles, sent on loopback: the kernel drops
+    /// it (`UNHANDLED_PROTO`), a drop that is no UDP refusal.
+    Drop,
 }
 
 impl Workload {
+    /// The successful-connect loops (the hot path).
     pub const ALL: [Workload; 3] = [Workload::TcpFin, Workload::TcpRst, Workload::Uds];
+    /// The `kfree_skb` loops (issue #49), in the order they run: the drops first,
+    /// whose null program on `kfree_skb` gives the statistics' cost the UDP loop (where
+    /// no program runs) takes.
+    pub const DATAGRAMS: [Workload; 2] = [Workload::Drop, Workload::Udp];
 
     pub fn label(self) -> &'static str {
         match self {
             Workload::TcpFin => "TCP connect + FIN close",
             Workload::TcpRst => "TCP connect + RST close",
             Workload::Uds => "UDS connect + close",
+            Workload::Udp => "UDP send + receive (delivered)",
+            Workload::Drop => "drop storm (frames of an unhandled EtherType on loopback)",
+        }
+    }
+
+    /// What one operation of the loop is, in the rows' "per …".
+    pub fn unit(self) -> &'static str {
+        match self {
+            Workload::TcpFin | Workload::TcpRst | Workload::Uds => "connection",
+            Workload::Udp => "datagram",
+            Workload::Drop => "drop",
+        }
+    }
+
+    /// What the loop's targets are about, as their rows start.
+    pub fn target(self) -> &'static str {
+        match self {
+            Workload::TcpFin | Workload::TcpRst | Workload::Uds => "successful connects",
+            Workload::Udp => "delivered UDP datagrams",
+            Workload::Drop => "unrelated drops",
         }
     }
 }
 
-/// Runs `n` connects of `w` on the loop CPU.
+/// Runs `n` operations of `w` on the loop CPU.
 pub fn run(w: Workload, n: u32) -> anyhow::Result<Run> {
     match w {
         Workload::TcpFin | Workload::TcpRst => tcp(w == Workload::TcpRst, n),
         Workload::Uds => uds(n),
+        Workload::Udp => datagrams::udp(n),
+        Workload::Drop => datagrams::drops(n),
     }
 }
 
@@ -126,31 +159,46 @@ fn serve(mut accept: impl FnMut() -> std::io::Result<()> + Send + 'static) -> Se
 fn measured(
     n: u32,
     server: Server,
-    connect: impl Fn() -> std::io::Result<()> + Send + 'static,
+    connect: impl FnMut() -> std::io::Result<()> + Send + 'static,
 ) -> anyhow::Result<(Run, Server)> {
-    let on = cpu::loop_cpu();
     // Both threads' CPU at each chunk's end, read by the client from the server's clock.
     let server_clock = cpu::clock_of(server.thread.as_pthread_t());
-    let client = std::thread::spawn(move || -> std::io::Result<(Duration, Duration, f64)> {
+    let run = timed(n, server_clock, connect);
+    server.stop.store(true, Ordering::Relaxed);
+    Ok((run?, server))
+}
+
+/// Runs `op` `n` times on a thread pinned to the loop CPU, timing each of the
+/// [`cpu::CHUNKS`] equal chunks by that thread's CPU plus, if given, another loop
+/// thread's (`other`, its CPU clock). The run's `cpu` is the pinned thread's alone.
+pub fn timed(
+    n: u32,
+    other: Option<libc::clockid_t>,
+    mut op: impl FnMut() -> std::io::Result<()> + Send + 'static,
+) -> anyhow::Result<Run> {
+    let on = cpu::loop_cpu();
+    let client = std::thread::spawn(move || -> std::io::Result<Run> {
         let _ = cpu::pin_current(on);
-        let both = || cpu::thread_cpu() + server_clock.map_or(Duration::ZERO, cpu::clock);
+        let both = || cpu::thread_cpu() + other.map_or(Duration::ZERO, cpu::clock);
         let chunk = (n / cpu::CHUNKS).max(1);
         let (cpu0, start) = (cpu::thread_cpu(), Instant::now());
         let (mut mark, mut best) = (both(), f64::INFINITY);
         for i in 1..=n {
-            connect()?;
+            op()?;
             if i % chunk == 0 {
                 let now = both();
                 best = best.min((now - mark).as_secs_f64() * 1e9 / f64::from(chunk));
                 mark = now;
             }
         }
-        Ok((start.elapsed(), cpu::thread_cpu() - cpu0, best))
+        Ok(Run {
+            wall: start.elapsed(),
+            cpu: cpu::thread_cpu() - cpu0,
+            best_ns: best,
+        })
     });
-    let result = client.join().expect("the client loop");
-    server.stop.store(true, Ordering::Relaxed);
-    let (wall, cpu, best_ns) = result.context("a connect of the loop failed")?;
-    Ok((Run { wall, cpu, best_ns }, server))
+    let result = client.join().expect("the loop thread");
+    result.context("an operation of the loop failed")
 }
 
 impl Server {

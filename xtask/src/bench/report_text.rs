@@ -94,6 +94,25 @@ pub fn method(plan: &Plan) -> String {
          runs and the syscall slow path (the direct rows count both), and counts other \
          processes' connects on the machine during the run too (an upper bound on the \
          programs' share).\n\
+         - **Datagrams: the `skb:kfree_skb` hook** (issue #49), the UDP refusals' hook, which \
+         fires for every skb the node drops: measured by the hot path's method exactly \
+         (the same rounds, rotation, cheapest chunks, bare / bare control and bpf_stats \
+         run, with a null program on `kfree_skb`; the agent as shipped), with two loops of \
+         one thread each, pinned to CPU {cpu} (loopback delivers or drops a packet in the \
+         softirq its sender's own send runs, in the sender's task, so that thread's CPU \
+         holds the packet's whole path). **UDP send + receive (delivered)**: a connected \
+         UDP socket sends 32-byte datagrams to a bound socket on 127.0.0.1 that reads each \
+         before the next is sent; a delivered datagram is consumed, not freed, so no \
+         program should run (its runs per datagram say whether one did). **Drop storm**: an \
+         `AF_PACKET` socket sends 60-byte frames of EtherType 0x88b5 (local experimental, \
+         which no protocol handles) on loopback, each dropped with the reason \
+         `UNHANDLED_PROTO`: the agent's program runs once per drop and leaves at its first \
+         compare (the reason is not `NO_SOCKET`), after the tracefs tracepoint has filled \
+         its record (that dispatch is outside bpf_stats, inside the direct row). It is \
+         about the cheapest drop the kernel makes, so its ratio is the most a drop pays in \
+         proportion; a `NO_SOCKET` drop of another protocol (a TCP segment to a closed \
+         port) reads the skb's device and IP header before it leaves, a few loads more, \
+         and is not measured here (the agent's TCP hooks run on it too).\n\
          - Secondary rows, same rounds: throughput (wall time) with the agent / bare, and CPU \
          over whole runs: noisy on a shared 2-core machine, shown with their spread.\n\
          - Refused connects come from a pod, as users' do: one simulated pod (cgroups in \
