@@ -10,7 +10,7 @@ use std::{collections::BTreeMap, path::Path};
 
 use super::{
     agent::{Agent, UnixHooks},
-    bpf_stats::{ProgStats, Stats},
+    bpf_stats::{self, ProgStats, Stats},
     loops::{self, Run, Workload},
     null_prog::{HOOKS, NullProgram},
     peer::Bpftrace,
@@ -45,6 +45,9 @@ pub struct HotPath {
     /// Per program (name as bpftool shows it): runs per connection, ns per run
     /// (statistics included), one sample per round.
     pub programs: BTreeMap<String, (Vec<f64>, Vec<f64>)>,
+    /// Rounds where another process held a program on the loop's watched hook at the
+    /// start or end of a bare run (`Workload::watched_hook`; `None`: none watched).
+    pub foreign_rounds: Option<usize>,
 }
 
 /// One round's statistics run: the agent's programs and the null programs.
@@ -69,24 +72,37 @@ pub fn measure(
     let per_connect = calibration.wall.as_secs_f64() / f64::from(plan.connects);
     let n = ((plan.round.as_secs_f64() / per_connect) as u32).clamp(100, 1_000_000);
     eprintln!(
-        "bench: {}: {n} connects per run, {} rounds",
+        "bench: {}: {n} operations ({}s) per run, {} rounds",
         w.label(),
+        w.unit(),
         plan.success_rounds
     );
     let mut h = HotPath::new(w, peer);
+    // Programs other processes hold on the watched hook, around a bare run.
+    let foreign = || w.watched_hook().map_or(0, bpf_stats::attached_to);
+    let bare_run = |seen: &mut usize| -> anyhow::Result<Run> {
+        *seen += foreign();
+        let run = loops::run(w, n)?;
+        *seen += foreign();
+        Ok(run)
+    };
     for round in 0..plan.success_rounds {
         let (mut bare, mut control, mut with, mut traced) = (None, None, None, None);
+        let mut seen = 0;
         for step in 0..4 {
             match (round + step) % 4 {
-                0 => bare = Some(loops::run(w, n)?),
+                0 => bare = Some(bare_run(&mut seen)?),
                 1 => with = Some(with_agent(bin, w, n, &mut h.hooks_attached)?),
-                2 => control = Some(loops::run(w, n)?),
+                2 => control = Some(bare_run(&mut seen)?),
                 _ if peer => {
                     let _bt = Bpftrace::start()?;
                     traced = Some(loops::run(w, n)?);
                 }
                 _ => {}
             }
+        }
+        if let Some(rounds) = h.foreign_rounds.as_mut() {
+            *rounds += usize::from(seen > 0);
         }
         let (bare, (with, counted)) = (bare.expect("measured"), with.expect("measured"));
         h.add(
@@ -183,6 +199,7 @@ impl HotPath {
             hooks_attached: None,
             peer: peer.then(Vec::new),
             programs: BTreeMap::new(),
+            foreign_rounds: workload.watched_hook().map(|_| 0),
         }
     }
 

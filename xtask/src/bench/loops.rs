@@ -82,6 +82,15 @@ impl Workload {
         }
     }
 
+    /// The hook whose other holders the bare runs watch for (another agent's program
+    /// there would charge the bare runs what the row measures): the datagram loops'.
+    pub fn watched_hook(self) -> Option<&'static str> {
+        match self {
+            Workload::Udp | Workload::Drop => Some("kfree_skb"),
+            Workload::TcpFin | Workload::TcpRst | Workload::Uds => None,
+        }
+    }
+
     /// What the loop's targets are about, as their rows start.
     pub fn target(self) -> &'static str {
         match self {

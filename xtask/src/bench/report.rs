@@ -179,6 +179,15 @@ impl Report {
                 programs.join("; ")
             },
         ]);
+        if let (Some(rounds), Some(hook)) = (h.foreign_rounds, h.workload.watched_hook()) {
+            self.rows.push(vec![
+                format!(
+                    "{l}: rounds whose bare runs had another process's program on `{hook}` \
+                     (at a run's start or end: its cost then counts in bare too)"
+                ),
+                format!("{rounds} of {}", h.bound.len()),
+            ]);
+        }
         if let Some(p) = &h.peer {
             self.rows.push(row(
                 &format!("{l}: peer bpftrace SYN_SENT map (same tracepoint), throughput / bare"),
