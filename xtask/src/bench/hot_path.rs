@@ -12,7 +12,7 @@ use super::{
     agent::{Agent, UnixHooks},
     bpf_stats::{self, ProgStats, Stats},
     loops::{self, Run, Workload},
-    null_prog::{HOOKS, NullProgram},
+    null_prog::{HOOKS, Hook, NullProgram},
     peer::Bpftrace,
     plan::Plan,
 };
@@ -48,7 +48,18 @@ pub struct HotPath {
     /// Rounds where another process held a program on the loop's watched hook at the
     /// start or end of a bare run (`Workload::watched_hook`; `None`: none watched).
     pub foreign_rounds: Option<usize>,
+    /// Drop storm only: the loop's CPU per drop bare / with a null program alone on
+    /// `kfree_skb`, the tracefs tracepoint (the agent's hook) and the BTF one: what the
+    /// hook costs before any program's work.
+    pub null_dispatch: Option<[Vec<f64>; 2]>,
 }
+
+/// The hooks of the drop storm's null-program runs: the tracefs tracepoint the agent
+/// uses, and the BTF tracepoint, which fills no record.
+pub const KFREE_SKB_HOOKS: [Hook; 2] = [
+    Hook::Tracepoint("skb", "kfree_skb"),
+    Hook::BtfTracepoint("kfree_skb"),
+];
 
 /// One round's statistics run: the agent's programs and the null programs.
 struct Counted {
@@ -88,7 +99,7 @@ pub fn measure(
     };
     for round in 0..plan.success_rounds {
         let (mut bare, mut control, mut with, mut traced) = (None, None, None, None);
-        let mut seen = 0;
+        let (mut seen, mut nulls) = (0, None);
         for step in 0..4 {
             match (round + step) % 4 {
                 0 => bare = Some(bare_run(&mut seen)?),
@@ -98,6 +109,7 @@ pub fn measure(
                     let _bt = Bpftrace::start()?;
                     traced = Some(loops::run(w, n)?);
                 }
+                _ if w == Workload::Drop => nulls = Some(null_runs(w, n)?),
                 _ => {}
             }
         }
@@ -105,6 +117,11 @@ pub fn measure(
             *rounds += usize::from(seen > 0);
         }
         let (bare, (with, counted)) = (bare.expect("measured"), with.expect("measured"));
+        if let (Some(ratios), Some(runs)) = (h.null_dispatch.as_mut(), nulls) {
+            for (samples, run) in ratios.iter_mut().zip(runs) {
+                samples.extend(run.map(|r: Run| bare.best_ns / r.best_ns));
+            }
+        }
         h.add(
             n,
             [&bare, &control.expect("measured"), &with],
@@ -126,6 +143,19 @@ pub fn hooks_for(w: Workload) -> UnixHooks {
         }
         Workload::Uds => UnixHooks::Syscalls,
     }
+}
+
+/// One run of `w` with a null program alone on each of [`KFREE_SKB_HOOKS`] in turn
+/// (`None` where it would not attach).
+fn null_runs(w: Workload, n: u32) -> anyhow::Result<[Option<Run>; 2]> {
+    let mut runs = [None, None];
+    for (run, hook) in runs.iter_mut().zip(KFREE_SKB_HOOKS) {
+        let null = NullProgram::attach_all(&[hook]);
+        if !null.is_empty() {
+            *run = Some(loops::run(w, n)?);
+        }
+    }
+    Ok(runs)
 }
 
 /// The agent's throughput run, then a quarter as many connects with the statistics
@@ -200,6 +230,7 @@ impl HotPath {
             peer: peer.then(Vec::new),
             programs: BTreeMap::new(),
             foreign_rounds: workload.watched_hook().map(|_| 0),
+            null_dispatch: (workload == Workload::Drop).then(Default::default),
         }
     }
 

@@ -179,6 +179,28 @@ impl Report {
                 programs.join("; ")
             },
         ]);
+        if let Some([tracefs, btf]) = &h.null_dispatch {
+            for (samples, hook) in [
+                (
+                    tracefs,
+                    "the tracefs tracepoint `skb:kfree_skb`, the agent's hook",
+                ),
+                (
+                    btf,
+                    "the BTF tracepoint `kfree_skb` (`tp_btf`: no record filled)",
+                ),
+            ] {
+                let name = format!(
+                    "{l}: CPU per {u}, bare / with a null program (`r0 = 0; exit`) alone on \
+                     {hook}: the hook's own cost"
+                );
+                self.rows.push(if samples.is_empty() {
+                    vec![name, "no null program attached on this kernel".into()]
+                } else {
+                    row(&name, samples, 3)
+                });
+            }
+        }
         if let (Some(rounds), Some(hook)) = (h.foreign_rounds, h.workload.watched_hook()) {
             self.rows.push(vec![
                 format!(
