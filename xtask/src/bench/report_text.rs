@@ -112,7 +112,14 @@ pub fn method(plan: &Plan) -> String {
          about the cheapest drop the kernel makes, so its ratio is the most a drop pays in \
          proportion; a `NO_SOCKET` drop of another protocol (a TCP segment to a closed \
          port) reads the skb's device and IP header before it leaves, a few loads more, \
-         and is not measured here (the agent's TCP hooks run on it too).\n\
+         and is not measured here (the agent's TCP hooks run on it too). Each drop-storm \
+         round also runs the loop with a null program alone on the tracefs `kfree_skb` and \
+         alone on the BTF tracepoint `kfree_skb`: the hook's own cost without the agent's \
+         work, and what a `tp_btf` program would pay instead. Before and after each bare \
+         run the bench lists the programs other processes hold on `kfree_skb` (`bpftool \
+         perf show`: tests running beside the bench start agents of their own); a round \
+         where one was there charged its bare runs the hook's cost too, which flatters \
+         the agent, and a row counts those rounds.\n\
          - Secondary rows, same rounds: throughput (wall time) with the agent / bare, and CPU \
          over whole runs: noisy on a shared 2-core machine, shown with their spread.\n\
          - Refused connects come from a pod, as users' do: one simulated pod (cgroups in \
