@@ -13,7 +13,7 @@ use std::{
 
 use anyhow::{Context, bail};
 
-use super::loops::{Run, timed};
+use super::cpu::{Run, timed};
 
 /// A statsd line's size.
 const PAYLOAD: [u8; 32] = [b'x'; 32];

@@ -19,24 +19,16 @@ use std::{
         atomic::{AtomicBool, AtomicU32, Ordering},
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::Context;
 
-use super::{cpu, datagrams};
-
-/// One run of a loop.
-#[derive(Debug, Clone, Copy)]
-pub struct Run {
-    pub wall: Duration,
-    /// CPU time of the loop's threads (kernel work done on their behalf included, e.g.
-    /// loopback softirqs and eBPF programs).
-    pub cpu: Duration,
-    /// CPU time of both threads per connection in the cheapest of the run's
-    /// [`cpu::CHUNKS`] equal chunks of connects (ns).
-    pub best_ns: f64,
-}
+pub use super::cpu::Run;
+use super::{
+    cpu::{self, timed},
+    datagrams,
+};
 
 /// A connect-and-close loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,39 +167,6 @@ fn measured(
     let run = timed(n, server_clock, connect);
     server.stop.store(true, Ordering::Relaxed);
     Ok((run?, server))
-}
-
-/// Runs `op` `n` times on a thread pinned to the loop CPU, timing each of the
-/// [`cpu::CHUNKS`] equal chunks by that thread's CPU plus, if given, another loop
-/// thread's (`other`, its CPU clock). The run's `cpu` is the pinned thread's alone.
-pub fn timed(
-    n: u32,
-    other: Option<libc::clockid_t>,
-    mut op: impl FnMut() -> std::io::Result<()> + Send + 'static,
-) -> anyhow::Result<Run> {
-    let on = cpu::loop_cpu();
-    let client = std::thread::spawn(move || -> std::io::Result<Run> {
-        let _ = cpu::pin_current(on);
-        let both = || cpu::thread_cpu() + other.map_or(Duration::ZERO, cpu::clock);
-        let chunk = (n / cpu::CHUNKS).max(1);
-        let (cpu0, start) = (cpu::thread_cpu(), Instant::now());
-        let (mut mark, mut best) = (both(), f64::INFINITY);
-        for i in 1..=n {
-            op()?;
-            if i % chunk == 0 {
-                let now = both();
-                best = best.min((now - mark).as_secs_f64() * 1e9 / f64::from(chunk));
-                mark = now;
-            }
-        }
-        Ok(Run {
-            wall: start.elapsed(),
-            cpu: cpu::thread_cpu() - cpu0,
-            best_ns: best,
-        })
-    });
-    let result = client.join().expect("the loop thread");
-    result.context("an operation of the loop failed")
 }
 
 impl Server {
