@@ -49,7 +49,8 @@ pub struct HotPath {
     /// start or end of a bare run (`Workload::watched_hook`; `None`: none watched).
     pub foreign_rounds: Option<usize>,
     /// Drop storm only: the loop's CPU per drop bare / with a null program alone on
-    /// `kfree_skb`, the tracefs tracepoint (the agent's hook) and the BTF one: what the
+    /// `kfree_skb`, the tracefs tracepoint (the agent's fallback) and the BTF one (its
+    /// hook where the kernel takes it): what the
     /// hook costs before any program's work.
     pub null_dispatch: Option<[Vec<f64>; 2]>,
 }
