@@ -120,7 +120,11 @@ pub(super) fn attach_all(
             continue;
         }
         // No tracefs at all (the layout says so): its BTF tracepoint, if any.
-        let Some(program) = tp.btf_program.filter(|_| layout.without_tracefs) else {
+        // Not the UDP one: `NO_SOCKET`'s number comes from tracefs.
+        let Some(program) = tp
+            .btf_program
+            .filter(|_| layout.without_tracefs && tp.program != UDP_PROGRAM)
+        else {
             continue;
         };
         match needs
