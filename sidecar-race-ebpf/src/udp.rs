@@ -1,8 +1,9 @@
 //! UDP refusals: a datagram dropped because no socket holds its port, seen at
-//! `skb:kfree_skb` with the drop reason `NO_SOCKET` (5.17+). The agent reads the
-//! record's offsets and the reason's number from tracefs (the number differs between
-//! kernels) and the `sk_buff` offsets from the kernel's BTF; the record the program
-//! sends is a `SocketEvent` of kind `UDP_REFUSED`.
+//! `skb:kfree_skb` with the drop reason `NO_SOCKET` (5.17+), hooked as a BTF tracepoint
+//! where the kernel takes it, else through tracefs. The agent reads the record's offsets
+//! and the reason's number from tracefs (the number differs between kernels) and the
+//! `sk_buff` offsets from the kernel's BTF; the record the program sends is a
+//! `SocketEvent` of kind `UDP_REFUSED`.
 
 use crate::layout::MISSING;
 
@@ -33,7 +34,8 @@ pub struct UdpConfig {
     pub transport_header: u16,
     /// `sk_buff.skb_iif` (int): the device the datagram arrived on.
     pub skb_iif: u16,
-    pub _pad: u16,
+    /// `sk_buff.protocol` (`__be16`): what the BTF tracepoint reads, which has no record.
+    pub skb_protocol: u16,
     /// The number of `SKB_DROP_REASON_NO_SOCKET` on this kernel.
     pub no_socket: u32,
     pub _pad2: u32,
@@ -48,7 +50,7 @@ impl UdpConfig {
         network_header: MISSING,
         transport_header: MISSING,
         skb_iif: MISSING,
-        _pad: 0,
+        skb_protocol: MISSING,
         no_socket: u32::MAX,
         _pad2: 0,
     };
@@ -62,6 +64,7 @@ impl UdpConfig {
             && self.network_header != MISSING
             && self.transport_header != MISSING
             && self.skb_iif != MISSING
+            && self.skb_protocol != MISSING
             && self.no_socket != u32::MAX
     }
 }

@@ -39,8 +39,8 @@ pub struct KernelArgs {
     /// events still attribute).
     #[arg(long, env = "SIDECAR_RACE_GRACE_SECONDS", default_value_t = 600)]
     pub grace_seconds: u64,
-    /// Hook TCP state changes with the BTF tracepoint where the kernel has BTF (cheaper
-    /// per state change); `--tp-btf=false` keeps the tracefs tracepoint.
+    /// Hook TCP state changes and dropped skbs (UDP refusals) with BTF tracepoints where
+    /// the kernel has BTF (cheaper per event); `--tp-btf=false` keeps the tracefs ones.
     #[arg(
         long,
         env = "SIDECAR_RACE_TP_BTF",

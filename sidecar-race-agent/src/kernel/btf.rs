@@ -224,6 +224,7 @@ pub fn skb_fields(btf: &Btf, mut udp: UdpConfig) -> Result<UdpConfig, BtfError> 
     udp.network_header = btf.offset("sk_buff", "network_header")?;
     udp.transport_header = btf.offset("sk_buff", "transport_header")?;
     udp.skb_iif = btf.offset("sk_buff", "skb_iif")?;
+    udp.skb_protocol = btf.offset("sk_buff", "protocol")?;
     Ok(udp)
 }
 
@@ -382,6 +383,7 @@ mod tests {
         let btf = Btf::parse(&data).unwrap();
         let f = skb_fields(&btf, UdpConfig::UNSET).unwrap();
         assert!(f.head > f.transport_header && f.network_header == f.transport_header + 2);
+        assert!(f.skb_protocol < f.transport_header, "{f:?}");
     }
 
     #[test]

@@ -164,6 +164,7 @@ impl BtfOffsets {
             network_header: skb.network_header,
             transport_header: skb.transport_header,
             skb_iif: skb.skb_iif,
+            skb_protocol: skb.skb_protocol,
             ..layout.udp
         };
         if c.is_set() {

@@ -72,7 +72,9 @@ pub const TRACEPOINTS: [Tracepoint; 6] = [
         category: "skb",
         name: "kfree_skb",
         program: UDP_PROGRAM,
-        btf_program: None,
+        // Tried first where the tracefs record is readable (the reason's number comes
+        // from it), never without tracefs: `tracepoints::attach_all`.
+        btf_program: Some("udp_kfree_skb_btf"),
         required: false,
         capability: "UDP refusals (datagrams to a pod's loopback port no socket holds; needs the drop reason NO_SOCKET, 5.17+)",
     },

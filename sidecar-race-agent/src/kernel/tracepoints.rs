@@ -1,5 +1,6 @@
-//! The tracepoints of [`TRACEPOINTS`] (TCP state changes, resets, cgroups), with
-//! `inet_sock_set_state` on its BTF tracepoint where the kernel allows, and every one
+//! The tracepoints of [`TRACEPOINTS`] (TCP state changes, resets, cgroups, dropped
+//! skbs), with `inet_sock_set_state` and `kfree_skb` on their BTF tracepoints where the
+//! kernel allows, and every one
 //! with a BTF program on that where tracefs is missing: which were attached, which
 //! could not be, and the programs each kernel gets.
 
@@ -22,13 +23,14 @@ pub(super) struct Attached {
 pub(super) struct BtfReady {
     pub sock: Result<(), String>,
     pub cgroup: Result<(), String>,
-    /// The `sk_buff` offsets the UDP refusal program reads (it has no BTF program:
-    /// without them it is not attached).
+    /// The `sk_buff` offsets the UDP refusal programs read (without them neither is
+    /// attached).
     pub udp: Result<(), String>,
 }
 
-/// Attaches every usable tracepoint of the layout: `inet_sock_set_state` on its BTF
-/// tracepoint when `set_state_btf` asks for it and the kernel takes it; the others
+/// Attaches every usable tracepoint of the layout: `inet_sock_set_state` and
+/// `kfree_skb` on their BTF tracepoints when `set_state_btf` (`--tp-btf`) asks for it
+/// and the kernel takes them; the others
 /// through tracefs, or, where tracefs cannot serve one (none is mounted), on its BTF
 /// tracepoint. Fails only when a required one cannot be attached; optional ones end up
 /// in `degraded`.
@@ -41,12 +43,8 @@ pub(super) fn attach_all(
 ) -> Result<Attached, ProbeError> {
     let mut attached = Vec::new();
     let mut degraded = Vec::new();
-    let preferred = if set_state_btf {
-        ready.sock.clone()
-    } else {
-        Err("turned off (--tp-btf=false)".to_string())
-    };
-    let mut set_state_hook = match preferred
+    let mut set_state_hook = match prefer_btf(set_state_btf)
+        .and_then(|_| ready.sock.clone())
         .and_then(|_| attach_btf(ebpf, SET_STATE_BTF, "inet_sock_set_state", kernel_btf))
     {
         Ok(()) => SetStateHook::TpBtf,
@@ -62,15 +60,26 @@ pub(super) fn attach_all(
         } else {
             &ready.sock
         };
-        if tp.program == UDP_PROGRAM
-            && layout.is_usable(tp.program)
-            && let Err(why) = &ready.udp
-        {
-            degraded.push(Degraded {
-                tracepoint: tp,
-                reason: format!("no sk_buff offsets from the kernel's BTF: {why}"),
-            });
-            continue;
+        if tp.program == UDP_PROGRAM && layout.is_usable(tp.program) {
+            if let Err(why) = &ready.udp {
+                degraded.push(Degraded {
+                    tracepoint: tp,
+                    reason: format!("no sk_buff offsets from the kernel's BTF: {why}"),
+                });
+                continue;
+            }
+            // Every skb the node drops runs it: the BTF tracepoint fills no record first.
+            match prefer_btf(set_state_btf)
+                .and_then(|_| attach_btf(ebpf, UDP_BTF, tp.name, kernel_btf))
+            {
+                Ok(()) => {
+                    attached.push(tp);
+                    continue;
+                }
+                Err(why) => tracing::info!(
+                    "skb:kfree_skb hooked through tracefs, not as a BTF tracepoint: {why}"
+                ),
+            }
         }
         if layout.is_usable(tp.program) {
             let e = match attach(ebpf, &tp, tp.program) {
@@ -111,7 +120,11 @@ pub(super) fn attach_all(
             continue;
         }
         // No tracefs at all (the layout says so): its BTF tracepoint, if any.
-        let Some(program) = tp.btf_program.filter(|_| layout.without_tracefs) else {
+        // Not the UDP one: `NO_SOCKET`'s number comes from tracefs.
+        let Some(program) = tp
+            .btf_program
+            .filter(|_| layout.without_tracefs && tp.program != UDP_PROGRAM)
+        else {
             continue;
         };
         match needs
@@ -145,6 +158,18 @@ pub(super) fn attach_all(
 
 /// `inet_sock_set_state` on its BTF tracepoint.
 const SET_STATE_BTF: &str = "inet_sock_set_state_btf";
+
+/// `skb:kfree_skb`'s program on its BTF tracepoint.
+const UDP_BTF: &str = "udp_kfree_skb_btf";
+
+/// Whether the BTF tracepoints are wanted where the kernel takes them (`--tp-btf`).
+fn prefer_btf(tp_btf: bool) -> Result<(), String> {
+    if tp_btf {
+        Ok(())
+    } else {
+        Err("turned off (--tp-btf=false)".to_string())
+    }
+}
 
 /// A tracepoint that is loaded but could not be attached, and why.
 #[derive(Debug, Clone)]

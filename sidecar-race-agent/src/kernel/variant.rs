@@ -67,6 +67,7 @@ mod tests {
             "unix_sys_exit",
             "unix_sys_exit_listen",
             "udp_kfree_skb",
+            "udp_kfree_skb_btf",
             "unix_sys_exit_bind",
         ];
         for name in charging {

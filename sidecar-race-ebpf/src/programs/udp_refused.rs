@@ -8,9 +8,13 @@
 //! the pod. A datagram the kernel's `ksoftirqd` delivered instead (a backlog too long
 //! for one softirq) carries that thread, whose cgroup is no pod's: counted, not blamed.
 
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
+};
 use sidecar_race_ebpf::{
     abi::{AF_INET, AF_INET6, SocketEvent, counter, kind, v4_mapped},
+    layout::port_to_host,
     udp::{ETH_P_IP, ETH_P_IPV6, IPPROTO_UDP, LOOPBACK_IFINDEX, UdpConfig, ip_layout, udp_ports},
 };
 
@@ -29,30 +33,66 @@ static UDP: UdpConfig = UdpConfig::UNSET;
 
 budgeted!(
     #[tracepoint]
-    udp_kfree_skb / udp_kfree_skb_plain (TracePointContext) => on_drop
+    udp_kfree_skb / udp_kfree_skb_plain (TracePointContext) => on_record
+);
+
+budgeted!(
+    /// The BTF tracepoint, where the kernel takes it: no trace record is filled before
+    /// the program runs, which is most of the tracefs hook's cost per drop.
+    #[btf_tracepoint(function = "kfree_skb")]
+    udp_kfree_skb_btf / udp_kfree_skb_btf_plain (BtfTracePointContext) => on_args
 );
 
 #[inline(always)]
-fn on_drop<const CMPXCHG: bool>(ctx: &TracePointContext) -> u32 {
-    match try_drop::<CMPXCHG>(ctx) {
+fn config_now() -> UdpConfig {
+    // SAFETY: a plain read of a global nothing writes after load; volatile so the
+    // compiler does not fold in the `UNSET` initialiser.
+    unsafe { core::ptr::read_volatile(&raw const UDP) }
+}
+
+/// The tracefs tracepoint: the reason, the protocol and the skb from the record.
+#[inline(always)]
+fn on_record<const CMPXCHG: bool>(ctx: &TracePointContext) -> u32 {
+    let c = config_now();
+    let dropped = (|| {
+        if load_i32(ctx, c.reason)? as u32 != c.no_socket {
+            return Err(0);
+        }
+        Ok::<_, u32>((load_u16(ctx, c.protocol)?, load_u64(ctx, c.skbaddr)?))
+    })();
+    match dropped.and_then(|(protocol, skb)| try_drop::<CMPXCHG>(&c, protocol, skb)) {
         Ok(r) | Err(r) => r,
     }
 }
 
+/// The BTF tracepoint: (struct sk_buff *skb, void *location, enum skb_drop_reason
+/// reason, …); `skb->protocol` read from the skb (network order, as the record's is
+/// not).
 #[inline(always)]
-fn try_drop<const CMPXCHG: bool>(ctx: &TracePointContext) -> Result<u32, u32> {
-    // SAFETY: a plain read of a global nothing writes after load; volatile so the
-    // compiler does not fold in the `UNSET` initialiser.
-    let c = unsafe { core::ptr::read_volatile(&raw const UDP) };
-    if load_i32(ctx, c.reason)? as u32 != c.no_socket {
-        return Ok(0);
+fn on_args<const CMPXCHG: bool>(ctx: &BtfTracePointContext) -> u32 {
+    let c = config_now();
+    let reason: u32 = ctx.arg(2);
+    if reason != c.no_socket {
+        return 0;
     }
-    let ipv6 = match load_u16(ctx, c.protocol)? {
+    let skb: u64 = ctx.arg(0);
+    let Some(protocol) = read::<u16>(skb, c.skb_protocol) else {
+        return 0;
+    };
+    let protocol = port_to_host(protocol, cfg!(target_endian = "big"));
+    match try_drop::<CMPXCHG>(&c, protocol, skb) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// A `NO_SOCKET` drop of `skb`, whose `protocol` (host order) the hook read.
+#[inline(always)]
+fn try_drop<const CMPXCHG: bool>(c: &UdpConfig, protocol: u16, skb: u64) -> Result<u32, u32> {
+    let ipv6 = match protocol {
         ETH_P_IP => false,
         ETH_P_IPV6 => true,
         _ => return Ok(0),
     };
-    let skb = load_u64(ctx, c.skbaddr)?;
     if read::<i32>(skb, c.skb_iif) != Some(LOOPBACK_IFINDEX) {
         return Ok(0); // from off the pod, or not received at all
     }

@@ -9,7 +9,7 @@ use aya_ebpf::{
     bindings::BPF_ANY,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
     macros::{map, tracepoint},
-    maps::LruHashMap,
+    maps::{LruHashMap, PerCpuArray},
     programs::TracePointContext,
 };
 use sidecar_race_ebpf::{
@@ -19,6 +19,7 @@ use sidecar_race_ebpf::{
 
 use super::{
     charge,
+    ctx_load::load_u64,
     helpers::{current_owner, field, now_boot_ns},
     unix_sock::{self, Details, PathSource},
 };
@@ -42,9 +43,20 @@ struct Bound {
     listening: u32,
 }
 
-/// A `socket()` in progress, by thread: 1 for a Unix datagram socket, else 0.
+/// An AF_UNIX `socket()` in progress on this CPU: the thread that entered it, and 1
+/// for a datagram socket, else 0. One slot per CPU, not a hash keyed by thread:
+/// `socket()` of every family of every process on the node passes here, so its entry
+/// makes no map operation unless the family is AF_UNIX, and an AF_UNIX one writes this
+/// slot in place.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SocketCall {
+    pid_tgid: u64,
+    dgram: u64,
+}
+
 #[map]
-static UNIX_SOCKET_CALLS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(1_024, 0);
+static UNIX_SOCKET_CALL: PerCpuArray<SocketCall> = PerCpuArray::with_max_entries(1, 0);
 
 /// Unix datagram sockets, by (process id << 32 | descriptor), from their `socket()`.
 #[map]
@@ -53,37 +65,69 @@ static UNIX_DGRAM_FDS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(16_384
 #[tracepoint]
 pub fn unix_sys_enter_socket(ctx: TracePointContext) -> u32 {
     let a = unix_sock::config().syscalls;
-    let (Ok(family), Ok(ty)) = (
-        field::<u64>(&ctx, a.socket_family),
-        field::<u64>(&ctx, a.socket_type),
-    ) else {
+    // The argument is an `int` in an 8-byte slot: its low half is what the kernel reads.
+    let Ok(family) = load_u64(&ctx, a.socket_family) else {
         return 0;
     };
-    let dgram = family == u64::from(AF_UNIX) && ty & SOCK_TYPE_MASK == u64::from(SOCK_DGRAM);
-    let _ = UNIX_SOCKET_CALLS.insert(
-        &bpf_get_current_pid_tgid(),
-        &u8::from(dgram),
-        BPF_ANY as u64,
-    );
+    if family as u32 != u32::from(AF_UNIX) {
+        return 0;
+    }
+    let Ok(ty) = load_u64(&ctx, a.socket_type) else {
+        return 0;
+    };
+    let Some(slot) = UNIX_SOCKET_CALL.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's value of the array's one entry, valid for this program run.
+    unsafe {
+        (*slot).dgram = u64::from(ty & SOCK_TYPE_MASK == u64::from(SOCK_DGRAM));
+        (*slot).pid_tgid = bpf_get_current_pid_tgid();
+    }
     0
 }
 
+/// What the per-CPU slot costs: where the thread moved to another CPU between the
+/// entry and this exit (`socket()` can sleep), or another thread's AF_UNIX `socket()`
+/// on the CPU took the slot meanwhile, the slot is not this thread's and the call goes
+/// unseen. A datagram socket made so is not known as one: its bind reads as an
+/// ordinary bind, as a descriptor passed in does (no listener up). A stream socket made
+/// so leaves in place an entry a closed datagram socket left under the same descriptor
+/// number: its bind is taken for a datagram socket's (a listener up at bind, not at
+/// listen). And the slot a moved thread left behind matches that thread's next
+/// `socket()` on the CPU if that call is of another family (an AF_UNIX one writes the
+/// slot anew): its descriptor is taken for a datagram socket's, harmless (no AF_UNIX
+/// bind succeeds on it) until the number is reused by a Unix socket that no
+/// `socket()` made (accepted, from `socketpair`, passed in).
 #[tracepoint]
 pub fn unix_sys_exit_socket(ctx: TracePointContext) -> u32 {
-    let Some(dgram) = unix_sock::take_call(&UNIX_SOCKET_CALLS) else {
+    let Some(slot) = UNIX_SOCKET_CALL.get_ptr_mut(0) else {
         return 0;
     };
-    let Ok(fd) = field::<i64>(&ctx, unix_sock::config().syscalls.exit_ret) else {
+    // SAFETY: this CPU's value of the array's one entry, valid for this program run.
+    let call = unsafe { *slot };
+    // No thread has pid_tgid 0 in process context (that is the idle task).
+    if call.pid_tgid == 0 || call.pid_tgid != bpf_get_current_pid_tgid() {
+        return 0;
+    }
+    // SAFETY: as above.
+    unsafe { (*slot).pid_tgid = 0 };
+    let Ok(fd) = load_u64(&ctx, unix_sock::config().syscalls.exit_ret) else {
         return 0;
     };
+    let fd = fd as i64;
     if fd < 0 {
         return 0;
     }
-    let key = bound_key(bpf_get_current_pid_tgid(), fd as u64);
-    // A descriptor number reused by another kind of socket is no datagram socket.
-    if dgram != 0 {
+    let key = bound_key(call.pid_tgid, fd as u64);
+    if call.dgram != 0 {
         let _ = UNIX_DGRAM_FDS.insert(&key, &1, BPF_ANY as u64);
-    } else {
+        return 0;
+    }
+    // A descriptor number reused by a stream socket is no datagram socket. A lookup
+    // first: a stream socket's number is almost never in the table, and a lookup costs
+    // less than a delete.
+    // SAFETY: only checks presence.
+    if unsafe { UNIX_DGRAM_FDS.get(&key) }.is_some() {
         let _ = UNIX_DGRAM_FDS.remove(&key);
     }
     0

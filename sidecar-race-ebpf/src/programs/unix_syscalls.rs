@@ -124,15 +124,20 @@ fn exited(ctx: &TracePointContext, addr_at: u16, len_at: u16, via: u8) -> u32 {
     // SAFETY: helpers without preconditions (5.11+ and 5.15+); the agent loads these
     // programs only where the verifier accepts them.
     let regs = unsafe { generated::bpf_task_pt_regs(generated::bpf_get_current_task_btf()) } as u64;
-    let (Some(addr), Some(addr_len)) = (
-        unix_sock::read::<u64>(regs, addr_at),
-        unix_sock::read::<u64>(regs, len_at),
-    ) else {
+    // One read at a time, each checked before the next: with both read first and
+    // checked together, LLVM kept the first one's pointer in a register the read
+    // helper's call clobbers, read on the path where that read had failed, and the
+    // verifier refused the program (`R3 !read_ok`), so every kernel fell back to entry
+    // and exit. The length only for an AF_UNIX address (a TCP refusal stops before).
+    let Some(addr) = unix_sock::read::<u64>(regs, addr_at) else {
         return 0;
     };
     if !is_unix(addr) {
         return 0;
     }
+    let Some(addr_len) = unix_sock::read::<u64>(regs, len_at) else {
+        return 0;
+    };
     // Only on 5.15+ (the helpers above): compare-and-exchange is there.
     report::<true>(addr, addr_len as i32 as i64, via, ret)
 }

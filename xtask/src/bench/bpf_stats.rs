@@ -107,6 +107,19 @@ impl ProgStats {
 }
 
 /// `prog_id`, `run_time_ns` and `run_cnt` of a program fd's `fdinfo`.
+/// Programs other processes hold on the tracepoint `name` now (`bpftool perf show`):
+/// during a bare run, the noise of another agent (a test's) attached beside the bench.
+pub fn attached_to(name: &str) -> usize {
+    Command::new("bpftool")
+        .args(["-j", "perf", "show"])
+        .output()
+        .map_or(0, |o| count_on(&String::from_utf8_lossy(&o.stdout), name))
+}
+
+fn count_on(json: &str, name: &str) -> usize {
+    json.matches(&format!("\"tracepoint\":\"{name}\"")).count()
+}
+
 pub(super) fn parse_fdinfo(text: &str) -> Option<(u64, ProgStats)> {
     let value = |key: &str| {
         text.lines()
@@ -124,6 +137,13 @@ pub(super) fn parse_fdinfo(text: &str) -> Option<(u64, ProgStats)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn programs_on_a_tracepoint_are_counted_by_its_exact_name() {
+        let json = r#"[{"pid":1,"fd":3,"prog_id":5,"fd_type":"tracepoint","tracepoint":"kfree_skb"},{"pid":2,"fd":4,"prog_id":6,"fd_type":"raw_tracepoint","tracepoint":"kfree_skb_reason"}]"#;
+        assert_eq!(count_on(json, "kfree_skb"), 1);
+        assert_eq!(count_on("[]", "kfree_skb"), 0);
+    }
 
     #[test]
     fn fdinfo_of_a_program() {

@@ -1,9 +1,11 @@
 //! Pinning and CPU time of the measured loop: on a shared 2-core machine the loop runs
 //! on one fixed CPU (client and server alike), so rounds differ less by where the
 //! scheduler happened to put them; and CPU time, unlike wall time, does not count
-//! other people's processes.
+//! other people's processes. `timed` runs a loop's operations that way.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
 
 /// The CPU the connect loop and its server run on: the last one (CPU 0 takes most
 /// interrupts and housekeeping).
@@ -50,4 +52,49 @@ pub fn clock(id: libc::clockid_t) -> Duration {
         ts
     };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// One run of a loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Run {
+    pub wall: Duration,
+    /// CPU time of the loop's threads (kernel work done on their behalf included, e.g.
+    /// loopback softirqs and eBPF programs).
+    pub cpu: Duration,
+    /// CPU time of the loop's threads per operation (a connection, a datagram, a drop)
+    /// in the cheapest of the run's [`CHUNKS`] equal chunks of operations (ns).
+    pub best_ns: f64,
+}
+
+/// Runs `op` `n` times on a thread pinned to the loop CPU, timing each of the
+/// [`CHUNKS`] equal chunks by that thread's CPU plus, if given, another loop
+/// thread's (`other`, its CPU clock). The run's `cpu` is the pinned thread's alone.
+pub fn timed(
+    n: u32,
+    other: Option<libc::clockid_t>,
+    mut op: impl FnMut() -> std::io::Result<()> + Send + 'static,
+) -> anyhow::Result<Run> {
+    let on = loop_cpu();
+    let client = std::thread::spawn(move || -> std::io::Result<Run> {
+        let _ = pin_current(on);
+        let both = || thread_cpu() + other.map_or(Duration::ZERO, clock);
+        let chunk = (n / CHUNKS).max(1);
+        let (cpu0, start) = (thread_cpu(), Instant::now());
+        let (mut mark, mut best) = (both(), f64::INFINITY);
+        for i in 1..=n {
+            op()?;
+            if i % chunk == 0 {
+                let now = both();
+                best = best.min((now - mark).as_secs_f64() * 1e9 / f64::from(chunk));
+                mark = now;
+            }
+        }
+        Ok(Run {
+            wall: start.elapsed(),
+            cpu: thread_cpu() - cpu0,
+            best_ns: best,
+        })
+    });
+    let result = client.join().expect("the loop thread");
+    result.context("an operation of the loop failed")
 }

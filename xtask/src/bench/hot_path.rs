@@ -1,5 +1,6 @@
 //! The hot-path rows: what the agent's programs add to a connection that succeeds,
-//! for each loop shape (TCP with FIN, TCP with RST, UDS). Per round, side by side:
+//! for each loop shape (TCP with FIN, TCP with RST, UDS), and by the same method to a
+//! delivered UDP datagram and to an unrelated drop (`datagrams`). Per round, side by side:
 //! the loop bare twice (the second a control of the noise), with the agent
 //! (throughput and CPU), and a shorter run with the kernel's statistics on, where null
 //! programs on the same hooks measure what the statistics themselves cost per run
@@ -9,9 +10,9 @@ use std::{collections::BTreeMap, path::Path};
 
 use super::{
     agent::{Agent, UnixHooks},
-    bpf_stats::{ProgStats, Stats},
+    bpf_stats::{self, ProgStats, Stats},
     loops::{self, Run, Workload},
-    null_prog::{HOOKS, NullProgram},
+    null_prog::{HOOKS, Hook, NullProgram},
     peer::Bpftrace,
     plan::Plan,
 };
@@ -44,7 +45,22 @@ pub struct HotPath {
     /// Per program (name as bpftool shows it): runs per connection, ns per run
     /// (statistics included), one sample per round.
     pub programs: BTreeMap<String, (Vec<f64>, Vec<f64>)>,
+    /// Rounds where another process held a program on the loop's watched hook at the
+    /// start or end of a bare run (`Workload::watched_hook`; `None`: none watched).
+    pub foreign_rounds: Option<usize>,
+    /// Drop storm only: the loop's CPU per drop bare / with a null program alone on
+    /// `kfree_skb`, the tracefs tracepoint (the agent's fallback) and the BTF one (its
+    /// hook where the kernel takes it): what the
+    /// hook costs before any program's work.
+    pub null_dispatch: Option<[Vec<f64>; 2]>,
 }
+
+/// The hooks of the drop storm's null-program runs: the tracefs tracepoint the agent
+/// uses, and the BTF tracepoint, which fills no record.
+pub const KFREE_SKB_HOOKS: [Hook; 2] = [
+    Hook::Tracepoint("skb", "kfree_skb"),
+    Hook::BtfTracepoint("kfree_skb"),
+];
 
 /// One round's statistics run: the agent's programs and the null programs.
 struct Counted {
@@ -68,26 +84,45 @@ pub fn measure(
     let per_connect = calibration.wall.as_secs_f64() / f64::from(plan.connects);
     let n = ((plan.round.as_secs_f64() / per_connect) as u32).clamp(100, 1_000_000);
     eprintln!(
-        "bench: {}: {n} connects per run, {} rounds",
+        "bench: {}: {n} operations ({}s) per run, {} rounds",
         w.label(),
+        w.unit(),
         plan.success_rounds
     );
     let mut h = HotPath::new(w, peer);
+    // Programs other processes hold on the watched hook, around a bare run.
+    let foreign = || w.watched_hook().map_or(0, bpf_stats::attached_to);
+    let bare_run = |seen: &mut usize| -> anyhow::Result<Run> {
+        *seen += foreign();
+        let run = loops::run(w, n)?;
+        *seen += foreign();
+        Ok(run)
+    };
     for round in 0..plan.success_rounds {
         let (mut bare, mut control, mut with, mut traced) = (None, None, None, None);
+        let (mut seen, mut nulls) = (0, None);
         for step in 0..4 {
             match (round + step) % 4 {
-                0 => bare = Some(loops::run(w, n)?),
+                0 => bare = Some(bare_run(&mut seen)?),
                 1 => with = Some(with_agent(bin, w, n, &mut h.hooks_attached)?),
-                2 => control = Some(loops::run(w, n)?),
+                2 => control = Some(bare_run(&mut seen)?),
                 _ if peer => {
                     let _bt = Bpftrace::start()?;
                     traced = Some(loops::run(w, n)?);
                 }
+                _ if w == Workload::Drop => nulls = Some(null_runs(w, n)?),
                 _ => {}
             }
         }
+        if let Some(rounds) = h.foreign_rounds.as_mut() {
+            *rounds += usize::from(seen > 0);
+        }
         let (bare, (with, counted)) = (bare.expect("measured"), with.expect("measured"));
+        if let (Some(ratios), Some(runs)) = (h.null_dispatch.as_mut(), nulls) {
+            for (samples, run) in ratios.iter_mut().zip(runs) {
+                samples.extend(run.map(|r: Run| bare.best_ns / r.best_ns));
+            }
+        }
         h.add(
             n,
             [&bare, &control.expect("measured"), &with],
@@ -99,14 +134,29 @@ pub fn measure(
     Ok(h)
 }
 
-/// The agent's Unix hooks for loop `w`: as shipped for TCP; the syscall tracepoints
+/// The agent's Unix hooks for loop `w`: as shipped for TCP and the datagram loops; the syscall tracepoints
 /// for UDS, the only Unix hooks a kernel without `fexit` and kprobes has (as shipped,
 /// the agent attaches none there and the row would measure nothing).
 pub fn hooks_for(w: Workload) -> UnixHooks {
     match w {
-        Workload::TcpFin | Workload::TcpRst => UnixHooks::AsShipped,
+        Workload::TcpFin | Workload::TcpRst | Workload::Udp | Workload::Drop => {
+            UnixHooks::AsShipped
+        }
         Workload::Uds => UnixHooks::Syscalls,
     }
+}
+
+/// One run of `w` with a null program alone on each of [`KFREE_SKB_HOOKS`] in turn
+/// (`None` where it would not attach).
+fn null_runs(w: Workload, n: u32) -> anyhow::Result<[Option<Run>; 2]> {
+    let mut runs = [None, None];
+    for (run, hook) in runs.iter_mut().zip(KFREE_SKB_HOOKS) {
+        let null = NullProgram::attach_all(&[hook]);
+        if !null.is_empty() {
+            *run = Some(loops::run(w, n)?);
+        }
+    }
+    Ok(runs)
 }
 
 /// The agent's throughput run, then a quarter as many connects with the statistics
@@ -180,6 +230,8 @@ impl HotPath {
             hooks_attached: None,
             peer: peer.then(Vec::new),
             programs: BTreeMap::new(),
+            foreign_rounds: workload.watched_hook().map(|_| 0),
+            null_dispatch: (workload == Workload::Drop).then(Default::default),
         }
     }
 

@@ -2,7 +2,8 @@
 //! and an accepting thread, both pinned to one CPU (see `cpu`), each timing its own
 //! CPU (the kernel's nanosecond runtime of the thread, loopback softirqs included:
 //! this kernel does not split out IRQ time). Three shapes: TCP closed with FIN or with
-//! RST, and a Unix stream socket.
+//! RST, and a Unix stream socket; and the datagram loops of `datagrams` (a delivered UDP
+//! datagram, a drop that is no UDP refusal), one thread each.
 
 use std::{
     io::Read as _,
@@ -18,24 +19,16 @@ use std::{
         atomic::{AtomicBool, AtomicU32, Ordering},
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::Context;
 
-use super::cpu;
-
-/// One run of a loop.
-#[derive(Debug, Clone, Copy)]
-pub struct Run {
-    pub wall: Duration,
-    /// CPU time of the loop's threads (kernel work done on their behalf included, e.g.
-    /// loopback softirqs and eBPF programs).
-    pub cpu: Duration,
-    /// CPU time of both threads per connection in the cheapest of the run's
-    /// [`cpu::CHUNKS`] equal chunks of connects (ns).
-    pub best_ns: f64,
-}
+pub use super::cpu::Run;
+use super::{
+    cpu::{self, timed},
+    datagrams,
+};
 
 /// A connect-and-close loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,25 +40,66 @@ pub enum Workload {
     TcpRst,
     /// A Unix stream socket: connect, close.
     Uds,
+    /// A UDP datagram sent over loopback to a bound socket that reads it: delivered.
+    Udp,
+    /// A frame of an EtherType no protocol handles, sent on loopback: the kernel drops
+    /// it (`UNHANDLED_PROTO`), a drop that is no UDP refusal.
+    Drop,
 }
 
 impl Workload {
+    /// The successful-connect loops (the hot path).
     pub const ALL: [Workload; 3] = [Workload::TcpFin, Workload::TcpRst, Workload::Uds];
+    /// The `kfree_skb` loops (issue #49), in the order they run: the drops first,
+    /// whose null program on `kfree_skb` gives the statistics' cost the UDP loop (where
+    /// no program runs) takes.
+    pub const DATAGRAMS: [Workload; 2] = [Workload::Drop, Workload::Udp];
 
     pub fn label(self) -> &'static str {
         match self {
             Workload::TcpFin => "TCP connect + FIN close",
             Workload::TcpRst => "TCP connect + RST close",
             Workload::Uds => "UDS connect + close",
+            Workload::Udp => "UDP send + receive (delivered)",
+            Workload::Drop => "drop storm (frames of an unhandled EtherType on loopback)",
+        }
+    }
+
+    /// What one operation of the loop is, in the rows' "per …".
+    pub fn unit(self) -> &'static str {
+        match self {
+            Workload::TcpFin | Workload::TcpRst | Workload::Uds => "connection",
+            Workload::Udp => "datagram",
+            Workload::Drop => "drop",
+        }
+    }
+
+    /// The hook whose other holders the bare runs watch for (another agent's program
+    /// there would charge the bare runs what the row measures): the datagram loops'.
+    pub fn watched_hook(self) -> Option<&'static str> {
+        match self {
+            Workload::Udp | Workload::Drop => Some("kfree_skb"),
+            Workload::TcpFin | Workload::TcpRst | Workload::Uds => None,
+        }
+    }
+
+    /// What the loop's targets are about, as their rows start.
+    pub fn target(self) -> &'static str {
+        match self {
+            Workload::TcpFin | Workload::TcpRst | Workload::Uds => "successful connects",
+            Workload::Udp => "delivered UDP datagrams",
+            Workload::Drop => "unrelated drops",
         }
     }
 }
 
-/// Runs `n` connects of `w` on the loop CPU.
+/// Runs `n` operations of `w` on the loop CPU.
 pub fn run(w: Workload, n: u32) -> anyhow::Result<Run> {
     match w {
         Workload::TcpFin | Workload::TcpRst => tcp(w == Workload::TcpRst, n),
         Workload::Uds => uds(n),
+        Workload::Udp => datagrams::udp(n),
+        Workload::Drop => datagrams::drops(n),
     }
 }
 
@@ -126,31 +160,13 @@ fn serve(mut accept: impl FnMut() -> std::io::Result<()> + Send + 'static) -> Se
 fn measured(
     n: u32,
     server: Server,
-    connect: impl Fn() -> std::io::Result<()> + Send + 'static,
+    connect: impl FnMut() -> std::io::Result<()> + Send + 'static,
 ) -> anyhow::Result<(Run, Server)> {
-    let on = cpu::loop_cpu();
     // Both threads' CPU at each chunk's end, read by the client from the server's clock.
     let server_clock = cpu::clock_of(server.thread.as_pthread_t());
-    let client = std::thread::spawn(move || -> std::io::Result<(Duration, Duration, f64)> {
-        let _ = cpu::pin_current(on);
-        let both = || cpu::thread_cpu() + server_clock.map_or(Duration::ZERO, cpu::clock);
-        let chunk = (n / cpu::CHUNKS).max(1);
-        let (cpu0, start) = (cpu::thread_cpu(), Instant::now());
-        let (mut mark, mut best) = (both(), f64::INFINITY);
-        for i in 1..=n {
-            connect()?;
-            if i % chunk == 0 {
-                let now = both();
-                best = best.min((now - mark).as_secs_f64() * 1e9 / f64::from(chunk));
-                mark = now;
-            }
-        }
-        Ok((start.elapsed(), cpu::thread_cpu() - cpu0, best))
-    });
-    let result = client.join().expect("the client loop");
+    let run = timed(n, server_clock, connect);
     server.stop.store(true, Ordering::Relaxed);
-    let (wall, cpu, best_ns) = result.context("a connect of the loop failed")?;
-    Ok((Run { wall, cpu, best_ns }, server))
+    Ok((run?, server))
 }
 
 impl Server {

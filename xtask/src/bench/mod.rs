@@ -8,6 +8,7 @@
 mod agent;
 mod bpf_stats;
 mod cpu;
+mod datagrams;
 mod fleet;
 mod hot_path;
 mod latency;
@@ -56,10 +57,10 @@ pub fn bench(bin: &Path, smoke: bool, parts: &Parts, out: &Path) -> anyhow::Resu
         report.syscalls(&syscalls::measure(bin, &plan)?);
     }
 
+    // The statistics' cost per run of the last loop whose null programs ran, for a loop
+    // where none run (UDS, UDP).
+    let mut stats_ns = None;
     if parts.has(Part::HotPath) {
-        // The statistics' cost per run of the last loop whose null programs ran, for a
-        // loop where none run (UDS).
-        let mut stats_ns = None;
         for w in Workload::ALL {
             eprintln!("bench: {} (bare, agent, bpftrace; alternating)", w.label());
             let h = hot_path::measure(bin, &plan, w, stats_ns)?;
@@ -68,6 +69,22 @@ pub fn bench(bin: &Path, smoke: bool, parts: &Parts, out: &Path) -> anyhow::Resu
         }
         if !Bpftrace::available() {
             report.no_peer();
+        }
+    }
+
+    if parts.has(Part::Datagrams) {
+        let mut measured = Vec::new();
+        for w in Workload::DATAGRAMS {
+            eprintln!("bench: {} (bare, agent; alternating)", w.label());
+            let h = hot_path::measure(bin, &plan, w, stats_ns)?;
+            stats_ns = stats::Spread::of(&h.stats_ns_per_run)
+                .map(|s| s.median)
+                .or(stats_ns);
+            measured.push(h);
+        }
+        // Delivered UDP first, as the table reads.
+        for h in measured.iter().rev() {
+            report.hot_path(h);
         }
     }
 

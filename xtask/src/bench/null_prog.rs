@@ -48,8 +48,9 @@ impl Hook {
 /// (they see TCP's connects too). No `fexit` null program (the other UDS hooks): this
 /// host's kernel refuses every `fexit` program (EPERM at load, the agent's too, and
 /// bpftrace finds no kfunc support), so programs of type `tracing` are charged the BTF
-/// tracepoint's per-run cost.
-pub const HOOKS: [Hook; 7] = [
+/// tracepoint's per-run cost. `skb:kfree_skb` is the UDP refusals' hook (it runs on
+/// every drop of the node).
+pub const HOOKS: [Hook; 8] = [
     Hook::BtfTracepoint("inet_sock_set_state"),
     Hook::Tracepoint("sock", "inet_sock_set_state"),
     Hook::BtfTracepoint("tcp_receive_reset"),
@@ -57,6 +58,7 @@ pub const HOOKS: [Hook; 7] = [
     Hook::Tracepoint("tcp", "tcp_send_reset"),
     Hook::Tracepoint("syscalls", "sys_enter_connect"),
     Hook::Tracepoint("syscalls", "sys_exit_connect"),
+    Hook::Tracepoint("skb", "kfree_skb"),
 ];
 
 /// One attached null program; detached when dropped.

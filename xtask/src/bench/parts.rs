@@ -9,6 +9,9 @@ pub enum Part {
     Syscalls,
     /// Successful connects: the three loops and their bpf_stats bounds.
     HotPath,
+    /// The `kfree_skb` hook's cost: delivered UDP datagrams and unrelated drops, by the
+    /// hot path's method.
+    Datagrams,
     /// Refused connects, TCP then UDS: agent CPU per refusal.
     Refusals,
     /// Node scale: simulated pods, the agent's CPU and RSS.

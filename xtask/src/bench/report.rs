@@ -93,18 +93,18 @@ impl Report {
 
     /// The hot-path rows of one loop shape.
     pub fn hot_path(&mut self, h: &HotPath) {
-        let l = h.workload.label();
+        let (l, u, t) = (h.workload.label(), h.workload.unit(), h.workload.target());
         let hooks = hooks_label(h.hooks, h.hooks_attached.as_deref());
         self.headline.push(row(
             &format!(
-                "{l}: **CPU per connection, bare / with the agent** (the loop's threads, \
+                "{l}: **CPU per {u}, bare / with the agent** (the loop's threads, \
                  measured directly; {hooks})"
             ),
             &h.cpu_ratio,
             3,
         ));
         self.headline.push(row(
-            &format!("{l}: control, CPU per connection, bare / bare (the round's second bare run)"),
+            &format!("{l}: control, CPU per {u}, bare / bare (the round's second bare run)"),
             &h.cpu_control,
             3,
         ));
@@ -113,7 +113,7 @@ impl Report {
         {
             self.verdicts.push(verdict(
                 &format!(
-                    "successful connects ≥ {TARGET_SUCCESS_RATIO}× bare, {l} (loop CPU measured directly, agent as shipped)"
+                    "{t} ≥ {TARGET_SUCCESS_RATIO}× bare, {l} (loop CPU measured directly, agent as shipped)"
                 ),
                 s.median >= TARGET_SUCCESS_RATIO,
                 format!(
@@ -127,7 +127,7 @@ impl Report {
             Spread::of(&h.stats_ns_per_run).map_or("?".into(), |s| format!("{:.0}", s.median));
         self.rows.push(row(
             &format!(
-                "{l}: **bare CPU / (bare CPU + the programs' run time)** per connection \
+                "{l}: **bare CPU / (bare CPU + the programs' run time)** per {u} \
                  (bpf_stats, the statistics' own cost of {stats} ns per run taken out)"
             ),
             &h.bound,
@@ -135,20 +135,27 @@ impl Report {
         ));
         for (name, samples, digits) in [
             (
-                "the statistics' own cost per program run (ns; null programs on the same hooks)",
+                "the statistics' own cost per program run (ns; null programs on the same hooks)"
+                    .to_string(),
                 &h.stats_ns_per_run,
                 1,
             ),
-            ("bare loop CPU per connection (µs)", &h.bare_cpu_us, 2),
+            (format!("bare loop CPU per {u} (µs)"), &h.bare_cpu_us, 2),
             (
-                "the agent's programs' run time per connection (ns, statistics' cost taken out)",
+                format!("the agent's programs' run time per {u} (ns, statistics' cost taken out)"),
                 &h.prog_ns,
                 0,
             ),
-            ("the agent's program runs per connection", &h.prog_runs, 2),
-            ("throughput with the agent / bare", &h.throughput, 3),
+            (format!("the agent's program runs per {u}"), &h.prog_runs, 2),
             (
-                "CPU per connection over whole runs, not their cheapest chunks, bare / with the agent",
+                "throughput with the agent / bare".to_string(),
+                &h.throughput,
+                3,
+            ),
+            (
+                format!(
+                    "CPU per {u} over whole runs, not their cheapest chunks, bare / with the agent"
+                ),
                 &h.cpu_whole,
                 3,
             ),
@@ -165,15 +172,44 @@ impl Report {
             })
             .collect();
         self.rows.push(vec![
-            format!(
-                "{l}: per program, runs per connection × ns per run (medians, statistics included)"
-            ),
+            format!("{l}: per program, runs per {u} × ns per run (medians, statistics included)"),
             if programs.is_empty() {
                 "none ran".into()
             } else {
                 programs.join("; ")
             },
         ]);
+        if let Some([tracefs, btf]) = &h.null_dispatch {
+            for (samples, hook) in [
+                (
+                    tracefs,
+                    "the tracefs tracepoint `skb:kfree_skb`, the agent's fallback hook",
+                ),
+                (
+                    btf,
+                    "the BTF tracepoint `kfree_skb` (`tp_btf`: no record filled), the agent's hook where the kernel takes it",
+                ),
+            ] {
+                let name = format!(
+                    "{l}: CPU per {u}, bare / with a null program (`r0 = 0; exit`) alone on \
+                     {hook}: the hook's own cost"
+                );
+                self.rows.push(if samples.is_empty() {
+                    vec![name, "no null program attached on this kernel".into()]
+                } else {
+                    row(&name, samples, 3)
+                });
+            }
+        }
+        if let (Some(rounds), Some(hook)) = (h.foreign_rounds, h.workload.watched_hook()) {
+            self.rows.push(vec![
+                format!(
+                    "{l}: rounds whose bare runs had another process's program on `{hook}` \
+                     (at a run's start or end: its cost then counts in bare too)"
+                ),
+                format!("{rounds} of {}", h.bound.len()),
+            ]);
+        }
         if let Some(p) = &h.peer {
             self.rows.push(row(
                 &format!("{l}: peer bpftrace SYN_SENT map (same tracepoint), throughput / bare"),
@@ -183,9 +219,7 @@ impl Report {
         }
         if let Some(s) = Spread::of(&h.bound) {
             self.verdicts.push(verdict(
-                &format!(
-                    "successful connects ≥ {TARGET_SUCCESS_RATIO}× bare, {l} (bpf_stats bound)"
-                ),
+                &format!("{t} ≥ {TARGET_SUCCESS_RATIO}× bare, {l} (bpf_stats bound)"),
                 s.median >= TARGET_SUCCESS_RATIO,
                 format!(
                     "median {:.3} (statistics' cost of {stats} ns per run taken out)",
@@ -373,7 +407,7 @@ impl Report {
         s.push_str(&method(plan));
         let rows: Vec<Vec<String>> = self.headline.iter().chain(&self.rows).cloned().collect();
         table(&mut s, &["figure", "min / **median** / max"], &rows);
-        let _ = writeln!(s, "\n## Targets (issues #12, #23 and #38)\n");
+        let _ = writeln!(s, "\n## Targets (issues #12, #23, #38 and #49)\n");
         table(&mut s, &["target", "measured", "verdict"], &self.verdicts);
         let _ = writeln!(s, "\n{}", NOTES);
         let _ = writeln!(
