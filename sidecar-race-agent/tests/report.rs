@@ -26,6 +26,7 @@ use axum::{
 use serde_json::{Value, json};
 use sidecar_race_agent::report::{
     self, Input, Report, ReportError,
+    cluster_label::ClusterLabel,
     prometheus::Queries,
     render::{Format, render},
 };
@@ -347,7 +348,7 @@ async fn prometheus_report(range: &str) -> (Report, Fake) {
     let fleet = report::collect(&Input::Prometheus {
         url,
         range: range.into(),
-        cluster_label: None,
+        cluster_label: ClusterLabel::Off,
     })
     .await
     .unwrap();
@@ -713,7 +714,7 @@ async fn prometheus_unreachable_is_one_clear_sentence() {
     let err = report::collect(&Input::Prometheus {
         url: url.clone(),
         range: "7d".into(),
-        cluster_label: None,
+        cluster_label: ClusterLabel::Off,
     })
     .await
     .unwrap_err();
@@ -742,7 +743,7 @@ async fn prometheus_without_data_asks_whether_it_scrapes_the_agents() {
     let err = report::collect(&Input::Prometheus {
         url: url.clone(),
         range: "7d".into(),
-        cluster_label: None,
+        cluster_label: ClusterLabel::Off,
     })
     .await
     .unwrap_err();
@@ -766,7 +767,7 @@ async fn scraped_agents_that_saw_no_pod_start_make_an_empty_report() {
     let fleet = report::collect(&Input::Prometheus {
         url: url.clone(),
         range: "7d".into(),
-        cluster_label: None,
+        cluster_label: ClusterLabel::Off,
     })
     .await
     .unwrap();
@@ -784,7 +785,7 @@ async fn prometheus_error_response_is_reported() {
     let err = report::collect(&Input::Prometheus {
         url: url.clone(),
         range: "7d".into(),
-        cluster_label: None,
+        cluster_label: ClusterLabel::Off,
     })
     .await
     .unwrap_err();
@@ -798,7 +799,7 @@ async fn prometheus_error_response_is_reported() {
     let err = report::collect(&Input::Prometheus {
         url,
         range: "7 days".into(),
-        cluster_label: None,
+        cluster_label: ClusterLabel::Off,
     })
     .await
     .unwrap_err();
@@ -1243,7 +1244,7 @@ async fn answers_larger_than_the_cap_are_refused() {
     let err = report::collect(&Input::Prometheus {
         url: format!("{base}/prom"),
         range: "7d".into(),
-        cluster_label: None,
+        cluster_label: ClusterLabel::Off,
     })
     .await
     .unwrap_err();

@@ -16,7 +16,11 @@ use axum::{
     routing::get,
 };
 use serde_json::{Value, json};
-use sidecar_race_agent::report::{self, Input, prometheus::Queries};
+use sidecar_race_agent::report::{
+    self, Input,
+    cluster_label::{CONVENTIONS, ClusterLabel},
+    prometheus::Queries,
+};
 
 const TS: f64 = 1_767_000_000.5;
 
@@ -36,6 +40,17 @@ const SERIES: [(&str, &str, f64, f64); 3] = [
 
 /// The samples of `q`: per cluster when `q` keeps the fake's label, else summed.
 fn vector(fake: &Fake, q: &str) -> Vec<Value> {
+    // Whether any agent's series carry a label: one sample where they do.
+    if let Some(rest) = q.strip_prefix("count(max_over_time(sidecar_race_build_info{") {
+        let carried = fake
+            .label
+            .is_some_and(|l| rest.starts_with(&format!("{l}!=\"\"}}")));
+        return if carried {
+            vec![json!({"metric": {}, "value": [TS, "2"]})]
+        } else {
+            Vec::new()
+        };
+    }
     let keeps = fake
         .label
         .is_some_and(|l| q.contains(&format!("by ({l}, ")));
@@ -122,7 +137,7 @@ async fn federated_series_rank_per_cluster_and_fleet_wide() {
     let fleet = report::collect(&Input::Prometheus {
         url,
         range: "24h".into(),
-        cluster_label: Some("cluster".into()),
+        cluster_label: ClusterLabel::Given("cluster".into()),
     })
     .await
     .unwrap();
@@ -189,7 +204,7 @@ async fn series_without_the_label_read_as_one_cluster() {
     let fleet = report::collect(&Input::Prometheus {
         url,
         range: "24h".into(),
-        cluster_label: Some("cluster".into()),
+        cluster_label: ClusterLabel::Given("cluster".into()),
     })
     .await
     .unwrap();
@@ -295,4 +310,84 @@ async fn the_cluster_label_is_a_flag_and_an_environment_variable() {
         "{stderr}"
     );
     assert!(fake.seen.lock().unwrap().is_empty());
+}
+
+/// The two ways fleets name a series' cluster, with no flag: `cluster` (Prometheus'
+/// external labels) is looked for first, then `k8s_cluster_name` (OpenTelemetry's
+/// `k8s.cluster.name` through Prometheus' OTLP receiver); the report groups by the
+/// first the agents' series carry and says which it used. Series with neither read
+/// as one cluster, after the two looks.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_flag_the_report_finds_either_convention_and_says_which() {
+    let (url, fake) = fake_prometheus(Some("k8s_cluster_name")).await;
+    let out = binary(&["report", "--prometheus", &url, "--format", "json"], &[]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["workloads"][0]["cluster"], "east", "{v:#}");
+    assert_eq!(v["fleet"]["cluster_label"], "k8s_cluster_name", "{v:#}");
+    assert_eq!(v["fleet"]["cluster_label_from"], "series", "{v:#}");
+    assert_eq!(v["fleet"]["workloads"][0]["affected_pod_starts"], 4);
+    let seen = fake.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen[..2],
+        [
+            "count(max_over_time(sidecar_race_build_info{cluster!=\"\"}[7d]))",
+            "count(max_over_time(sidecar_race_build_info{k8s_cluster_name!=\"\"}[7d]))"
+        ],
+        "the conventions looked for in order: {seen:#?}"
+    );
+    assert!(
+        seen[2..9]
+            .iter()
+            .all(|q| q.contains("by (k8s_cluster_name, ")),
+        "{seen:#?}"
+    );
+
+    let out = binary(&["report", "--prometheus", &url], &[]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "Across clusters (label `k8s_cluster_name`, the first of `{}` the series carry)",
+            CONVENTIONS.join("`, `")
+        )),
+        "{text}"
+    );
+
+    // `cluster` wins where the series carry it: one look, and the label a flag would give.
+    let (url, fake) = fake_prometheus(Some("cluster")).await;
+    let fleet = report::collect(&Input::Prometheus {
+        url,
+        range: "24h".into(),
+        cluster_label: ClusterLabel::Conventional,
+    })
+    .await
+    .unwrap();
+    let r = report::build(fleet, None);
+    let f = r.fleet.as_ref().expect("a roll-up");
+    assert_eq!(f.cluster_label, "cluster");
+    assert_eq!(r.workloads[0].cluster.as_deref(), Some("east"));
+    let seen = fake.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().filter(|q| q.contains("build_info{")).count(),
+        1,
+        "{seen:#?}"
+    );
+
+    // Neither carried: one line per workload, as a Prometheus per cluster always gave.
+    let (url, fake) = fake_prometheus(None).await;
+    let fleet = report::collect(&Input::Prometheus {
+        url,
+        range: "24h".into(),
+        cluster_label: ClusterLabel::Conventional,
+    })
+    .await
+    .unwrap();
+    let r = report::build(fleet, None);
+    assert_eq!(r.fleet, None);
+    assert_eq!(r.workloads[0].affected_pod_starts, 4, "checkout, summed");
+    assert_eq!(fake.seen.lock().unwrap().len(), 2 + 7);
 }

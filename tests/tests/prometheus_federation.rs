@@ -364,6 +364,8 @@ fn a_global_prometheus_ranks_each_clusters_workloads_and_the_fleet() {
     // The fleet: each workload over its clusters, the clusters it raced in worst first.
     let fleet = &v["fleet"];
     assert_eq!(fleet["cluster_label"], "cluster", "{fleet:#}");
+    // No --cluster-label: the report looked for the conventions on the real series.
+    assert_eq!(fleet["cluster_label_from"], "series", "{fleet:#}");
     assert_eq!(fleet["clusters"], json!(["east", "west"]), "{fleet:#}");
     let rolled: Vec<_> = ours(&fleet["workloads"])
         .into_iter()
@@ -449,7 +451,9 @@ fn a_global_prometheus_ranks_each_clusters_workloads_and_the_fleet() {
     // The table says the same for a person.
     let text = report(&global_url, &[]);
     assert!(
-        text.contains("Across clusters (label `cluster`)") && text.contains("#  CLUSTER  WORKLOAD"),
+        text.contains(
+            "Across clusters (label `cluster`, the first of `cluster`, `k8s_cluster_name` the series carry)"
+        ) && text.contains("#  CLUSTER  WORKLOAD"),
         "{text}"
     );
     assert!(

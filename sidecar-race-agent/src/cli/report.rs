@@ -17,13 +17,10 @@ pub struct ReportArgs {
     /// The label that names a series' cluster on a federating or Thanos-style
     /// Prometheus (with --prometheus): one line per workload and cluster, and a
     /// fleet-wide roll-up. Series without it read as before; '' turns it off.
-    #[arg(
-        long,
-        env = "SIDECAR_RACE_CLUSTER_LABEL",
-        value_name = "NAME",
-        default_value = "cluster"
-    )]
-    pub cluster_label: String,
+    /// Default: `cluster`, else `k8s_cluster_name` (OpenTelemetry's
+    /// `k8s.cluster.name`), the first the agents' series carry; the report says which.
+    #[arg(long, env = "SIDECAR_RACE_CLUSTER_LABEL", value_name = "NAME")]
+    pub cluster_label: Option<String>,
     /// An agent's base URL, e.g. http://10.0.0.5:9965; repeat the flag (env:
     /// comma-separated) for several agents.
     #[arg(

@@ -8,7 +8,7 @@ use anyhow::Context;
 use crate::{
     cli::ReportArgs,
     lint,
-    report::{self, Input, plan, render},
+    report::{self, Input, cluster_label::ClusterLabel, plan, render},
 };
 
 /// The token of `--agent-token-file`, trimmed (`kubectl create token` ends it with a
@@ -30,7 +30,7 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
         Some(url) => Input::Prometheus {
             url,
             range: args.range,
-            cluster_label: Some(args.cluster_label).filter(|l| !l.is_empty()),
+            cluster_label: ClusterLabel::from_flag(args.cluster_label),
         },
         None if args.agents_via_api => Input::AgentsViaApi {
             namespace: args.agent_namespace.clone(),

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::cluster_label::LabelFrom;
 use crate::{
     detect::{Kind, Phase, processes::ProcessCount},
     pods::pod_info::Pattern,
@@ -74,6 +75,8 @@ pub struct Evidence {
 pub struct Clusters {
     /// The label that names a series' cluster.
     pub label: String,
+    /// Whether `--cluster-label` named it or the series carried it.
+    pub label_from: LabelFrom,
     /// The race window p50 and p95 of each workload over every cluster's buckets
     /// (keys without a cluster): quantiles do not add up across clusters.
     pub windows: BTreeMap<WorkloadKey, (Option<f64>, Option<f64>)>,

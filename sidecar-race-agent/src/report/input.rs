@@ -1,17 +1,18 @@
 //! What to read the evidence from, and reading it.
 
-use super::{agents, error::ReportError, fleet::Fleet, prometheus, via_api};
+use super::{
+    agents, cluster_label::ClusterLabel, error::ReportError, fleet::Fleet, prometheus, via_api,
+};
 
 /// What to read the evidence from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
     /// A Prometheus base URL and a range in Prometheus duration syntax; the label
-    /// that names a series' cluster on a federating or Thanos-style Prometheus
-    /// (`None`: one line per workload whatever the series say).
+    /// that names a series' cluster on a federating or Thanos-style Prometheus.
     Prometheus {
         url: String,
         range: String,
-        cluster_label: Option<String>,
+        cluster_label: ClusterLabel,
     },
     /// Agents' base URLs (`http://node:9965`), and the bearer token to send them (agents
     /// run with `--auth kubernetes`).
@@ -35,7 +36,7 @@ pub async fn collect(input: &Input) -> Result<Fleet, ReportError> {
             url,
             range,
             cluster_label,
-        } => prometheus::collect(url, range, cluster_label.as_deref()).await,
+        } => prometheus::collect(url, range, cluster_label).await,
         Input::Agents { urls, token } => agents::collect(urls, token.as_deref()).await,
         Input::AgentsViaApi {
             namespace,

@@ -9,11 +9,13 @@
 //! [`fleet`] holds it, [`rank`] ranks it into the [`Report`] (its doc says how),
 //! [`fixes`] gives each line its fixes, [`plan`] joins them with `lint`'s migration.
 //! Through a federating or Thanos-style Prometheus, [`promql`] keeps the cluster label
-//! in every query and [`rollup`] sums each workload over its clusters for the
+//! in every query ([`cluster_label`]: the one given, or the first convention the
+//! series carry) and [`rollup`] sums each workload over its clusters for the
 //! fleet-wide ranking.
 
 pub mod agents;
 pub mod client;
+pub mod cluster_label;
 pub mod error;
 pub mod fixes;
 pub mod fleet;

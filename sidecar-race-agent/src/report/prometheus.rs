@@ -11,6 +11,7 @@ use serde::Deserialize;
 pub use super::promql::{Queries, check_range, windowed_sum};
 use super::{
     client::Endpoint,
+    cluster_label::{CONVENTIONS, ClusterLabel, LabelFrom},
     error::ReportError,
     fleet::{
         Clusters, Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey, parse_kind,
@@ -120,25 +121,32 @@ fn parse_value(v: &str) -> Option<f64> {
     }
 }
 
-/// Runs the report's queries against Prometheus at `url` over `range`; with
-/// `cluster_label`, one line per workload and cluster, and the fleet-wide quantiles
-/// when some series named a cluster.
+/// Runs the report's queries against Prometheus at `url` over `range`; with a cluster
+/// label (given, or the first convention the series carry), one line per workload
+/// and cluster, and the fleet-wide quantiles when some series named a cluster.
 pub async fn collect(
     url: &str,
     range: &str,
-    cluster_label: Option<&str>,
+    cluster_label: &ClusterLabel,
 ) -> Result<Fleet, ReportError> {
     check_range(range)?;
-    if let Some(label) = cluster_label {
+    if let ClusterLabel::Given(label) = cluster_label {
         check_cluster_label(label)?;
     }
     let ep = Endpoint::new("Prometheus", url)?;
-    let q = Queries::with_cluster_label(range, cluster_label);
     // One evaluation instant for all queries, so they describe the same range.
     let at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64();
+    let (cluster_label, label_from) = match cluster_label {
+        ClusterLabel::Off => (None, LabelFrom::Flag),
+        ClusterLabel::Given(label) => (Some(label.as_str()), LabelFrom::Flag),
+        ClusterLabel::Conventional => {
+            (carried_convention(&ep, range, at).await?, LabelFrom::Series)
+        }
+    };
+    let q = Queries::with_cluster_label(range, cluster_label);
     let (starts, affected, incidents, refused, p50, p95, stuck) = tokio::try_join!(
         query(&ep, &q.pod_starts, at),
         query(&ep, &q.affected_pod_starts, at),
@@ -248,6 +256,7 @@ pub async fn collect(
             }
             Some(Clusters {
                 label: label.to_string(),
+                label_from,
                 windows,
             })
         }
@@ -261,6 +270,24 @@ pub async fn collect(
         workloads,
         clusters,
     })
+}
+
+/// The first of [`CONVENTIONS`] that some agent's `build_info` series carries within
+/// `range` (every agent serves it from its start, so a cluster whose agents saw no
+/// race is found too); `None` when neither does (one Prometheus per cluster).
+async fn carried_convention(
+    ep: &Endpoint,
+    range: &str,
+    at: f64,
+) -> Result<Option<&'static str>, ReportError> {
+    for label in CONVENTIONS {
+        let carried =
+            format!("count(max_over_time(sidecar_race_build_info{{{label}!=\"\"}}[{range}]))");
+        if !query(ep, &carried, at).await?.is_empty() {
+            return Ok(Some(label));
+        }
+    }
+    Ok(None)
 }
 
 /// Counts: NaN/Inf (never expected from counters) count as nothing.

@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::{
+    cluster_label::LabelFrom,
     fixes::{Fix, fixes, stuck_job_fix},
     fleet::{
         Clusters, Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey, known, whole,
@@ -57,6 +58,9 @@ pub struct Report {
 pub struct FleetReport {
     /// The label that names a series' cluster.
     pub cluster_label: String,
+    /// `flag` when `--cluster-label` named it, `series` when the report found it: the
+    /// first of `cluster`, `k8s_cluster_name` the series carry.
+    pub cluster_label_from: LabelFrom,
     /// Every cluster the evidence names (raced or only started pods), sorted.
     pub clusters: Vec<String>,
     /// Workloads with evidence in any cluster, before `--top`.
@@ -175,6 +179,7 @@ fn roll_up(
     let (total, lines) = first(lines, top);
     FleetReport {
         cluster_label: clusters.label.clone(),
+        cluster_label_from: clusters.label_from,
         clusters: rollup::cluster_names(workloads),
         workloads_total: total,
         workloads_without_incidents: without,

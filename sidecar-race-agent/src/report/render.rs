@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use clap::ValueEnum;
 
 use super::{
+    cluster_label::{CONVENTIONS, LabelFrom},
     fixes::Fix,
     fleet::Source,
     rank::{FleetReport, Report, WorkloadReport},
@@ -218,8 +219,15 @@ fn headline(r: &Report) -> String {
 }
 
 fn fleet_headline(f: &FleetReport) -> String {
+    let from = match f.cluster_label_from {
+        LabelFrom::Flag => String::new(),
+        LabelFrom::Series => format!(
+            ", the first of `{}` the series carry",
+            CONVENTIONS.join("`, `")
+        ),
+    };
     format!(
-        "Across clusters (label `{}`), each workload's evidence summed over its clusters: {} workload{}{}.",
+        "Across clusters (label `{}`{from}), each workload's evidence summed over its clusters: {} workload{}{}.",
         f.cluster_label,
         f.workloads_total,
         plural(f.workloads_total),

@@ -352,6 +352,7 @@ fn two_clusters() -> Fleet {
     Fleet {
         clusters: Some(Clusters {
             label: "cluster".into(),
+            label_from: Default::default(),
             windows: [
                 (key("checkout"), (Some(1.2), Some(1.8))),
                 (key("ledger"), (None, Some(1.0))),
