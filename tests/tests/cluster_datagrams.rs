@@ -179,8 +179,9 @@ fn case19_the_real_statsd_exporter_started_late_loses_the_apps_lines_at_start_an
 /// A syslog relay (socat on a Unix datagram socket in an emptyDir) after its app,
 /// started 2 s late: every `logger` line before its bind was refused. The agent learns
 /// the bind on the syscall hooks the cluster install turns on (`--unix-hooks=syscalls`).
-/// Skipped by `cargo xtask test` (xtask's `AWAITING_THE_AGENT`): its drain incident
-/// has the app's exact count but says protocol `unix`.
+/// The drain's refusals are `logger`'s datagram socket's connects, which the syscall
+/// path cannot type: the agent calls them `unixgram` because the path's last listener
+/// was the relay's datagram bind.
 #[test]
 #[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
 fn case20_a_unix_datagram_log_relay_started_late_refuses_the_apps_lines_at_start_and_drain() {

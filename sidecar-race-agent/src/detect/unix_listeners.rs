@@ -15,6 +15,10 @@ pub struct UnixListener {
     pub container_id: Option<String>,
     pub up_at: Option<u64>,
     pub down_at: Option<u64>,
+    /// A datagram socket's bind (it never listens). Kept after it goes: a refusal on
+    /// its path is then a datagram's, whatever the refused call said of its socket.
+    #[serde(default)]
+    pub datagram: bool,
 }
 
 impl UnixListener {
@@ -32,7 +36,13 @@ pub struct UnixListeners {
 impl UnixListeners {
     /// A listener came up. False when the pod already has the maximum of records and
     /// this socket is new: it is not tracked.
-    pub fn up(&mut self, key: SocketKey, container_id: Option<String>, ts: u64) -> bool {
+    pub fn up(
+        &mut self,
+        key: SocketKey,
+        container_id: Option<String>,
+        ts: u64,
+        datagram: bool,
+    ) -> bool {
         if !self.by_socket.contains_key(&key) && self.by_socket.len() >= OPEN_LISTENERS_PER_POD {
             self.forget_closed();
             if self.by_socket.len() >= OPEN_LISTENERS_PER_POD {
@@ -45,6 +55,7 @@ impl UnixListeners {
                 container_id,
                 up_at: Some(ts),
                 down_at: None,
+                datagram,
             },
         );
         true
@@ -64,6 +75,7 @@ impl UnixListeners {
                         container_id,
                         up_at: None,
                         down_at: Some(ts),
+                        datagram: false,
                     },
                 );
             }
@@ -122,7 +134,7 @@ mod tests {
     #[test]
     fn a_socket_keeps_its_newest_listener_and_the_table_stays_bounded() {
         let mut t = UnixListeners::default();
-        assert!(t.up(key(1), Some("a".into()), 10));
+        assert!(t.up(key(1), Some("a".into()), 10, false));
         t.down(&key(1), None, 20);
         t.down(&key(1), None, 30);
         assert_eq!(
@@ -130,14 +142,16 @@ mod tests {
             Some(20),
             "the first close counts"
         );
-        assert!(t.up(key(1), Some("b".into()), 40));
+        assert!(t.up(key(1), Some("b".into()), 40, false));
         assert!(t.get(&key(1)).unwrap().is_up_at(41));
-        let taken = (2..3_000).filter(|n| t.up(key(*n), None, 50)).count();
+        let taken = (2..3_000)
+            .filter(|n| t.up(key(*n), None, 50, false))
+            .count();
         assert_eq!(t.len(), OPEN_LISTENERS_PER_POD);
         assert_eq!(taken, OPEN_LISTENERS_PER_POD - 1);
         // Closed records make room.
         t.down(&key(2), None, 60);
-        assert!(t.up(key(5_000), None, 70));
+        assert!(t.up(key(5_000), None, 70, false));
         assert!(t.get(&key(2)).is_none());
     }
 }

@@ -212,11 +212,8 @@ pub fn wants_1_37(args: &[String]) -> bool {
 /// they run and fail with the reason). Remove a name when the agent does it. Case 19:
 /// the DaemonSet's agent (no `hostPID`) cannot read the pod's UDP socket table, so the
 /// statsd exporter's late bind is never seen and the startup incident never resolves.
-/// Case 20: its drain incident (exact count) says protocol `unix`, not `unixgram`.
-const AWAITING_THE_AGENT: [&str; 2] = [
-    "case19_the_real_statsd_exporter_started_late_loses_the_apps_lines_at_start_and_drain",
-    "case20_a_unix_datagram_log_relay_started_late_refuses_the_apps_lines_at_start_and_drain",
-];
+const AWAITING_THE_AGENT: [&str; 1] =
+    ["case19_the_real_statsd_exporter_started_late_loses_the_apps_lines_at_start_and_drain"];
 
 /// `cargo test -p sidecar-race-tests` of the tier's `tests` targets.
 fn cases_command(tests: &[&str]) -> std::process::Command {

@@ -75,6 +75,11 @@ impl Detector {
             },
             None => Episode::BeforeListener,
         };
+        // A path a datagram socket was bound at is refused to datagram senders: a
+        // stream connect would have failed (EPROTOTYPE) while it was bound. So a
+        // drain's refused connect() on the syscall path, which cannot tell its
+        // socket's type, is a datagram's when the path's last listener was one.
+        let datagram = datagram || listener.as_ref().is_some_and(|l| l.datagram);
         let server = listener.and_then(|l| l.container_id);
         let phase = match episode {
             Episode::BeforeListener
@@ -207,7 +212,7 @@ impl Detector {
         let ps = self.pod_state(pod_uid);
         if !ps
             .unix_listeners
-            .up(socket.key.clone(), container_id.clone(), ts)
+            .up(socket.key.clone(), container_id.clone(), ts, datagram)
         {
             self.listeners_dropped += 1;
             return Vec::new();

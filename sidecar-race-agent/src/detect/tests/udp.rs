@@ -173,3 +173,38 @@ fn a_unix_datagram_sent_to_a_missing_path_and_a_datagram_bind_make_unixgram_inci
     let i = all(&d)[0];
     assert_eq!((i.state, i.protocol), (State::Resolved, Protocol::Unixgram));
 }
+
+/// A drain of a Unix datagram relay (case 20 on the real kubelet): the app's
+/// datagram socket connect()s to the path after the relay went, and the syscall path
+/// cannot say the refused socket was a datagram one. The path's last listener was a
+/// datagram bind, so the drain is `unixgram` too, as its startup was.
+#[test]
+fn a_refused_connect_to_a_path_a_datagram_socket_held_is_a_unixgram_drain() {
+    use super::unix::{name, unix_refused, with_socket_volume};
+    let mut pod = with_socket_volume();
+    pod.deletion_timestamp = Some(at(30 * S));
+    let meta = meta_with(pod);
+    let bound = |datagram| Fact::UnixListenerUp {
+        ts: S,
+        pod_uid: POD.into(),
+        container_id: Some(PROXY.into()),
+        name: name("/sockets/log.sock"),
+        datagram,
+    };
+    let refused = || {
+        vec![
+            unix_refused(31 * S, "/var/run/dapr/log.sock"),
+            unix_refused(32 * S, "/var/run/dapr/log.sock"),
+        ]
+    };
+    let (d, _) = run([vec![bound(true)], refused()].concat(), &meta);
+    let i = all(&d)[0];
+    assert_eq!(
+        (i.phase, i.protocol, i.refused_count),
+        (Phase::Drain, Protocol::Unixgram, 2)
+    );
+    // A stream listener's path stays `unix`.
+    let (d, _) = run([vec![bound(false)], refused()].concat(), &meta);
+    let i = all(&d)[0];
+    assert_eq!((i.phase, i.protocol), (Phase::Drain, Protocol::Unix));
+}
