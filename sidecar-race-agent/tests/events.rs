@@ -141,6 +141,7 @@ fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
         pod_start: PodStart::Created,
         pod_start_number: 0,
         drain_sub_phase: None,
+        timeline: vec![],
     }
 }
 

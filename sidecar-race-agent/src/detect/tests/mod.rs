@@ -98,6 +98,7 @@ fn status(name: &str, id: &str) -> StatusInfo {
         ready: true,
         restart_count: 0,
         last_terminated_reason: None,
+        started: None,
     }
 }
 
@@ -1519,5 +1520,6 @@ fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
 mod background;
 mod kubelet;
 mod restarts;
+mod timeline;
 mod udp;
 mod unix;
