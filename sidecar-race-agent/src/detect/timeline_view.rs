@@ -123,8 +123,10 @@ fn item(e: &TimelineEntryView) -> Option<String> {
         EntryKind::FirstRefusal => "first refusal".into(),
         EntryKind::Refusals => format!("{count} refused"),
         EntryKind::LastRefusal => format!("last refusal ({count} since the previous)"),
-        EntryKind::Listening => format!("{} listening", who.unwrap_or("a listener")),
-        EntryKind::ListenerClosed => format!("{} closed", who.unwrap_or("the listener")),
+        EntryKind::Listening => who.map_or("listener up".into(), |w| format!("{w} listening")),
+        EntryKind::ListenerClosed => {
+            who.map_or("listener closed".into(), |w| format!("{w} closed"))
+        }
         EntryKind::PodDeleted => match e.grace_seconds {
             Some(g) => format!("pod deleted (grace {g}s)"),
             None => "pod deleted".into(),

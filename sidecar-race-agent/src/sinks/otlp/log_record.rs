@@ -199,6 +199,34 @@ mod tests {
     }
 
     #[test]
+    fn the_body_ends_with_the_timeline_in_short_form() {
+        use crate::detect::{
+            Client, NoMeta,
+            incident::{Episode, Incident},
+            render::view,
+            timeline::{Entry, EntryKind},
+        };
+        let mut inc = Incident::opened(
+            "uid".into(),
+            Client::Container("aaaa".into()),
+            (Phase::Startup, Episode::BeforeListener),
+            (1_000_000_000, "app"),
+            None,
+        );
+        inc.timeline.refused(1_500_000_000, 4, Some("aaaa"));
+        inc.timeline
+            .add(Entry::new(EntryKind::Listening, 2_000_000_000));
+        let v = view(&inc, &NoMeta, &|ns| ns.to_string());
+        let b = body(&v, "incident opened");
+        assert!(
+            b.ends_with(
+                " Timeline: first refusal +0.00s, last refusal (4 since the previous) +0.50s, listener up +1.00s"
+            ),
+            "{b}"
+        );
+    }
+
+    #[test]
     fn container_ids_lose_their_runtime_scheme() {
         assert_eq!(bare_container_id("containerd://abc"), "abc");
         assert_eq!(bare_container_id("cri-o://abc"), "abc");
