@@ -130,6 +130,10 @@ pub struct Timeline {
     entries: Vec<Entry>,
     #[serde(default)]
     gap: Option<Gap>,
+    /// The pod's deletion was written (it stays so when the bound drops its entry:
+    /// what the pod source shows every tick is not written again).
+    #[serde(default)]
+    deletion_seen: bool,
 }
 
 impl Timeline {
@@ -139,7 +143,7 @@ impl Timeline {
         first.count = 1;
         Timeline {
             entries: vec![first],
-            gap: None,
+            ..Timeline::default()
         }
     }
 
@@ -189,6 +193,19 @@ impl Timeline {
         self.insert_at(pos, e);
         // A refusal tally split by the new entry stays one: the labels follow order.
         self.label_refusals();
+    }
+
+    /// Writes the pod's deletion `e`, once.
+    pub fn deleted(&mut self, e: Entry) {
+        if !self.deletion_seen {
+            self.deletion_seen = true;
+            self.add(e);
+        }
+    }
+
+    /// Whether the bound has dropped entries.
+    pub fn is_full(&self) -> bool {
+        self.gap.is_some()
     }
 
     /// Adds a container's start unless one of that instance is kept; the kernel's
@@ -282,32 +299,26 @@ impl Timeline {
 
     /// Drops one entry next to the gap: the newest of the earliest ones when more than
     /// [`HEAD`] of them are kept, else the oldest of the latest. Never the first
-    /// refusal: the gap moves past it.
+    /// refusal: on the latest side, the gap moves past it.
     fn shed(&mut self) {
         let first_refusal = self.entries.iter().position(|e| e.kind.is_refusal());
-        let gap = *self.gap.get_or_insert(Gap {
+        let g = self.gap.get_or_insert(Gap {
             index: HEAD,
             ..Gap::default()
         });
-        let mut victim = if gap.index > HEAD {
-            gap.index - 1
-        } else {
-            gap.index
-        };
-        if Some(victim) == first_refusal {
-            if victim == gap.index {
-                // Kept on the earlier side of the gap.
-                if let Some(g) = &mut self.gap {
-                    g.index += 1;
-                }
+        let not_first = |i: &usize| Some(*i) != first_refusal;
+        let victim = match (HEAD..g.index).rev().find(not_first) {
+            Some(head) => {
+                g.index -= 1;
+                head
             }
-            victim += 1;
-        }
+            None if Some(g.index) == first_refusal => {
+                g.index += 1;
+                g.index
+            }
+            None => g.index,
+        };
         let e = self.entries.remove(victim);
-        let g = self.gap.as_mut().expect("made above");
-        if victim < g.index {
-            g.index -= 1;
-        }
         g.first_at = if g.entries == 0 {
             e.at
         } else {

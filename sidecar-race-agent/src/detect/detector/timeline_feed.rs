@@ -52,21 +52,22 @@ impl Detector {
             return;
         };
         let tl = &mut inc.timeline;
-        for s in pod.into_iter().flat_map(|p| &p.statuses) {
+        // Once the bound drops entries, a start it dropped would come back each tick:
+        // past it only the kernel's starts (each told once) are written.
+        let statuses = pod.filter(|_| !tl.is_full()).into_iter();
+        for s in statuses.flat_map(|p| &p.statuses) {
             if let Some(at) = s.started_at.and_then(|t| meta.boot_ns(t)) {
                 tl.started(at, &s.container_id, Some(&s.name), StartSource::Pod);
             }
         }
-        if let Some(at) = deletion
-            && !tl.has(EntryKind::PodDeleted, None)
-        {
+        if let Some(at) = deletion {
             let mut e = Entry::new(EntryKind::PodDeleted, at);
             // Only a deletion the pod shows has a grace period; one seen as the pod
             // leaving the source has none.
             e.grace_seconds = pod
                 .filter(|p| p.deletion_timestamp.is_some())
                 .and_then(|p| p.deletion_grace_period_seconds);
-            tl.add(e);
+            tl.deleted(e);
         }
         let unnamed: Vec<String> = tl.unnamed().map(str::to_string).collect();
         for cid in unnamed {

@@ -351,3 +351,38 @@ fn an_incident_from_a_checkpoint_written_before_timelines_restores_and_goes_on()
         "what the new agent saw"
     );
 }
+
+#[test]
+fn a_full_timeline_does_not_churn_with_what_the_pod_source_shows_every_tick() {
+    let mut pod = terminating();
+    for s in &mut pod.statuses {
+        s.started_at = Some(at(S));
+    }
+    let meta = meta_with(pod);
+    // The earliest entries kept are these: the pod source's starts (at 1 s) and the
+    // deletion (at 10 s) fall where the bound drops entries.
+    let mut facts = vec![started(0)];
+    for n in 0..(HEAD as u64) {
+        facts.push(container_started(n * MS, &format!("init{n:02}")));
+    }
+    for n in 0..(2 * MAX_ENTRIES as u64) {
+        let t = 10 * S + (n + 1) * 10 * MS;
+        facts.push(refused(t, APP, "127.0.0.1:15001"));
+        facts.push(container_started(t + MS, &format!("crash{n:02}")));
+    }
+    let (mut d, _) = run(facts, &meta);
+    d.advance(12 * S, &meta);
+    let before = all(&d)[0].timeline.clone();
+    assert!(before.is_full());
+    assert!(
+        !before.has(EntryKind::PodDeleted, None),
+        "dropped by the bound"
+    );
+    for t in 13..16 {
+        d.advance(t * S, &meta);
+    }
+    let i = all(&d)[0];
+    assert_eq!(i.state, State::Open);
+    assert_eq!(i.timeline, before, "nothing written again");
+    assert_eq!(i.timeline.refused_total(), i.refused_count);
+}
