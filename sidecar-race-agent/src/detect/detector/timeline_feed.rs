@@ -7,7 +7,7 @@
 use super::state::Detector;
 use crate::{
     detect::{
-        incident::Episode,
+        incident::{Episode, Subject},
         timeline::{Entry, EntryKind, StartSource},
     },
     pods::pod_meta::PodMeta,
@@ -27,7 +27,11 @@ impl Detector {
         for (cid, at) in ps.into_iter().flat_map(|p| &p.containers_started) {
             tl.started(*at, cid, meta.container_name(cid), StartSource::Kernel);
         }
-        if let Episode::AfterClose { closed_at } = inc.episode {
+        // A close inferred from the refusal itself (no hook sees a UDP socket close)
+        // is no event of its own.
+        if let Episode::AfterClose { closed_at } = inc.episode
+            && closed_at < inc.first_refused_at
+        {
             let cid = inc.listener_container_id.clone();
             let name = cid.as_deref().and_then(|c| meta.container_name(c));
             tl.add(Entry::new(EntryKind::ListenerClosed, closed_at).of(cid, name.map(Into::into)));
@@ -42,7 +46,12 @@ impl Detector {
     /// (that the kernel did not show), the deletion, names of the containers its
     /// entries hold by id.
     pub(super) fn follow_pod_source(&mut self, id: u64, meta: &dyn PodMeta) {
-        let Some(inc) = self.incidents.get(id) else {
+        // A stuck Job's finding is no refusal's: nothing to tell around it.
+        let Some(inc) = self
+            .incidents
+            .get(id)
+            .filter(|i| i.subject == Subject::Refusals)
+        else {
             return;
         };
         let uid = inc.pod_uid.clone();

@@ -1340,7 +1340,7 @@ fn an_init_container_declared_before_its_native_sidecar_is_a_deadlock() {
     assert_eq!((v.kind, v.pattern), (Kind::SidecarRace, Pattern::Native));
 }
 
-fn job_pod(app_state: RunState, sidecar_state: RunState) -> PodInfo {
+pub(super) fn job_pod(app_state: RunState, sidecar_state: RunState) -> PodInfo {
     let mut pod = checkout(Role::ClassicSidecar, None);
     pod.workload = Workload {
         kind: "Job".into(),

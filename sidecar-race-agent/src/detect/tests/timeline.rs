@@ -386,3 +386,21 @@ fn a_full_timeline_does_not_churn_with_what_the_pod_source_shows_every_tick() {
     assert_eq!(i.timeline, before, "nothing written again");
     assert_eq!(i.timeline.refused_total(), i.refused_count);
 }
+
+#[test]
+fn a_stuck_job_has_no_timeline_even_when_its_pod_is_deleted() {
+    let mut pod = job_pod(RunState::Terminated, RunState::Running);
+    for s in &mut pod.statuses {
+        s.started_at = Some(at(S));
+    }
+    let stuck = meta_with(pod.clone());
+    let mut d = Detector::new(DetectorConfig::default());
+    d.observe(started(0), &stuck);
+    assert_eq!(d.advance(71 * S, &stuck), vec![Change::Opened(1)]);
+    pod.deletion_timestamp = Some(at(100 * S));
+    pod.deletion_grace_period_seconds = Some(30);
+    d.observe(removed(75 * S), &meta_with(pod));
+    let i = all(&d)[0];
+    assert_eq!(i.state, State::Resolved);
+    assert!(i.timeline.is_empty(), "{:?}", i.timeline);
+}
