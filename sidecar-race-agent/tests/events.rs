@@ -22,6 +22,8 @@ use sidecar_race_agent::{
         Kind, Phase, State as IncidentState,
         incident::DrainSubPhase,
         render::{IncidentView, PodStart, SocketView},
+        timeline::{EntryKind, StartSource},
+        timeline_view::TimelineEntryView,
     },
     pods::pod_info::{Pattern, Role, Workload},
     sinks::k8s_events::{EventPublisher, notice_for},
@@ -141,6 +143,7 @@ fn incident(phase: Phase, container: &str, port: u16) -> IncidentView {
         pod_start: PodStart::Created,
         pod_start_number: 0,
         drain_sub_phase: None,
+        timeline: vec![],
     }
 }
 
@@ -241,6 +244,83 @@ async fn reasons_follow_the_phase_and_unresolved_is_not_an_event() {
     let mut long = incident(Phase::Startup, "app", 15001);
     long.advice = "x".repeat(5000);
     assert!(notice_for(&long).unwrap().note.len() <= 1024);
+}
+
+/// An entry of `kind` at `ms` after the first, about `container`.
+fn entry(
+    kind: EntryKind,
+    ms: u64,
+    container: Option<&str>,
+    count: Option<u64>,
+) -> TimelineEntryView {
+    TimelineEntryView {
+        kind,
+        at: format!("t+{ms}ms"),
+        at_ns: 5_000_000_000 + ms * 1_000_000,
+        container: container.map(str::to_string),
+        container_id: None,
+        source: (kind == EntryKind::ContainerStarted).then_some(StartSource::Kernel),
+        count,
+        refused: None,
+        grace_seconds: None,
+        value: None,
+    }
+}
+
+/// The app started, refused from 120 ms, the proxy started at 300 ms and listened
+/// at 1.46 s after 22 more refusals; the sandbox (unnamed) started first.
+fn startup_timeline() -> Vec<TimelineEntryView> {
+    vec![
+        entry(EntryKind::ContainerStarted, 0, None, None),
+        entry(EntryKind::ContainerStarted, 0, Some("app"), None),
+        entry(EntryKind::FirstRefusal, 120, Some("app"), Some(1)),
+        entry(EntryKind::ContainerStarted, 300, Some("istio-proxy"), None),
+        entry(EntryKind::LastRefusal, 1400, Some("app"), Some(22)),
+        entry(EntryKind::Listening, 1460, Some("istio-proxy"), None),
+    ]
+}
+
+#[test]
+fn the_note_ends_with_the_timeline_in_short_form() {
+    let plain = notice_for(&incident(Phase::Startup, "app", 15001)).unwrap();
+    assert!(!plain.note.contains("Timeline"), "{}", plain.note);
+    let mut v = incident(Phase::Startup, "app", 15001);
+    v.timeline = startup_timeline();
+    let n = notice_for(&v).unwrap();
+    assert_eq!(
+        n.note,
+        format!(
+            "{} Timeline: app started +0.00s, first refusal +0.12s, istio-proxy started +0.30s, last refusal (22 since the previous) +1.40s, istio-proxy listening +1.46s",
+            plain.note
+        )
+    );
+}
+
+#[test]
+fn a_long_note_cuts_its_timeline_never_the_evidence_or_the_fix() {
+    let mut v = incident(Phase::Startup, "app", 15001);
+    v.advice = "y".repeat(820);
+    let bare = notice_for(&v).unwrap().note;
+    v.timeline = startup_timeline();
+    let n = notice_for(&v).unwrap();
+    assert!(n.note.len() <= 1024, "{}", n.note.len());
+    assert!(
+        n.note.starts_with(&bare),
+        "the note before the timeline is whole"
+    );
+    let timeline = n.note.strip_prefix(&bare).unwrap();
+    assert!(
+        timeline.starts_with(" Timeline: app started +0.00s, ") && timeline.ends_with(", …"),
+        "{timeline}"
+    );
+    // No room at all: the note alone, as before.
+    v.advice = "z".repeat(5000);
+    let n = notice_for(&v).unwrap();
+    assert!(
+        n.note.len() <= 1024 && !n.note.contains("Timeline"),
+        "{}",
+        n.note
+    );
 }
 
 #[test]

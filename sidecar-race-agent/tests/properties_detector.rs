@@ -13,6 +13,7 @@ use serde_json::json;
 use sidecar_race_agent::{
     detect::{
         Change, Client, Detector, DetectorConfig, Fact, Phase, PodMeta, State, incident::Hidden,
+        timeline::MAX_ENTRIES,
     },
     pods::pod_info::PodInfo,
 };
@@ -318,6 +319,22 @@ fn run(steps: &[Step], shapes: &[PodShape], history: usize) -> Result<(), String
                     "step {i}: incident {} counts {} refusals, its processes {by_process}",
                     inc.id, inc.refused_count
                 ));
+            }
+            // The timeline's refusal entries (and what its bound dropped) are the count
+            // too, in time order, within the bound.
+            let tl = &inc.timeline;
+            if !tl.is_empty() && tl.refused_total() != inc.refused_count {
+                return Err(format!(
+                    "step {i}: incident {} counts {} refusals, its timeline {}",
+                    inc.id,
+                    inc.refused_count,
+                    tl.refused_total()
+                ));
+            }
+            if tl.entries().len() > MAX_ENTRIES
+                || tl.entries().windows(2).any(|w| w[0].at > w[1].at)
+            {
+                return Err(format!("step {i}: incident {}'s timeline {tl:?}", inc.id));
             }
             if inc.is_final() && inc.is_shown() {
                 match final_phase.get(&inc.id) {

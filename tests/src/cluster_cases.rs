@@ -107,3 +107,55 @@ pub fn lines_left_by(ns: &str, pod: &Value, evidence: &str) -> u64 {
         })
     })
 }
+
+/// The position in `incident`'s `timeline` of the first entry `pred` accepts; a miss
+/// fails with the timeline.
+pub fn timeline_index(incident: &Value, what: &str, pred: impl Fn(&Value) -> bool) -> usize {
+    let timeline = incident["timeline"].as_array().cloned().unwrap_or_default();
+    timeline
+        .iter()
+        .position(pred)
+        .unwrap_or_else(|| panic!("no {what} in the timeline: {:#}", incident["timeline"]))
+}
+
+/// The entry of `kind` about `container`, as `timeline_index` finds it.
+pub fn timeline_entry(incident: &Value, kind: &str, container: &str) -> usize {
+    timeline_index(incident, &format!("{kind} of {container}"), |e| {
+        e["kind"] == kind && e["container"] == container
+    })
+}
+
+/// `incident`'s timeline is in time order (its RFC 3339 times all have nine digits,
+/// so they sort as text) and its refusal entries count `refused` refusals in all
+/// (a `dropped` entry's `refused` included): the client's own count.
+pub fn check_timeline(incident: &Value, refused: u64) {
+    let timeline = incident["timeline"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no timeline: {incident:#}"));
+    let times: Vec<&str> = timeline
+        .iter()
+        .map(|e| e["at"].as_str().expect("an entry's time"))
+        .collect();
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "out of order: {timeline:#?}"
+    );
+    let counted: u64 = timeline
+        .iter()
+        .map(|e| match e["kind"].as_str() {
+            Some("first_refusal" | "refusals" | "last_refusal") => e["count"].as_u64().unwrap(),
+            Some("dropped") => e["refused"].as_u64().unwrap(),
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(
+        counted, refused,
+        "the timeline's counts are the client's own: {timeline:#?}"
+    );
+    for e in timeline.iter().filter(|e| e["kind"] == "container_started") {
+        assert!(
+            e["source"] == "kernel" || e["source"] == "pod",
+            "which source said so: {e:#}"
+        );
+    }
+}

@@ -23,8 +23,8 @@ use sidecar_race_tests::{
         running_pod, running_pod_matching, uid, wait_event, wait_until,
     },
     cluster_cases::{
-        fresh_namespace, incidents_of, lines_left_by, lint_fixed, metrics, named_and_resolved,
-        namespace_series, wait_incident,
+        check_timeline, fresh_namespace, incidents_of, lines_left_by, lint_fixed, metrics,
+        named_and_resolved, namespace_series, timeline_entry, timeline_index, wait_incident,
     },
     glibc_fleet,
     http::{get, get_as},
@@ -82,6 +82,20 @@ fn case1_classic_sidecar_late_listener_in_a_deployment() {
         incident["refused_count"], refused,
         "the agent's count is the app's own"
     );
+    // Its timeline (#51): both containers' starts, the app's first refusal, the
+    // proxy's listen, in that order, counting the app's own refusals.
+    check_timeline(&incident, refused);
+    let app_started = timeline_entry(&incident, "container_started", "app");
+    let proxy_started = timeline_entry(&incident, "container_started", "proxy");
+    let first = timeline_index(&incident, "the first refusal", |e| {
+        e["kind"] == "first_refusal" && e["container"] == "app"
+    });
+    let listening = timeline_entry(&incident, "listening", "proxy");
+    assert!(
+        app_started < first && first < listening && proxy_started < listening,
+        "starts, first refusal, listen: {:#}",
+        incident["timeline"]
+    );
 
     // The Event on the pod, as `kubectl get events` shows it.
     let event = wait_event(ns, &pod_name, "SidecarStartupRace");
@@ -94,6 +108,12 @@ fn case1_classic_sidecar_late_listener_in_a_deployment() {
     );
     let note = event["message"].as_str().unwrap_or_default();
     assert!(note.contains("proxy") && note.contains("15001"), "{note}");
+    assert!(
+        note.contains(" Timeline: ")
+            && note.contains("first refusal +")
+            && note.contains("proxy listening +"),
+        "the timeline in short form: {note}"
+    );
     let listed = c.kubectl(&["-n", ns, "get", "events"]);
     assert!(listed.contains("SidecarStartupRace"), "{listed}");
 
@@ -760,6 +780,23 @@ fn case3_rollout_restart_drains_a_classic_sidecar_before_its_app() {
         |i| i["phase"] == "drain" && i["refused_count"].as_u64() == Some(app_count),
     );
     assert_eq!(drain["refused_count"], app_count, "{drain:#}");
+    // Its timeline (#51): the containers' starts, the deletion with the pod's 10 s
+    // grace period, the proxy's close, then the app's first refusal, counting the
+    // app's own refusals.
+    check_timeline(&drain, app_count);
+    let app_started = timeline_entry(&drain, "container_started", "app");
+    let proxy_started = timeline_entry(&drain, "container_started", "proxy");
+    let deleted = timeline_index(&drain, "the deletion", |e| e["kind"] == "pod_deleted");
+    let closed = timeline_entry(&drain, "listener_closed", "proxy");
+    let first = timeline_index(&drain, "the first refusal", |e| {
+        e["kind"] == "first_refusal" && e["container"] == "app"
+    });
+    assert!(
+        app_started.max(proxy_started) < deleted && deleted < closed && closed < first,
+        "starts, deletion, close, first refusal: {:#}",
+        drain["timeline"]
+    );
+    assert_eq!(drain["timeline"][deleted]["grace_seconds"], 10, "{drain:#}");
     let all = incidents_of(&addr, &uid(&old));
     assert_eq!(all.len(), 1, "only the drain: {all:#?}");
 }
@@ -814,6 +851,18 @@ fn case3_a_forced_deletion_of_a_running_pod_drains_and_gives_no_unresolved_incid
     let drain: Vec<&Value> = incidents.iter().filter(|i| i["phase"] == "drain").collect();
     assert_eq!(drain.len(), 1, "one drain: {incidents:#?}");
     assert_eq!(drain[0]["container"], "app", "{:#}", drain[0]);
+    // Its timeline (#51): the proxy's close before the app's first refusal, the
+    // counts its own (this app keeps no count of its own).
+    check_timeline(drain[0], drain[0]["refused_count"].as_u64().unwrap());
+    let closed = timeline_entry(drain[0], "listener_closed", "proxy");
+    let first = timeline_index(drain[0], "the first refusal", |e| {
+        e["kind"] == "first_refusal"
+    });
+    assert!(
+        closed < first,
+        "close, first refusal: {:#}",
+        drain[0]["timeline"]
+    );
     c.kubectl(&["delete", "namespace", ns, "--wait=false"]);
 }
 

@@ -7,8 +7,10 @@ use serde::{Deserialize, Serialize};
 use crate::pipeline::PipelineSnapshot;
 
 pub const MAGIC: &str = "sidecar-race-checkpoint";
-/// Bumped whenever the serialized shape of the state changes: a checkpoint of another
-/// format is stale, never half-read.
+/// Bumped whenever the serialized shape of the state changes so that one side cannot
+/// read the other's: a checkpoint of another format is stale, never half-read. A field
+/// added with a default (an incident's `timeline`, `pod_start`) reads both ways (an
+/// older checkpoint gets the default, an older agent ignores it) and keeps it.
 pub const FORMAT: u32 = 1;
 
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";

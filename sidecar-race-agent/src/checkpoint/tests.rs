@@ -8,7 +8,7 @@ use super::*;
 use crate::{
     daemon::checkpoint::{self as daemon, Restore},
     detect::render::Filter,
-    detect::{DetectorConfig, Incident, Phase, State},
+    detect::{DetectorConfig, Incident, Phase, State, timeline::EntryKind},
     ingest::events::KernelEvent,
     inventory::{Inventory, cgroups::CgroupIndex, store::PodStore},
     pipeline::{Pipeline, outcome::Outcome},
@@ -165,6 +165,24 @@ fn a_startup_race_seen_by_two_agents_is_one_incident_with_its_whole_count_and_wi
     assert_eq!(race.first_refused_at, 10 * MS);
     assert_eq!(race.listener_ready_at, Some(61 * MS));
     assert_eq!(race.race_window_ns(), Some(51 * MS));
+    // The timeline the old agent began goes on in the new one: one tally of the
+    // refusals both agents counted, then the listen.
+    let tail: Vec<(EntryKind, u64, u64)> = race
+        .timeline
+        .entries()
+        .iter()
+        .filter(|e| e.kind != EntryKind::ContainerStarted)
+        .map(|e| (e.kind, e.at, e.count))
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            (EntryKind::FirstRefusal, 10 * MS, 1),
+            (EntryKind::LastRefusal, 59 * MS, 49),
+            (EntryKind::Listening, 61 * MS, 0),
+        ]
+    );
+    assert!(race.timeline.has(EntryKind::ContainerStarted, None));
     assert_eq!(
         told(&after, race.id),
         (0, 1),

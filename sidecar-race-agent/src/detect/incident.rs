@@ -8,6 +8,7 @@ use super::{
     fact::Client,
     processes::Processes,
     service::{Protocol, Service, UnixSocket},
+    timeline::Timeline,
 };
 
 #[derive(Serialize, Deserialize, strum::IntoStaticStr, strum::EnumString)]
@@ -222,6 +223,10 @@ pub struct Incident {
     /// termination (KEP-4438), its refusals ended by a new instance's listener.
     #[serde(default)]
     pub drain_sub_phase: Option<DrainSubPhase>,
+    /// What the agent saw in the pod around the refusals, in time order (bounded).
+    /// Incidents of an agent from before it was recorded restore with none.
+    #[serde(default)]
+    pub timeline: Timeline,
 }
 
 /// What a `drain` incident's outage was.
@@ -245,6 +250,7 @@ impl Incident {
     ) -> Incident {
         let mut processes = Processes::default();
         processes.record(process);
+        let client_id = client.container_id().map(str::to_string);
         Incident {
             id: 0,
             subject: Subject::Refusals,
@@ -275,6 +281,7 @@ impl Incident {
             protocol: Protocol::Tcp,
             pod_start: 0,
             drain_sub_phase: None,
+            timeline: Timeline::first_refusal(ts, client_id),
         }
     }
 

@@ -13,6 +13,8 @@ pub mod processes;
 pub mod render;
 pub mod service;
 pub(crate) mod socket_view;
+pub mod timeline;
+pub mod timeline_view;
 pub(crate) mod unix_listeners;
 
 #[cfg(test)]

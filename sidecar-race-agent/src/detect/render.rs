@@ -20,6 +20,7 @@ pub use super::socket_view::SocketView;
 use super::{
     service::{Protocol, UnixSocket},
     socket_view::served_path,
+    timeline_view::{TimelineEntryView, entries},
 };
 
 /// One incident in the public JSON shape (field names are a stable interface).
@@ -82,6 +83,9 @@ pub struct IncidentView {
     /// For a `drain`: `sidecar_restarting` when the kubelet restarted the sidecar while
     /// the pod terminated (KEP-4438) and its new instance ended the refusals; else null.
     pub drain_sub_phase: Option<DrainSubPhase>,
+    /// What the agent saw in the pod around the refusals, in time order (at most
+    /// 32 entries and a `dropped` one; see docs/reference.md).
+    pub timeline: Vec<TimelineEntryView>,
 }
 
 /// How the pod start an incident belongs to began.
@@ -271,6 +275,7 @@ pub fn view(inc: &Incident, meta: &dyn PodMeta, wall: &dyn Fn(u64) -> String) ->
         pod_start: PodStart::of(inc.pod_start),
         pod_start_number: inc.pod_start,
         drain_sub_phase: inc.drain_sub_phase,
+        timeline: entries(&inc.timeline, meta, wall),
     }
 }
 

@@ -224,6 +224,7 @@ mod tests {
                     ready: true,
                     restart_count: 0,
                     last_terminated_reason: None,
+                    started: None,
                 })
                 .collect(),
             deletion_timestamp: None,

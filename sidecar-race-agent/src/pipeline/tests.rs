@@ -73,3 +73,59 @@ fn accounting_waits_for_the_listeners_name_so_it_counts_the_kind_shown_later() {
 }
 
 const S: u64 = 1_000 * MS;
+
+#[test]
+fn the_api_shows_the_timeline_in_rfc_3339_with_the_incidents_own_times() {
+    let dir = temp_dir("timeline-api");
+    let (app, worker) = ("a".repeat(64), "e".repeat(64));
+    let mut p = pipeline(
+        &dir,
+        Some(crate::test_facts::checkout_pod()),
+        DetectorConfig::default(),
+    );
+    p.pod_update(PodUpdate::Apply(Box::new(checkout_with_worker())));
+    for ev in [
+        created(0, 100, pod_path(CHECKOUT)),
+        created(MS, 101, container_path(CHECKOUT, &app)),
+        created(2 * MS, 103, container_path(CHECKOUT, &worker)),
+        KernelEvent::Refused(socket(
+            100 * MS,
+            101,
+            "127.0.0.1:40000",
+            Some("127.0.0.1:9090"),
+        )),
+        KernelEvent::Listen(socket(S, 103, "0.0.0.0:9090", None)),
+    ] {
+        p.kernel_event(&ev);
+    }
+    p.tick(2 * S);
+    let (shown, _) = p.incidents(&Default::default(), 10);
+    let v = serde_json::to_value(&shown[0]).unwrap();
+    let timeline = v["timeline"].as_array().unwrap();
+    let kinds: Vec<&str> = timeline
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "container_started",
+            "container_started",
+            "first_refusal",
+            "listening"
+        ],
+        "{v:#}"
+    );
+    assert_eq!(timeline[0]["container"], "app");
+    assert_eq!(timeline[1]["container"], "worker");
+    // Each time is turned to wall-clock time with the clocks' offset of its own
+    // call: equal to within the calls' few ns apart.
+    let boot = |t: &serde_json::Value| crate::clock::rfc3339_to_boot_ns(t.as_str().unwrap());
+    let near = |a: &serde_json::Value, b: &serde_json::Value| {
+        boot(a).unwrap().abs_diff(boot(b).unwrap()) < MS
+    };
+    assert!(near(&timeline[2]["at"], &v["first_refused_at"]), "{v:#}");
+    assert!(near(&timeline[3]["at"], &v["listener_ready_at"]), "{v:#}");
+    assert!(timeline.iter().all(|e| boot(&e["at"]).is_some()), "{v:#}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

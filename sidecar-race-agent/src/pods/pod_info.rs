@@ -55,6 +55,10 @@ pub struct StatusInfo {
     /// When it terminated (`state: terminated`).
     pub finished_at: Option<Timestamp>,
     pub ready: bool,
+    /// `started`: its startupProbe passed (or it has none and runs); absent in old
+    /// pod sources.
+    #[serde(default)]
+    pub started: Option<bool>,
     pub restart_count: i32,
     /// `lastState.terminated.reason` of the instance before this one: the kubelet's
     /// `RestartingAllContainers` marks an in-place restart of the whole pod (KEP-5532).
@@ -370,6 +374,7 @@ fn status_info(s: &ContainerStatus) -> Option<StatusInfo> {
             .and_then(|t| t.finished_at.as_ref())
             .map(|t| t.0),
         ready: s.ready,
+        started: s.started,
         restart_count: s.restart_count,
         last_terminated_reason: s
             .last_state

@@ -8,6 +8,7 @@ use crate::{
     detect::{
         processes::summary,
         render::{IncidentView, role_name},
+        timeline_view::short,
     },
     pipeline::outcome::Outcome,
     sinks::log_budget::LogBudget,
@@ -80,6 +81,7 @@ fn line(v: &IncidentView, what: &str) {
         guarded = v.guarded,
         race_window_seconds = v.race_window_seconds,
         advice = %v.advice,
+        timeline = %short(&v.timeline, usize::MAX),
         "{what}"
     );
 }

@@ -30,6 +30,7 @@ use crate::{
         Phase,
         incident::Kind,
         render::{IncidentView, PodStart},
+        timeline_view::short,
     },
     pipeline::outcome::{Outcome, StuckJob},
     sinks::token_bucket::TokenBucket,
@@ -118,7 +119,8 @@ pub fn notice_for(v: &IncidentView) -> Option<EventNotice> {
             )
         }
     };
-    truncate(&mut note, 1024);
+    truncate(&mut note, NOTE_MAX);
+    with_timeline(&mut note, v);
     Some(EventNotice {
         key: format!(
             "{}/{reason}/{}/{}/{}",
@@ -140,6 +142,20 @@ pub fn notice_for(v: &IncidentView) -> Option<EventNotice> {
 }
 
 /// The API's limit on `note` is 1 kB.
+const NOTE_MAX: usize = 1024;
+
+/// `note` followed by the incident's timeline in short form, in what is left of the
+/// limit: the timeline is cut (whole items), never the note before it.
+fn with_timeline(note: &mut String, v: &IncidentView) {
+    const LEAD: &str = " Timeline: ";
+    let room = NOTE_MAX.saturating_sub(note.len() + LEAD.len());
+    let timeline = short(&v.timeline, room);
+    if !timeline.is_empty() {
+        note.push_str(LEAD);
+        note.push_str(&timeline);
+    }
+}
+
 fn truncate(s: &mut String, max: usize) {
     if s.len() > max {
         let mut cut = max - 3;

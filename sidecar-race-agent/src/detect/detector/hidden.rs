@@ -187,6 +187,7 @@ impl Detector {
             inc.client = src.client;
         }
         inc.refused_count += src.refused_count;
+        inc.timeline.absorb(&src.timeline);
         inc.client_instances += src.client_instances;
         inc.first_refused_at = inc.first_refused_at.min(src.first_refused_at);
         inc.last_refused_at = inc.last_refused_at.max(src.last_refused_at);

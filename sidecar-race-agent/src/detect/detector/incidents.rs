@@ -157,6 +157,11 @@ impl Incidents {
             .filter_map(|(key, id)| Some((key, self.log.get(*id)?)))
     }
 
+    /// Ids of the pod's open incidents.
+    pub(super) fn open_ids_in(&self, pod: &str) -> Vec<u64> {
+        self.open_in(pod).map(|(_, inc)| inc.id).collect()
+    }
+
     /// The pod's open incidents and those its listeners resolved, with their keys.
     pub(super) fn open_or_resolved_in(&self, pod: &str) -> impl Iterator<Item = (&Key, &Incident)> {
         self.pods

@@ -31,6 +31,7 @@ impl Detector {
         meta: &dyn PodMeta,
     ) -> Vec<Change> {
         let drain = self.drain_condition(uid, id, meta);
+        self.follow_pod_source(id, meta);
         let Some(inc) = self.incidents.get(id) else {
             return vec![];
         };
@@ -147,6 +148,7 @@ impl Detector {
             }
         }
         for id in ids {
+            self.follow_pod_source(id, meta);
             let drain = self.drain_condition(pod_uid, id, meta);
             let sidecar_gone = self.incidents.get(id).and_then(|inc| {
                 let ps = self.pods.get(pod_uid)?;
@@ -291,6 +293,7 @@ impl Detector {
                 processes: Processes::default(),
                 pod_start: 0,
                 drain_sub_phase: None,
+                timeline: Default::default(),
             });
             changes.push(Change::Opened(id));
         }

@@ -14,6 +14,7 @@ use crate::{
         fact::Client,
         incident::{DrainSubPhase, Episode, Hidden, Phase, State},
         listeners::covers,
+        timeline::{Entry, EntryKind},
     },
     pods::{pod_info::Role, pod_meta::PodMeta},
 };
@@ -142,6 +143,10 @@ impl Detector {
             inc.drain_sub_phase = Some(DrainSubPhase::SidecarRestarting);
         }
         inc.listener_ready_at = Some(ts);
+        let name = container_id.as_deref().and_then(|c| meta.container_name(c));
+        inc.timeline.add(
+            Entry::new(EntryKind::Listening, ts).of(container_id.clone(), name.map(Into::into)),
+        );
         inc.listener_container_id = container_id.or(inc.listener_container_id.take());
         inc.state = State::Resolved;
         inc.resolved_at = Some(ts);

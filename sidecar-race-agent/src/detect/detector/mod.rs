@@ -22,6 +22,7 @@ mod rekey;
 mod restart;
 mod snapshot;
 mod state;
+mod timeline_feed;
 mod unix;
 mod unix_wait;
 

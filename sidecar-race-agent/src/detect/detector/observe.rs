@@ -104,6 +104,7 @@ impl Detector {
                 pod_uid,
                 container_id,
             } => {
+                self.container_started_in_timelines(&pod_uid, &container_id, ts, meta);
                 let ps = self.pod_state(&pod_uid);
                 ps.containers_started.insert(container_id, ts);
                 Vec::new()
@@ -146,6 +147,7 @@ impl Detector {
                 ps.source_gone_at.get_or_insert(now);
             }
             changes.extend(self.in_place_restarts(&uid, meta));
+            self.probe_results(&uid, now, meta);
             changes.extend(self.release_held(&uid, now, meta, false));
             changes.extend(self.rekey_sockets(&uid, meta));
             for id in self.incidents.pending_in(&uid) {

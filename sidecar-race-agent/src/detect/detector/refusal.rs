@@ -281,6 +281,7 @@ impl Detector {
         let mut incident = incident;
         incident.pod_start = self.start_at(&pod_uid, incident.first_refused_at);
         let id = self.incidents.insert_open(incident, key);
+        self.seed_timeline(id, meta);
         if after_close
             && self.drain_condition(&pod_uid, id, meta)
             && let Some(inc) = self.incidents.get_mut(id)
@@ -451,6 +452,8 @@ pub(super) fn count_refusal(inc: &mut Incident, id: u64, ts: u64, process: &str)
 /// Counts `burst` refusals by `process` into incident `id`: a change when it is shown.
 pub(super) fn count_burst(inc: &mut Incident, id: u64, burst: Burst, process: &str) -> Vec<Change> {
     inc.refused_count += burst.count;
+    let client = inc.client.container_id();
+    inc.timeline.refused(burst.last, burst.count, client);
     inc.processes.record_n(process, burst.count);
     inc.first_refused_at = inc.first_refused_at.min(burst.first);
     inc.last_refused_at = inc.last_refused_at.max(burst.last);

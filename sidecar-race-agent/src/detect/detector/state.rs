@@ -2,7 +2,7 @@
 //! incidents, keyed by client and service.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{BTreeMap, HashMap, VecDeque},
     sync::Arc,
 };
 
@@ -12,7 +12,9 @@ use super::{
     config::DetectorConfig, held::Held, in_place::InPlaceStarts, incidents::Incidents,
     last_socket::ResolvedSocket,
 };
-use crate::detect::{listener_table::ListenerTable, unix_listeners::UnixListeners};
+use crate::detect::{
+    listener_table::ListenerTable, timeline::Entry, unix_listeners::UnixListeners,
+};
 
 /// Removed container ids remembered per pod, to merge a crash loop's instances.
 pub(super) const REMOVED_PER_POD: usize = 64;
@@ -42,6 +44,13 @@ pub(super) struct PodState {
     /// Its in-place restarts of all containers seen (KEP-5532).
     #[serde(default)]
     pub(super) in_place: InPlaceStarts,
+    /// Each container's `started` and `ready` as the pod source last showed them, by
+    /// name: what a probe result is a change from.
+    #[serde(default)]
+    pub(super) probes: BTreeMap<String, (Option<bool>, bool)>,
+    /// The latest changes of those, for incidents opened after them (bounded).
+    #[serde(default)]
+    pub(super) probe_changes: VecDeque<Entry>,
 }
 
 pub struct Detector {

@@ -98,6 +98,7 @@ fn status(name: &str, id: &str) -> StatusInfo {
         ready: true,
         restart_count: 0,
         last_terminated_reason: None,
+        started: None,
     }
 }
 
@@ -1339,7 +1340,7 @@ fn an_init_container_declared_before_its_native_sidecar_is_a_deadlock() {
     assert_eq!((v.kind, v.pattern), (Kind::SidecarRace, Pattern::Native));
 }
 
-fn job_pod(app_state: RunState, sidecar_state: RunState) -> PodInfo {
+pub(super) fn job_pod(app_state: RunState, sidecar_state: RunState) -> PodInfo {
     let mut pod = checkout(Role::ClassicSidecar, None);
     pod.workload = Workload {
         kind: "Job".into(),
@@ -1519,5 +1520,6 @@ fn an_app_dialing_another_unrecognised_app_is_not_a_sidecar_race() {
 mod background;
 mod kubelet;
 mod restarts;
+mod timeline;
 mod udp;
 mod unix;

@@ -15,6 +15,7 @@ use crate::detect::{
     Kind, Phase,
     processes::summary,
     render::{IncidentView, role_name},
+    timeline_view::short,
 };
 
 /// The record of `view`'s change `what` ("incident opened", ...), observed at `now`.
@@ -46,7 +47,7 @@ fn severity(kind: Kind, phase: Phase) -> (SeverityNumber, &'static str) {
 }
 
 /// `startup race opened: app refused 40 times by proxy on 127.0.0.1:15001 (window
-/// 1.52 s). <advice>`
+/// 1.52 s). <advice> Timeline: app started +0.00s, first refusal +0.12s, …`
 fn body(view: &IncidentView, what: &str) -> String {
     let target = match (&view.destination, &view.socket) {
         (Some(d), _) => format!(" on {d}"),
@@ -57,8 +58,13 @@ fn body(view: &IncidentView, what: &str) -> String {
         .race_window_seconds
         .map(|w| format!(" (window {w:.2} s)"))
         .unwrap_or_default();
+    // The timeline is at most 33 entries: no cut needed for a record's body.
+    let timeline = match short(&view.timeline, usize::MAX) {
+        t if t.is_empty() => t,
+        t => format!(" Timeline: {t}"),
+    };
     format!(
-        "{} {}: {} refused {} times by {}{target}{window}. {}",
+        "{} {}: {} refused {} times by {}{target}{window}. {}{timeline}",
         view.phase.as_str(),
         what,
         view.container.as_deref().unwrap_or("a container"),
@@ -189,6 +195,34 @@ mod tests {
                 ("sidecar_race.workload.kind".to_string(), "Rollout"),
                 ("sidecar_race.workload.name".to_string(), "web"),
             ]
+        );
+    }
+
+    #[test]
+    fn the_body_ends_with_the_timeline_in_short_form() {
+        use crate::detect::{
+            Client, NoMeta,
+            incident::{Episode, Incident},
+            render::view,
+            timeline::{Entry, EntryKind},
+        };
+        let mut inc = Incident::opened(
+            "uid".into(),
+            Client::Container("aaaa".into()),
+            (Phase::Startup, Episode::BeforeListener),
+            (1_000_000_000, "app"),
+            None,
+        );
+        inc.timeline.refused(1_500_000_000, 4, Some("aaaa"));
+        inc.timeline
+            .add(Entry::new(EntryKind::Listening, 2_000_000_000));
+        let v = view(&inc, &NoMeta, &|ns| ns.to_string());
+        let b = body(&v, "incident opened");
+        assert!(
+            b.ends_with(
+                " Timeline: first refusal +0.00s, last refusal (4 since the previous) +0.50s, listener up +1.00s"
+            ),
+            "{b}"
         );
     }
 
