@@ -231,21 +231,22 @@ async fn binary(args: &[&str], env: &[(&str, &str)]) -> Output {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_cluster_label_is_a_flag_and_an_environment_variable() {
-    // From the environment: the fake's series name clusters by `k8s_cluster`.
-    let (url, fake) = fake_prometheus(Some("k8s_cluster")).await;
-    let out = binary(
-        &["report", "--prometheus", &url, "--format", "json"],
-        &[("SIDECAR_RACE_CLUSTER_LABEL", "k8s_cluster")],
-    )
-    .await;
+/// `report --prometheus URL --format json` with `env`, which must succeed: its JSON.
+async fn json_report(url: &str, env: &[(&str, &str)]) -> Value {
+    let out = binary(&["report", "--prometheus", url, "--format", "json"], env).await;
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cluster_label_is_a_flag_and_an_environment_variable() {
+    // From the environment: the fake's series name clusters by `k8s_cluster`.
+    let (url, fake) = fake_prometheus(Some("k8s_cluster")).await;
+    let v = json_report(&url, &[("SIDECAR_RACE_CLUSTER_LABEL", "k8s_cluster")]).await;
     assert_eq!(v["workloads"][0]["cluster"], "east", "{v:#}");
     assert_eq!(v["fleet"]["cluster_label"], "k8s_cluster", "{v:#}");
     assert_eq!(
@@ -320,13 +321,7 @@ async fn the_cluster_label_is_a_flag_and_an_environment_variable() {
 #[tokio::test(flavor = "multi_thread")]
 async fn with_no_flag_the_report_finds_either_convention_and_says_which() {
     let (url, fake) = fake_prometheus(Some("k8s_cluster_name")).await;
-    let out = binary(&["report", "--prometheus", &url, "--format", "json"], &[]).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_report(&url, &[]).await;
     assert_eq!(v["workloads"][0]["cluster"], "east", "{v:#}");
     assert_eq!(v["fleet"]["cluster_label"], "k8s_cluster_name", "{v:#}");
     assert_eq!(v["fleet"]["cluster_label_from"], "series", "{v:#}");

@@ -6,7 +6,7 @@ use crate::{
     detect::{DetectorConfig, Kind},
     ingest::events::KernelEvent,
     inventory::sources::PodUpdate,
-    pipeline::outcome::Outcome,
+    pipeline::{Pipeline, outcome::Outcome},
     pods::pod_info::PodInfo,
     test_facts::{CHECKOUT, MS, container_path, created, pipeline, pod_path, socket, temp_dir},
 };
@@ -38,19 +38,13 @@ fn settled(outcomes: &[Outcome]) -> Vec<Kind> {
         .collect()
 }
 
-#[test]
-fn accounting_waits_for_the_listeners_name_so_it_counts_the_kind_shown_later() {
-    let dir = temp_dir("listener-name");
-    let (app, worker) = ("a".repeat(64), "e".repeat(64));
-    let mut p = pipeline(
-        &dir,
-        Some(crate::test_facts::checkout_pod()),
-        DetectorConfig::default(),
-    );
+/// checkout's pod and containers made (the worker's at `worker_at`), the app refused
+/// on 9090 at 100 ms, the worker listening there at 1 s.
+fn worker_races_app(p: &mut Pipeline, (app, worker): (&str, &str), worker_at: u64) {
     for ev in [
         created(0, 100, pod_path(CHECKOUT)),
-        created(MS, 101, container_path(CHECKOUT, &app)),
-        created(MS, 103, container_path(CHECKOUT, &worker)),
+        created(MS, 101, container_path(CHECKOUT, app)),
+        created(worker_at, 103, container_path(CHECKOUT, worker)),
         KernelEvent::Refused(socket(
             100 * MS,
             101,
@@ -61,6 +55,18 @@ fn accounting_waits_for_the_listeners_name_so_it_counts_the_kind_shown_later() {
     ] {
         p.kernel_event(&ev);
     }
+}
+
+#[test]
+fn accounting_waits_for_the_listeners_name_so_it_counts_the_kind_shown_later() {
+    let dir = temp_dir("listener-name");
+    let (app, worker) = ("a".repeat(64), "e".repeat(64));
+    let mut p = pipeline(
+        &dir,
+        Some(crate::test_facts::checkout_pod()),
+        DetectorConfig::default(),
+    );
+    worker_races_app(&mut p, (&app, &worker), MS);
     // The app is named, the container that listened is not yet: not counted yet.
     let step = p.tick(2 * S);
     assert!(settled(&step).is_empty(), "{step:#?}");
@@ -84,20 +90,7 @@ fn the_api_shows_the_timeline_in_rfc_3339_with_the_incidents_own_times() {
         DetectorConfig::default(),
     );
     p.pod_update(PodUpdate::Apply(Box::new(checkout_with_worker())));
-    for ev in [
-        created(0, 100, pod_path(CHECKOUT)),
-        created(MS, 101, container_path(CHECKOUT, &app)),
-        created(2 * MS, 103, container_path(CHECKOUT, &worker)),
-        KernelEvent::Refused(socket(
-            100 * MS,
-            101,
-            "127.0.0.1:40000",
-            Some("127.0.0.1:9090"),
-        )),
-        KernelEvent::Listen(socket(S, 103, "0.0.0.0:9090", None)),
-    ] {
-        p.kernel_event(&ev);
-    }
+    worker_races_app(&mut p, (&app, &worker), 2 * MS);
     p.tick(2 * S);
     let (shown, _) = p.incidents(&Default::default(), 10);
     let v = serde_json::to_value(&shown[0]).unwrap();
