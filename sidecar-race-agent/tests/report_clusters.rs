@@ -126,6 +126,18 @@ async fn fake_prometheus(label: Option<&'static str>) -> (String, Fake) {
     (format!("http://{addr}"), fake)
 }
 
+/// The report of the fake at `url` over 24h, grouped by `label`.
+async fn ranked(url: String, label: ClusterLabel) -> report::Report {
+    let fleet = report::collect(&Input::Prometheus {
+        url,
+        range: "24h".into(),
+        cluster_label: label,
+    })
+    .await
+    .unwrap();
+    report::build(fleet, None)
+}
+
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v
@@ -134,14 +146,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 #[tokio::test]
 async fn federated_series_rank_per_cluster_and_fleet_wide() {
     let (url, fake) = fake_prometheus(Some("cluster")).await;
-    let fleet = report::collect(&Input::Prometheus {
-        url,
-        range: "24h".into(),
-        cluster_label: ClusterLabel::Given("cluster".into()),
-    })
-    .await
-    .unwrap();
-    let r = report::build(fleet, None);
+    let r = ranked(url, ClusterLabel::Given("cluster".into())).await;
     let lines: Vec<(&str, &str, u64, u64)> = r
         .workloads
         .iter()
@@ -201,14 +206,7 @@ async fn federated_series_rank_per_cluster_and_fleet_wide() {
 #[tokio::test]
 async fn series_without_the_label_read_as_one_cluster() {
     let (url, fake) = fake_prometheus(None).await;
-    let fleet = report::collect(&Input::Prometheus {
-        url,
-        range: "24h".into(),
-        cluster_label: ClusterLabel::Given("cluster".into()),
-    })
-    .await
-    .unwrap();
-    let r = report::build(fleet, None);
+    let r = ranked(url, ClusterLabel::Given("cluster".into())).await;
     assert_eq!(r.fleet, None);
     assert!(r.workloads.iter().all(|w| w.cluster.is_none()));
     assert_eq!(r.workloads[0].affected_pod_starts, 4, "checkout, summed");
@@ -354,14 +352,7 @@ async fn with_no_flag_the_report_finds_either_convention_and_says_which() {
 
     // `cluster` wins where the series carry it: one look, and the label a flag would give.
     let (url, fake) = fake_prometheus(Some("cluster")).await;
-    let fleet = report::collect(&Input::Prometheus {
-        url,
-        range: "24h".into(),
-        cluster_label: ClusterLabel::Conventional,
-    })
-    .await
-    .unwrap();
-    let r = report::build(fleet, None);
+    let r = ranked(url, ClusterLabel::Conventional).await;
     let f = r.fleet.as_ref().expect("a roll-up");
     assert_eq!(f.cluster_label, "cluster");
     assert_eq!(r.workloads[0].cluster.as_deref(), Some("east"));
@@ -374,14 +365,7 @@ async fn with_no_flag_the_report_finds_either_convention_and_says_which() {
 
     // Neither carried: one line per workload, as a Prometheus per cluster always gave.
     let (url, fake) = fake_prometheus(None).await;
-    let fleet = report::collect(&Input::Prometheus {
-        url,
-        range: "24h".into(),
-        cluster_label: ClusterLabel::Conventional,
-    })
-    .await
-    .unwrap();
-    let r = report::build(fleet, None);
+    let r = ranked(url, ClusterLabel::Conventional).await;
     assert_eq!(r.fleet, None);
     assert_eq!(r.workloads[0].affected_pod_starts, 4, "checkout, summed");
     assert_eq!(fake.seen.lock().unwrap().len(), 2 + 7);
