@@ -44,6 +44,9 @@ pub enum TimelineError {
         node: String,
         reason: ReportError,
     },
+    /// No token for an agent run with `--auth kubernetes` (the sentence says how to get one).
+    #[error("{0}")]
+    Token(ReportError),
     #[error("agent {agent} answered with something that is not an incident list: {reason}")]
     Malformed { agent: String, reason: String },
 }
@@ -146,7 +149,9 @@ pub async fn read_with(client: &Client, request: &Request) -> Result<PodTimeline
     };
     let token = match &request.token {
         Some(t) => t.clone(),
-        None => scraper_token(client, agent_ns).await.map_err(unreachable)?,
+        None => scraper_token(client, agent_ns)
+            .await
+            .map_err(TimelineError::Token)?,
     };
     // The API filters by namespace (not by pod): the pod's UID is kept here.
     let query: String = form_urlencoded::Serializer::new(String::new())
