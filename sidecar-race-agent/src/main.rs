@@ -11,7 +11,9 @@ async fn main() -> anyhow::Result<()> {
     // `report` says why a request failed in its one-sentence error; kube's client
     // would log each failed request too.
     let log_level = match cli.command {
-        Command::Report(_) | Command::Lint(_) if !cli.log_level.contains("kube") => {
+        Command::Report(_) | Command::Lint(_) | Command::Timeline(_)
+            if !cli.log_level.contains("kube") =>
+        {
             format!("{},kube_client=off", cli.log_level)
         }
         _ => cli.log_level.clone(),
@@ -64,6 +66,7 @@ async fn main() -> anyhow::Result<()> {
             .await
         }
         Command::Report(args) => commands::report::run(args).await,
+        Command::Timeline(args) => commands::timeline::run(args).await,
         Command::Unpin(args) => commands::unpin::run(&args),
         Command::Lint(args) => match commands::lint::run(args).await {
             Ok(0) => Ok(()),

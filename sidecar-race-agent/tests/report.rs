@@ -8,10 +8,11 @@
 //! (reporter: unresolved only), and a workload that started pods without incident.
 
 mod common;
+#[path = "common/fake_cluster.rs"]
+mod fake_cluster;
 
 use std::{
     collections::HashMap,
-    net::SocketAddr,
     process::{Command, Output},
     sync::{Arc, Mutex},
 };
@@ -23,6 +24,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
+use fake_cluster::{fake_api_server, incident, serve};
 use serde_json::{Value, json};
 use sidecar_race_agent::report::{
     self, Input, Report, ReportError,
@@ -184,13 +186,6 @@ async fn query(
         .into_response()
 }
 
-async fn serve(router: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    addr
-}
-
 /// A fake Prometheus served below `/prom` (as behind a path-routing proxy).
 async fn fake_prometheus(mode: Mode) -> (String, Fake) {
     let fake = Fake {
@@ -202,42 +197,6 @@ async fn fake_prometheus(mode: Mode) -> (String, Fake) {
         .with_state(fake.clone());
     let addr = serve(router).await;
     (format!("http://{addr}/prom"), fake)
-}
-
-/// An incident exactly as `/api/v1/incidents` shows it.
-fn incident(
-    id: u64,
-    pod: &str,
-    ns: &str,
-    kind: &str,
-    name: &str,
-    (container, sidecar, pattern, port): (&str, &str, &str, u16),
-    (phase, refused, window): (&str, u64, Option<f64>),
-) -> Value {
-    json!({
-        "id": id,
-        "phase": phase,
-        "state": "resolved",
-        "pod_uid": format!("uid-{pod}"),
-        "namespace": ns,
-        "pod": pod,
-        "workload": {"kind": kind, "name": name},
-        "container": container,
-        "container_id": format!("containerd://{pod}-{container}"),
-        "sidecar": sidecar,
-        "sidecar_container_id": format!("containerd://{pod}-{sidecar}"),
-        "pattern": pattern,
-        "port": port,
-        "destination": format!("127.0.0.1:{port}"),
-        "local_destination": null,
-        "refused_count": refused,
-        "first_refused_at": "2026-11-29T17:00:00.000000000Z",
-        "last_refused_at": "2026-11-29T17:00:01.400000000Z",
-        "listener_ready_at": "2026-11-29T17:00:01.500000000Z",
-        "listener_closed_at": null,
-        "race_window_seconds": window,
-        "advice": "(the agent's sentence)"
-    })
 }
 
 async fn fake_agent(incidents: Vec<Value>) -> String {
@@ -1037,105 +996,6 @@ async fn manifests_join_the_evidence_into_a_migration_plan() {
         "{md}"
     );
     assert!(md.contains("```yaml\npatches:"), "{md}");
-}
-
-/// A fake API server: the agents' pods (two running, one pending) in `sidecar-race`,
-/// their incidents through the pod proxy, and the report-plan manifests as the
-/// cluster's workloads. Records every request.
-async fn fake_api_server(seen: Arc<Mutex<Vec<(String, String)>>>) -> SocketAddr {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/report-plan");
-    let mut objects: Vec<Value> = Vec::new();
-    for f in ["shop.yaml", "data.yaml"] {
-        let text = std::fs::read_to_string(format!("{dir}/{f}")).unwrap();
-        objects.extend(serde_saphyr::from_multiple::<Value>(&text).unwrap());
-    }
-    let checkout = incident(
-        1,
-        "checkout-1",
-        "shop",
-        "Deployment",
-        "checkout",
-        ("app", "istio-proxy", "classic", 15001),
-        ("startup", 12, Some(1.2)),
-    );
-    let ledger = incident(
-        1,
-        "ledger-0",
-        "data",
-        "StatefulSet",
-        "ledger",
-        ("app", "cloud-sql-proxy", "native", 5432),
-        ("startup", 8, Some(0.4)),
-    );
-    let handler = move |method: axum::http::Method,
-                        uri: axum::http::Uri,
-                        headers: axum::http::HeaderMap| {
-        let seen = seen.clone();
-        let objects = objects.clone();
-        let (checkout, ledger) = (checkout.clone(), ledger.clone());
-        async move {
-            let token = headers
-                .get("x-sidecar-race-token")
-                .and_then(|v| v.to_str().ok())
-                .map(|t| format!(" token={t}"))
-                .unwrap_or_default();
-            seen.lock()
-                .unwrap()
-                .push((method.to_string(), format!("{uri}{token}")));
-            let path = uri.path();
-            let list = |kind: &str| {
-                let items: Vec<Value> = objects
-                    .iter()
-                    .filter(|o| o["kind"] == kind)
-                    .cloned()
-                    .collect();
-                json!({"apiVersion": "v1", "kind": format!("{kind}List"), "metadata": {"resourceVersion": "1"}, "items": items})
-            };
-            // agent-b serves TLS (deploy/overlays/tls): its probes say HTTPS.
-            let agent = |name: &str, phase: &str| {
-                let scheme = if name == "agent-b" { "HTTPS" } else { "HTTP" };
-                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "sidecar-race"},
-                       "spec": {"containers": [{"name": "agent",
-                           "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http-metrics", "scheme": scheme}}}]},
-                       "status": {"phase": phase}})
-            };
-            let body = match path {
-                "/version" => json!({"major": "1", "minor": "33", "gitVersion": "v1.33.1"}),
-                "/api/v1/namespaces/sidecar-race/serviceaccounts/sidecar-race-scraper/token" => {
-                    json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                           "metadata": {"name": "sidecar-race-scraper"},
-                           "spec": {"audiences": [], "expirationSeconds": 600},
-                           "status": {"token": "scraper-token", "expirationTimestamp": "2026-01-01T00:10:00Z"}})
-                }
-                "/api/v1/namespaces/sidecar-race/pods" => {
-                    json!({"apiVersion": "v1", "kind": "PodList",
-                    "metadata": {"resourceVersion": "1"},
-                    "items": [agent("agent-a", "Running"), agent("agent-b", "Running"), agent("agent-c", "Pending")]})
-                }
-                "/api/v1/namespaces/sidecar-race/pods/agent-a:9965/proxy/api/v1/incidents" => {
-                    json!({"incidents": [checkout]})
-                }
-                "/api/v1/namespaces/sidecar-race/pods/https:agent-b:9965/proxy/api/v1/incidents" => {
-                    json!({"incidents": [ledger]})
-                }
-                "/apis/apps/v1/deployments" => list("Deployment"),
-                "/apis/apps/v1/statefulsets" => list("StatefulSet"),
-                "/apis/batch/v1/jobs" => list("Job"),
-                p if p.starts_with("/api") => {
-                    let kind = match p.rsplit('/').next().unwrap() {
-                        "daemonsets" => "DaemonSet",
-                        "replicasets" => "ReplicaSet",
-                        "cronjobs" => "CronJob",
-                        _ => "Pod",
-                    };
-                    list(kind)
-                }
-                _ => return (StatusCode::NOT_FOUND, Json(json!({}))).into_response(),
-            };
-            Json(body).into_response()
-        }
-    };
-    serve(Router::new().fallback(handler)).await
 }
 
 /// From a laptop: the agents through the API server's pod proxy (over HTTPS to the

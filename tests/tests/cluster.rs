@@ -96,6 +96,23 @@ fn case1_classic_sidecar_late_listener_in_a_deployment() {
         "starts, first refusal, listen: {:#}",
         incident["timeline"]
     );
+    // The same timeline in a terminal (#51 item 5): `timeline POD` finds the pod's
+    // node, reads its agent through the API server's pod proxy and prints the
+    // incident's header (the app's count) and an entry per line, in order.
+    let text = cli_text(&["timeline", &pod_name, "-n", ns]);
+    let header = line_with(&text, &["startup", "app → proxy", "port 15001 (tcp)"]);
+    let header_line = text.lines().nth(header).unwrap_or_default();
+    assert!(
+        header_line.ends_with(&format!("  {refused} refusals"))
+            || header_line.ends_with(&format!("  {refused} refusal")),
+        "the app's own count on the header: {text}"
+    );
+    let first = line_with(&text, &["+", "first refusal", " app "]);
+    let listening = line_with(&text, &["+", "listening", " proxy"]);
+    assert!(
+        header < first && first < listening,
+        "header, first refusal, the proxy's listen: {text}"
+    );
 
     // The Event on the pod, as `kubectl get events` shows it.
     let event = wait_event(ns, &pod_name, "SidecarStartupRace");
@@ -914,13 +931,26 @@ fn case5_an_init_container_declared_before_the_native_sidecar_it_polls_is_an_ini
 
 /// The agent binary as a user's CLI, with the cluster's kubeconfig.
 fn cli(args: &[&str]) -> Value {
-    let out = sidecar_race_tests::tools::run(
+    let out = cli_text(args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}):\n{out}"))
+}
+
+/// What the agent binary prints with `args`, run with the cluster's kubeconfig as a
+/// user runs it from a laptop.
+fn cli_text(args: &[&str]) -> String {
+    sidecar_race_tests::tools::run(
         std::process::Command::new(agent_binary())
             .args(args)
             .env("KUBECONFIG", &cluster().kubeconfig),
         None,
-    );
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}):\n{out}"))
+    )
+}
+
+/// The line of `text` holding all of `words`, by index.
+fn line_with(text: &str, words: &[&str]) -> usize {
+    text.lines()
+        .position(|l| words.iter().all(|w| l.contains(w)))
+        .unwrap_or_else(|| panic!("no line with {words:?} in:\n{text}"))
 }
 
 /// The lint finding of `rule` on Deployment `checkout` in `ns`.
@@ -937,7 +967,7 @@ fn finding<'a>(lint: &'a Value, ns: &str, rule: &str) -> &'a Value {
 #[ignore = "needs the cluster of `cargo xtask cluster up`; `cargo xtask test` runs it"]
 fn case7_report_via_the_api_servers_pod_proxy_lint_cluster_and_the_kubectl_plugin() {
     let c = cluster();
-    let (ns, _, incident) = classic_race("commands");
+    let (ns, racing, incident) = classic_race("commands");
     let agent = c.agent_pod();
 
     let report = cli(&[
@@ -1035,6 +1065,13 @@ fn case7_report_via_the_api_servers_pod_proxy_lint_cluster_and_the_kubectl_plugi
             .iter()
             .any(|w| w["namespace"] == ns.as_str()),
         "{report_via_kubectl:#}"
+    );
+    // `kubectl sidecar-race timeline POD`: the race's pod, through the plugin.
+    let timeline = plugin(&["sidecar-race", "timeline", &name(&racing), "-n", &ns]);
+    assert!(
+        line_with(&timeline, &["first refusal", " app "])
+            < line_with(&timeline, &["listening", " proxy"]),
+        "{timeline}"
     );
     let _ = std::fs::remove_dir_all(&bin);
 }

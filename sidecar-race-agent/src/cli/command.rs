@@ -3,7 +3,10 @@
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use super::{lint::LintArgs, report::ReportArgs, run::RunArgs, state::PlaceArgs, trace::TraceArgs};
+use super::{
+    lint::LintArgs, report::ReportArgs, run::RunArgs, state::PlaceArgs, timeline::TimelineArgs,
+    trace::TraceArgs,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,7 +36,7 @@ pub fn invoked_as_plugin(argv0: &std::ffi::OsStr) -> bool {
 }
 
 /// Parses the command line. Invoked as `kubectl-sidecar_race`, the binary is
-/// `kubectl sidecar-race` and offers `report` and `lint` (`trace`, `run` and `unpin` belong to
+/// `kubectl sidecar-race` and offers `report`, `lint` and `timeline` (`trace`, `run` and `unpin` belong to
 /// the node agent).
 pub fn parse_args(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
     let plugin = args.first().is_some_and(|a| invoked_as_plugin(a));
@@ -56,7 +59,7 @@ pub fn parse_args(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
     {
         return Err(cmd.error(
             clap::error::ErrorKind::InvalidSubcommand,
-            "as a kubectl plugin, sidecar-race runs `report` and `lint`; `trace`, `run` and `unpin` belong to the node agent (sidecar-race-agent)",
+            "as a kubectl plugin, sidecar-race runs `report`, `lint` and `timeline`; `trace`, `run` and `unpin` belong to the node agent (sidecar-race-agent)",
         ));
     }
     Ok(cli)
@@ -80,6 +83,9 @@ pub enum Command {
     /// Find race-prone pod templates in manifests (files, directories, `-` for
     /// stdin) and write the native-sidecar migration (`--fix`). Needs no cluster.
     Lint(LintArgs),
+    /// Print a pod's incidents and their timelines, read from the agent on its node
+    /// through the API server (the kubeconfig's). Needs no root.
+    Timeline(TimelineArgs),
     /// Remove what agents pinned on this node (their programs detach): after an
     /// uninstall. Waits for a running agent's lock.
     Unpin(PlaceArgs),
@@ -99,6 +105,15 @@ mod tests {
         ]))
         .unwrap();
         assert!(matches!(cli.command, Command::Lint(_)));
+        let cli = parse_args(args(&[
+            "kubectl-sidecar_race",
+            "timeline",
+            "web-0",
+            "-n",
+            "shop",
+        ]))
+        .unwrap();
+        assert!(matches!(cli.command, Command::Timeline(ref t) if t.pod == "web-0"));
         let err = parse_args(args(&["kubectl-sidecar_race", "run"])).unwrap_err();
         assert!(err.to_string().contains("as a kubectl plugin"), "{err}");
         let help = parse_args(args(&["kubectl-sidecar_race", "--help"]))

@@ -2,7 +2,8 @@
 //! flag can also be set through the environment variable named in its help. One module
 //! per subcommand; `kernel.rs` holds the flags `trace` and `run` share, `values.rs` the
 //! value parsers several use, `command.rs` the top-level command line and its parsing, `state.rs` where
-//! `run` keeps what outlives it (and `unpin` removes it).
+//! `run` keeps what outlives it (and `unpin` removes it), `timeline.rs` the pod whose
+//! incidents `timeline` prints.
 
 mod command;
 mod kernel;
@@ -10,6 +11,7 @@ mod lint;
 mod report;
 mod run;
 mod state;
+mod timeline;
 mod trace;
 mod values;
 
@@ -20,6 +22,7 @@ pub use self::{
     report::ReportArgs,
     run::{AuthMode, RunArgs},
     state::{PinMode, PlaceArgs, StateArgs},
+    timeline::{TimelineArgs, TimelineFormat},
     trace::TraceArgs,
     values::clean_names,
 };

@@ -11,7 +11,8 @@
 //! Through a federating or Thanos-style Prometheus, [`promql`] keeps the cluster label
 //! in every query ([`cluster_label`]: the one given, or the first convention the
 //! series carry) and [`rollup`] sums each workload over its clusters for the
-//! fleet-wide ranking.
+//! fleet-wide ranking. [`pod_timeline`] reads one pod's incidents from its node's
+//! agent for `timeline POD`, and [`timeline_text`] prints their timelines.
 
 pub mod agents;
 pub mod client;
@@ -21,12 +22,14 @@ pub mod fixes;
 pub mod fleet;
 pub mod input;
 pub mod plan;
+pub mod pod_timeline;
 pub mod prometheus;
 pub mod promql;
 pub mod rank;
 pub mod render;
 pub mod rollup;
 pub mod table;
+pub mod timeline_text;
 pub mod via_api;
 
 #[cfg(test)]

@@ -78,7 +78,7 @@ pub async fn collect(
 }
 
 /// A token of the scraper ServiceAccount, valid for 10 minutes.
-async fn scraper_token(client: &Client, namespace: &str) -> Result<String, ReportError> {
+pub async fn scraper_token(client: &Client, namespace: &str) -> Result<String, ReportError> {
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let request = TokenRequest {
         spec: TokenRequestSpec {
@@ -108,7 +108,7 @@ async fn scraper_token(client: &Client, namespace: &str) -> Result<String, Repor
 /// readiness probe uses HTTPS (the agent serves TLS: deploy/overlays/tls, the chart's
 /// `tls.enabled`), else none (plain HTTP). The API server does not verify the pod's
 /// certificate when it proxies; the token still travels encrypted.
-fn proxy_scheme(pod: &Pod) -> &'static str {
+pub fn proxy_scheme(pod: &Pod) -> &'static str {
     let https = pod
         .spec
         .iter()
@@ -205,38 +205,87 @@ async fn incidents(
     read: &AtomicUsize,
     bounds: &Bounds,
 ) -> Result<Vec<AgentIncident>, ReportError> {
-    let path = format!(
-        "/api/v1/namespaces/{namespace}/pods/{scheme}{name}:{port}/proxy{}",
-        crate::api::INCIDENTS_PATH
-    );
     let what = format!("pods/proxy {namespace}/{name}");
-    let request = http::Request::get(format!("{path}?limit={}", crate::api::MAX_LIMIT))
-        .header(crate::api::PROXIED_TOKEN, token)
-        .body(kube::client::Body::empty())
-        .map_err(|e| ReportError::Api(format!("{what}: {e}")))?;
-    let res = client
-        .send(request)
-        .await
-        .map_err(|e| ReportError::Api(format!("{what}: {e}")))?;
-    let status = res.status();
-    let body = super::client::read_capped(res.into_body())
-        .await
-        .map_err(|e| match e {
-            Some(e) => ReportError::Api(format!("{what}: {e}")),
-            None => ReportError::TooLarge {
-                what: "agent",
-                url: what.clone(),
-                path: path.clone(),
-                limit_mib: super::client::MAX_BODY_BYTES >> 20,
-            },
-        })?;
+    let query = format!("limit={}", crate::api::MAX_LIMIT);
+    let agent = ProxiedAgent {
+        namespace,
+        name,
+        scheme,
+        port,
+    };
+    let (status, body) = agent.incidents_answer(client, &query, token).await?;
     if read.fetch_add(body.len(), Relaxed) + body.len() > bounds.total_bytes {
         return Err(ReportError::Api(format!(
             "the agents' answers add up to more than {} MiB (at {what}), more than the report reads",
             bounds.total_bytes >> 20
         )));
     }
-    let body = String::from_utf8_lossy(&body);
+    let body = answer_text(&what, status, &body)?;
+    agents::parse(&what, &body)
+}
+
+/// An agent pod, as the API server's pod proxy reaches it.
+pub struct ProxiedAgent<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// [`proxy_scheme`] of the pod.
+    pub scheme: &'a str,
+    pub port: u16,
+}
+
+impl ProxiedAgent<'_> {
+    /// The agent's `/api/v1/incidents?QUERY` through the pod proxy, with `token` in
+    /// the header the proxy passes on: the answer's status and its body, read within
+    /// [`super::client::MAX_BODY_BYTES`]. Only failing to get an answer is an error.
+    pub async fn incidents_answer(
+        &self,
+        client: &Client,
+        query: &str,
+        token: &str,
+    ) -> Result<(http::StatusCode, Vec<u8>), ReportError> {
+        let Self {
+            namespace,
+            name,
+            scheme,
+            port,
+        } = self;
+        let path = format!(
+            "/api/v1/namespaces/{namespace}/pods/{scheme}{name}:{port}/proxy{}",
+            crate::api::INCIDENTS_PATH
+        );
+        let what = format!("pods/proxy {namespace}/{name}");
+        let request = http::Request::get(format!("{path}?{query}"))
+            .header(crate::api::PROXIED_TOKEN, token)
+            .body(kube::client::Body::empty())
+            .map_err(|e| ReportError::Api(format!("{what}: {e}")))?;
+        let res = client
+            .send(request)
+            .await
+            .map_err(|e| ReportError::Api(format!("{what}: {e}")))?;
+        let status = res.status();
+        let body = super::client::read_capped(res.into_body())
+            .await
+            .map_err(|e| match e {
+                Some(e) => ReportError::Api(format!("{what}: {e}")),
+                None => ReportError::TooLarge {
+                    what: "agent",
+                    url: what.clone(),
+                    path: path.clone(),
+                    limit_mib: super::client::MAX_BODY_BYTES >> 20,
+                },
+            })?;
+        Ok((status, body))
+    }
+}
+
+/// A proxied agent's answer as text, or why its status is not a success; `what`
+/// names the agent (`pods/proxy NS/POD`).
+pub fn answer_text(
+    what: &str,
+    status: http::StatusCode,
+    body: &[u8],
+) -> Result<String, ReportError> {
+    let body = String::from_utf8_lossy(body);
     if status == http::StatusCode::UNAUTHORIZED {
         return Err(ReportError::Api(format!(
             "{what}: HTTP 401: the agent did not accept the token (--auth kubernetes): \
@@ -249,5 +298,5 @@ async fn incidents(
             super::client::snippet(&body)
         )));
     }
-    agents::parse(&what, &body)
+    Ok(body.into_owned())
 }
