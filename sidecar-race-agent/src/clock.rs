@@ -20,8 +20,14 @@ pub fn boot_now_ns() -> u64 {
 /// Wall-clock nanoseconds since the Unix epoch of a boot-clock timestamp. The offset
 /// is taken at each call, so wall-clock steps (NTP) are followed.
 pub fn boot_to_unix_ns(boot_ns: u64) -> i128 {
-    let offset = clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_BOOTTIME);
-    offset + boot_ns as i128
+    boot_offset_ns() + boot_ns as i128
+}
+
+/// The wall clock minus the boot clock, now. Read twice, it differs by the few ns
+/// between its two clock reads: times shown together (one incident's) take it once,
+/// so that equal kernel times read as equal wall times and keep their order.
+pub fn boot_offset_ns() -> i128 {
+    clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_BOOTTIME)
 }
 
 /// The boot-clock time of an RFC 3339 wall-clock time (as the API reports times);
@@ -32,8 +38,7 @@ pub fn rfc3339_to_boot_ns(text: &str) -> Option<u64> {
 
 /// The boot-clock time of a wall-clock time; none for one before boot.
 pub fn timestamp_to_boot_ns(t: Timestamp) -> Option<u64> {
-    let offset = clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_BOOTTIME);
-    u64::try_from(t.as_nanosecond() - offset).ok()
+    u64::try_from(t.as_nanosecond() - boot_offset_ns()).ok()
 }
 
 /// `2026-11-29T16:40:01.123456789Z`: RFC 3339, UTC, always nine fractional digits.

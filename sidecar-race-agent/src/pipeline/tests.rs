@@ -111,14 +111,12 @@ fn the_api_shows_the_timeline_in_rfc_3339_with_the_incidents_own_times() {
     );
     assert_eq!(timeline[0]["container"], "app");
     assert_eq!(timeline[1]["container"], "worker");
-    // Each time is turned to wall-clock time with the clocks' offset of its own
-    // call: equal to within the calls' few ns apart.
+    // One clock offset for the whole incident: an entry's time is the incident's own
+    // field to the ns (with one offset a call, they were a few ns apart, and two
+    // entries at one kernel time could read out of order: case 3 on the real kubelet).
+    assert_eq!(timeline[2]["at"], v["first_refused_at"], "{v:#}");
+    assert_eq!(timeline[3]["at"], v["listener_ready_at"], "{v:#}");
     let boot = |t: &serde_json::Value| crate::clock::rfc3339_to_boot_ns(t.as_str().unwrap());
-    let near = |a: &serde_json::Value, b: &serde_json::Value| {
-        boot(a).unwrap().abs_diff(boot(b).unwrap()) < MS
-    };
-    assert!(near(&timeline[2]["at"], &v["first_refused_at"]), "{v:#}");
-    assert!(near(&timeline[3]["at"], &v["listener_ready_at"]), "{v:#}");
     assert!(timeline.iter().all(|e| boot(&e["at"]).is_some()), "{v:#}");
     std::fs::remove_dir_all(dir).unwrap();
 }

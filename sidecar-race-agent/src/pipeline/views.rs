@@ -46,6 +46,10 @@ pub(super) fn incident_view(
 ) -> IncidentView {
     #[cfg(test)]
     VIEWS_RENDERED.with(|n| n.set(n.get() + 1));
+    // One offset for all the incident's times: its timeline's entries at one kernel
+    // time read as one wall time, in order, and equal to the incident's own fields.
+    let offset = clock::boot_offset_ns();
+    let wall = |boot_ns: u64| clock::rfc3339_nanos(offset + boot_ns as i128);
     let mut v = view(incident, pods, &wall);
     v.refusals_suppressed = suppressed.of_client(&incident.pod_uid, &incident.client);
     v
