@@ -1,7 +1,9 @@
 //! Who listens now, as the kernel's socket tables tell it: the TCP and Unix listeners
 //! held by the processes of a set of cgroups, read from `/proc/<pid>/net/tcp{,6}` and
 //! `/proc/<pid>/net/unix` (the tables of the process's network namespace) and matched
-//! to their owner through its fds. A
+//! to their owner through its fds, or its user where the fds are hidden
+//! ([`socket_owners`](super::socket_owners)). The pids are the host's, so the agent
+//! runs in the host's pid namespace (the DaemonSet's `hostPID`). A
 //! restored agent asks this for its open incidents: a listener that came up after the
 //! checkpoint, and whose record the agent before read and took with it, is still
 //! there to be seen. The UDP sockets bound in the pod are read the same way while a
@@ -13,11 +15,11 @@ use std::{
     path::Path,
 };
 
+use super::socket_owners::{self, Process};
 use crate::names::UnixName;
 
-/// Processes read per cgroup, and fds per process: a listener is among the first.
+/// Processes read per cgroup: a listener is among the first.
 const PIDS_PER_CGROUP: usize = 256;
-const FDS_PER_PROCESS: usize = 4096;
 /// `TCP_LISTEN` in the tables' `st` column.
 const LISTEN: &str = "0A";
 /// A UDP socket bound and not connected: `TCP_CLOSE` in `/proc/net/udp{,6}`.
@@ -47,7 +49,7 @@ pub fn udp_bound(cgroups: &[(u64, &Path)], port: u16) -> Vec<Listening> {
 fn sockets_in(cgroups: &[(u64, &Path)], port: u16, tables: [&str; 2], st: &str) -> Vec<Listening> {
     held(cgroups, &tables, |text| {
         in_state(text, st)
-            .filter(|(_, a)| a.port() == port)
+            .filter(|(_, _, a)| a.port() == port)
             .collect()
     })
     .into_iter()
@@ -59,46 +61,42 @@ fn sockets_in(cgroups: &[(u64, &Path)], port: u16, tables: [&str; 2], st: &str) 
     .collect()
 }
 
-/// The sockets that `parse` picks from the `tables` of each network namespace the
-/// processes of `cgroups` are in (each namespace's tables read once), with the
-/// cgroup and process holding each, matched through the processes' fds.
+/// The sockets that `parse` picks (inode, the table's uid where it has one, the
+/// socket) from the `tables` of each network namespace the processes of `cgroups` are
+/// in (each namespace's tables read once; a process whose namespace link is hidden has
+/// its tables read once per cgroup), with the cgroup and process holding each.
 fn held<T>(
     cgroups: &[(u64, &Path)],
     tables: &[&str],
-    parse: impl Fn(&str) -> Vec<(u64, T)>,
+    parse: impl Fn(&str) -> Vec<(u64, Option<u32>, T)>,
 ) -> Vec<(u64, u32, T)> {
     let mut tables_read = Vec::new();
-    let mut sockets: HashMap<u64, T> = HashMap::new();
-    let mut owners: Vec<(u64, u32)> = Vec::new();
+    let mut hidden_ns_read: Vec<u64> = Vec::new();
+    let mut sockets: HashMap<u64, (Option<u32>, T)> = HashMap::new();
+    let mut procs: Vec<Process> = Vec::new();
     for &(cgroup_id, dir) in cgroups {
         for pid in pids(dir) {
-            owners.push((cgroup_id, pid));
-            let Ok(netns) = std::fs::read_link(format!("/proc/{pid}/ns/net")) else {
-                continue;
-            };
-            if tables_read.contains(&netns) {
-                continue;
+            procs.push(socket_owners::process(cgroup_id, pid));
+            match std::fs::read_link(format!("/proc/{pid}/ns/net")) {
+                Ok(netns) if tables_read.contains(&netns) => continue,
+                Ok(netns) => tables_read.push(netns),
+                Err(_) if hidden_ns_read.contains(&cgroup_id) => continue,
+                Err(_) => hidden_ns_read.push(cgroup_id),
             }
-            tables_read.push(netns);
             for table in tables {
                 if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) {
-                    sockets.extend(parse(&text));
+                    sockets.extend(parse(&text).into_iter().map(|(i, u, t)| (i, (u, t))));
                 }
             }
         }
     }
-    let mut found = Vec::new();
-    if sockets.is_empty() {
-        return found;
-    }
-    for (cgroup_id, pid) in owners {
-        for inode in socket_inodes(pid) {
-            if let Some(socket) = sockets.remove(&inode) {
-                found.push((cgroup_id, pid, socket));
-            }
-        }
-    }
-    found
+    sockets
+        .into_iter()
+        .filter_map(|(inode, (uid, socket))| {
+            let (cgroup_id, pid) = socket_owners::owner_of(inode, uid, &procs)?;
+            Some((cgroup_id, pid, socket))
+        })
+        .collect()
 }
 
 /// A Unix socket listening now, with the name it was bound to (as the binder gave it).
@@ -116,7 +114,10 @@ pub fn unix_listeners(
     wanted: impl Fn(&UnixName) -> bool,
 ) -> Vec<UnixListening> {
     held(cgroups, &["unix"], |text| {
-        unix_listeners_in(text).filter(|(_, n)| wanted(n)).collect()
+        unix_listeners_in(text)
+            .filter(|(_, n)| wanted(n))
+            .map(|(inode, n)| (inode, None, n))
+            .collect()
     })
     .into_iter()
     .map(|(cgroup_id, pid, name)| UnixListening {
@@ -171,27 +172,12 @@ fn pids(dir: &Path) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// The inodes of the sockets process `pid` holds.
-fn socket_inodes(pid: u32) -> Vec<u64> {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return Vec::new();
-    };
-    fds.flatten()
-        .take(FDS_PER_PROCESS)
-        .filter_map(|fd| {
-            let target = std::fs::read_link(fd.path()).ok()?;
-            let target = target.to_str()?;
-            target
-                .strip_prefix("socket:[")?
-                .strip_suffix(']')?
-                .parse()
-                .ok()
-        })
-        .collect()
-}
-
-/// (inode, address) of each socket in state `st` of a `/proc/net/{tcp,udp}{,6}` table.
-fn in_state<'a>(table: &'a str, st: &'a str) -> impl Iterator<Item = (u64, SocketAddr)> + 'a {
+/// (inode, uid, address) of each socket in state `st` of a `/proc/net/{tcp,udp}{,6}`
+/// table.
+fn in_state<'a>(
+    table: &'a str,
+    st: &'a str,
+) -> impl Iterator<Item = (u64, Option<u32>, SocketAddr)> + 'a {
     table.lines().skip(1).filter_map(move |line| {
         let cols: Vec<&str> = line.split_whitespace().collect();
         if cols.get(3) != Some(&st) {
@@ -199,7 +185,7 @@ fn in_state<'a>(table: &'a str, st: &'a str) -> impl Iterator<Item = (u64, Socke
         }
         let addr = local_address(cols.get(1)?)?;
         let inode = cols.get(9)?.parse().ok()?;
-        Some((inode, addr))
+        Some((inode, cols.get(7).and_then(|u| u.parse().ok()), addr))
     })
 }
 
@@ -252,8 +238,8 @@ mod tests {
         assert_eq!(
             found,
             [
-                (4242, "127.0.0.1:15001".parse().unwrap()),
-                (4444, "[::1]:8080".parse().unwrap()),
+                (4242, Some(0), "127.0.0.1:15001".parse().unwrap()),
+                (4444, Some(0), "[::1]:8080".parse().unwrap()),
             ],
             "an established socket (st 01) is no listener"
         );
@@ -313,6 +299,6 @@ mod tests {
              1: 0100007F:1FBD 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 5151 2 0 0\n\
              2: 0100007F:C350 0100007F:1FBD 01 00000000:00000000 00:00000000 00000000     0        0 5252 2 0 0\n";
         let found: Vec<_> = in_state(table, UDP_UNCONNECTED).collect();
-        assert_eq!(found, [(5151, "127.0.0.1:8125".parse().unwrap())]);
+        assert_eq!(found, [(5151, Some(0), "127.0.0.1:8125".parse().unwrap())]);
     }
 }

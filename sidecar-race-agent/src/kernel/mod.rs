@@ -24,6 +24,7 @@ pub mod pins;
 pub mod probes;
 pub mod recursion;
 pub mod requirements;
+mod socket_owners;
 pub mod tracefs;
 pub mod tracepoints;
 pub mod unix_hooks;

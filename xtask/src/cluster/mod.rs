@@ -209,11 +209,9 @@ pub fn wants_1_37(args: &[String]) -> bool {
 
 /// Cases that prove what the agent does not do yet on the real kubelet: `#[ignore]`d
 /// like the others, and skipped here so that `--ignored` does not run them (by hand
-/// they run and fail with the reason). Remove a name when the agent does it. Case 19:
-/// the DaemonSet's agent (no `hostPID`) cannot read the pod's UDP socket table, so the
-/// statsd exporter's late bind is never seen and the startup incident never resolves.
-const AWAITING_THE_AGENT: [&str; 1] =
-    ["case19_the_real_statsd_exporter_started_late_loses_the_apps_lines_at_start_and_drain"];
+/// they run and fail with the reason). Remove a name when the agent does it; none now
+/// (case 19, the statsd exporter's UDP bind, left with the DaemonSet's `hostPID`).
+const AWAITING_THE_AGENT: [&str; 0] = [];
 
 /// `cargo test -p sidecar-race-tests` of the tier's `tests` targets.
 fn cases_command(tests: &[&str]) -> std::process::Command {
