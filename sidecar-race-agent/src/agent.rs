@@ -18,6 +18,7 @@ use crate::{
     kernel::{
         attach::ProbeError,
         globals::ProcessNames,
+        layout::ICMP_PROGRAM,
         options::ProbeOptions,
         pins::Pins,
         probes::{Origin, Probes},
@@ -101,17 +102,20 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
     }
     // Under lockdown, one sentence (`requirements::check`) said what is not seen.
     let locked = env.layout.direct_reads();
-    // What tracefs could not serve, unless its BTF tracepoint did.
-    for u in
-        env.layout.unusable.iter().filter(|u| {
-            !locked && !u.tracepoint.required && !probes.attached.contains(&u.tracepoint)
-        })
-    {
+    // What tracefs could not serve, unless its BTF tracepoint did. A kernel without
+    // icmp_send has kfree_skb see its UDP refusals: only an explicit
+    // `--udp-hook=icmp-send` says so (`tracepoints::attach_all`).
+    for u in env.layout.unusable.iter().filter(|u| {
+        !locked
+            && !u.tracepoint.required
+            && !probes.attached.contains(&u.tracepoint)
+            && u.tracepoint.program != ICMP_PROGRAM
+    }) {
         tracing::warn!("degraded: {u}");
     }
     for d in &probes.degraded {
         tracing::warn!(
-            "degraded: tracepoint {}:{} could not be attached ({}): {} disabled",
+            "degraded: tracepoint {}:{} not attached ({}): {} disabled",
             d.tracepoint.category,
             d.tracepoint.name,
             d.reason,

@@ -1,6 +1,8 @@
 //! UDP refusals: a datagram dropped because no socket holds its port, seen at
-//! `skb:kfree_skb` with the drop reason `NO_SOCKET` (5.17+), hooked as a BTF tracepoint
-//! where the kernel takes it, else through tracefs. The agent reads the record's offsets
+//! `icmp:icmp_send` as the port unreachable the kernel answers it with (IPv4, 6.12+:
+//! nothing runs on other drops), or at `skb:kfree_skb` with the drop reason
+//! `NO_SOCKET` (5.17+, both families, but run on every dropped skb), each hooked as a
+//! BTF tracepoint where the kernel takes it, else through tracefs. The agent reads the record's offsets
 //! and the reason's number from tracefs (the number differs between kernels) and the
 //! `sk_buff` offsets from the kernel's BTF; the record the program sends is a
 //! `SocketEvent` of kind `UDP_REFUSED`.
@@ -15,6 +17,34 @@ pub const ETH_P_IP: u16 = 0x0800;
 pub const ETH_P_IPV6: u16 = 0x86dd;
 /// `IPPROTO_UDP`.
 pub const IPPROTO_UDP: u8 = 17;
+/// `ICMP_DEST_UNREACH` and `ICMP_PORT_UNREACH` (RFC 792): what the kernel answers a
+/// datagram to a port no socket holds with.
+pub const ICMP_DEST_UNREACH: i32 = 3;
+pub const ICMP_PORT_UNREACH: i32 = 3;
+
+/// Where `icmp:icmp_send`'s tracefs record keeps the skb and the message's type and
+/// code. The BTF tracepoint has them as arguments and needs none of these.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IcmpConfig {
+    /// `icmp_send.skbaddr` (8 bytes): the datagram that had no socket.
+    pub skbaddr: u16,
+    /// `icmp_send.type` and `icmp_send.code` (4 bytes each).
+    pub icmp_type: u16,
+    pub code: u16,
+    pub _pad: u16,
+}
+
+impl IcmpConfig {
+    pub const UNSET: IcmpConfig = IcmpConfig {
+        skbaddr: MISSING,
+        icmp_type: MISSING,
+        code: MISSING,
+        _pad: 0,
+    };
+}
+
+const _: () = assert!(core::mem::size_of::<IcmpConfig>() == 8);
 
 /// Where the programs find what they need: `kfree_skb`'s record fields (tracefs) and
 /// `struct sk_buff`'s members (BTF). Any `MISSING` one turns the program off.

@@ -68,7 +68,11 @@ fn manifest(pod: &SimPod, app: &SimContainer, statsd: &SimContainer, udp_ports: 
 }
 
 fn agent(name: &str) -> (RunAgent, PathBuf) {
-    RunAgent::start_with_pods_file(&format!("dgram-{name}"), &[])
+    agent_with(name, &[])
+}
+
+fn agent_with(name: &str, args: &[&str]) -> (RunAgent, PathBuf) {
+    RunAgent::start_with_pods_file(&format!("dgram-{name}"), args)
 }
 
 fn window(i: &Value) -> f64 {
@@ -81,7 +85,18 @@ fn window(i: &Value) -> f64 {
 /// 50 ms (`connected`: through a connected socket): one resolved startup incident with
 /// exactly the datagrams the app lost. Returns the app's count and the incident.
 fn late_statsd(name: &str, bound: &str, dialed: &str, connected: bool) -> (u64, Value) {
-    let (agent, pods_file) = agent(name);
+    late_statsd_with(name, bound, dialed, connected, &[])
+}
+
+/// `late_statsd` with the agent started with `agent_args`.
+fn late_statsd_with(
+    name: &str,
+    bound: &str,
+    dialed: &str,
+    connected: bool,
+    agent_args: &[&str],
+) -> (u64, Value) {
+    let (agent, pods_file) = agent_with(name, agent_args);
     let mut pod = SimPod::new(name).unwrap();
     let statsd = pod.container("statsd").unwrap();
     let app = pod.container("app").unwrap();
@@ -154,12 +169,84 @@ fn a_statsd_sidecar_bound_late_on_udp_v6_is_one_startup_race_with_the_apps_exact
     ) {
         return;
     }
-    let (lost, i) = late_statsd("udp-v6", "[::1]:8125", "[::1]:8125", false);
+    // IPv6 refusals are seen at kfree_skb only, which `auto` leaves off where the
+    // kernel has icmp_send (this host, 6.18): asked for.
+    let (lost, i) = late_statsd_with(
+        "udp-v6",
+        "[::1]:8125",
+        "[::1]:8125",
+        false,
+        &["--udp-hook", "kfree-skb"],
+    );
     eprintln!(
-        "udp v6 unconnected: app lost {lost}, agent counted {}",
+        "udp v6 unconnected (kfree_skb): app lost {lost}, agent counted {}",
         i["refused_count"]
     );
     assert_eq!(i["destination"], "[::1]:8125", "{i:#}");
+}
+
+/// `auto` on a kernel with `icmp:icmp_send` (6.12+; this host's 6.18) hooks UDP
+/// refusals there, where nothing runs on a delivered datagram or another drop, leaves
+/// `kfree_skb` off, and says in one `degraded:` line that IPv6 refusals then need
+/// `--udp-hook=kfree-skb`; on a kernel without it, `kfree_skb` is attached and nothing
+/// is said.
+#[test]
+fn auto_takes_the_udp_hook_that_runs_on_no_drop_and_says_what_ipv6_then_needs() {
+    if !is_root_or_skip(
+        "auto_takes_the_udp_hook_that_runs_on_no_drop_and_says_what_ipv6_then_needs",
+    ) {
+        return;
+    }
+    let has_icmp_send = std::path::Path::new("/sys/kernel/tracing/events/icmp/icmp_send").exists();
+    let (agent, _) = agent("udp-auto");
+    let log = agent.stderr();
+    let watching = log
+        .iter()
+        .find(|l| l.contains("watching the kernel"))
+        .unwrap_or_else(|| panic!("never watched the kernel: {log:#?}"));
+    let left_off: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("degraded: tracepoint skb:kfree_skb not attached (left off"))
+        .collect();
+    if has_icmp_send {
+        assert!(
+            watching.contains("icmp_send") && !watching.contains("kfree_skb"),
+            "{watching}"
+        );
+        assert_eq!(left_off.len(), 1, "{log:#?}");
+        assert!(
+            left_off[0].contains("--udp-hook=kfree-skb"),
+            "{}",
+            left_off[0]
+        );
+        assert!(left_off[0].contains("IPv6"), "{}", left_off[0]);
+    } else {
+        assert!(
+            watching.contains("kfree_skb") && !watching.contains("icmp_send"),
+            "{watching}"
+        );
+        assert!(left_off.is_empty(), "{log:#?}");
+    }
+}
+
+/// The same race over IPv4 seen at kfree_skb instead of icmp_send: the two hooks count
+/// the same datagrams.
+#[test]
+fn a_statsd_sidecar_bound_late_on_udp_v4_is_counted_alike_at_kfree_skb() {
+    if !is_root_or_skip("a_statsd_sidecar_bound_late_on_udp_v4_is_counted_alike_at_kfree_skb") {
+        return;
+    }
+    let (lost, i) = late_statsd_with(
+        "udp-v4-kfree",
+        "127.0.0.1:8125",
+        "127.0.0.1:8125",
+        false,
+        &["--udp-hook", "kfree-skb"],
+    );
+    eprintln!(
+        "udp v4 unconnected (kfree_skb): app lost {lost}, agent counted {}",
+        i["refused_count"]
+    );
 }
 
 /// A connected sender learns of a drop on its next send (`ECONNREFUSED`, which sends

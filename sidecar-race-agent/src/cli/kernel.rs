@@ -8,7 +8,7 @@ use super::values::{clean_names, parse_poll_seconds};
 use crate::{
     agent::AgentOptions,
     inventory::sources::{PodSourceSpec, SourceOptions},
-    kernel::{options::ProbeOptions, unix_hooks::UnixHookChoice},
+    kernel::{options::ProbeOptions, udp_hook::UdpHookChoice, unix_hooks::UnixHookChoice},
 };
 
 #[derive(Debug, Args)]
@@ -59,6 +59,13 @@ pub struct KernelArgs {
     /// attaches no Unix socket hook.
     #[arg(long, env = "SIDECAR_RACE_UNIX_HOOKS", value_enum, default_value_t = UnixHookChoice::Auto)]
     pub unix_hooks: UnixHookChoice,
+    /// UDP refusal hook: `auto` takes `icmp:icmp_send` where the kernel has it (6.12+),
+    /// which runs only when the kernel answers a datagram with a port unreachable, and
+    /// sees IPv4 only (one `degraded:` line says IPv6 is not seen), else `skb:kfree_skb`
+    /// (5.17+), which sees both families and runs on every dropped skb of the node;
+    /// `icmp-send` and `kfree-skb` take that one only; `off` attaches neither.
+    #[arg(long, env = "SIDECAR_RACE_UDP_HOOK", value_enum, default_value_t = UdpHookChoice::Auto)]
+    pub udp_hook: UdpHookChoice,
     /// Entries of every kernel LRU table (connects in flight, listeners, local
     /// refusals, budgets) instead of their built-in sizes, with the connect slots in
     /// front of the connects' table down to one; for tests that fill them.
@@ -134,6 +141,7 @@ impl KernelArgs {
                 ),
                 set_state_btf: self.tp_btf,
                 unix_hooks: self.unix_hooks,
+                udp_hook: self.udp_hook,
                 lru_entries: self.kernel_lru_entries,
                 ..ProbeOptions::default()
             },

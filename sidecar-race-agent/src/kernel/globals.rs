@@ -5,7 +5,7 @@
 use aya::EbpfLoader;
 use sidecar_race_ebpf::{
     layout::{CgroupFields, Config, MISSING, SockFields, TaskFields},
-    udp::UdpConfig,
+    udp::{IcmpConfig, UdpConfig},
     unix::{SyscallArgs, UnixConfig, UnixFields},
 };
 
@@ -17,6 +17,7 @@ pub(super) struct Globals {
     task: [u8; size_of::<TaskFields>()],
     unix: [u8; size_of::<UnixConfig>()],
     udp: [u8; size_of::<UdpConfig>()],
+    icmp: [u8; size_of::<IcmpConfig>()],
     /// The UDP refusal program's offsets (tracefs and BTF), or why they are missing.
     pub udp_fields: Result<(), String>,
     /// The socket offsets the BTF tracepoints of sockets need, or why they are missing.
@@ -88,6 +89,7 @@ impl Globals {
             task: task_bytes(&task.unwrap_or(TaskFields::UNSET)),
             unix: plain_bytes(&unix_config),
             udp: udp_bytes(udp.as_ref().unwrap_or(&UdpConfig::UNSET)),
+            icmp: icmp_bytes(&layout.icmp),
             udp_fields: udp.map(|_| ()),
             sock: sock.map(|_| ()),
             cgroup,
@@ -103,7 +105,8 @@ impl Globals {
             .override_global("CONFIG", &self.config, true)
             .override_global("TASK", &self.task, true)
             .override_global("UNIX", &self.unix, true)
-            .override_global("UDP", &self.udp, true);
+            .override_global("UDP", &self.udp, true)
+            .override_global("ICMP", &self.icmp, true);
     }
 }
 
@@ -194,6 +197,12 @@ fn from_btf<T, E: ToString>(
 fn plain_bytes(config: &UnixConfig) -> [u8; size_of::<UnixConfig>()] {
     // SAFETY: UnixConfig is repr(C) plain data with explicit padding fields.
     unsafe { std::mem::transmute_copy(config) }
+}
+
+/// `icmp_send`'s offsets as the bytes of the `ICMP` global.
+fn icmp_bytes(icmp: &IcmpConfig) -> [u8; size_of::<IcmpConfig>()] {
+    // SAFETY: IcmpConfig is repr(C) plain data with explicit padding fields.
+    unsafe { std::mem::transmute_copy(icmp) }
 }
 
 /// The task offsets as the bytes of the `TASK` global.

@@ -6,7 +6,10 @@ use std::fmt;
 use sidecar_race_ebpf::layout::{
     CgroupDir, Config, InetSockSetState, MISSING, TcpReceiveReset, TcpSendReset,
 };
-use sidecar_race_ebpf::{udp::UdpConfig, unix::SyscallArgs};
+use sidecar_race_ebpf::{
+    udp::{IcmpConfig, UdpConfig},
+    unix::SyscallArgs,
+};
 use thiserror::Error;
 
 use super::tracefs::{EventFormat, Tracefs, TracefsError};
@@ -27,7 +30,7 @@ pub struct Tracepoint {
     pub capability: &'static str,
 }
 
-pub const TRACEPOINTS: [Tracepoint; 6] = [
+pub const TRACEPOINTS: [Tracepoint; 7] = [
     Tracepoint {
         category: "sock",
         name: "inet_sock_set_state",
@@ -68,6 +71,16 @@ pub const TRACEPOINTS: [Tracepoint; 6] = [
         required: false,
         capability: "container-removed events",
     },
+    // Before kfree_skb: where it attaches, `auto` leaves kfree_skb off
+    // (`tracepoints::attach_all`).
+    Tracepoint {
+        category: "icmp",
+        name: "icmp_send",
+        program: ICMP_PROGRAM,
+        btf_program: Some("udp_icmp_send_btf"),
+        required: false,
+        capability: "UDP refusals over IPv4 at the port unreachable the kernel answers them with (6.12+)",
+    },
     Tracepoint {
         category: "skb",
         name: "kfree_skb",
@@ -82,6 +95,8 @@ pub const TRACEPOINTS: [Tracepoint; 6] = [
 
 /// The program on `skb:kfree_skb` (see `sidecar_race_ebpf::udp`).
 pub const UDP_PROGRAM: &str = "udp_kfree_skb";
+/// The program on `icmp:icmp_send`, the other hook of UDP refusals.
+pub const ICMP_PROGRAM: &str = "udp_icmp_send";
 
 /// Why one tracepoint cannot be used on this kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +131,8 @@ pub struct KernelLayout {
     /// `skb:kfree_skb`'s offsets and `NO_SOCKET`'s number (the `sk_buff` offsets come
     /// from BTF, `kernel::globals`); unset when the tracepoint is unusable.
     pub udp: UdpConfig,
+    /// `icmp:icmp_send`'s offsets; unset when the kernel lacks it.
+    pub icmp: IcmpConfig,
     pub unusable: Vec<Unusable>,
     /// Offsets of the syscall tracepoints for the Unix socket fallback, or why not.
     pub unix_syscalls: Result<SyscallArgs, String>,
@@ -156,6 +173,7 @@ pub fn without_tracefs(why: &str) -> KernelLayout {
     KernelLayout {
         config: Config::UNSET,
         udp: UdpConfig::UNSET,
+        icmp: IcmpConfig::UNSET,
         unusable: TRACEPOINTS
             .into_iter()
             .map(|tracepoint| Unusable {
@@ -188,6 +206,7 @@ pub fn from_tracefs(tracefs: &Tracefs) -> KernelLayout {
 pub fn build(formats: impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError>) -> KernelLayout {
     let mut config = Config::UNSET;
     let mut udp = UdpConfig::UNSET;
+    let mut icmp = IcmpConfig::UNSET;
     let mut unusable = Vec::new();
     for tp in TRACEPOINTS {
         let result = formats(&tp)
@@ -198,6 +217,9 @@ pub fn build(formats: impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError>)
             .and_then(|fmt| {
                 if tp.program == UDP_PROGRAM {
                     udp = udp_fields(&fmt)?;
+                    Ok(())
+                } else if tp.program == ICMP_PROGRAM {
+                    icmp = icmp_fields(&fmt)?;
                     Ok(())
                 } else {
                     fill(&mut config, &tp, &fmt)
@@ -213,6 +235,7 @@ pub fn build(formats: impl Fn(&Tracepoint) -> Result<EventFormat, TracefsError>)
     KernelLayout {
         config,
         udp,
+        icmp,
         unusable,
         unix_syscalls: Err("syscall tracepoints not read".to_string()),
         without_tracefs: false,
@@ -291,6 +314,17 @@ fn udp_fields(fmt: &EventFormat) -> Result<UdpConfig, String> {
         reason,
         no_socket,
         ..UdpConfig::UNSET
+    })
+}
+
+/// `icmp:icmp_send`'s record: the skb the message answers, its type and code.
+fn icmp_fields(fmt: &EventFormat) -> Result<IcmpConfig, String> {
+    let f = |name: &str, sizes: &[u16]| offset(fmt, name, sizes);
+    Ok(IcmpConfig {
+        skbaddr: f("skbaddr", &[8])?,
+        icmp_type: f("type", &[4])?,
+        code: f("code", &[4])?,
+        _pad: 0,
     })
 }
 
@@ -422,6 +456,7 @@ mod tests {
         assert_eq!(l.config.cgroup_mkdir.path_loc, 24);
         assert_eq!((l.udp.skbaddr, l.udp.protocol, l.udp.reason), (8, 32, 36));
         assert_eq!(l.udp.no_socket, 3, "NO_SOCKET as 6.18 numbers it");
+        assert_eq!((l.icmp.skbaddr, l.icmp.icmp_type, l.icmp.code), (8, 16, 20));
     }
 
     #[test]
@@ -434,8 +469,16 @@ mod tests {
     #[test]
     fn kernel_6_1_degrades_only_redirect_awareness() {
         let l = build(fixtures("6.1"));
-        assert_eq!(l.unusable.len(), 1, "{:?}", l.unusable);
-        let u = &l.unusable[0];
+        // icmp_send came in 6.12: kfree_skb sees UDP refusals instead.
+        assert!(!l.is_usable(ICMP_PROGRAM));
+        assert_eq!(l.icmp, IcmpConfig::UNSET);
+        let unusable: Vec<_> = l
+            .unusable
+            .iter()
+            .filter(|u| u.tracepoint.program != ICMP_PROGRAM)
+            .collect();
+        assert_eq!(unusable.len(), 1, "{unusable:?}");
+        let u = unusable[0];
         assert_eq!(u.tracepoint.name, "tcp_send_reset");
         assert!(u.to_string().contains("local-redirect awareness"), "{u}");
         assert!(u.to_string().contains("6.10"), "{u}");

@@ -27,5 +27,6 @@ pub mod requirements;
 mod socket_owners;
 pub mod tracefs;
 pub mod tracepoints;
+pub mod udp_hook;
 pub mod unix_hooks;
 mod variant;

@@ -7,7 +7,7 @@ use sidecar_race_ebpf::layout::{
     RefusalBudget,
 };
 
-use super::{attach::ProbeError, unix_hooks::UnixHookChoice};
+use super::{attach::ProbeError, udp_hook::UdpHookChoice, unix_hooks::UnixHookChoice};
 
 /// Load-time options.
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +23,8 @@ pub struct ProbeOptions {
     pub set_state_btf: bool,
     /// Which Unix domain socket hooks to use.
     pub unix_hooks: UnixHookChoice,
+    /// Which hook sees UDP refusals.
+    pub udp_hook: UdpHookChoice,
     /// Entries of every kernel LRU table instead of their built-in sizes, and the
     /// connect slots in front of `CONNECTING` down to one: for tests that fill them.
     pub lru_entries: Option<u32>,
@@ -47,6 +49,7 @@ impl Default for ProbeOptions {
             control_budget: RefusalBudget::new(CONTROL_BURST, CONTROL_REFILL_PER_SECOND),
             set_state_btf: true,
             unix_hooks: UnixHookChoice::Auto,
+            udp_hook: UdpHookChoice::Auto,
             lru_entries: None,
         }
     }

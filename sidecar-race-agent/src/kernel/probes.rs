@@ -192,8 +192,14 @@ impl Probes {
             cgroup: globals.cgroup.clone(),
             udp: globals.udp_fields.clone(),
         };
-        let tracepoints =
-            tracepoints::attach_all(&mut ebpf, layout, opts.set_state_btf, &ready, &kernel_btf)?;
+        let tracepoints = tracepoints::attach_all(
+            &mut ebpf,
+            layout,
+            opts.set_state_btf,
+            opts.udp_hook,
+            &ready,
+            &kernel_btf,
+        )?;
         let unix = if layout.direct_reads() {
             UnixCoverage::Missing {
                 why: "the kernel is locked down for confidentiality, and the Unix hooks \

@@ -1,6 +1,6 @@
-//! The tracepoints of [`TRACEPOINTS`] (TCP state changes, resets, cgroups, dropped
-//! skbs), with `inet_sock_set_state` and `kfree_skb` on their BTF tracepoints where the
-//! kernel allows, and every one
+//! The tracepoints of [`TRACEPOINTS`] (TCP state changes, resets, cgroups, UDP
+//! refusals at `icmp_send` or dropped skbs), with `inet_sock_set_state` and the UDP
+//! ones on their BTF tracepoints where the kernel allows, and every one
 //! with a BTF program on that where tracefs is missing: which were attached, which
 //! could not be, and the programs each kernel gets.
 
@@ -8,7 +8,8 @@ use aya::{Ebpf, programs::BtfTracePoint};
 
 use super::{
     attach::{ProbeError, attach, chain, verifier_gist},
-    layout::{KernelLayout, TRACEPOINTS, Tracepoint, UDP_PROGRAM},
+    layout::{ICMP_PROGRAM, KernelLayout, TRACEPOINTS, Tracepoint, UDP_PROGRAM},
+    udp_hook::{self, UdpHookChoice},
 };
 
 /// The tracepoints attached, and those that could not be.
@@ -38,6 +39,7 @@ pub(super) fn attach_all(
     ebpf: &mut Ebpf,
     layout: &KernelLayout,
     set_state_btf: bool,
+    udp_choice: UdpHookChoice,
     ready: &BtfReady,
     kernel_btf: &Result<aya::Btf, String>,
 ) -> Result<Attached, ProbeError> {
@@ -50,6 +52,12 @@ pub(super) fn attach_all(
         Ok(()) => SetStateHook::TpBtf,
         Err(why_not_btf) => SetStateHook::Tracepoint { why_not_btf },
     };
+    let udp_plan = udp_hook::plan(
+        udp_choice,
+        layout.is_usable(ICMP_PROGRAM),
+        layout.is_usable(UDP_PROGRAM),
+    );
+    let mut icmp_attached = false;
     for tp in TRACEPOINTS {
         if tp.btf_program == Some(SET_STATE_BTF) && set_state_hook == SetStateHook::TpBtf {
             attached.push(tp);
@@ -60,7 +68,36 @@ pub(super) fn attach_all(
         } else {
             &ready.sock
         };
-        if tp.program == UDP_PROGRAM && layout.is_usable(tp.program) {
+        // One UDP hook, never both (a refusal would count twice): icmp_send first.
+        if tp.program == ICMP_PROGRAM {
+            if udp_choice == UdpHookChoice::IcmpSend && !layout.is_usable(ICMP_PROGRAM) {
+                degraded.push(Degraded {
+                    tracepoint: tp,
+                    reason: "this kernel does not have it (6.12+): --udp-hook=icmp-send".into(),
+                });
+            }
+            if !udp_plan.icmp_send {
+                continue;
+            }
+        }
+        if tp.program == UDP_PROGRAM {
+            if icmp_attached {
+                degraded.push(Degraded {
+                    tracepoint: tp,
+                    reason: udp_hook::kfree_skb_left_off(udp_choice),
+                });
+                continue;
+            }
+            if !udp_plan.kfree_skb_if_no_icmp {
+                continue;
+            }
+        }
+        let udp_btf = match tp.program {
+            UDP_PROGRAM => Some(UDP_BTF),
+            ICMP_PROGRAM => Some(ICMP_BTF),
+            _ => None,
+        };
+        if let Some(btf_program) = udp_btf.filter(|_| layout.is_usable(tp.program)) {
             if let Err(why) = &ready.udp {
                 degraded.push(Degraded {
                     tracepoint: tp,
@@ -68,22 +105,26 @@ pub(super) fn attach_all(
                 });
                 continue;
             }
-            // Every skb the node drops runs it: the BTF tracepoint fills no record first.
+            // The BTF tracepoint fills no record before the program runs.
             match prefer_btf(set_state_btf)
-                .and_then(|_| attach_btf(ebpf, UDP_BTF, tp.name, kernel_btf))
+                .and_then(|_| attach_btf(ebpf, btf_program, tp.name, kernel_btf))
             {
                 Ok(()) => {
+                    icmp_attached |= tp.program == ICMP_PROGRAM;
                     attached.push(tp);
                     continue;
                 }
                 Err(why) => tracing::info!(
-                    "skb:kfree_skb hooked through tracefs, not as a BTF tracepoint: {why}"
+                    "{}:{} hooked through tracefs, not as a BTF tracepoint: {why}",
+                    tp.category,
+                    tp.name
                 ),
             }
         }
         if layout.is_usable(tp.program) {
             let e = match attach(ebpf, &tp, tp.program) {
                 Ok(()) => {
+                    icmp_attached |= tp.program == ICMP_PROGRAM;
                     attached.push(tp);
                     continue;
                 }
@@ -120,11 +161,11 @@ pub(super) fn attach_all(
             continue;
         }
         // No tracefs at all (the layout says so): its BTF tracepoint, if any.
-        // Not the UDP one: `NO_SOCKET`'s number comes from tracefs.
-        let Some(program) = tp
-            .btf_program
-            .filter(|_| layout.without_tracefs && tp.program != UDP_PROGRAM)
-        else {
+        // Not the UDP ones: `NO_SOCKET`'s number comes from tracefs, and whether the
+        // kernel has `icmp_send` too.
+        let Some(program) = tp.btf_program.filter(|_| {
+            layout.without_tracefs && tp.program != UDP_PROGRAM && tp.program != ICMP_PROGRAM
+        }) else {
             continue;
         };
         match needs
@@ -161,6 +202,8 @@ const SET_STATE_BTF: &str = "inet_sock_set_state_btf";
 
 /// `skb:kfree_skb`'s program on its BTF tracepoint.
 const UDP_BTF: &str = "udp_kfree_skb_btf";
+/// `icmp:icmp_send`'s program on its BTF tracepoint.
+const ICMP_BTF: &str = "udp_icmp_send_btf";
 
 /// Whether the BTF tracepoints are wanted where the kernel takes them (`--tp-btf`).
 fn prefer_btf(tp_btf: bool) -> Result<(), String> {

@@ -68,6 +68,8 @@ mod tests {
             "unix_sys_exit_listen",
             "udp_kfree_skb",
             "udp_kfree_skb_btf",
+            "udp_icmp_send",
+            "udp_icmp_send_btf",
             "unix_sys_exit_bind",
         ];
         for name in charging {

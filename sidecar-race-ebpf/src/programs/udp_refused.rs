@@ -1,7 +1,13 @@
-//! UDP refusals: `skb:kfree_skb` with the drop reason `NO_SOCKET` on a UDP datagram
-//! that arrived on the loopback device. Delivered datagrams are consumed, not freed,
-//! so they never reach this program; other drops leave at the first compare (the
-//! reason). A datagram sent over loopback is received in the softirq its sender's
+//! UDP refusals: the port unreachable `icmp:icmp_send` answers a UDP datagram with
+//! (IPv4), or `skb:kfree_skb` with the drop reason `NO_SOCKET` on a UDP datagram, that
+//! arrived on the loopback device. The agent attaches one of the two, never both (a
+//! refusal would count twice): `icmp_send` where the kernel has it, which runs only
+//! when the kernel answers with an ICMP error, never on a delivered datagram or another
+//! drop; `kfree_skb` otherwise, which runs on every dropped skb and leaves other drops
+//! at the first compare (the reason). Delivered datagrams are consumed, not freed, so
+//! they reach neither. On loopback the kernel never rate-limits the port unreachable
+//! (`icmpv4_xrlim_allow`, and the global limit skips a datagram from loopback), so
+//! `icmp_send` fires for each one. A datagram sent over loopback is received in the softirq its sender's
 //! `local_bh_enable` runs, in the sender's own task, so the current task is the sender
 //! and names the owner (the sender's cgroup), and loopback keeps it inside the sender's
 //! network namespace: the pod's loopback or its own addresses, never traffic from off
@@ -15,7 +21,10 @@ use aya_ebpf::{
 use sidecar_race_ebpf::{
     abi::{AF_INET, AF_INET6, SocketEvent, counter, kind, v4_mapped},
     layout::port_to_host,
-    udp::{ETH_P_IP, ETH_P_IPV6, IPPROTO_UDP, LOOPBACK_IFINDEX, UdpConfig, ip_layout, udp_ports},
+    udp::{
+        ETH_P_IP, ETH_P_IPV6, ICMP_DEST_UNREACH, ICMP_PORT_UNREACH, IPPROTO_UDP, IcmpConfig,
+        LOOPBACK_IFINDEX, UdpConfig, ip_layout, udp_ports,
+    },
 };
 
 use super::{
@@ -31,6 +40,10 @@ use super::{
 #[unsafe(no_mangle)]
 static UDP: UdpConfig = UdpConfig::UNSET;
 
+/// `icmp:icmp_send`'s record offsets, filled by the agent from tracefs.
+#[unsafe(no_mangle)]
+static ICMP: IcmpConfig = IcmpConfig::UNSET;
+
 budgeted!(
     #[tracepoint]
     udp_kfree_skb / udp_kfree_skb_plain (TracePointContext) => on_record
@@ -42,6 +55,54 @@ budgeted!(
     #[btf_tracepoint(function = "kfree_skb")]
     udp_kfree_skb_btf / udp_kfree_skb_btf_plain (BtfTracePointContext) => on_args
 );
+
+budgeted!(
+    #[tracepoint]
+    udp_icmp_send / udp_icmp_send_plain (TracePointContext) => on_icmp_record
+);
+
+budgeted!(
+    /// `icmp_send`'s BTF tracepoint: (const struct sk_buff *skb, int type, int code).
+    #[btf_tracepoint(function = "icmp_send")]
+    udp_icmp_send_btf / udp_icmp_send_btf_plain (BtfTracePointContext) => on_icmp_args
+);
+
+#[inline(always)]
+fn icmp_config_now() -> IcmpConfig {
+    // SAFETY: as `config_now`.
+    unsafe { core::ptr::read_volatile(&raw const ICMP) }
+}
+
+/// The tracefs tracepoint of `icmp_send`: a port unreachable for a datagram of IPv4.
+#[inline(always)]
+fn on_icmp_record<const CMPXCHG: bool>(ctx: &TracePointContext) -> u32 {
+    let i = icmp_config_now();
+    let skb = (|| {
+        let port_unreachable = load_i32(ctx, i.icmp_type)? == ICMP_DEST_UNREACH
+            && load_i32(ctx, i.code)? == ICMP_PORT_UNREACH;
+        if !port_unreachable {
+            return Err(0);
+        }
+        load_u64(ctx, i.skbaddr)
+    })();
+    match skb.and_then(|skb| try_drop::<CMPXCHG>(&config_now(), ETH_P_IP, skb)) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// The BTF tracepoint of `icmp_send`: the type and code as arguments.
+#[inline(always)]
+fn on_icmp_args<const CMPXCHG: bool>(ctx: &BtfTracePointContext) -> u32 {
+    let icmp_type: i32 = ctx.arg(1);
+    let code: i32 = ctx.arg(2);
+    if icmp_type != ICMP_DEST_UNREACH || code != ICMP_PORT_UNREACH {
+        return 0;
+    }
+    let skb: u64 = ctx.arg(0);
+    match try_drop::<CMPXCHG>(&config_now(), ETH_P_IP, skb) {
+        Ok(r) | Err(r) => r,
+    }
+}
 
 #[inline(always)]
 fn config_now() -> UdpConfig {
@@ -85,7 +146,8 @@ fn on_args<const CMPXCHG: bool>(ctx: &BtfTracePointContext) -> u32 {
     }
 }
 
-/// A `NO_SOCKET` drop of `skb`, whose `protocol` (host order) the hook read.
+/// A datagram `skb` no socket took (a `NO_SOCKET` drop, or the port unreachable sent
+/// for it), whose `protocol` (host order) the hook read.
 #[inline(always)]
 fn try_drop<const CMPXCHG: bool>(c: &UdpConfig, protocol: u16, skb: u64) -> Result<u32, u32> {
     let ipv6 = match protocol {
