@@ -1,5 +1,5 @@
 //! UDP refusals: a datagram dropped because no socket holds its port, seen at
-//! `icmp:icmp_send` as the port unreachable the kernel answers it with (IPv4, 6.12+:
+//! `icmp:icmp_send` as the port unreachable the kernel answers it with (IPv4, where the kernel has it:
 //! nothing runs on other drops), or at `skb:kfree_skb` with the drop reason
 //! `NO_SOCKET` (5.17+, both families, but run on every dropped skb), each hooked as a
 //! BTF tracepoint where the kernel takes it, else through tracefs. The agent reads the record's offsets

@@ -273,6 +273,9 @@ struct Traits {
     fexit: bool,
     /// `skb:kfree_skb` records the drop reason (5.17 on), so UDP refusals are seen.
     drop_reason: bool,
+    /// `icmp:icmp_send` (Debian's 6.1.192 and 6.12 have it, 5.10 not): `auto` sees IPv4's UDP refusals there and leaves
+    /// `kfree_skb` off, with one line saying what IPv6's then need.
+    icmp_send: bool,
 }
 
 /// The line a kernel without BPF trampolines but with kprobes makes the agent log (an
@@ -312,13 +315,24 @@ fn assert_trace(run: &GuestRun, label: &str, traits: Traits) {
         );
     }
     expected_attached.extend(["cgroup_mkdir", "cgroup_rmdir"]);
-    if traits.drop_reason {
+    let kfree_skb_left_off = format!(
+        "degraded: tracepoint skb:kfree_skb not attached ({}): {} disabled",
+        sidecar_race_agent::kernel::udp_hook::kfree_skb_left_off(
+            sidecar_race_agent::kernel::udp_hook::UdpHookChoice::Auto
+        ),
+        KFREE_SKB_CAPABILITY
+    );
+    if traits.icmp_send {
+        expected_attached.push("icmp_send");
+        expected_degraded.push(&kfree_skb_left_off);
+    } else if traits.drop_reason {
         expected_attached.push("kfree_skb");
     } else {
         expected_degraded.push(
             "degraded: tracepoint skb:kfree_skb is unusable (no field `reason`: the kernel records no \
-               drop reason (5.17+)): UDP refusals (datagrams to a pod's loopback port no socket holds; \
-               needs the drop reason NO_SOCKET, 5.17+) disabled",
+               drop reason (5.17+)): UDP refusals over IPv6, and over IPv4 where icmp:icmp_send is \
+               missing (datagrams to a pod's loopback port no socket holds; needs the drop reason \
+               NO_SOCKET, 5.17+) disabled",
         );
     }
     assert_eq!(attached, format!("{expected_attached:?}"), "{label}");
@@ -982,11 +996,17 @@ fn assert_unix(run: &GuestRun, label: &str, traits: Traits) {
     }
 }
 
+/// What `kfree_skb` sees, as the agent's degraded lines name it.
+const KFREE_SKB_CAPABILITY: &str = "UDP refusals over IPv6, and over IPv4 where icmp:icmp_send is \
+     missing (datagrams to a pod's loopback port no socket holds; needs the drop reason NO_SOCKET, \
+     5.17+)";
+
 /// An x86_64 kernel from 5.17 (the drop reason) to before 6.10.
 const BEFORE_6_10: Traits = Traits {
     socketless_send_reset: false,
     fexit: true,
     drop_reason: true,
+    icmp_send: true,
 };
 
 #[test]
@@ -1013,6 +1033,7 @@ fn kernel_5_10_lts() {
         "5.10",
         Traits {
             drop_reason: false,
+            icmp_send: false,
             ..BEFORE_6_10
         },
     );

@@ -59,7 +59,7 @@ pub struct KernelArgs {
     /// attaches no Unix socket hook.
     #[arg(long, env = "SIDECAR_RACE_UNIX_HOOKS", value_enum, default_value_t = UnixHookChoice::Auto)]
     pub unix_hooks: UnixHookChoice,
-    /// UDP refusal hook: `auto` takes `icmp:icmp_send` where the kernel has it (6.12+),
+    /// UDP refusal hook: `auto` takes `icmp:icmp_send` where the kernel has it,
     /// which runs only when the kernel answers a datagram with a port unreachable, and
     /// sees IPv4 only (one `degraded:` line says IPv6 is not seen), else `skb:kfree_skb`
     /// (5.17+), which sees both families and runs on every dropped skb of the node;

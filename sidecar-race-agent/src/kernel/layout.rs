@@ -79,7 +79,7 @@ pub const TRACEPOINTS: [Tracepoint; 7] = [
         program: ICMP_PROGRAM,
         btf_program: Some("udp_icmp_send_btf"),
         required: false,
-        capability: "UDP refusals over IPv4 at the port unreachable the kernel answers them with (6.12+)",
+        capability: "UDP refusals over IPv4 at the port unreachable the kernel answers them with",
     },
     Tracepoint {
         category: "skb",
@@ -89,7 +89,7 @@ pub const TRACEPOINTS: [Tracepoint; 7] = [
         // from it), never without tracefs: `tracepoints::attach_all`.
         btf_program: Some("udp_kfree_skb_btf"),
         required: false,
-        capability: "UDP refusals (datagrams to a pod's loopback port no socket holds; needs the drop reason NO_SOCKET, 5.17+)",
+        capability: "UDP refusals over IPv6, and over IPv4 where icmp:icmp_send is missing (datagrams to a pod's loopback port no socket holds; needs the drop reason NO_SOCKET, 5.17+)",
     },
 ];
 
@@ -469,7 +469,7 @@ mod tests {
     #[test]
     fn kernel_6_1_degrades_only_redirect_awareness() {
         let l = build(fixtures("6.1"));
-        // icmp_send came in 6.12: kfree_skb sees UDP refusals instead.
+        // This 6.1 (an early one) has no icmp_send: kfree_skb sees UDP refusals instead.
         assert!(!l.is_usable(ICMP_PROGRAM));
         assert_eq!(l.icmp, IcmpConfig::UNSET);
         let unusable: Vec<_> = l

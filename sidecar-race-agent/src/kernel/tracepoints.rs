@@ -73,7 +73,7 @@ pub(super) fn attach_all(
             if udp_choice == UdpHookChoice::IcmpSend && !layout.is_usable(ICMP_PROGRAM) {
                 degraded.push(Degraded {
                     tracepoint: tp,
-                    reason: "this kernel does not have it (6.12+): --udp-hook=icmp-send".into(),
+                    reason: "this kernel does not have it: --udp-hook=icmp-send".into(),
                 });
             }
             if !udp_plan.icmp_send {

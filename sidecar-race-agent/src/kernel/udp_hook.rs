@@ -1,5 +1,6 @@
 //! Which hook sees UDP refusals (`--udp-hook`). Two can: `icmp:icmp_send`, which runs
-//! only when the kernel answers a datagram with an ICMP error (6.12+, IPv4 only), and
+//! only when the kernel answers a datagram with an ICMP error (IPv4 only; Debian's 6.1.192
+//! and 6.12 have it, 5.10 not), and
 //! `skb:kfree_skb` with the drop reason `NO_SOCKET` (5.17+, both families), which runs
 //! on every skb the node drops. Never both: each refusal would count twice.
 
