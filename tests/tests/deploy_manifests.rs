@@ -1092,7 +1092,9 @@ fn dashboard_matches_grafanas_schema_and_queries_known_metrics() {
 /// does not have, a query without its expression.
 #[test]
 fn a_dashboard_off_grafanas_schema_is_rejected() {
-    let mutations: [(&str, fn(&mut Value), &str); 5] = [
+    // What is changed, how, and the path the rejection must name.
+    type Mutation = (&'static str, fn(&mut Value), &'static str);
+    let mutations: [Mutation; 5] = [
         (
             "a width as text",
             |d| d["panels"][1]["gridPos"]["w"] = "half".into(),
