@@ -14,6 +14,7 @@ pub mod cluster_cases;
 pub mod cri;
 pub mod docs;
 pub mod fake_api;
+pub mod grafana_schema;
 pub mod house;
 pub mod house_impls;
 pub mod house_layers;

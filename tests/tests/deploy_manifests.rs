@@ -2,7 +2,8 @@
 //! validate against the Kubernetes schemas, the DaemonSet and RBAC keep to least
 //! privilege, the Prometheus rules pass `promtool` and their unit tests, the
 //! PrometheusRule holds the same groups as the plain rules file, every alert has a
-//! runbook section, and the dashboard queries only metrics that exist.
+//! runbook section, and the dashboard passes Grafana's own dashboard schema (the
+//! Grafana Foundation SDK's types) and queries only metrics that exist.
 //!
 //! Needs kubectl, promtool and kubernetes-validate (in a venv under
 //! target/deploy-tools/): `cargo xtask setup` installs them. A missing tool fails the
@@ -15,6 +16,7 @@ use std::{
 
 use serde_json::Value;
 use sidecar_race_tests::{
+    grafana_schema,
     manifests::{
         by_key, deploy, is_crd_object, kind, name, rendered, schema_versions, str_at, yaml_docs,
     },
@@ -1018,6 +1020,130 @@ fn dashboard_queries_only_known_metrics() {
         }
     }
     assert!(queried >= 8, "the dashboard has its panels");
+}
+
+/// The metrics a checked query reads: a variable's `label_values(METRIC{...}, label)`
+/// names its metric first, any other query is PromQL.
+fn queried_metrics(expr: &str) -> BTreeSet<String> {
+    match expr.strip_prefix("label_values(") {
+        Some(arg) => [arg
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+            .collect()]
+        .into(),
+        None => metric_names(expr),
+    }
+}
+
+/// The dashboard passes Grafana's own schema (the Grafana Foundation SDK's types,
+/// decoded strictly: no unknown field, no value of another type, every required
+/// option; its constraints; and a round trip that loses nothing), and every query the
+/// SDK decoded from it (panel targets, the incident annotation, the variables) reads
+/// only the agent's metrics, `up` and the recording rules. It failed on the dashboard
+/// before #51: options Grafana requires (the bar gauge's `valueMode`, `sizing`, …; the
+/// table's `frameIndex`; the heatmap's `exemplars`) and an empty `current` were missing.
+#[test]
+fn dashboard_matches_grafanas_schema_and_queries_known_metrics() {
+    let report = grafana_schema::check(&deploy("monitoring/dashboard.json"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let known = known_metric_names();
+    let queries = report["queries"].as_array().expect("queries");
+    for q in queries {
+        let (where_, expr) = (q["where"].as_str().unwrap(), q["expr"].as_str().unwrap());
+        let names = queried_metrics(expr);
+        assert!(!names.is_empty(), "{where_}: no metric in {expr}");
+        let unknown: Vec<_> = names.difference(&known).collect();
+        assert!(
+            unknown.is_empty(),
+            "{where_}: unknown metrics {unknown:?} in {expr}"
+        );
+    }
+    // Every panel but the rows was decoded by its own type's schema.
+    let panels = panels(&dashboard()["panels"])
+        .into_iter()
+        .filter(|p| p["type"] != "row")
+        .count();
+    assert_eq!(report["panels"].as_u64(), Some(panels as u64), "{report}");
+    // The views of #51 the HTML report has, where Prometheus data allows.
+    let reads = |where_prefix: &str, metric: &str| {
+        queries.iter().any(|q| {
+            q["where"].as_str().unwrap().starts_with(where_prefix)
+                && queried_metrics(q["expr"].as_str().unwrap()).contains(metric)
+        })
+    };
+    assert!(
+        reads(
+            "panel \"Race windows by workload",
+            "sidecar_race_window_seconds_count"
+        ),
+        "race windows by workload: {report}"
+    );
+    assert!(
+        reads(
+            "panel \"Affected-start share by workload",
+            "sidecar_race_affected_pod_starts_total"
+        ) && reads(
+            "panel \"Affected-start share by workload",
+            "sidecar_race_pod_starts_total"
+        ),
+        "affected-start share: {report}"
+    );
+    assert!(
+        reads("annotation ", "sidecar_race_incidents_total"),
+        "an annotation query on the incident series: {report}"
+    );
+}
+
+/// The schema check rejects a dashboard Grafana's schema does not allow, each fault
+/// named by its path: a field of another type, an unknown field, a panel type Grafana
+/// does not have, a query without its expression.
+#[test]
+fn a_dashboard_off_grafanas_schema_is_rejected() {
+    // What is changed, how, and the path the rejection must name.
+    type Mutation = (&'static str, fn(&mut Value), &'static str);
+    let mutations: [Mutation; 5] = [
+        (
+            "a width as text",
+            |d| d["panels"][1]["gridPos"]["w"] = "half".into(),
+            "panels[1].gridPos.w",
+        ),
+        (
+            "a table option as text",
+            |d| d["panels"][3]["options"]["showHeader"] = "yes".into(),
+            "panels[3].options.showHeader",
+        ),
+        (
+            "an unknown panel field",
+            |d| d["panels"][2]["colour"] = "red".into(),
+            "unexpected field 'colour'",
+        ),
+        (
+            "a panel type Grafana has not",
+            |d| d["panels"][2]["type"] = "timeserie".into(),
+            "no panel type \"timeserie\"",
+        ),
+        (
+            "a query's flag as text",
+            |d| d["panels"][2]["targets"][0]["instant"] = "no".into(),
+            "panels[2].targets[0].instant",
+        ),
+    ];
+    for (what, mutate, named) in mutations {
+        let mut d = dashboard();
+        mutate(&mut d);
+        let path = std::env::temp_dir().join(format!(
+            "sidecar-race-dashboard-{}-{}.json",
+            std::process::id(),
+            what.replace(' ', "-")
+        ));
+        std::fs::write(&path, serde_json::to_string_pretty(&d).unwrap()).unwrap();
+        let result = grafana_schema::check(&path);
+        let _ = std::fs::remove_file(&path);
+        match result {
+            Ok(report) => panic!("{what}: accepted: {report}"),
+            Err(e) => assert!(e.contains(named), "{what}: the error names {named}:\n{e}"),
+        }
+    }
 }
 
 #[test]

@@ -3,14 +3,18 @@
 //! pods race, and every family and series `/metrics` serves arrives over OTLP with the
 //! same value, named and typed by the OpenTelemetry conventions for Prometheus interop
 //! (counters as monotonic cumulative Sums without `_total`, histograms as cumulative
-//! Histograms with the same buckets).
+//! Histograms with the same buckets), its labels as attributes named by the semantic
+//! conventions (`k8s.namespace.name`, `k8s.deployment.name`, ...) as docs/reference.md's
+//! table maps them: the test reads that table and maps the collector's data back
+//! through it before it compares, and fails on any `/metrics` label name the table
+//! renames.
 //!
 //! The push is compared with two scrapes, one before and one after it: a series that
 //! moves while the agent idles (the node's own kernel events) must lie between them;
 //! the workloads' series, settled once the races resolved, must equal both.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -99,7 +103,8 @@ fn attributes(point: &Value) -> Vec<(String, String)> {
 /// One OTLP request's metrics as the Prometheus samples they stand for: a Sum `x` is
 /// `x_total`, a Histogram `x` is `x_bucket{le}` (cumulative again), `x_count`, `x_sum`.
 /// Also checks what the conventions require of each metric's type.
-fn pushed(request: &Value) -> BTreeMap<Key, f64> {
+fn pushed(request: &Value, rows: &[Row]) -> BTreeMap<Key, f64> {
+    let attributes = |p: &Value| as_metrics_labels(&attributes(p), rows);
     let mut out = BTreeMap::new();
     for scope in request["resourceMetrics"][0]["scopeMetrics"]
         .as_array()
@@ -177,6 +182,121 @@ fn prometheus_float(b: f64) -> String {
     }
 }
 
+/// A `/metrics` label of the documented mapping: one that takes the attribute's value
+/// (`workload`), or a fixed one (`workload_kind="Deployment"`).
+#[derive(Debug, Clone)]
+enum Label {
+    Takes(String),
+    Fixed(String, String),
+}
+
+/// One row of docs/reference.md's table: these OTLP attributes are these labels.
+type Row = (Vec<String>, Vec<Label>);
+
+/// The backticked words of a table cell, before any parenthesis (which explains).
+fn ticked(cell: &str) -> Vec<String> {
+    let cell = cell.split(" (").next().unwrap_or_default();
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+/// The table "OTLP attribute | `/metrics` label | ..." of docs/reference.md, without
+/// the row of the labels kept as they are.
+fn documented_mapping() -> Vec<Row> {
+    let docs =
+        std::fs::read_to_string(sidecar_race_tests::tools::workspace().join("docs/reference.md"))
+            .expect("docs/reference.md");
+    let table: Vec<&str> = docs
+        .lines()
+        .skip_while(|l| !l.starts_with("| OTLP attribute | `/metrics` label |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert!(table.len() >= 5, "the attribute table in docs/reference.md");
+    let rows: Vec<Row> = table
+        .iter()
+        .filter(|l| !l.starts_with("| every other label"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            let attributes = ticked(cells[0]);
+            let labels = ticked(cells[1])
+                .into_iter()
+                .filter(|t| !t.starts_with('-'))
+                .map(|t| match t.split_once("=\"") {
+                    Some((k, v)) => {
+                        Label::Fixed(k.to_string(), v.trim_end_matches('"').to_string())
+                    }
+                    None => Label::Takes(t),
+                })
+                .collect::<Vec<_>>();
+            let takes = labels
+                .iter()
+                .filter(|l| matches!(l, Label::Takes(_)))
+                .count();
+            assert_eq!(takes, attributes.len(), "one label per attribute: {l}");
+            (attributes, labels)
+        })
+        .collect();
+    rows
+}
+
+/// The `/metrics` labels the table renames (none of which may be pushed).
+fn renamed_labels(rows: &[Row]) -> BTreeSet<String> {
+    rows.iter()
+        .flat_map(|(_, labels)| labels)
+        .map(|l| match l {
+            Label::Takes(k) | Label::Fixed(k, _) => k.clone(),
+        })
+        .collect()
+}
+
+/// A data point's attributes as the `/metrics` labels the table says they are.
+fn as_metrics_labels(attributes: &[(String, String)], rows: &[Row]) -> Vec<(String, String)> {
+    let mut out = attributes.to_vec();
+    for (names, labels) in rows {
+        let values: Option<Vec<String>> = names
+            .iter()
+            .map(|n| out.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()))
+            .collect();
+        let Some(values) = values else { continue };
+        out.retain(|(k, _)| !names.contains(k));
+        let mut values = values.into_iter();
+        for label in labels {
+            match label {
+                Label::Takes(k) => out.push((k.clone(), values.next().unwrap())),
+                Label::Fixed(k, v) => out.push((k.clone(), v.clone())),
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Every data point of the request: its metric's name and its attributes as pushed.
+fn raw_points(request: &Value) -> Vec<(String, Vec<(String, String)>)> {
+    let mut out = Vec::new();
+    for scope in request["resourceMetrics"][0]["scopeMetrics"]
+        .as_array()
+        .unwrap()
+    {
+        for m in scope["metrics"].as_array().unwrap() {
+            let name = m["name"].as_str().unwrap();
+            for data in ["sum", "gauge", "histogram"]
+                .iter()
+                .filter_map(|k| m.get(*k))
+            {
+                for p in data["dataPoints"].as_array().into_iter().flatten() {
+                    out.push((name.to_string(), attributes(p)));
+                }
+            }
+        }
+    }
+    out
+}
+
 fn unix_nano() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -192,16 +312,21 @@ fn otlp_push_carries_every_family_of_the_exposition_to_a_real_collector() {
     let collector = Collector::start();
     let (pods_file, source) = empty_pods_file("otlp");
     let endpoint = collector.endpoint();
-    let agent = RunAgent::start(&[
-        "--pods-from",
-        &source,
-        "--pods-poll-seconds",
-        "0.1",
-        "--otlp-endpoint",
-        &endpoint,
-        "--otlp-interval",
-        "1s",
-    ]);
+    let agent = RunAgent::start_with_env(
+        &[
+            "--pods-from",
+            &source,
+            "--pods-poll-seconds",
+            "0.1",
+            "--otlp-endpoint",
+            &endpoint,
+            "--otlp-interval",
+            "1s",
+            "--cluster-name",
+            "fleet-a",
+        ],
+        &[("NODE_NAME", "node-7")],
+    );
     // Two racing starts of Deployment shop/checkout: refusals, incidents and race
     // windows with the app's labels.
     let mut manifests = Vec::new();
@@ -248,7 +373,8 @@ fn otlp_push_carries_every_family_of_the_exposition_to_a_real_collector() {
         std::thread::sleep(Duration::from_millis(100));
     };
     let after = scraped(&agent.metrics());
-    let pushed = pushed(&request);
+    let rows = documented_mapping();
+    let pushed = pushed(&request, &rows);
     eprintln!(
         "{} series pushed, {} and {} scraped",
         pushed.len(),
@@ -256,12 +382,52 @@ fn otlp_push_carries_every_family_of_the_exposition_to_a_real_collector() {
         after.len()
     );
 
-    // The resource says who pushed.
+    // The resource says who pushed, by the semantic conventions.
     let resource: Vec<(String, String)> = attributes(&request["resourceMetrics"][0]["resource"]);
+    for kv in [
+        ("service.name", "sidecar-race-agent"),
+        ("service.instance.id", "fleet-a/node-7"),
+        ("k8s.node.name", "node-7"),
+        ("k8s.cluster.name", "fleet-a"),
+    ] {
+        assert!(
+            resource.contains(&(kv.0.into(), kv.1.into())),
+            "{kv:?} in {resource:?}"
+        );
+    }
     assert!(
-        resource.contains(&("service.name".into(), "sidecar-race-agent".into())),
+        resource
+            .iter()
+            .any(|(k, v)| k == "service.version" && !v.is_empty()),
         "{resource:?}"
     );
+
+    // No data point carries a `/metrics` label the table renames, and the race's
+    // refusals carry the conventions' names of its namespace, workload and container.
+    let renamed = renamed_labels(&rows);
+    let points = raw_points(&request);
+    for (name, attrs) in &points {
+        let old: Vec<_> = attrs.iter().filter(|(k, _)| renamed.contains(k)).collect();
+        assert!(
+            old.is_empty(),
+            "{name} pushed with /metrics' label names {old:?}"
+        );
+    }
+    let refused = points
+        .iter()
+        .find(|(n, _)| n == "sidecar_race_refused_connections")
+        .expect("the refusals were pushed");
+    for kv in [
+        ("k8s.namespace.name", "shop"),
+        ("k8s.deployment.name", "checkout"),
+        ("k8s.container.name", "app"),
+        ("sidecar", "proxy"),
+    ] {
+        assert!(
+            refused.1.contains(&(kv.0.into(), kv.1.into())),
+            "{kv:?} in {refused:?}"
+        );
+    }
 
     // Every series scraped before was pushed, and every series pushed is scraped after
     // (the agent drops no series within the test: --series-ttl is an hour), with a

@@ -129,6 +129,10 @@ fn incidents_arrive_as_otlp_log_records_named_by_the_semantic_conventions() {
     assert_eq!(text("k8s.pod.name"), of_incident("pod"));
     assert_eq!(text("k8s.container.name").as_deref(), Some("app"));
     assert_eq!(text("k8s.deployment.name").as_deref(), Some("checkout"));
+    // The conventions' names only: none of `/metrics`' label names for the same things.
+    for label in ["namespace", "pod", "container", "workload", "workload_kind"] {
+        assert_eq!(text(label), None, "{label} in {resolved}");
+    }
     let container_id = of_incident("container_id").unwrap();
     let bare = container_id
         .split_once("://")
@@ -155,6 +159,8 @@ fn incidents_arrive_as_otlp_log_records_named_by_the_semantic_conventions() {
     let origin = attributes(resource);
     for kv in [
         ("service.name", "sidecar-race-agent"),
+        ("service.version", env!("CARGO_PKG_VERSION")),
+        ("service.instance.id", "fleet-a/node-7"),
         ("k8s.node.name", "node-7"),
         ("k8s.cluster.name", "fleet-a"),
     ] {

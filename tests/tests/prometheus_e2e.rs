@@ -86,29 +86,62 @@ fn by_label(prom: &Prometheus, promql: &str, label: &str) -> Vec<(String, f64)> 
 }
 
 /// The dashboard's queries with its variables set as a user looking at `namespace`
-/// / `workload` sets them (Grafana's `$__range` and `$__rate_interval` as 10m / 1m).
-fn dashboard_queries(namespace: &str, workload: &str) -> Vec<(String, String)> {
+/// / `workload` sets them (Grafana's `$__range` and `$__rate_interval` as 10m / 1m),
+/// each with its panel's title and its refId: every panel target, and the annotation
+/// queries (under `annotation <name>`).
+fn dashboard_queries(namespace: &str, workload: &str) -> Vec<(String, String, String)> {
     let d: Value = serde_json::from_str(
         &std::fs::read_to_string(repo().join("deploy/monitoring/dashboard.json")).unwrap(),
     )
     .unwrap();
+    let set = |expr: &str| {
+        expr.replace("$namespace", namespace)
+            .replace("$workload", workload)
+            .replace("$phase", ".*")
+            .replace("$node", ".*")
+            .replace("$__range", "10m")
+            .replace("$__rate_interval", "1m")
+    };
     let mut out = Vec::new();
     for panel in d["panels"].as_array().unwrap() {
         for t in panel["targets"].as_array().into_iter().flatten() {
             let Some(expr) = t["expr"].as_str() else {
                 continue;
             };
-            let expr = expr
-                .replace("$namespace", namespace)
-                .replace("$workload", workload)
-                .replace("$phase", ".*")
-                .replace("$node", ".*")
-                .replace("$__range", "10m")
-                .replace("$__rate_interval", "1m");
-            out.push((panel["title"].as_str().unwrap().to_string(), expr));
+            out.push((
+                panel["title"].as_str().unwrap().to_string(),
+                t["refId"].as_str().unwrap_or_default().to_string(),
+                set(expr),
+            ));
+        }
+    }
+    for a in d["annotations"]["list"].as_array().unwrap() {
+        if let Some(expr) = a["expr"].as_str() {
+            let title = format!("annotation {}", a["name"].as_str().unwrap());
+            out.push((title, String::new(), set(expr)));
         }
     }
     out
+}
+
+/// The one query of `queries` whose title starts with `title` and whose refId is
+/// `ref_id`.
+fn query_of<'a>(queries: &'a [(String, String, String)], title: &str, ref_id: &str) -> &'a str {
+    &queries
+        .iter()
+        .find(|(t, r, _)| t.starts_with(title) && r == ref_id)
+        .unwrap_or_else(|| panic!("no query {ref_id} of `{title}` in the dashboard"))
+        .2
+}
+
+/// The value of the one series of `promql`'s result labelled `workload`.
+fn value_of_workload(prom: &Prometheus, promql: &str, workload: &str) -> f64 {
+    let rows = prom.query(promql);
+    let row = rows
+        .iter()
+        .find(|r| r["metric"]["workload"] == workload)
+        .unwrap_or_else(|| panic!("no series of {workload} in {rows:?}: {promql}"));
+    row["value"][1].as_str().unwrap().parse().unwrap()
 }
 
 /// How the operator is told to scrape the agents.
@@ -352,7 +385,7 @@ fn scrape_and_check(monitor: Monitor) {
         "namespace variable: {body}"
     );
     let queries = dashboard_queries("shop", "checkout");
-    for (title, expr) in &queries {
+    for (title, _, expr) in &queries {
         if !expr.contains("namespace=~\"shop\"") {
             continue;
         }
@@ -370,15 +403,43 @@ fn scrape_and_check(monitor: Monitor) {
             );
         }
     }
-    let who = queries
-        .iter()
-        .find(|(t, _)| t.starts_with("Refused connections in the selected range"))
-        .expect("the who-was-refused panel");
-    let rows = prom.query(&who.1);
+    let who = query_of(&queries, "Refused connections in the selected range", "A");
+    let rows = prom.query(who);
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["metric"]["namespace"], "shop");
     assert_eq!(rows[0]["metric"]["container"], "app");
     assert_eq!(rows[0]["metric"]["workload"], "checkout");
+
+    // The views #51 added: per workload, its races in the range and their mean window
+    // (three races of ~1.2 s), its affected-start share (3 of 3 starts), and the
+    // annotation marking the incidents with their labels.
+    let windows = "Race windows by workload in the selected range";
+    assert_eq!(
+        value_of_workload(&prom, query_of(&queries, windows, "A"), "checkout"),
+        3.0
+    );
+    let mean = value_of_workload(&prom, query_of(&queries, windows, "B"), "checkout");
+    assert!((mean - 1.2).abs() < 0.25, "mean window {mean}");
+    let share = "Affected-start share by workload in the selected range";
+    for (ref_id, want) in [("A", 3.0), ("B", 3.0), ("C", 1.0)] {
+        assert_eq!(
+            value_of_workload(&prom, query_of(&queries, share, ref_id), "checkout"),
+            want,
+            "{share} {ref_id}"
+        );
+    }
+    let marks = prom.query(query_of(&queries, "annotation Sidecar race incidents", ""));
+    assert_eq!(marks.len(), 1, "one incident series marked: {marks:?}");
+    let mark = &marks[0]["metric"];
+    for (label, value) in [
+        ("namespace", "shop"),
+        ("workload", "checkout"),
+        ("phase", "startup"),
+        ("pattern", "classic"),
+        ("sidecar", "proxy"),
+    ] {
+        assert_eq!(mark[label], value, "annotation labels: {mark}");
+    }
 
     // The exposition passes promtool's checks.
     let (status, body) = get(&agent.addr, "/metrics").unwrap();

@@ -6,7 +6,8 @@
 //!   per-bucket counts, with `_count` and `_sum`;
 //! - the unit is `# UNIT`'s, else the name's unit suffix in UCUM (`_seconds` → `s`,
 //!   `_bytes` → `By`, `_ratio` → `1`), else none;
-//! - labels are the data points' attributes; HELP is the description.
+//! - labels are the data points' attributes, under their semantic-convention names
+//!   where the conventions have one (`semconv`); HELP is the description.
 //!
 //! Cumulative points start at the agent's start (the counters start at zero then).
 
@@ -14,7 +15,6 @@ use std::collections::BTreeMap;
 
 use opentelemetry_proto::tonic::{
     collector::metrics::v1::ExportMetricsServiceRequest,
-    common::v1::KeyValue,
     metrics::v1::{
         AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
         ResourceMetrics, ScopeMetrics, Sum, metric, number_data_point,
@@ -22,7 +22,10 @@ use opentelemetry_proto::tonic::{
     resource::v1::Resource,
 };
 
-use super::exposition::{Family, Kind, Sample};
+use super::{
+    exposition::{Family, Kind, Sample},
+    semconv::point_attributes,
+};
 
 /// When the points were taken and since when the cumulative ones count.
 #[derive(Debug, Clone, Copy)]
@@ -105,18 +108,11 @@ fn unit(family: &Family) -> String {
     .to_string()
 }
 
-fn attributes(labels: &[(String, String)]) -> Vec<KeyValue> {
-    labels
-        .iter()
-        .map(|(k, v)| super::attributes::string(k, v))
-        .collect()
-}
-
 /// Whole numbers as integers (the counters count), others as doubles.
 fn number_point(s: &Sample, times: Times, cumulative: bool) -> NumberDataPoint {
     let whole = s.value.fract() == 0.0 && s.value.abs() < 9.0e15;
     NumberDataPoint {
-        attributes: attributes(&s.labels),
+        attributes: point_attributes(&s.labels),
         start_time_unix_nano: if cumulative { times.start_unix_nano } else { 0 },
         time_unix_nano: times.now_unix_nano,
         value: Some(if whole {
@@ -180,7 +176,7 @@ fn histogram_points(family: &Family, times: Times) -> Vec<HistogramDataPoint> {
             }
             counts.push((series.count - below).max(0.0) as u64);
             HistogramDataPoint {
-                attributes: attributes(&labels),
+                attributes: point_attributes(&labels),
                 start_time_unix_nano: times.start_unix_nano,
                 time_unix_nano: times.now_unix_nano,
                 count: series.count as u64,

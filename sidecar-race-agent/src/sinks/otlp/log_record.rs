@@ -10,7 +10,10 @@ use opentelemetry_proto::tonic::{
     logs::v1::{LogRecord, SeverityNumber},
 };
 
-use super::attributes::{boolean, double, int, string};
+use super::{
+    attributes::{boolean, double, int, string},
+    semconv::workload,
+};
 use crate::detect::{
     Kind, Phase,
     processes::summary,
@@ -74,31 +77,9 @@ fn body(view: &IncidentView, what: &str) -> String {
     )
 }
 
-/// The workload kinds the semantic conventions name (`k8s.deployment.name`, ...).
-const NAMED_KINDS: [&str; 6] = [
-    "Deployment",
-    "StatefulSet",
-    "DaemonSet",
-    "ReplicaSet",
-    "Job",
-    "CronJob",
-];
-
 /// `container.id` is the runtime's id, without the CRI's `<runtime>://` scheme.
 fn bare_container_id(id: &str) -> &str {
     id.split_once("://").map_or(id, |(_, id)| id)
-}
-
-/// The workload as the conventions name it (`k8s.deployment.name`), or as ours where
-/// they have no name for its kind.
-fn workload<'a>(kind: &'a str, name: &'a str) -> Vec<(String, &'a str)> {
-    match NAMED_KINDS.iter().find(|k| **k == kind) {
-        Some(kind) => vec![(format!("k8s.{}.name", kind.to_lowercase()), name)],
-        None => vec![
-            ("sidecar_race.workload.kind".to_string(), kind),
-            ("sidecar_race.workload.name".to_string(), name),
-        ],
-    }
 }
 
 fn attributes(view: &IncidentView, what: &str) -> Vec<KeyValue> {
@@ -177,25 +158,6 @@ mod tests {
         assert_eq!(severity(Kind::SidecarRace, Phase::Steady).1, "INFO");
         assert_eq!(severity(Kind::SidecarRace, Phase::Unresolved).1, "ERROR");
         assert_eq!(severity(Kind::StuckJob, Phase::Startup).1, "ERROR");
-    }
-
-    #[test]
-    fn workloads_take_the_conventions_names_where_they_have_one() {
-        assert_eq!(
-            workload("Deployment", "checkout"),
-            [("k8s.deployment.name".to_string(), "checkout")]
-        );
-        assert_eq!(
-            workload("StatefulSet", "db"),
-            [("k8s.statefulset.name".to_string(), "db")]
-        );
-        assert_eq!(
-            workload("Rollout", "web"),
-            [
-                ("sidecar_race.workload.kind".to_string(), "Rollout"),
-                ("sidecar_race.workload.name".to_string(), "web"),
-            ]
-        );
     }
 
     #[test]

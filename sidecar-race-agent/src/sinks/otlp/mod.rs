@@ -2,12 +2,15 @@
 //! (protobuf) every `--otlp-interval` and once more when the agent stops, for
 //! pipelines built on OpenTelemetry. Off by default; a collector that is down costs a
 //! warning when exports start failing and one when they work again, nothing else.
+//! Data points are named by the OpenTelemetry semantic conventions where they name a
+//! label (`semconv`), under a resource that names the agent, its node and cluster.
 
 pub mod attributes;
 mod convert;
 mod exposition;
 mod log_record;
 pub mod logs;
+mod semconv;
 mod transport;
 
 #[cfg(test)]

@@ -96,11 +96,13 @@ fn counters_are_cumulative_monotonic_sums_without_total_and_histograms_keep_thei
             (kv.key.as_str(), v.as_str())
         })
         .collect();
+    // The semantic conventions' names where they name the label, the label's own name
+    // where they do not.
     assert_eq!(
         attrs,
         [
-            ("namespace", "shop"),
-            ("container", "app"),
+            ("k8s.namespace.name", "shop"),
+            ("k8s.container.name", "app"),
             ("sidecar", "proxy"),
             ("phase", "startup")
         ]
