@@ -14,6 +14,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{
+    html,
     rank::{Report, WorkloadReport},
     render,
 };
@@ -195,6 +196,12 @@ pub fn render(plan: &Plan, format: render::Format) -> String {
         let mut s = serde_json::to_string_pretty(plan).expect("a plan serializes");
         s.push('\n');
         return s;
+    }
+    if format == render::Format::Html {
+        return html::page(&html::Page {
+            patches: plan.patches.as_deref(),
+            ..html::Page::of(&plan.report)
+        });
     }
     let md = format == render::Format::Markdown;
     let mut out = render::render(&plan.report, format);
