@@ -9,7 +9,11 @@ use crate::{
     cli::ReportArgs,
     lint,
     report::{
-        self, Input, cluster_label::ClusterLabel, html, input::collect_keeping_incidents, plan,
+        self, Input,
+        cluster_label::ClusterLabel,
+        html,
+        input::collect_keeping_incidents,
+        plan,
         render::{self, Format},
     },
 };

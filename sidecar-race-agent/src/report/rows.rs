@@ -122,4 +122,3 @@ pub fn cells(w: &WorkloadReport, md: bool) -> Vec<String> {
     .map(|c| escaped(c, md))
     .collect()
 }
-

@@ -31,7 +31,9 @@ pub fn points(incidents: &[&AgentIncident]) -> Vec<Point> {
             Some(Point {
                 id: i.id,
                 at: nanos(i.first_refused_at.as_deref()?)?,
-                window_seconds: i.race_window_seconds.filter(|w| w.is_finite() && *w >= 0.0)?,
+                window_seconds: i
+                    .race_window_seconds
+                    .filter(|w| w.is_finite() && *w >= 0.0)?,
             })
         })
         .collect();

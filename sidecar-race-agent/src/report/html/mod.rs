@@ -232,7 +232,11 @@ fn workload(p: &Page, w: &WorkloadReport) -> String {
             r#"<h3>Top incidents</h3><p class="note">The {} most refused of the {} incident{} the agents hold for it, each as a lane per container: refusals are the red marks on the app's lane, the sidecar serves where its lane is green.</p>"#,
             top.len(),
             incidents_of(p, w).len(),
-            if incidents_of(p, w).len() == 1 { "" } else { "s" },
+            if incidents_of(p, w).len() == 1 {
+                ""
+            } else {
+                "s"
+            },
         );
         for i in top {
             out.push_str(&swimlane::incident(i));

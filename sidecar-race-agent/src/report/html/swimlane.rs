@@ -37,7 +37,10 @@ struct Lane<'a> {
 
 /// The app's lane, the sidecar's, then the other containers the timeline names.
 fn lanes(i: &AgentIncident) -> Vec<Lane<'_>> {
-    let named = [(i.container.as_deref(), "app"), (i.sidecar.as_deref(), "sidecar")];
+    let named = [
+        (i.container.as_deref(), "app"),
+        (i.sidecar.as_deref(), "sidecar"),
+    ];
     let others = i.timeline.iter().map(|e| (e.container.as_deref(), "other"));
     let mut out: Vec<Lane> = Vec::new();
     for (container, role) in named.into_iter().chain(others) {
@@ -99,7 +102,9 @@ pub fn incident(i: &AgentIncident) -> String {
     );
     out.push_str(&title(i));
     if entries.is_empty() {
-        out.push_str("<p class=\"note\">No timeline: an incident restored from an older agent.</p></figure>");
+        out.push_str(
+            "<p class=\"note\">No timeline: an incident restored from an older agent.</p></figure>",
+        );
         return out;
     }
     let scale = Scale::of(&entries);
@@ -113,7 +118,11 @@ pub fn incident(i: &AgentIncident) -> String {
     for (n, lane) in lanes.iter().enumerate() {
         out.push_str(&lane_svg(lane, TOP + LANE_H * n as f64, &entries, &scale));
     }
-    out.push_str(&pod_events(&entries, &scale, TOP + LANE_H * lanes.len() as f64));
+    out.push_str(&pod_events(
+        &entries,
+        &scale,
+        TOP + LANE_H * lanes.len() as f64,
+    ));
     out.push_str(&axis(&entries, &scale, height - AXIS_H));
     out.push_str("</svg>");
     out.push_str(&entry_list(&entries, &scale));
@@ -272,7 +281,11 @@ fn pod_events(entries: &[(i128, &TimelineEntry)], scale: &Scale, bottom: f64) ->
 
 /// The time axis: seconds from the first entry.
 fn axis(entries: &[(i128, &TimelineEntry)], scale: &Scale, y: f64) -> String {
-    let last = entries.iter().map(|(t, _)| *t).max().unwrap_or(scale.origin);
+    let last = entries
+        .iter()
+        .map(|(t, _)| *t)
+        .max()
+        .unwrap_or(scale.origin);
     let (x0, x1) = (scale.x(scale.origin), scale.x(last));
     format!(
         r#"<line class="axis" x1="{x0:.1}" x2="{x1:.1}" y1="{:.1}" y2="{:.1}"/><text x="{x0:.1}" y="{:.1}">+0s</text><text x="{x1:.1}" y="{:.1}" text-anchor="end">+{:.3}s</text>"#,
@@ -346,10 +359,30 @@ pub(super) mod tests {
             race_window_seconds: Some(1.21),
             timeline: vec![
                 entry("container_started", "2026-12-06T10:00:00Z", None, None),
-                entry("container_started", "2026-12-06T10:00:00.010Z", Some("app"), None),
-                entry("first_refusal", "2026-12-06T10:00:00.120Z", Some("app"), Some(1)),
-                entry("container_started", "2026-12-06T10:00:00.200Z", Some("proxy"), None),
-                entry("last_refusal", "2026-12-06T10:00:01.300Z", Some("app"), Some(13)),
+                entry(
+                    "container_started",
+                    "2026-12-06T10:00:00.010Z",
+                    Some("app"),
+                    None,
+                ),
+                entry(
+                    "first_refusal",
+                    "2026-12-06T10:00:00.120Z",
+                    Some("app"),
+                    Some(1),
+                ),
+                entry(
+                    "container_started",
+                    "2026-12-06T10:00:00.200Z",
+                    Some("proxy"),
+                    None,
+                ),
+                entry(
+                    "last_refusal",
+                    "2026-12-06T10:00:01.300Z",
+                    Some("app"),
+                    Some(13),
+                ),
                 entry("listening", "2026-12-06T10:00:01.330Z", Some("proxy"), None),
             ],
             ..AgentIncident::default()
@@ -374,7 +407,10 @@ pub(super) mod tests {
             .collect();
         assert_eq!(
             lanes,
-            [("app".into(), "app".into()), ("sidecar".into(), "proxy".into())],
+            [
+                ("app".into(), "app".into()),
+                ("sidecar".into(), "proxy".into())
+            ],
             "{fig}"
         );
         let app = fig.split("<g data-lane=").nth(1).unwrap();
@@ -391,8 +427,14 @@ pub(super) mod tests {
         let proxy = fig.split("<g data-lane=").nth(2).unwrap();
         assert!(proxy.contains("data-serving") && proxy.contains("data-mark=\"listening\""));
         // The sandbox's start (no container) crosses the lanes, on no lane of its own.
-        assert!(fig.contains(r#"class="pod-event" data-mark="container_started""#), "{fig}");
-        assert!(fig.contains("+1.330s</text>"), "the last entry's offset: {fig}");
+        assert!(
+            fig.contains(r#"class="pod-event" data-mark="container_started""#),
+            "{fig}"
+        );
+        assert!(
+            fig.contains("+1.330s</text>"),
+            "the last entry's offset: {fig}"
+        );
     }
 
     #[test]
@@ -416,6 +458,9 @@ pub(super) mod tests {
         }
         let fig = incident(&i);
         assert!(!fig.contains("<script"), "{fig}");
-        assert!(fig.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{fig}");
+        assert!(
+            fig.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{fig}"
+        );
     }
 }

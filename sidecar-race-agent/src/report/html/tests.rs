@@ -2,13 +2,7 @@ use super::*;
 use crate::{
     detect::{Kind, Phase},
     pods::pod_info::Pattern,
-    report::{
-        SidecarReport,
-        agents::WorkloadRef,
-        fixes::Fix,
-        fleet::Source,
-        plan::PatchRow,
-    },
+    report::{SidecarReport, agents::WorkloadRef, fixes::Fix, fleet::Source, plan::PatchRow},
 };
 
 fn line(rank: usize, name: &str, affected: u64, starts: Option<u64>) -> WorkloadReport {
@@ -61,10 +55,7 @@ fn report() -> Report {
         },
         workloads_total: 2,
         workloads_without_incidents: Some(1),
-        workloads: vec![
-            line(1, "checkout", 3, Some(4)),
-            line(2, "ledger", 1, None),
-        ],
+        workloads: vec![line(1, "checkout", 3, Some(4)), line(2, "ledger", 1, None)],
         fleet: None,
     }
 }
@@ -106,7 +97,10 @@ fn workloads_in_rank_order_in_the_table_and_the_articles() {
     assert_eq!(hooks(&page, "<article", "data-rank"), ["1", "2"]);
     assert!(page.contains("<td class=\"num\">75.0%</td>"), "{page}");
     // The share as a bar when starts are known, in words when they are not.
-    assert_eq!(hooks(&page, "data-chart=\"share\"", "data-affected"), ["3", "1"]);
+    assert_eq!(
+        hooks(&page, "data-chart=\"share\"", "data-affected"),
+        ["3", "1"]
+    );
     assert!(page.contains(r#"data-share="0.7500""#), "{page}");
     assert!(page.contains("the share is unknown"), "{page}");
     assert!(page.contains("1 other workload started pods without any incident."));
@@ -134,10 +128,19 @@ fn each_workload_draws_its_own_top_incidents_most_refused_first() {
         ["5", "2", "1"],
         "the top {TOP_INCIDENTS}, most refused first"
     );
-    assert_eq!(hooks(checkout, "<circle class=\"dot\"", "data-incident"), ["1", "2", "4", "5"]);
+    assert_eq!(
+        hooks(checkout, "<circle class=\"dot\"", "data-incident"),
+        ["1", "2", "4", "5"]
+    );
     let ledger = &page[page.rfind("<article").unwrap()..];
-    assert_eq!(hooks(ledger, "<figure class=\"incident\"", "data-incident"), ["3"]);
-    assert!(!page.contains(r#"data-incident="6""#), "another workload's incident");
+    assert_eq!(
+        hooks(ledger, "<figure class=\"incident\"", "data-incident"),
+        ["3"]
+    );
+    assert!(
+        !page.contains(r#"data-incident="6""#),
+        "another workload's incident"
+    );
 }
 
 #[test]
@@ -161,12 +164,23 @@ fn every_string_from_data_is_escaped() {
     for tag in ["<script", "<img", "<b>"] {
         assert!(!page.contains(tag), "{tag} in {page}");
     }
-    assert!(page.contains(r#"data-workload="Deployment shop/&lt;script&gt;alert(1)&lt;/script&gt;""#));
-    assert!(page.contains("&lt;/pre&gt;&lt;script&gt;alert(3)"), "{page}");
-    assert!(page.contains(r#"data-pod="&quot;&gt;&lt;script&gt;alert(4)"#), "{page}");
+    assert!(
+        page.contains(r#"data-workload="Deployment shop/&lt;script&gt;alert(1)&lt;/script&gt;""#)
+    );
+    assert!(
+        page.contains("&lt;/pre&gt;&lt;script&gt;alert(3)"),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"data-pod="&quot;&gt;&lt;script&gt;alert(4)"#),
+        "{page}"
+    );
     // The patch keeps its lines.
     assert!(page.contains("- target:\n    name: &quot;"), "{page}");
-    assert!(page.contains(r#"data-incident="1""#), "the hostile workload's incident is drawn");
+    assert!(
+        page.contains(r#"data-incident="1""#),
+        "the hostile workload's incident is drawn"
+    );
 }
 
 #[test]
@@ -189,6 +203,9 @@ fn nothing_to_rank_says_so() {
     r.workloads.clear();
     r.workloads_total = 0;
     let page = page(&Page::of(&r));
-    assert!(page.contains("from Prometheus at http://prometheus:9090: none."), "{page}");
+    assert!(
+        page.contains("from Prometheus at http://prometheus:9090: none."),
+        "{page}"
+    );
     assert!(!page.contains("<table"), "{page}");
 }
