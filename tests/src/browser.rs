@@ -141,16 +141,12 @@ impl Chromium {
             Path::new(CHROMIUM).exists(),
             "{CHROMIUM} is missing: `cargo xtask setup` installs Debian's chromium (apt-get install chromium)"
         );
-        let profile = std::env::temp_dir().join(format!(
-            "sr-chromium-{}-{}",
-            std::process::id(),
-            crate::http::free_port()
-        ));
+        let trap = NetTrap::start();
+        // The trap's port tells this browser's profile apart while it lives.
+        let profile =
+            std::env::temp_dir().join(format!("sr-chromium-{}-{}", std::process::id(), trap.port));
         std::fs::create_dir_all(&profile).unwrap();
-        Self {
-            trap: NetTrap::start(),
-            profile,
-        }
+        Self { trap, profile }
     }
 
     fn command(&self) -> Command {

@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+pub use super::rows::PatchRow;
 use super::{
     html,
     rank::{Report, WorkloadReport},
@@ -30,15 +31,6 @@ pub struct RiskRow {
     pub sidecars: Vec<String>,
     pub worst_severity: Severity,
     pub findings: Vec<Finding>,
-}
-
-/// The kustomize patch for one ranked workload.
-#[derive(Debug, Clone, Serialize)]
-pub struct PatchRow {
-    pub rank: usize,
-    pub workload: String,
-    /// A kustomization `patches:` fragment (JSON patch with its target).
-    pub patch: String,
 }
 
 /// The evidence report joined with the manifests.

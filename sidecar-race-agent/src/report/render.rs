@@ -103,8 +103,6 @@ fn markdown(r: &Report) -> String {
     out + &footer(r)
 }
 
-/// `Deployment shop/checkout`; "?" for a part the agents did not know.
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,8 @@
 //! A report's lines as rows of cells under their columns, for every format that
 //! shows them as a table (text, Markdown, html): one list of columns, one way to fill
-//! them.
+//! them; and the migration plan's patch rows, which every format shows too.
+
+use serde::Serialize;
 
 use super::{
     rank::{FleetReport, Report, WorkloadReport},
@@ -121,4 +123,13 @@ pub fn cells(w: &WorkloadReport, md: bool) -> Vec<String> {
     .iter()
     .map(|c| escaped(c, md))
     .collect()
+}
+
+/// The kustomize patch for one ranked workload (`report --with-patches`).
+#[derive(Debug, Clone, Serialize)]
+pub struct PatchRow {
+    pub rank: usize,
+    pub workload: String,
+    /// A kustomization `patches:` fragment (JSON patch with its target).
+    pub patch: String,
 }

@@ -98,6 +98,7 @@ pub fn footer(r: &Report) -> String {
     }
 }
 
+/// `Deployment shop/checkout`; "?" for a part the agents did not know.
 pub fn workload_name(w: &WorkloadReport) -> String {
     match (&w.namespace, &w.workload_kind, &w.workload) {
         (None, None, None) => "(unknown workload: no pod metadata)".into(),

@@ -26,9 +26,8 @@ use std::fmt::Write as _;
 use self::escape::text;
 use crate::report::{
     agents::AgentIncident,
-    plan::PatchRow,
     rank::{Report, WorkloadReport},
-    rows::{fleet_table, lines_table},
+    rows::{PatchRow, fleet_table, lines_table},
     words::{by_cluster_headline, fix_subject, fleet_headline, footer, headline, workload_name},
 };
 

@@ -2,7 +2,7 @@ use super::*;
 use crate::{
     detect::{Kind, Phase},
     pods::pod_info::Pattern,
-    report::{SidecarReport, agents::WorkloadRef, fixes::Fix, fleet::Source, plan::PatchRow},
+    report::{SidecarReport, agents::WorkloadRef, fixes::Fix, fleet::Source, rows::PatchRow},
 };
 
 fn line(rank: usize, name: &str, affected: u64, starts: Option<u64>) -> WorkloadReport {
