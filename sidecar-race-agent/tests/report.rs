@@ -868,13 +868,45 @@ async fn the_command_needs_no_root_and_takes_flags_from_the_environment() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Prometheus and agents together only for the html page, whose incidents the
+    // agents give.
     let out = binary(&["report", "--prometheus", &prom, "--agent", &urls[0]], &[]).await;
-    assert_eq!(
-        out.status.code(),
-        Some(2),
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--agent and --agents-via-api go with --prometheus only for --format html"),
+        "{stderr}"
+    );
+    let out = binary(
+        &[
+            "report",
+            "--prometheus",
+            &prom,
+            "--agent",
+            &urls[0],
+            "--format",
+            "html",
+        ],
+        &[],
+    )
+    .await;
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    assert!(
+        page.contains("from Prometheus at"),
+        "Prometheus ranks: {page}"
+    );
+    assert!(
+        page.contains("<figure class=\"incident\""),
+        "the agents' incidents are drawn: {page}"
+    );
+    let out = binary(&["report", "--agent", &urls[0], "--agents-via-api"], &[]).await;
+    assert_eq!(out.status.code(), Some(2), "one agents' source");
 }
 
 /// The ranked workloads' names in a JSON report.

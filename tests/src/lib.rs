@@ -10,6 +10,7 @@
 
 pub mod bench_verdicts;
 pub mod bpf;
+pub mod browser;
 pub mod cluster_cases;
 pub mod cri;
 pub mod docs;

@@ -18,12 +18,7 @@
 //! evidence of an agent whose node was drained since. West's Prometheus scrapes a port
 //! chosen up front, so that the global one federates both from the start.
 
-use std::{
-    collections::BTreeMap,
-    path::{Path, PathBuf},
-    process::Command,
-    time::Duration,
-};
+use std::{collections::BTreeMap, path::PathBuf, process::Command, time::Duration};
 
 use serde_json::{Value, json};
 use sidecar_race_tests::{
@@ -31,31 +26,21 @@ use sidecar_race_tests::{
     http::free_port,
     operator::{DiscoveredPod, pod_monitor_scrape_config},
     operator_prometheus,
-    pod::{Declared, SimPod, empty_pods_file, write_pod_list},
+    pod::empty_pods_file,
     prometheus::{Prometheus, report},
     root::is_root_or_skip,
-    scenario::{app_done, proxy, proxy_serving},
+    scenario::{Counted, Workload, race_workloads},
 };
 
-/// A Deployment's pods in one cluster: namespace, name, how many raced (the proxy
-/// listens `delay_ms` late) and how many started in order (the proxy serves first).
-struct Pods {
-    namespace: &'static str,
-    deployment: &'static str,
-    racing: u64,
-    ordered: u64,
-    delay_ms: u64,
-}
-
-const EAST: [Pods; 2] = [
-    Pods {
+const EAST: [Workload; 2] = [
+    Workload {
         namespace: "shop",
         deployment: "checkout",
         racing: 3,
         ordered: 0,
         delay_ms: 1200,
     },
-    Pods {
+    Workload {
         namespace: "shop",
         deployment: "catalog",
         racing: 0,
@@ -65,15 +50,15 @@ const EAST: [Pods; 2] = [
 ];
 /// The same checkout in west, racing once and shorter; and a workload east does not
 /// run.
-const WEST: [Pods; 2] = [
-    Pods {
+const WEST: [Workload; 2] = [
+    Workload {
         namespace: "payments",
         deployment: "ledger",
         racing: 2,
         ordered: 0,
         delay_ms: 1000,
     },
-    Pods {
+    Workload {
         namespace: "shop",
         deployment: "checkout",
         racing: 1,
@@ -146,50 +131,13 @@ fn global_prometheus(clusters: &[&Prometheus]) -> Prometheus {
     )
 }
 
-/// A pod of `w`: racing starts app and proxy together, the proxy `w.delay_ms` late;
-/// otherwise the proxy serves first.
-fn start_pod(w: &Pods, racing: bool, pods_file: &Path, manifests: &mut Vec<Value>) -> SimPod {
-    let mut pod = SimPod::new(w.deployment).unwrap();
-    let p = pod.container("proxy").unwrap();
-    let a = pod.container("app").unwrap();
-    manifests.push(pod.app_and_proxy_manifest(w.namespace, w.deployment, &a, &p, Declared::App));
-    write_pod_list(pods_file, manifests);
-    if racing {
-        let delay = w.delay_ms.to_string();
-        proxy(
-            &mut pod,
-            &p,
-            &["--listen", "127.0.0.1:15001", "--delay-ms", &delay],
-        );
-    } else {
-        proxy_serving(&mut pod, &p, 15001);
-    }
-    app_done(
-        &mut pod,
-        &a,
-        &["--connect", "127.0.0.1:15001", "--interval-ms", "100"],
-    );
-    pod
-}
-
-/// What one cluster's agent counted for a workload.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Counted {
-    starts: u64,
-    racing: u64,
-    /// The refusals of its startup incidents, as the agent reported them.
-    refusals: u64,
-    /// Their race windows, as the agent reported them.
-    windows: Vec<f64>,
-}
-
 /// Runs `pods` under a fresh agent listening on `addr`, waits until the global
 /// Prometheus holds everything it counted under `cluster`, and stops it. What it
 /// counted, by (namespace, workload).
 fn race_in(
     cluster: &str,
     addr: &str,
-    pods: &[Pods],
+    pods: &[Workload],
     global: &Prometheus,
 ) -> BTreeMap<(String, String), Counted> {
     let (pods_file, source) = empty_pods_file(&format!("federation-{cluster}"));
@@ -197,43 +145,7 @@ fn race_in(
         addr,
         &["--pods-from", &source, "--pods-poll-seconds", "0.1"],
     );
-    let mut manifests = Vec::new();
-    let mut counted: BTreeMap<(String, String), Counted> = BTreeMap::new();
-    let mut running = Vec::new();
-    for w in pods {
-        let c = counted
-            .entry((w.namespace.to_string(), w.deployment.to_string()))
-            .or_default();
-        for racing in (0..w.racing)
-            .map(|_| true)
-            .chain((0..w.ordered).map(|_| false))
-        {
-            let pod = start_pod(w, racing, &pods_file, &mut manifests);
-            c.starts += 1;
-            if racing {
-                c.racing += 1;
-                let incidents = agent.wait_incidents(&pod.uid, Duration::from_secs(10), |i| {
-                    i.iter().any(|i| i["state"] == "resolved")
-                });
-                let startup: Vec<&Value> = incidents
-                    .iter()
-                    .filter(|i| i["phase"] == "startup" && i["state"] == "resolved")
-                    .collect();
-                let refused: u64 = startup
-                    .iter()
-                    .map(|i| i["refused_count"].as_u64().unwrap())
-                    .sum();
-                assert!(refused >= 3, "{cluster}: {incidents:#?}");
-                c.refusals += refused;
-                c.windows.extend(
-                    startup
-                        .iter()
-                        .map(|i| i["race_window_seconds"].as_f64().unwrap()),
-                );
-            }
-            running.push(pod);
-        }
-    }
+    let (counted, running) = race_workloads(&agent, pods, &pods_file);
     let t = Duration::from_secs(30);
     // The original job survives federation (honor_labels): the agents' series, not
     // the federation scrape's.

@@ -119,6 +119,9 @@ pub fn ensure(tier: Tier) -> anyhow::Result<()> {
         // protoc: the CRI client bindings (k8s-cri) of the test kit are generated at
         // build time.
         tools.push(("protoc", "protobuf-compiler"));
+        // The html report's browser test (tests/tests/report_html.rs): Debian's
+        // chromium renders the page headless.
+        tools.push(("chromium", "chromium"));
     }
     apt.want_tools(&tools);
     let mut installing_prometheus = false;

@@ -4,9 +4,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-/// Where `report` reads evidence: Prometheus over a range, or agents' incidents.
+/// Where `report` reads evidence: Prometheus over a range, or agents' incidents (with
+/// `--format html`, both: Prometheus ranks, the agents' incidents are drawn).
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("evidence").required(true).args(["prometheus", "agent", "agents_via_api"])))]
+#[command(group(clap::ArgGroup::new("evidence").required(true).multiple(true).args(["prometheus", "agent", "agents_via_api"])))]
 pub struct ReportArgs {
     /// Prometheus base URL (its HTTP API below it), e.g. http://prometheus:9090.
     #[arg(long, env = "SIDECAR_RACE_PROMETHEUS", value_name = "URL")]
@@ -43,7 +44,7 @@ pub struct ReportArgs {
     pub top: Option<usize>,
     /// Read every agent's incidents through the API server's pod proxy, with the
     /// kubeconfig (needs `pods` list and `pods/proxy` get in --agent-namespace).
-    #[arg(long, env = "SIDECAR_RACE_AGENTS_VIA_API")]
+    #[arg(long, env = "SIDECAR_RACE_AGENTS_VIA_API", conflicts_with = "agent")]
     pub agents_via_api: bool,
     /// The agents' namespace (with --agents-via-api).
     #[arg(

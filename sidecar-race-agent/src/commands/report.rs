@@ -8,7 +8,14 @@ use anyhow::Context;
 use crate::{
     cli::ReportArgs,
     lint,
-    report::{self, Input, cluster_label::ClusterLabel, plan, render},
+    report::{
+        self, Input,
+        cluster_label::ClusterLabel,
+        html,
+        input::collect_keeping_incidents,
+        plan,
+        render::{self, Format},
+    },
 };
 
 /// The token of `--agent-token-file`, trimmed (`kubectl create token` ends it with a
@@ -22,30 +29,62 @@ fn agent_token(args: &ReportArgs) -> anyhow::Result<Option<String>> {
     Ok(Some(token.trim().to_string()))
 }
 
+/// The agents of `--agent` or `--agents-via-api`, when given.
+fn agents_input(args: &ReportArgs) -> anyhow::Result<Option<Input>> {
+    Ok(if args.agents_via_api {
+        Some(Input::AgentsViaApi {
+            namespace: args.agent_namespace.clone(),
+            port: args.agent_port,
+            token: agent_token(args)?,
+        })
+    } else if !args.agent.is_empty() {
+        Some(Input::Agents {
+            token: agent_token(args)?,
+            urls: args.agent.clone(),
+        })
+    } else {
+        None
+    })
+}
+
 pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
     if args.with_patches && args.manifests.is_empty() && !args.cluster {
         anyhow::bail!("--with-patches needs --manifests or --cluster");
     }
-    let input = match args.prometheus {
-        Some(url) => Input::Prometheus {
-            url,
-            range: args.range,
-            cluster_label: ClusterLabel::from_flag(args.cluster_label),
-        },
-        None if args.agents_via_api => Input::AgentsViaApi {
-            namespace: args.agent_namespace.clone(),
-            port: args.agent_port,
-            token: agent_token(&args)?,
-        },
-        None => Input::Agents {
-            token: agent_token(&args)?,
-            urls: args.agent,
-        },
+    let agents = agents_input(&args)?;
+    // With --prometheus, the agents' incidents only draw the html page's timelines.
+    let (input, drawn_from) = match (&args.prometheus, agents) {
+        (Some(url), agents) => {
+            if agents.is_some() && args.format != Format::Html {
+                anyhow::bail!(
+                    "--agent and --agents-via-api go with --prometheus only for --format html \
+                     (Prometheus ranks, the agents' incidents are drawn); give one source"
+                );
+            }
+            let prometheus = Input::Prometheus {
+                url: url.clone(),
+                range: args.range.clone(),
+                cluster_label: ClusterLabel::from_flag(args.cluster_label.clone()),
+            };
+            (prometheus, agents)
+        }
+        (None, Some(agents)) => (agents, None),
+        (None, None) => anyhow::bail!("give --prometheus, --agent or --agents-via-api"),
     };
-    let fleet = report::collect(&input).await?;
-    let ranked = report::build(fleet, args.top);
+    let collected = collect_keeping_incidents(&input).await?;
+    let incidents = match &drawn_from {
+        Some(agents) => collect_keeping_incidents(agents).await?.incidents,
+        None => collected.incidents,
+    };
+    let ranked = report::build(collected.fleet, args.top);
     let text = if args.manifests.is_empty() && !args.cluster {
-        render::render(&ranked, args.format)
+        match args.format {
+            Format::Html => html::page(&html::Page {
+                incidents: &incidents,
+                ..html::Page::of(&ranked)
+            }),
+            format => render::render(&ranked, format),
+        }
     } else {
         let mut opts = lint::Options {
             site_sidecars: crate::cli::clean_names(&args.sidecar_names),
@@ -62,10 +101,15 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
         if let Some(e) = errors.first() {
             anyhow::bail!("{e}");
         }
-        plan::render(
-            &plan::plan(ranked, &workloads, &opts, args.with_patches),
-            args.format,
-        )
+        let plan = plan::plan(ranked, &workloads, &opts, args.with_patches);
+        match args.format {
+            Format::Html => html::page(&html::Page {
+                report: &plan.report,
+                incidents: &incidents,
+                patches: plan.patches.as_deref(),
+            }),
+            format => plan::render(&plan, format),
+        }
     };
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) is the reader's choice, not a failure.

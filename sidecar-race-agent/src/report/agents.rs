@@ -22,9 +22,19 @@ use crate::{
     },
 };
 
-/// The fields of an incident (docs/reference.md, "HTTP endpoints") the report uses.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+/// The fields of an incident (docs/reference.md, "HTTP endpoints") the report uses:
+/// the counts for the ranking, and for the html page's top incidents their pod, times
+/// and timeline.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 pub struct AgentIncident {
+    /// The agent's number for it (0 from a source that gives none).
+    #[serde(default)]
+    pub id: u64,
+    /// `open` or `resolved`.
+    #[serde(default)]
+    pub state: String,
+    #[serde(default)]
+    pub pod: Option<String>,
     /// Absent from older agents: sidecar races only.
     #[serde(default)]
     pub kind: String,
@@ -54,6 +64,35 @@ pub struct AgentIncident {
     /// `created` or `restarted_in_place` (KEP-5532); absent from older agents.
     #[serde(default)]
     pub pod_start: Option<String>,
+    /// RFC 3339; the html page places the incident's race window in time by it.
+    #[serde(default)]
+    pub first_refused_at: Option<String>,
+    /// What the agent saw in the pod (docs/reference.md, "The timeline"); empty from
+    /// older agents and for a stuck Job.
+    #[serde(default)]
+    pub timeline: Vec<TimelineEntry>,
+}
+
+/// One entry of an incident's timeline, as the API gives it; the fields its kind lacks
+/// are absent. Kinds are kept as text: a kind a newer agent adds is shown, not refused.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct TimelineEntry {
+    pub kind: String,
+    /// RFC 3339, ns.
+    pub at: String,
+    #[serde(default)]
+    pub container: Option<String>,
+    /// Refusal entries: the refusals since the previous entry; `dropped`: the entries
+    /// left out.
+    #[serde(default)]
+    pub count: Option<u64>,
+    /// `dropped`: the refusals the entries left out counted.
+    #[serde(default)]
+    pub refused: Option<u64>,
+    #[serde(default)]
+    pub grace_seconds: Option<i64>,
+    #[serde(default)]
+    pub value: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -65,6 +104,15 @@ pub struct WorkloadRef {
 /// Reads every agent's incidents (all of them, or the first failure), sending `token`
 /// as a bearer token when given.
 pub async fn collect(urls: &[String], token: Option<&str>) -> Result<Fleet, ReportError> {
+    let (unique, incidents) = read(urls, token).await?;
+    Ok(fleet(unique, incidents))
+}
+
+/// Every agent's incidents, and the agents' URLs without repeats (the source's names).
+pub async fn read(
+    urls: &[String],
+    token: Option<&str>,
+) -> Result<(Vec<String>, Vec<AgentIncident>), ReportError> {
     let mut unique: Vec<String> = Vec::new();
     for u in urls {
         if !unique.contains(u) {
@@ -72,7 +120,7 @@ pub async fn collect(urls: &[String], token: Option<&str>) -> Result<Fleet, Repo
         }
     }
     let lists = futures::future::try_join_all(unique.iter().map(|u| incidents(u, token))).await?;
-    Ok(fleet(unique, lists.into_iter().flatten()))
+    Ok((unique, lists.into_iter().flatten().collect()))
 }
 
 async fn incidents(url: &str, token: Option<&str>) -> Result<Vec<AgentIncident>, ReportError> {
@@ -256,6 +304,7 @@ mod tests {
             processes: vec![],
             guarded: false,
             pod_start: Some("created".into()),
+            ..AgentIncident::default()
         }
     }
 

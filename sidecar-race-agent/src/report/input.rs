@@ -1,7 +1,11 @@
 //! What to read the evidence from, and reading it.
 
 use super::{
-    agents, cluster_label::ClusterLabel, error::ReportError, fleet::Fleet, prometheus, via_api,
+    agents::{self, AgentIncident},
+    cluster_label::ClusterLabel,
+    error::ReportError,
+    fleet::Fleet,
+    prometheus, via_api,
 };
 
 /// What to read the evidence from.
@@ -44,4 +48,35 @@ pub async fn collect(input: &Input) -> Result<Fleet, ReportError> {
             token,
         } => via_api::collect(namespace, *port, token.as_deref()).await,
     }
+}
+
+/// The evidence, and the incidents it was counted from when agents gave it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Collected {
+    pub fleet: Fleet,
+    /// Every agent's incidents as read (none from Prometheus, which counts only).
+    pub incidents: Vec<AgentIncident>,
+}
+
+/// Reads the evidence from `input`, keeping the agents' incidents (the html page draws
+/// the top ones).
+pub async fn collect_keeping_incidents(input: &Input) -> Result<Collected, ReportError> {
+    let (names, incidents) = match input {
+        Input::Prometheus { .. } => {
+            return Ok(Collected {
+                fleet: collect(input).await?,
+                incidents: Vec::new(),
+            });
+        }
+        Input::Agents { urls, token } => agents::read(urls, token.as_deref()).await?,
+        Input::AgentsViaApi {
+            namespace,
+            port,
+            token,
+        } => via_api::read(namespace, *port, token.as_deref()).await?,
+    };
+    Ok(Collected {
+        fleet: agents::fleet(names, incidents.iter().cloned()),
+        incidents,
+    })
 }

@@ -13,6 +13,9 @@
 //! series carry) and [`rollup`] sums each workload over its clusters for the
 //! fleet-wide ranking. [`pod_timeline`] reads one pod's incidents from its node's
 //! agent for `timeline POD`, and [`timeline_text`] prints their timelines.
+//! [`words`] and [`rows`] are what every format says of a report (its headline, a
+//! workload's line as cells); [`render`] prints the text formats and JSON, [`html`]
+//! the self-contained page, with the top incidents' timelines as swimlanes.
 
 pub mod agents;
 pub mod client;
@@ -20,6 +23,7 @@ pub mod cluster_label;
 pub mod error;
 pub mod fixes;
 pub mod fleet;
+pub mod html;
 pub mod input;
 pub mod plan;
 pub mod pod_timeline;
@@ -28,9 +32,11 @@ pub mod promql;
 pub mod rank;
 pub mod render;
 pub mod rollup;
+pub mod rows;
 pub mod table;
 pub mod timeline_text;
 pub mod via_api;
+pub mod words;
 
 #[cfg(test)]
 mod tests;

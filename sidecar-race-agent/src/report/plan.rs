@@ -13,7 +13,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+pub use super::rows::PatchRow;
 use super::{
+    html,
     rank::{Report, WorkloadReport},
     render,
 };
@@ -29,15 +31,6 @@ pub struct RiskRow {
     pub sidecars: Vec<String>,
     pub worst_severity: Severity,
     pub findings: Vec<Finding>,
-}
-
-/// The kustomize patch for one ranked workload.
-#[derive(Debug, Clone, Serialize)]
-pub struct PatchRow {
-    pub rank: usize,
-    pub workload: String,
-    /// A kustomization `patches:` fragment (JSON patch with its target).
-    pub patch: String,
 }
 
 /// The evidence report joined with the manifests.
@@ -195,6 +188,12 @@ pub fn render(plan: &Plan, format: render::Format) -> String {
         let mut s = serde_json::to_string_pretty(plan).expect("a plan serializes");
         s.push('\n');
         return s;
+    }
+    if format == render::Format::Html {
+        return html::page(&html::Page {
+            patches: plan.patches.as_deref(),
+            ..html::Page::of(&plan.report)
+        });
     }
     let md = format == render::Format::Markdown;
     let mut out = render::render(&plan.report, format);

@@ -1,5 +1,5 @@
-//! The report as an aligned text table, a Markdown table (for tickets and docs) or
-//! JSON (the [`Report`] as is). Unknown values are "-" in text, `null` in JSON. When
+//! The report as an aligned text table, a Markdown table (for tickets and docs),
+//! JSON (the [`Report`] as is) or one html page ([`html`], drawn from the same model). Unknown values are "-" in text, `null` in JSON. When
 //! lines name their cluster, a CLUSTER column says which, and the fleet-wide roll-up
 //! comes first as a table of its own.
 
@@ -8,19 +8,20 @@ use std::fmt::Write as _;
 use clap::ValueEnum;
 
 use super::{
-    cluster_label::{CONVENTIONS, LabelFrom},
-    fixes::Fix,
-    fleet::Source,
-    rank::{FleetReport, Report, WorkloadReport},
-    table::{self, Column, md_escape, printable},
+    html,
+    rank::Report,
+    rows::{fleet_table, lines_table},
+    table::{self, md_escape, printable},
+    words::{by_cluster_headline, fix_subject, fleet_headline, footer, headline, line_name},
 };
-use crate::detect::{Phase, processes::summary};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     Table,
     Markdown,
     Json,
+    /// One self-contained page (inline CSS and SVG, nothing fetched): [`html`].
+    Html,
 }
 
 pub fn render(report: &Report, format: Format) -> String {
@@ -32,76 +33,8 @@ pub fn render(report: &Report, format: Format) -> String {
             s.push('\n');
             s
         }
+        Format::Html => html::page(&html::Page::of(report)),
     }
-}
-
-const fn column(header: &'static str, md_header: &'static str, numeric: bool) -> Column {
-    Column {
-        header,
-        md_header,
-        numeric,
-    }
-}
-
-/// A workload line's columns.
-const COLUMNS: [Column; 11] = [
-    column("#", "#", true),
-    column("WORKLOAD", "Workload", false),
-    column("SIDECARS", "Sidecars", false),
-    column("STARTS", "Pod starts", true),
-    column("AFFECTED", "Affected starts", true),
-    column("SHARE", "Share affected", true),
-    column("INCIDENTS", "Incidents", true),
-    column("REFUSALS", "Refusals", true),
-    column("P50", "Window p50", true),
-    column("P95", "Window p95", true),
-    column("PHASES", "Phases", false),
-];
-/// After `#`, when any line names its cluster.
-const CLUSTER: Column = column("CLUSTER", "Cluster", false);
-/// After `WORKLOAD`, in the fleet-wide roll-up.
-const CLUSTERS: Column = column("CLUSTERS", "Clusters", false);
-
-/// The per-cluster lines' columns and rows.
-fn lines_table(r: &Report, md: bool) -> (Vec<Column>, Vec<Vec<String>>) {
-    let named = r.workloads.iter().any(|w| w.cluster.is_some());
-    let mut columns = COLUMNS.to_vec();
-    if named {
-        columns.insert(1, CLUSTER);
-    }
-    let rows = r
-        .workloads
-        .iter()
-        .map(|w| {
-            let mut row = cells(w, md);
-            if named {
-                row.insert(1, escaped(w.cluster.as_deref().unwrap_or("-"), md));
-            }
-            row
-        })
-        .collect();
-    (columns, rows)
-}
-
-/// The fleet-wide roll-up's columns and rows.
-fn fleet_table(f: &FleetReport, md: bool) -> (Vec<Column>, Vec<Vec<String>>) {
-    let mut columns = COLUMNS.to_vec();
-    columns.insert(2, CLUSTERS);
-    let rows = f
-        .workloads
-        .iter()
-        .map(|w| {
-            let mut row = cells(&w.line, md);
-            let clusters = if w.clusters.is_empty() {
-                "-".to_string()
-            } else {
-                w.clusters.join(", ")
-            };
-            row.insert(2, escaped(&clusters, md));
-            row
-        })
-        .collect();
-    (columns, rows)
 }
 
 fn text(r: &Report) -> String {
@@ -170,224 +103,14 @@ fn markdown(r: &Report) -> String {
     out + &footer(r)
 }
 
-fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
-}
-
-/// `, top 3 shown` when `--top` cut the list.
-fn shown(shown: usize, total: usize) -> String {
-    if shown < total {
-        format!(", top {shown} shown")
-    } else {
-        String::new()
-    }
-}
-
-fn headline(r: &Report) -> String {
-    let from = match &r.source {
-        Source::Prometheus { url, range } => {
-            format!("Sidecar races in the last {range}, from Prometheus at {url}")
-        }
-        Source::Agents { urls } => format!(
-            "Sidecar races in the incident history of {} agent{} ({})",
-            urls.len(),
-            plural(urls.len()),
-            urls.join(", ")
-        ),
-    };
-    if r.workloads_total == 0 {
-        return format!("{from}: none.");
-    }
-    let ranked =
-        "ranked by affected pod starts, then startup incidents, refusals and race window p95.";
-    match &r.fleet {
-        Some(f) => format!(
-            "{from}: {} workload{} in {} cluster{} ({}), {ranked}",
-            f.workloads_total,
-            plural(f.workloads_total),
-            f.clusters.len(),
-            plural(f.clusters.len()),
-            f.clusters.join(", "),
-        ),
-        None => format!(
-            "{from}: {} workload{}{}, {ranked}",
-            r.workloads_total,
-            plural(r.workloads_total),
-            shown(r.workloads.len(), r.workloads_total),
-        ),
-    }
-}
-
-fn fleet_headline(f: &FleetReport) -> String {
-    let from = match f.cluster_label_from {
-        LabelFrom::Flag => String::new(),
-        LabelFrom::Series => format!(
-            ", the first of `{}` the series carry",
-            CONVENTIONS.join("`, `")
-        ),
-    };
-    format!(
-        "Across clusters (label `{}`{from}), each workload's evidence summed over its clusters: {} workload{}{}.",
-        f.cluster_label,
-        f.workloads_total,
-        plural(f.workloads_total),
-        shown(f.workloads.len(), f.workloads_total),
-    )
-}
-
-fn by_cluster_headline(r: &Report) -> String {
-    format!(
-        "By cluster, one line per workload and cluster: {} line{}{}.",
-        r.workloads_total,
-        plural(r.workloads_total),
-        shown(r.workloads.len(), r.workloads_total),
-    )
-}
-
-fn footer(r: &Report) -> String {
-    // Across clusters, a workload counts once however many clusters it started in.
-    let without = match &r.fleet {
-        Some(f) => Some(f.workloads_without_incidents),
-        None => r.workloads_without_incidents,
-    };
-    match without {
-        Some(n) if n > 0 => format!(
-            "\n{n} other workload{} started pods without any incident.\n",
-            plural(n)
-        ),
-        _ => String::new(),
-    }
-}
-
-fn escaped(s: &str, md: bool) -> String {
-    if md { md_escape(s) } else { s.to_string() }
-}
-
-fn cells(w: &WorkloadReport, md: bool) -> Vec<String> {
-    let code = |s: &str| if md { format!("`{s}`") } else { s.to_string() };
-    let sidecars = if w.sidecars.is_empty() {
-        "-".to_string()
-    } else {
-        w.sidecars
-            .iter()
-            .map(|s| format!("{} ({})", code(name(&s.name)), s.pattern.as_str()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let phases = w
-        .phases
-        .iter()
-        .map(|p| p.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let phases = if w.misconfiguration {
-        format!("{phases}: misconfiguration, not a race")
-    } else {
-        phases
-    };
-    [
-        w.rank.to_string(),
-        workload_name(w),
-        sidecars,
-        opt(w.pod_starts),
-        w.affected_pod_starts.to_string(),
-        w.affected_share
-            .map(|s| format!("{:.1}%", s * 100.0))
-            .unwrap_or_else(|| "-".into()),
-        w.incidents.to_string(),
-        w.refusals.to_string(),
-        seconds(w.race_window_p50_seconds),
-        seconds(w.race_window_p95_seconds),
-        phases,
-    ]
-    .iter()
-    .map(|c| escaped(c, md))
-    .collect()
-}
-
-/// `Deployment shop/checkout`; "?" for a part the agents did not know.
-pub fn workload_name(w: &WorkloadReport) -> String {
-    match (&w.namespace, &w.workload_kind, &w.workload) {
-        (None, None, None) => "(unknown workload: no pod metadata)".into(),
-        (ns, kind, name) => format!(
-            "{} {}/{}",
-            kind.as_deref().unwrap_or("?"),
-            ns.as_deref().unwrap_or("?"),
-            name.as_deref().unwrap_or("?")
-        ),
-    }
-}
-
-/// The workload, and its cluster when it names one: `Deployment shop/checkout in
-/// cluster east`.
-fn line_name(w: &WorkloadReport) -> String {
-    match &w.cluster {
-        Some(c) => format!("{} in cluster {c}", workload_name(w)),
-        None => workload_name(w),
-    }
-}
-
-/// `startup: app → istio-proxy:15001 (classic, 12 refusals)`; `stuck job: keeps the
-/// Job running → cloud-sql-proxy (classic)`
-fn fix_subject(f: &Fix, md: bool) -> String {
-    let code = |s: String| if md { format!("`{s}`") } else { s };
-    let Some(port) = f.port else {
-        let what = if md { "**stuck job**" } else { "stuck job" };
-        return format!(
-            "{what}: Job pods kept running by {} ({})",
-            code(name(&f.sidecar).to_string()),
-            f.pattern.as_str()
-        );
-    };
-    let kind = match f.kind {
-        crate::detect::Kind::InitDeadlock => "init deadlock, ",
-        _ => "",
-    };
-    let phase = if md {
-        format!("**{}**", f.phase.as_str())
-    } else {
-        f.phase.as_str().to_string()
-    };
-    let refusals = if f.phase == Phase::Unresolved {
-        "refused"
-    } else {
-        "refusals"
-    };
-    let mut by = String::new();
-    if !f.processes.is_empty() {
-        by = format!(": {}", summary(&f.processes));
-    }
-    if f.guarded {
-        by.push_str(", guarded");
-    }
-    format!(
-        "{phase}: {} → {} ({kind}{}, {} {refusals}{by})",
-        code(name(&f.container).to_string()),
-        code(format!("{}:{}", name(&f.sidecar), port)),
-        f.pattern.as_str(),
-        f.refusals
-    )
-}
-
-fn name(n: &Option<String>) -> &str {
-    n.as_deref().unwrap_or("?")
-}
-
-fn opt(v: Option<u64>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
-}
-
-fn seconds(v: Option<f64>) -> String {
-    match v {
-        Some(s) => format!("{s:.2}s"),
-        None => "-".into(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{pods::pod_info::Pattern, report::SidecarReport};
+    use crate::{
+        detect::Phase,
+        pods::pod_info::Pattern,
+        report::{SidecarReport, fixes::Fix, fleet::Source, rank::WorkloadReport},
+    };
 
     fn report() -> Report {
         let fix = Fix {

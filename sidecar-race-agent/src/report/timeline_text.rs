@@ -146,7 +146,7 @@ fn header(i: &Incident) -> String {
 }
 
 /// An entry's kind in words; a kind this build does not know, as the agent named it.
-fn words(kind: &str) -> String {
+pub fn words(kind: &str) -> String {
     match kind {
         "container_started" => "container started",
         "first_refusal" => "first refusal",
@@ -197,8 +197,8 @@ fn plural(n: u64, one: &str) -> String {
     }
 }
 
-/// An RFC 3339 time as nanoseconds since the epoch.
-fn nanos(at: &str) -> Option<i128> {
+/// An RFC 3339 time as ns since the epoch (the html page places entries by it too).
+pub fn nanos(at: &str) -> Option<i128> {
     at.parse::<jiff::Timestamp>()
         .ok()
         .map(|t| t.as_nanosecond())

@@ -135,6 +135,31 @@ pub async fn collect_within(
     token: Option<&str>,
     bounds: Bounds,
 ) -> Result<Fleet, ReportError> {
+    let (names, incidents) = read_within(client, namespace, port, token, bounds).await?;
+    Ok(agents::fleet(names, incidents))
+}
+
+/// Every agent's incidents with the kubeconfig's client, and the agents' names
+/// (`pods/proxy NS/POD`), within the default bounds.
+pub async fn read(
+    namespace: &str,
+    port: u16,
+    token: Option<&str>,
+) -> Result<(Vec<String>, Vec<AgentIncident>), ReportError> {
+    let client = Client::try_default()
+        .await
+        .map_err(|e| ReportError::Api(format!("cannot connect with the kubeconfig: {e}")))?;
+    read_within(&client, namespace, port, token, Bounds::default()).await
+}
+
+/// Every agent's incidents, and the agents' names (`pods/proxy NS/POD`), within `bounds`.
+pub async fn read_within(
+    client: &Client,
+    namespace: &str,
+    port: u16,
+    token: Option<&str>,
+    bounds: Bounds,
+) -> Result<(Vec<String>, Vec<AgentIncident>), ReportError> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let listed = pods
         .list(&ListParams::default().labels(AGENT_SELECTOR))
@@ -189,7 +214,7 @@ pub async fn collect_within(
         .iter()
         .map(|(n, _)| format!("pods/proxy {namespace}/{n}"))
         .collect();
-    Ok(agents::fleet(names, lists.into_iter().flatten()))
+    Ok((names, lists.into_iter().flatten().collect()))
 }
 
 /// One agent's incidents through the pod proxy; `read` counts the bytes of every

@@ -1,15 +1,19 @@
 //! Building blocks of the scenario tests and the demo: the stand-in proxy and app
-//! started in a simulated pod.
+//! started in a simulated pod, and Deployments' pods raced under an agent (the
+//! Prometheus federation and html report tests share them).
 
 use std::{
+    collections::BTreeMap,
     path::{Path, PathBuf},
     process::Command,
     sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
+use serde_json::Value;
+
 use crate::{
-    agent::incidents_at_as,
+    agent::{RunAgent, incidents_at_as},
     pod::{Declared, SimContainer, SimPod, require_binary, sibling_binary, write_pod_list},
 };
 
@@ -214,4 +218,109 @@ mod tests {
         assert_eq!(super::refused_in(gave_up), Some(6));
         assert_eq!(super::refused_in(""), None);
     }
+}
+
+/// A Deployment's pods: namespace, name, how many race (the proxy listens `delay_ms`
+/// late) and how many start in order (the proxy serves first).
+#[derive(Debug, Clone, Copy)]
+pub struct Workload {
+    pub namespace: &'static str,
+    pub deployment: &'static str,
+    pub racing: u64,
+    pub ordered: u64,
+    pub delay_ms: u64,
+}
+
+/// A pod of `w`, added to `manifests` and the pods file: racing starts app and proxy
+/// together, the proxy `w.delay_ms` late; otherwise the proxy serves first.
+pub fn start_workload_pod(
+    w: &Workload,
+    racing: bool,
+    pods_file: &Path,
+    manifests: &mut Vec<Value>,
+) -> SimPod {
+    let mut pod = SimPod::new(w.deployment).unwrap();
+    let p = pod.container("proxy").unwrap();
+    let a = pod.container("app").unwrap();
+    manifests.push(pod.app_and_proxy_manifest(w.namespace, w.deployment, &a, &p, Declared::App));
+    write_pod_list(pods_file, manifests);
+    if racing {
+        let delay = w.delay_ms.to_string();
+        proxy(
+            &mut pod,
+            &p,
+            &["--listen", "127.0.0.1:15001", "--delay-ms", &delay],
+        );
+    } else {
+        proxy_serving(&mut pod, &p, 15001);
+    }
+    app_done(
+        &mut pod,
+        &a,
+        &["--connect", "127.0.0.1:15001", "--interval-ms", "100"],
+    );
+    pod
+}
+
+/// What an agent counted for a workload.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counted {
+    pub starts: u64,
+    pub racing: u64,
+    /// The refusals of its startup incidents, as the agent reported them.
+    pub refusals: u64,
+    /// Their race windows, as the agent reported them.
+    pub windows: Vec<f64>,
+    /// Its resolved startup incidents, as the agent's API gave them.
+    pub incidents: Vec<Value>,
+}
+
+/// Starts every pod of `workloads` one after the other under `agent` (whose pod source
+/// is `pods_file`), each racing pod once the agent resolved its incident. What the
+/// agent counted, by (namespace, workload), and the pods, still running.
+pub fn race_workloads(
+    agent: &RunAgent,
+    workloads: &[Workload],
+    pods_file: &Path,
+) -> (BTreeMap<(String, String), Counted>, Vec<SimPod>) {
+    let mut manifests = Vec::new();
+    let mut counted: BTreeMap<(String, String), Counted> = BTreeMap::new();
+    let mut running = Vec::new();
+    for w in workloads {
+        let c = counted
+            .entry((w.namespace.to_string(), w.deployment.to_string()))
+            .or_default();
+        for racing in (0..w.racing)
+            .map(|_| true)
+            .chain((0..w.ordered).map(|_| false))
+        {
+            let pod = start_workload_pod(w, racing, pods_file, &mut manifests);
+            c.starts += 1;
+            if racing {
+                c.racing += 1;
+                let incidents = agent.wait_incidents(&pod.uid, Duration::from_secs(10), |i| {
+                    i.iter().any(|i| i["state"] == "resolved")
+                });
+                let startup: Vec<Value> = incidents
+                    .iter()
+                    .filter(|i| i["phase"] == "startup" && i["state"] == "resolved")
+                    .cloned()
+                    .collect();
+                let refused: u64 = startup
+                    .iter()
+                    .map(|i| i["refused_count"].as_u64().unwrap())
+                    .sum();
+                assert!(refused >= 3, "{}: {incidents:#?}", w.deployment);
+                c.refusals += refused;
+                c.windows.extend(
+                    startup
+                        .iter()
+                        .map(|i| i["race_window_seconds"].as_f64().unwrap()),
+                );
+                c.incidents.extend(startup);
+            }
+            running.push(pod);
+        }
+    }
+    (counted, running)
 }
