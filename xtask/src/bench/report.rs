@@ -183,11 +183,11 @@ impl Report {
             for (samples, hook) in [
                 (
                     tracefs,
-                    "the tracefs tracepoint `skb:kfree_skb`, the agent's fallback hook",
+                    "the tracefs tracepoint `skb:kfree_skb`, `--udp-hook=kfree-skb`'s fallback",
                 ),
                 (
                     btf,
-                    "the BTF tracepoint `kfree_skb` (`tp_btf`: no record filled), the agent's hook where the kernel takes it",
+                    "the BTF tracepoint `kfree_skb` (`tp_btf`: no record filled), `--udp-hook=kfree-skb`'s hook where the kernel takes it",
                 ),
             ] {
                 let name = format!(

@@ -94,8 +94,11 @@ pub fn method(plan: &Plan) -> String {
          runs and the syscall slow path (the direct rows count both), and counts other \
          processes' connects on the machine during the run too (an upper bound on the \
          programs' share).\n\
-         - **Datagrams: the `skb:kfree_skb` hook** (issue #49), the UDP refusals' hook, which \
-         fires for every skb the node drops: measured by the hot path's method exactly \
+         - **Datagrams: the UDP refusals' hooks** (issue #49): the agent as shipped \
+         (`--udp-hook=auto`) takes `icmp:icmp_send` where the kernel has it (this one does), \
+         which runs only when the kernel sends an ICMP error, else `skb:kfree_skb`, which \
+         fires for every skb the node drops (`--udp-hook=kfree-skb` forces it, for IPv6's \
+         refusals): measured by the hot path's method exactly \
          (the same rounds, rotation, cheapest chunks, bare / bare control and bpf_stats \
          run, with a null program on `kfree_skb`; the agent as shipped), with two loops of \
          one thread each, pinned to CPU {cpu} (loopback delivers or drops a packet in the \
@@ -106,8 +109,9 @@ pub fn method(plan: &Plan) -> String {
          program should run (its runs per datagram say whether one did). **Drop storm**: an \
          `AF_PACKET` socket sends 60-byte frames of EtherType 0x88b5 (local experimental, \
          which no protocol handles) on loopback, each dropped with the reason \
-         `UNHANDLED_PROTO`: the agent's program runs once per drop and leaves at its first \
-         compare (the reason is not `NO_SOCKET`); it is on the BTF tracepoint where the \
+         `UNHANDLED_PROTO`: on `icmp_send` none of the agent's programs runs (its runs per \
+         drop say so); on `kfree_skb` its program would run once per drop and leave at its \
+         first compare (the reason is not `NO_SOCKET`), on the BTF tracepoint where the \
          kernel takes it, else on the tracefs one, which fills its record first (the \
          hook's dispatch is outside bpf_stats, inside the direct row). It is \
          about the cheapest drop the kernel makes, so its ratio is the most a drop pays in \
@@ -116,7 +120,7 @@ pub fn method(plan: &Plan) -> String {
          and is not measured here (the agent's TCP hooks run on it too). Each drop-storm \
          round also runs the loop with a null program alone on the tracefs `kfree_skb` and \
          alone on the BTF tracepoint `kfree_skb`: each hook's own cost without the agent's \
-         work. Before and after each bare \
+         work, what `--udp-hook=kfree-skb` costs at least. Before and after each bare \
          run the bench lists the programs other processes hold on `kfree_skb` (`bpftool \
          perf show`: tests running beside the bench start agents of their own); a round \
          where one was there charged its bare runs the hook's cost too, which flatters \
@@ -296,6 +300,7 @@ connection, of which the statistics' own clock reads (a null program on the same
 | the Unix socket fallback (syscall tracepoints, which this host's kernel forces: it refuses `fexit`) hooks only the `connect`/`sendto` exits where the kernel lends a task's registers (`bpf_task_pt_regs`, 5.15+ with BTF): an exit that is no refusal returns at once, a refusal reads its address from the registers the call was entered with; older kernels keep entry and exit, with direct record loads and a node-wide count of AF_UNIX calls in progress so other exits skip the lookup | measured on 2026-12-01 (debug agent, 20,000 connects, 2 alternated rounds, the machine shared with two builds): RST loop `unix_sys_enter_connect` + `unix_sys_exit` 294 → 87 ns per connection (one exit run, statistics included); UDS loop 661 / 629 → 89 / 83 ns per connection | kept |\n\
 | `--unix-hooks=syscalls` since the Unix datagram work (#49): `socket()` hooked for every process (an LRU hash insert at each entry, a lookup, delete and a second delete or insert at each exit), and the by-registers `connect` exit refused by the verifier (`R3 !read_ok`: two reads made before either was checked), so entry + exit again; now `socket()`'s entry leaves at once unless AF_UNIX, keeps the call in a per-CPU slot, its exit deletes only what a lookup found, and the exit reads one register at a time | measured on 2026-12-06 (`--only hot-path`, release builds, 9 rounds each): UDS loop 0.855 → 0.869 (`socket()` alone) → 0.973 (both; controls 1.022, 1.000, 1.002), programs 1206 → 710 → 69 ns and 4 → 4 → 3 runs per connection, bound 0.929 → 0.954 → 0.996 | kept |\n\
 | the UDP refusals' `kfree_skb` program on the BTF tracepoint where the kernel takes it, the tracefs one the fallback (#49): every skb the node drops runs it, and the tracefs hook fills a trace record first | measured on 2026-12-06 (`--only datagrams`, release builds, 9 rounds each): drop storm 0.919 (tracefs, full run; control 0.998) → 0.955 (control 1.000), beside a null program on the BTF tracepoint at 0.960 in the same rounds; delivered UDP 1.000 → 1.003 | kept |\n\
+| UDP refusals at `icmp:icmp_send` where the kernel has it (`--udp-hook=auto`), `kfree_skb` only the fallback or when asked (#49, #52 item 4): the port unreachable the kernel answers a datagram to a port no socket holds with, so nothing runs on a delivered datagram or another drop; IPv4 only (IPv6's refusals need `kfree_skb`) | measured on 2026-12-06 (`--only datagrams`, release builds, 9 rounds each): drop storm 0.955 (`kfree_skb` on its BTF tracepoint, control 1.000) → 0.997 (control 1.000), the agent's program runs per drop 1.00 → 0.00; delivered UDP 0.986 (control 0.994), 0.00 runs per datagram as before | kept (`auto`) |
 | a successful connect reads nothing of its socket: a refusal's destination and family come from `tcp_receive_reset`'s record, the connect's start time (a clock read nobody used) is no longer taken, and the SYN_SENT exits skip the protocol read (only TCP and MPTCP sockets pass through SYN_SENT) | same runs: `inet_sock_set_state` + the reset programs 1229 → 1175 ns per connection (statistics included), within the noise of single runs | kept (simpler, and never dearer) |\n\
 | the connecting sockets' table, measured apart (same runs, 3 alternated rounds): without its insert and delete `inet_sock_set_state` costs 66–88 ns per run against 124–141 ns with them, i.e. the two hash operations are ~300–400 ns of a connection here, most of the programs' share (the earlier ~50 ns experiment did not hold up) | a plain hash instead of the LRU hash: 105–129 against 115–131 ns per run, no better | measured only |\n\
 | connects claim a slot in a direct-mapped array (8,192 slots, Fibonacci hash of the socket's address; the verifier inlines the lookup; one compare-and-exchange claims a free slot, one store frees it, no lock): a socket whose slot another holds, and every socket on kernels before 5.12, goes to the LRU hash as before | `inet_sock_set_state` 141–147 → 88–100 ns per run; all programs together, RST loop 1,550–1,602 → 883–944 ns per connection and FIN loop 1,522–1,564 → 930–933 ns (statistics included, 2 alternated rounds, with the Unix fallback change above) | kept |\n\
