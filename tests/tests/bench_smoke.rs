@@ -50,7 +50,7 @@ fn bench_smoke_writes_every_row() {
         "| drop storm (frames of an unhandled EtherType on loopback): the statistics' own cost per program run (ns;",
         "| drop storm (frames of an unhandled EtherType on loopback): the agent's program runs per drop |",
         "| drop storm (frames of an unhandled EtherType on loopback): per program, runs per drop × ns per run",
-        "| drop storm (frames of an unhandled EtherType on loopback): CPU per drop, bare / with a null program (`r0 = 0; exit`) alone on the tracefs tracepoint `skb:kfree_skb`, the agent's fallback hook: the hook's own cost |",
+        "| drop storm (frames of an unhandled EtherType on loopback): CPU per drop, bare / with a null program (`r0 = 0; exit`) alone on the tracefs tracepoint `skb:kfree_skb`, `--udp-hook=kfree-skb`'s fallback: the hook's own cost |",
         "| drop storm (frames of an unhandled EtherType on loopback): rounds whose bare runs had another process's program on `kfree_skb`",
         "peer bpftrace",
         "| refused TCP connects: throughput with the agent / bare |",
