@@ -457,6 +457,64 @@ fn daemonset_keeps_to_least_privilege() {
     );
 }
 
+/// Whether OpenShift's SecurityContextConstraints `scc` admits the agent's pod `pod`
+/// (the host namespaces it uses, the capabilities it adds): `Err` names what it refuses.
+fn scc_admits(scc: &Value, pod: &Value) -> Result<(), String> {
+    let mut refused = Vec::new();
+    for (ns, allow) in [
+        ("hostPID", "allowHostPID"),
+        ("hostNetwork", "allowHostNetwork"),
+        ("hostIPC", "allowHostIPC"),
+    ] {
+        if pod[ns] == Value::Bool(true) && scc[allow] != Value::Bool(true) {
+            refused.push(format!("{ns} without {allow}"));
+        }
+    }
+    let allowed: BTreeSet<&str> = scc["allowedCapabilities"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    for c in containers(pod) {
+        for cap in c
+            .pointer("/securityContext/capabilities/add")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if !allowed.contains(cap) {
+                refused.push(format!("capability {cap}"));
+            }
+        }
+    }
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(refused.join(", "))
+    }
+}
+
+/// The OpenShift overlay's SCC admits exactly what the DaemonSet asks for (an SCC
+/// narrower than the pod leaves the DaemonSet with no pod on OpenShift), and the check
+/// refuses an SCC without `allowHostPID`, which the agent needs.
+#[test]
+fn the_openshift_scc_admits_the_agents_pod() {
+    let docs = rendered("overlays/openshift");
+    let scc = the(&docs, "SecurityContextConstraints");
+    let pod = the(&docs, "DaemonSet")
+        .pointer("/spec/template/spec")
+        .expect("pod spec");
+    assert_eq!(scc_admits(scc, pod), Ok(()));
+    let mut narrower = scc.clone();
+    narrower["allowHostPID"] = Value::Bool(false);
+    assert_eq!(
+        scc_admits(&narrower, pod),
+        Err("hostPID without allowHostPID".to_string())
+    );
+}
+
 /// The agent's port is open to the monitoring namespace only: /api/v1/incidents names
 /// every pod of the node. The policy selects the agent's pods, admits ingress (the
 /// kubelet's probes come from the node, always admitted), and leaves egress alone.
