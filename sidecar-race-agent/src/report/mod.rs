@@ -27,6 +27,7 @@ pub mod html;
 pub mod input;
 pub mod plan;
 pub mod pod_timeline;
+pub mod prom_api;
 pub mod prometheus;
 pub mod promql;
 pub mod rank;
