@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use sidecar_race_agent::report::{
     self, Input,
     cluster_label::{CONVENTIONS, ClusterLabel},
+    migration_query::templates_query,
     prometheus::Queries,
 };
 
@@ -179,7 +180,7 @@ async fn federated_series_rank_per_cluster_and_fleet_wide() {
     assert_eq!(checkout.line.race_window_p95_seconds, Some(1.7));
     assert_eq!(checkout.line.fixes[0].refusals, 40);
 
-    // The seven queries keep the label; the two fleet-wide quantiles sum it away.
+    // The eight queries keep the label; the two fleet-wide quantiles sum it away.
     let q = Queries::with_cluster_label("24h", Some("cluster"));
     let expected = vec![
         q.pod_starts,
@@ -189,6 +190,7 @@ async fn federated_series_rank_per_cluster_and_fleet_wide() {
         q.window_p50,
         q.window_p95,
         q.stuck_job_pods,
+        templates_query("24h", Some("cluster")),
         q.fleet_window_p50.unwrap(),
         q.fleet_window_p95.unwrap(),
     ];
@@ -282,7 +284,8 @@ async fn the_cluster_label_is_a_flag_and_an_environment_variable() {
             q.refused,
             q.window_p50,
             q.window_p95,
-            q.stuck_job_pods
+            q.stuck_job_pods,
+            templates_query("7d", None),
         ])
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("CLUSTER"));

@@ -17,7 +17,9 @@ use super::{
     sub_path_expr::ExprEnv,
     workload::{template, workload},
 };
-pub use super::{probes::ProbeTarget, roles::Pattern, roles::Role, workload::PodTemplate, workload::Workload};
+pub use super::{
+    probes::ProbeTarget, roles::Pattern, roles::Role, workload::PodTemplate, workload::Workload,
+};
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum PodError {

@@ -120,7 +120,11 @@ fn query_string(promql: &str, at: f64) -> String {
         .finish()
 }
 
-pub(super) async fn query(ep: &Endpoint, promql: &str, at: f64) -> Result<Vec<Sample>, ReportError> {
+pub(super) async fn query(
+    ep: &Endpoint,
+    promql: &str,
+    at: f64,
+) -> Result<Vec<Sample>, ReportError> {
     let path = format!("/api/v1/query?{}", query_string(promql, at));
     let answer = ep.get(&path).await?;
     let success = (200..300).contains(&answer.status);

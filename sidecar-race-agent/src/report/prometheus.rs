@@ -13,8 +13,9 @@ use super::{
     cluster_label::{CONVENTIONS, ClusterLabel, LabelFrom},
     error::ReportError,
     fleet::{Clusters, Evidence, Fleet, Source, WorkloadKey},
+    migration_query::{newest_templates, split_all, templates_query},
     prom_api::{finite, incident_count, query, refusal_count},
-    promql::check_cluster_label,
+    promql::{check_cluster_label, range_seconds},
 };
 
 /// Runs the report's queries against Prometheus at `url` over `range`; with a cluster
@@ -107,6 +108,18 @@ pub async fn collect(
             } = Some(s.value);
         }
     }
+    // Migration verification: each ranked workload's evidence split at its newest
+    // template's first pod.
+    let templates = query(&ep, &templates_query(range, cluster_label), at).await?;
+    split_all(
+        &ep,
+        &mut workloads,
+        newest_templates(&templates, cluster_label),
+        cluster_label,
+        at,
+        range_seconds(range)?,
+    )
+    .await?;
     // The roll-up's quantiles, asked only of a Prometheus whose series name clusters
     // (a federation or a Thanos-style query layer): one Prometheus per cluster pays
     // no extra query.
@@ -181,5 +194,4 @@ mod tests {
         );
         assert!(v.iter().all(|s| s.workload(None).cluster.is_empty()));
     }
-
 }

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use clap::ValueEnum;
 
 use super::{
-    html,
+    html, migration_text,
     rank::Report,
     rows::{fleet_table, lines_table},
     table::{self, md_escape, printable},
@@ -63,6 +63,7 @@ fn text(r: &Report) -> String {
             );
         }
     }
+    out.push_str(&migration_text::section(r, false, line_name));
     out + &footer(r)
 }
 
@@ -100,6 +101,7 @@ fn markdown(r: &Report) -> String {
             );
         }
     }
+    out.push_str(&migration_text::section(r, true, line_name));
     out + &footer(r)
 }
 
@@ -158,6 +160,7 @@ mod tests {
                 misconfiguration: false,
                 guarded: false,
                 fixes: vec![fix],
+                migration: None,
             }],
             fleet: None,
         }

@@ -581,5 +581,9 @@ fn each_template_is_dated_by_its_earliest_pod() {
         }],
         Instant::now(),
     );
-    assert!(!bare.encode().contains("sidecar_race_pod_template_created_timestamp_seconds{"));
+    assert!(
+        !bare
+            .encode()
+            .contains("sidecar_race_pod_template_created_timestamp_seconds{")
+    );
 }
