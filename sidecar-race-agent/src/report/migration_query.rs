@@ -4,17 +4,21 @@
 //! before and after that instant.
 //!
 //! The split is the report's own queries narrowed to one workload and evaluated twice:
-//! at the report's instant over the time since the change (after), and at the change
-//! over the rest of the range (before). A range has one length per query, so each
-//! workload with a template change costs twelve queries; only the workloads the
-//! report ranks (those with evidence) are split.
+//! at the change over the range before it (before), and at the report's instant over
+//! the whole range (all); after is all less before. Counting after as its own short
+//! window instead would let `increase()`'s extrapolation to the window's edges
+//! inflate it (3 starts in a 10 s window read as 4), while both long windows count a
+//! series born within the range exactly. Only the race window p95 since the change is
+//! a query of its own (a quantile does not subtract). A range has one length per
+//! query, so each workload with a template change costs thirteen queries; only the
+//! workloads the report ranks (those with evidence) are split.
 
 use std::collections::BTreeMap;
 
 use super::{
     client::Endpoint,
     error::ReportError,
-    fleet::{Evidence, SplitEvidence, TemplateChange, WorkloadKey},
+    fleet::{Evidence, IncidentCount, RefusalCount, SplitEvidence, TemplateChange, WorkloadKey},
     prom_api::{Sample, finite, incident_count, query, refusal_count},
     promql::windowed_sum,
 };
@@ -115,10 +119,15 @@ pub(super) async fn split_all(
         let sel = selector(&key, cluster_label);
         // The change may be older than the range: then all of it is after.
         let since = (at - changed_at).clamp(0.0, range_s);
-        let (before, after) = tokio::try_join!(
+        let (before, all, p95_since) = tokio::try_join!(
             side(ep, &sel, changed_at, range_s - since),
-            side(ep, &sel, at, since),
+            side(ep, &sel, at, range_s),
+            p95(ep, &sel, at, since),
         )?;
+        let after = SplitEvidence {
+            window_p95: p95_since,
+            ..less(&all, &before)
+        };
         ev.template_change = Some(TemplateChange {
             template,
             changed_at,
@@ -130,6 +139,71 @@ pub(super) async fn split_all(
     Ok(())
 }
 
+/// What `all` counted beyond `before` (counts never below 0); no p95.
+pub fn less(all: &SplitEvidence, before: &SplitEvidence) -> SplitEvidence {
+    let minus = |a: f64, b: f64| (a - b).max(0.0);
+    SplitEvidence {
+        pod_starts: minus(all.pod_starts, before.pod_starts),
+        affected_pod_starts: minus(all.affected_pod_starts, before.affected_pod_starts),
+        incidents: all
+            .incidents
+            .iter()
+            .map(|i| {
+                let b = before
+                    .incidents
+                    .iter()
+                    .filter(|b| {
+                        (b.kind, &b.sidecar, b.phase, b.pattern)
+                            == (i.kind, &i.sidecar, i.phase, i.pattern)
+                    })
+                    .map(|b| b.count)
+                    .sum();
+                IncidentCount {
+                    count: minus(i.count, b),
+                    ..i.clone()
+                }
+            })
+            .collect(),
+        refusals: all
+            .refusals
+            .iter()
+            .map(|r| {
+                let b = before
+                    .refusals
+                    .iter()
+                    .filter(|b| {
+                        (&b.container, &b.sidecar, b.port, b.phase)
+                            == (&r.container, &r.sidecar, r.port, r.phase)
+                    })
+                    .map(|b| b.count)
+                    .sum();
+                RefusalCount {
+                    count: minus(r.count, b),
+                    ..r.clone()
+                }
+            })
+            .collect(),
+        race_windows: minus(all.race_windows, before.race_windows),
+        window_p95: None,
+    }
+}
+
+/// `range_s` seconds as a PromQL range in milliseconds; `None` below 1 ms.
+fn millis(range_s: f64) -> Option<String> {
+    let ms = (range_s * 1000.0).floor();
+    (ms >= 1.0).then(|| format!("{ms}ms"))
+}
+
+/// The race window p95 of the `range_s` seconds up to `at`.
+async fn p95(ep: &Endpoint, sel: &str, at: f64, range_s: f64) -> Result<Option<f64>, ReportError> {
+    let Some(range) = millis(range_s) else {
+        return Ok(None);
+    };
+    let [.., p95] = side_queries(sel, &range);
+    let v = query(ep, &p95, at).await?;
+    Ok(v.iter().map(|s| s.value).find(|v| v.is_finite()))
+}
+
 /// What the counters gained in the `range_s` seconds up to `at`; nothing for an
 /// empty span (a change at the range's start, or at the report's instant).
 async fn side(
@@ -138,12 +212,10 @@ async fn side(
     at: f64,
     range_s: f64,
 ) -> Result<SplitEvidence, ReportError> {
-    let ms = (range_s * 1000.0).floor();
-    if ms < 1.0 {
+    let Some(range) = millis(range_s) else {
         return Ok(SplitEvidence::default());
-    }
-    let [starts, affected, incidents, refused, windows, p95] =
-        side_queries(sel, &format!("{ms}ms"));
+    };
+    let [starts, affected, incidents, refused, windows, p95] = side_queries(sel, &range);
     let (starts, affected, incidents, refused, windows, p95) = tokio::try_join!(
         query(ep, &starts, at),
         query(ep, &affected, at),
@@ -189,6 +261,44 @@ mod tests {
         assert_eq!(t[&checkout], ("6c4d9f8b7".to_string(), 1_796_203_800.25, 2));
         let agent = t.keys().find(|k| k.name == "agent").unwrap();
         assert_eq!(t[agent].2, 1);
+    }
+
+    /// After is all less before, per incident and refusal row, never below 0.
+    #[test]
+    fn after_is_all_less_before() {
+        use crate::{
+            detect::{Kind, Phase},
+            pods::pod_info::Pattern,
+        };
+        let inc = |pattern, count| IncidentCount {
+            kind: Kind::SidecarRace,
+            sidecar: "proxy".into(),
+            phase: Phase::Startup,
+            pattern,
+            count,
+        };
+        let before = SplitEvidence {
+            pod_starts: 2.0,
+            affected_pod_starts: 2.0,
+            incidents: vec![inc(Pattern::Classic, 2.0)],
+            race_windows: 2.0,
+            window_p95: Some(0.9),
+            ..SplitEvidence::default()
+        };
+        let all = SplitEvidence {
+            pod_starts: 4.0,
+            affected_pod_starts: 2.0,
+            incidents: vec![inc(Pattern::Classic, 2.0), inc(Pattern::Native, 2.0)],
+            race_windows: 1.5,
+            ..SplitEvidence::default()
+        };
+        let after = less(&all, &before);
+        assert_eq!((after.pod_starts, after.affected_pod_starts), (2.0, 0.0));
+        assert_eq!(
+            after.incidents,
+            [inc(Pattern::Classic, 0.0), inc(Pattern::Native, 2.0)]
+        );
+        assert_eq!((after.race_windows, after.window_p95), (0.0, None));
     }
 
     #[test]
