@@ -311,6 +311,31 @@ fn report_says_fixed_for_the_migration_that_worked_and_still_racing_for_the_one_
                 )),
         "{text}"
     );
+    // And the html page: a verdict per workload article, the same sentence.
+    let html = report(
+        &url,
+        &["--format", "html", "--min-starts-since-change", "3"],
+    );
+    for (workload, verdict) in [
+        ("Deployment shop/checkout", "fixed"),
+        ("Deployment payments/ledger", "still_racing"),
+    ] {
+        let article = html
+            .split("<article ")
+            .skip(1)
+            .find(|a| a.contains(&format!(r#"data-workload="{workload}""#)))
+            .unwrap_or_else(|| panic!("no article for {workload}: {html}"));
+        assert!(
+            article.contains(&format!(
+                r#"<p class="migration" data-verdict="{verdict}">"#
+            )),
+            "{workload}: {article}"
+        );
+    }
+    assert!(
+        html.contains("→ still racing: a native sidecar without a startupProbe (proxy, startup)"),
+        "{html}"
+    );
     // With the default threshold (30), three clean starts are not enough yet.
     let strict = report(&url, &["--format", "json"]);
     let strict: Value = serde_json::from_str(&strict).unwrap();
