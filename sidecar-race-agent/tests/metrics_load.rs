@@ -43,6 +43,8 @@ fn metrics_near_the_cap() -> Metrics {
                 pod: Some(format!("nightly-report-{i:05}-x7k2p")),
                 ..Attribution::default()
             },
+            // Jobs' pods carry no template label.
+            template: None,
         })
         .collect();
     m.consume(&outcomes, now);

@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use sidecar_race_agent::report::{
     self, Input, Report, ReportError,
     cluster_label::ClusterLabel,
+    migration_query::templates_query,
     prometheus::Queries,
     render::{Format, render},
 };
@@ -149,6 +150,9 @@ fn fleet_vector(q: &str) -> Vec<Value> {
         vec![]
     } else if q.contains("sidecar_race_build_info") {
         vec![sample(json!({}), "12")]
+    } else if q.contains("sidecar_race_pod_template_created_timestamp_seconds") {
+        // Agents older than the template series: no migration to verify.
+        vec![]
     } else {
         panic!("unexpected query {q}")
     }
@@ -333,7 +337,8 @@ async fn prometheus_fleet_is_ranked_with_the_queries_it_needs() {
     assert!(r.workloads[3].misconfiguration);
     assert!(!r.workloads[2].misconfiguration);
 
-    // Seven queries, one instant, each exactly what the builder makes for the range.
+    // Eight queries, one instant, each exactly what the builder makes for the range:
+    // the last dates the templates, and none dated means no split.
     let seen = fake.seen.lock().unwrap().clone();
     let q = Queries::new("24h");
     let mut expected = vec![
@@ -344,6 +349,7 @@ async fn prometheus_fleet_is_ranked_with_the_queries_it_needs() {
         q.window_p50,
         q.window_p95,
         q.stuck_job_pods,
+        templates_query("24h", None),
     ];
     let mut got: Vec<String> = seen.iter().map(|s| s.0.clone()).collect();
     expected.sort();
@@ -353,6 +359,9 @@ async fn prometheus_fleet_is_ranked_with_the_queries_it_needs() {
     assert_eq!(times.len(), 1, "one evaluation instant: {times:?}");
     assert!(times.iter().next().unwrap().parse::<f64>().unwrap() > 1.7e9);
     for (query, _, raw) in &seen {
+        if query.contains("sidecar_race_pod_template_created_timestamp_seconds") {
+            continue;
+        }
         if query.contains("sidecar_race_stuck_job_pods") {
             // A gauge: the most pods stuck at once within the range.
             assert!(
@@ -547,6 +556,7 @@ async fn table_markdown_and_json() {
             "fixes",
             "guarded",
             "incidents",
+            "migration",
             "misconfiguration",
             "namespace",
             "phases",
@@ -562,6 +572,8 @@ async fn table_markdown_and_json() {
             "workload_kind"
         ]
     );
+    // No template dated in the series: no migration to verify, and no VERDICT column.
+    assert_eq!(w["migration"], Value::Null);
     assert_eq!(w["rank"], 1);
     assert_eq!(w["namespace"], "shop");
     assert_eq!(w["workload_kind"], "Deployment");

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use sidecar_race_agent::report::{
     self, Input,
     cluster_label::{CONVENTIONS, ClusterLabel},
+    migration_query::templates_query,
     prometheus::Queries,
 };
 
@@ -179,7 +180,7 @@ async fn federated_series_rank_per_cluster_and_fleet_wide() {
     assert_eq!(checkout.line.race_window_p95_seconds, Some(1.7));
     assert_eq!(checkout.line.fixes[0].refusals, 40);
 
-    // The seven queries keep the label; the two fleet-wide quantiles sum it away.
+    // The eight queries keep the label; the two fleet-wide quantiles sum it away.
     let q = Queries::with_cluster_label("24h", Some("cluster"));
     let expected = vec![
         q.pod_starts,
@@ -189,6 +190,7 @@ async fn federated_series_rank_per_cluster_and_fleet_wide() {
         q.window_p50,
         q.window_p95,
         q.stuck_job_pods,
+        templates_query("24h", Some("cluster")),
         q.fleet_window_p50.unwrap(),
         q.fleet_window_p95.unwrap(),
     ];
@@ -198,11 +200,11 @@ async fn federated_series_rank_per_cluster_and_fleet_wide() {
         .iter()
         .filter(|q| q.contains("by (cluster, namespace, workload_kind, workload"))
         .count();
-    assert_eq!(keeping, 7, "{seen:#?}");
+    assert_eq!(keeping, 8, "{seen:#?}");
 }
 
 /// One Prometheus per cluster has no cluster label on its series: the report is
-/// the one it always was, with no extra query.
+/// the one it always was, with no extra query for clusters.
 #[tokio::test]
 async fn series_without_the_label_read_as_one_cluster() {
     let (url, fake) = fake_prometheus(None).await;
@@ -210,7 +212,8 @@ async fn series_without_the_label_read_as_one_cluster() {
     assert_eq!(r.fleet, None);
     assert!(r.workloads.iter().all(|w| w.cluster.is_none()));
     assert_eq!(r.workloads[0].affected_pod_starts, 4, "checkout, summed");
-    assert_eq!(fake.seen.lock().unwrap().len(), 7);
+    // Seven, and the one that dates templates (none here: no split).
+    assert_eq!(fake.seen.lock().unwrap().len(), 8);
     let json: Value = serde_json::to_value(&r).unwrap();
     assert!(json.get("fleet").is_none());
     assert!(json["workloads"][0].get("cluster").is_none());
@@ -282,7 +285,8 @@ async fn the_cluster_label_is_a_flag_and_an_environment_variable() {
             q.refused,
             q.window_p50,
             q.window_p95,
-            q.stuck_job_pods
+            q.stuck_job_pods,
+            templates_query("7d", None),
         ])
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("CLUSTER"));
@@ -368,5 +372,5 @@ async fn with_no_flag_the_report_finds_either_convention_and_says_which() {
     let r = ranked(url, ClusterLabel::Conventional).await;
     assert_eq!(r.fleet, None);
     assert_eq!(r.workloads[0].affected_pod_starts, 4, "checkout, summed");
-    assert_eq!(fake.seen.lock().unwrap().len(), 2 + 7);
+    assert_eq!(fake.seen.lock().unwrap().len(), 2 + 8);
 }

@@ -89,6 +89,7 @@ const AGENT_METRICS: &[&str] = &[
     "sidecar_race_listeners_dropped_total",
     "sidecar_race_log_lines_suppressed_total",
     "sidecar_race_series_overflow_total",
+    "sidecar_race_pod_template_created_timestamp_seconds",
     // Emitted by the event stream and the Event publisher.
     "sidecar_race_kernel_events_dropped_total",
     "sidecar_race_kernel_records_undecodable_total",

@@ -39,6 +39,18 @@ pub struct ReportArgs {
     /// Output format.
     #[arg(long, env = "SIDECAR_RACE_FORMAT", value_enum, default_value_t = crate::report::render::Format::Table)]
     pub format: crate::report::render::Format,
+    /// Migration verification (with --prometheus): a workload is `fixed` once at
+    /// least N pods started since its pod template last changed and none raced (30:
+    /// 0 in 30 bounds the affected share at 10 % with 95 % confidence); fewer clean
+    /// starts are `not enough starts yet`, any race since is `still racing`.
+    #[arg(
+        long,
+        env = "SIDECAR_RACE_MIN_STARTS_SINCE_CHANGE",
+        value_name = "N",
+        default_value_t = crate::report::migration::DEFAULT_MIN_STARTS,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub min_starts_since_change: u64,
     /// Show only the N highest-ranked workloads (default: all).
     #[arg(long, env = "SIDECAR_RACE_TOP", value_name = "N")]
     pub top: Option<usize>,

@@ -76,7 +76,7 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
         Some(agents) => collect_keeping_incidents(agents).await?.incidents,
         None => collected.incidents,
     };
-    let ranked = report::build(collected.fleet, args.top);
+    let ranked = report::build_verified(collected.fleet, args.top, args.min_starts_since_change);
     let text = if args.manifests.is_empty() && !args.cluster {
         match args.format {
             Format::Html => html::page(&html::Page {

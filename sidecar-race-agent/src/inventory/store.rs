@@ -234,6 +234,7 @@ mod tests {
             pod_ips: vec![],
             node_name: None,
             start_time: None,
+            template: None,
         }
     }
 

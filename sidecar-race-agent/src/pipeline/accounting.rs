@@ -234,6 +234,10 @@ impl Accounts {
                 pod_uid: s.pod_uid.clone(),
                 start: s.start,
                 who: inventory.pod_names(&s.pod_uid),
+                template: inventory
+                    .pods
+                    .pod(&s.pod_uid)
+                    .and_then(|p| p.template.clone()),
             });
             false
         });

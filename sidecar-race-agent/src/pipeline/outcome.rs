@@ -3,7 +3,7 @@
 //! about, so no sink filters the detector's changes again or reaches back into the
 //! pipeline, the detector or the inventory.
 
-use crate::{detect::render::IncidentView, inventory::Attribution};
+use crate::{detect::render::IncidentView, inventory::Attribution, pods::pod_info::PodTemplate};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -23,6 +23,9 @@ pub enum Outcome {
         pod_uid: String,
         start: u32,
         who: Attribution,
+        /// The pod's template, when its controller labels one (`report` dates a
+        /// workload's template change from it).
+        template: Option<PodTemplate>,
     },
     /// Refusals the kernel counted instead of sending since its last reading (their
     /// container was over its refusal budget), once their container is named or the

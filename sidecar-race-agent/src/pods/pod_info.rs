@@ -15,9 +15,11 @@ use super::{
     probes::probe_target,
     sidecars::{Evidence, PodSidecarHints},
     sub_path_expr::ExprEnv,
-    workload::workload,
+    workload::{template, workload},
 };
-pub use super::{probes::ProbeTarget, roles::Pattern, roles::Role, workload::Workload};
+pub use super::{
+    probes::ProbeTarget, roles::Pattern, roles::Role, workload::PodTemplate, workload::Workload,
+};
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum PodError {
@@ -92,6 +94,9 @@ pub struct PodInfo {
     /// `status.startTime`: when the kubelet took the pod. Times a client whose own
     /// start is unknown, e.g. after an agent restart.
     pub start_time: Option<Timestamp>,
+    /// The template the pod was made from, when its controller labels one.
+    #[serde(default)]
+    pub template: Option<PodTemplate>,
 }
 
 impl PodInfo {
@@ -172,6 +177,7 @@ impl PodInfo {
             .unwrap_or_default();
         Ok(PodInfo {
             workload: workload(pod, &name),
+            template: template(pod),
             uid,
             namespace,
             name,
@@ -500,6 +506,39 @@ mod tests {
             1
         );
         assert_eq!(bare.container_name_of(&"e".repeat(64)), Some("debugger"));
+    }
+
+    /// The template a controller labels its pods with, and when the pod was made.
+    #[test]
+    fn the_pod_template_is_read_from_the_controllers_label() {
+        let mut v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/fixtures/pods/classic-deployment.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        v["metadata"]["creationTimestamp"] = "2026-12-01T10:00:00Z".into();
+        let p = PodInfo::from_json(v.clone()).unwrap();
+        assert_eq!(
+            p.template,
+            Some(PodTemplate {
+                hash: "7d4b9c8f5".into(),
+                created: Some("2026-12-01T10:00:00Z".parse().unwrap()),
+            })
+        );
+        // A StatefulSet's or DaemonSet's pods carry a controller revision instead.
+        let labels = v["metadata"]["labels"].as_object_mut().unwrap();
+        labels.remove("pod-template-hash");
+        labels.insert("controller-revision-hash".into(), "web-6d9f7c".into());
+        let p = PodInfo::from_json(v.clone()).unwrap();
+        assert_eq!(p.template.map(|t| t.hash).as_deref(), Some("web-6d9f7c"));
+        v["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("controller-revision-hash");
+        assert_eq!(PodInfo::from_json(v).unwrap().template, None);
     }
 
     #[test]

@@ -12,6 +12,31 @@ pub struct Workload {
     pub name: String,
 }
 
+/// The pod template a pod was made from: the hash its controller labels it with
+/// (`pod-template-hash` from a Deployment's ReplicaSet, `controller-revision-hash` from
+/// a StatefulSet or DaemonSet), and the pod's creation time. `report` dates a
+/// workload's last template change from the first pod of its newest template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodTemplate {
+    pub hash: String,
+    /// `metadata.creationTimestamp` (the API server's clock, the same on every node).
+    pub created: Option<jiff::Timestamp>,
+}
+
+/// The pod's template, when a controller labelled it with one (Jobs, CronJobs and
+/// bare pods have none).
+pub(super) fn template(pod: &Pod) -> Option<PodTemplate> {
+    let labels = pod.metadata.labels.as_ref()?;
+    let hash = labels
+        .get("pod-template-hash")
+        .or_else(|| labels.get("controller-revision-hash"))
+        .filter(|h| !h.is_empty())?;
+    Some(PodTemplate {
+        hash: hash.clone(),
+        created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    })
+}
+
 /// The owner users think in. A ReplicaSet with the pod-template-hash suffix is its
 /// Deployment; a Job whose name ends in a CronJob's schedule suffix is that CronJob.
 /// Both are derived from names and labels, so the agent needs no RBAC beyond pods.

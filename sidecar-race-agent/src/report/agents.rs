@@ -244,6 +244,8 @@ pub fn fleet(urls: Vec<String>, incidents: impl IntoIterator<Item = AgentInciden
                     .collect(),
                 window_p50: nearest_rank(&acc.windows, 0.5),
                 window_p95: nearest_rank(&acc.windows, 0.95),
+                // Agents keep incidents, not pod starts: no split to verify with.
+                template_change: None,
                 stuck_job_pods: acc
                     .stuck
                     .into_iter()

@@ -68,6 +68,34 @@ pub struct Evidence {
     pub window_p95: Option<f64>,
     /// Job pods kept running by a classic sidecar, by sidecar name.
     pub stuck_job_pods: BTreeMap<String, f64>,
+    /// Its pod template's last change in the range's series, and the evidence on
+    /// each side of it (from Prometheus only; never summed across clusters).
+    pub template_change: Option<TemplateChange>,
+}
+
+/// When a workload's pod template last changed, and the evidence on each side.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TemplateChange {
+    /// The newest template's hash (`pod-template-hash`, `controller-revision-hash`).
+    pub template: String,
+    /// The creation time of its first pod, Unix seconds.
+    pub changed_at: f64,
+    /// Templates the series show within the range (1: no change within it).
+    pub templates: usize,
+    pub before: SplitEvidence,
+    pub after: SplitEvidence,
+}
+
+/// One side of a template change: what the counters gained in it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SplitEvidence {
+    pub pod_starts: f64,
+    pub affected_pod_starts: f64,
+    pub incidents: Vec<IncidentCount>,
+    pub refusals: Vec<RefusalCount>,
+    /// Race windows measured (the window histogram's count).
+    pub race_windows: f64,
+    pub window_p95: Option<f64>,
 }
 
 /// What the fleet-wide roll-up needs beyond each cluster's evidence.

@@ -11,7 +11,9 @@
 //! Through a federating or Thanos-style Prometheus, [`promql`] keeps the cluster label
 //! in every query ([`cluster_label`]: the one given, or the first convention the
 //! series carry) and [`rollup`] sums each workload over its clusters for the
-//! fleet-wide ranking. [`pod_timeline`] reads one pod's incidents from its node's
+//! fleet-wide ranking. [`migration`] gives each workload whose template the series
+//! date a verdict on the starts since its last change ([`migration_query`] splits
+//! the evidence there, [`migration_text`] says it). [`pod_timeline`] reads one pod's incidents from its node's
 //! agent for `timeline POD`, and [`timeline_text`] prints their timelines.
 //! [`words`] and [`rows`] are what every format says of a report (its headline, a
 //! workload's line as cells); [`render`] prints the text formats and JSON, [`html`]
@@ -25,8 +27,12 @@ pub mod fixes;
 pub mod fleet;
 pub mod html;
 pub mod input;
+pub mod migration;
+pub mod migration_query;
+pub mod migration_text;
 pub mod plan;
 pub mod pod_timeline;
+pub mod prom_api;
 pub mod prometheus;
 pub mod promql;
 pub mod rank;
@@ -49,5 +55,7 @@ pub use self::{
         parse_pattern,
     },
     input::{Input, collect},
-    rank::{FleetReport, FleetWorkload, Report, SidecarReport, WorkloadReport, build},
+    rank::{
+        FleetReport, FleetWorkload, Report, SidecarReport, WorkloadReport, build, build_verified,
+    },
 };

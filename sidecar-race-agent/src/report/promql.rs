@@ -9,7 +9,7 @@ const WORKLOAD: &str = "namespace, workload_kind, workload";
 
 /// The labels the queries already group by: a cluster label named like one of them
 /// would merge two meanings in one `by (...)`.
-const GROUPED: [&str; 10] = [
+const GROUPED: [&str; 11] = [
     "namespace",
     "workload_kind",
     "workload",
@@ -20,6 +20,7 @@ const GROUPED: [&str; 10] = [
     "container",
     "port",
     "le",
+    "template",
 ];
 
 /// The PromQL of one report, all evaluated at the same instant.
@@ -117,9 +118,15 @@ pub fn windowed_sum(metric: &str, by: &str, range: &str) -> String {
 /// Prometheus' duration syntax (`7d`, `12h`, `1h30m`, `500ms`), checked here so a typo
 /// is our one-sentence error rather than a PromQL parse error.
 pub fn check_range(range: &str) -> Result<(), ReportError> {
+    range_seconds(range).map(|_| ())
+}
+
+/// A range in Prometheus' duration syntax, in seconds (a year is 365 days, as
+/// Prometheus counts it); an error unless it is a duration longer than zero.
+pub fn range_seconds(range: &str) -> Result<f64, ReportError> {
     let bad = || ReportError::BadRange(range.to_string());
     let mut rest = range;
-    let mut nonzero = false;
+    let mut seconds = 0.0;
     if rest.is_empty() {
         return Err(bad());
     }
@@ -128,15 +135,28 @@ pub fn check_range(range: &str) -> Result<(), ReportError> {
         if digits == 0 {
             return Err(bad());
         }
-        nonzero |= rest[..digits].bytes().any(|b| b != b'0');
+        let n: f64 = rest[..digits].parse().map_err(|_| bad())?;
         rest = &rest[digits..];
-        let unit = ["ms", "s", "m", "h", "d", "w", "y"]
-            .into_iter()
-            .find(|u| rest.starts_with(u))
-            .ok_or_else(bad)?;
+        let (unit, scale) = [
+            ("ms", 0.001),
+            ("s", 1.0),
+            ("m", 60.0),
+            ("h", 3600.0),
+            ("d", 86_400.0),
+            ("w", 604_800.0),
+            ("y", 31_536_000.0),
+        ]
+        .into_iter()
+        .find(|(u, _)| rest.starts_with(u))
+        .ok_or_else(bad)?;
+        seconds += n * scale;
         rest = &rest[unit.len()..];
     }
-    if nonzero { Ok(()) } else { Err(bad()) }
+    if seconds > 0.0 {
+        Ok(seconds)
+    } else {
+        Err(bad())
+    }
 }
 
 /// A cluster label goes into `by (...)` unquoted, so it must be a plain label name
@@ -280,5 +300,9 @@ mod tests {
         for bad in ["", "7", "d", "7days", "1.5h", "-1d", "0d", "7d ", "1h+1m"] {
             assert!(check_range(bad).is_err(), "{bad}");
         }
+        assert_eq!(range_seconds("1h30m"), Ok(5400.0));
+        assert_eq!(range_seconds("7d"), Ok(604_800.0));
+        assert_eq!(range_seconds("1500ms"), Ok(1.5));
+        assert_eq!(range_seconds("1y2w"), Ok(31_536_000.0 + 1_209_600.0));
     }
 }

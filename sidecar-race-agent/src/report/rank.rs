@@ -30,6 +30,7 @@ use super::{
     fleet::{
         Clusters, Evidence, Fleet, IncidentCount, RefusalCount, Source, WorkloadKey, known, whole,
     },
+    migration::{DEFAULT_MIN_STARTS, Migration, verify},
     rollup,
 };
 use crate::{
@@ -106,6 +107,10 @@ pub struct WorkloadReport {
     /// Every refusal came from a `guarded` incident: the pod works around the order.
     pub guarded: bool,
     pub fixes: Vec<Fix>,
+    /// Its pod template's last change and the verdict on the starts since
+    /// ([`super::migration`]); `null` when the series date no template (agents as the
+    /// source, Jobs, bare pods, agents older than the template series, the roll-up).
+    pub migration: Option<Migration>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -115,9 +120,16 @@ pub struct SidecarReport {
     pub phases: Vec<Phase>,
     pub incidents: u64,
 }
-/// Ranks the workloads with evidence (see the module doc) and keeps the first `top`.
+/// Ranks the workloads with evidence (see the module doc) and keeps the first `top`;
+/// migrations are `fixed` after [`DEFAULT_MIN_STARTS`] clean starts.
 pub fn build(fleet: Fleet, top: Option<usize>) -> Report {
-    let (lines, without) = lines(&fleet.workloads);
+    build_verified(fleet, top, DEFAULT_MIN_STARTS)
+}
+
+/// [`build`], with migrations `fixed` after `min_starts` clean starts since their
+/// template changed (`--min-starts-since-change`).
+pub fn build_verified(fleet: Fleet, top: Option<usize>, min_starts: u64) -> Report {
+    let (lines, without) = lines(&fleet.workloads, min_starts);
     let fleet_wide =
         (fleet.clusters.as_ref()).map(|clusters| roll_up(&fleet.workloads, clusters, &lines, top));
     let (total, workloads) = first(lines, top);
@@ -132,11 +144,14 @@ pub fn build(fleet: Fleet, top: Option<usize>) -> Report {
 }
 
 /// Every workload's line, ranked; and how many workloads started pods without one.
-fn lines(workloads: &BTreeMap<WorkloadKey, Evidence>) -> (Vec<WorkloadReport>, usize) {
+fn lines(
+    workloads: &BTreeMap<WorkloadKey, Evidence>,
+    min_starts: u64,
+) -> (Vec<WorkloadReport>, usize) {
     let mut without = 0;
     let mut lines: Vec<WorkloadReport> = Vec::new();
     for (key, ev) in workloads {
-        match workload(key, ev) {
+        match workload(key, ev, min_starts) {
             Some(w) => lines.push(w),
             None if ev.pod_starts.is_some_and(|s| s > 0.0) => without += 1,
             None => {}
@@ -175,7 +190,8 @@ fn roll_up(
     per_cluster: &[WorkloadReport],
     top: Option<usize>,
 ) -> FleetReport {
-    let (lines, without) = lines(&rollup::by_identity(workloads, clusters));
+    // The roll-up's evidence has no template change: each cluster rolls out alone.
+    let (lines, without) = lines(&rollup::by_identity(workloads, clusters), 0);
     let (total, lines) = first(lines, top);
     FleetReport {
         cluster_label: clusters.label.clone(),
@@ -205,7 +221,11 @@ fn name_order(w: &WorkloadReport) -> (&Option<String>, &Option<String>, &Option<
     (&w.namespace, &w.workload_kind, &w.workload)
 }
 /// One workload's line, or `None` without any incident or refusal in the range.
-pub(super) fn workload(key: &WorkloadKey, ev: &Evidence) -> Option<WorkloadReport> {
+pub(super) fn workload(
+    key: &WorkloadKey,
+    ev: &Evidence,
+    min_starts: u64,
+) -> Option<WorkloadReport> {
     let incidents: Vec<&IncidentCount> = ev.incidents.iter().filter(|i| i.count > 0.0).collect();
     let refusals: Vec<&RefusalCount> = ev.refusals.iter().filter(|r| r.count > 0.0).collect();
     let stuck: Vec<(&String, u64)> = ev
@@ -259,6 +279,7 @@ pub(super) fn workload(key: &WorkloadKey, ev: &Evidence) -> Option<WorkloadRepor
             .into_iter()
             .chain(stuck.iter().map(|(sidecar, _)| stuck_job_fix(sidecar)))
             .collect(),
+        migration: ev.template_change.as_ref().map(|c| verify(c, min_starts)),
     })
 }
 

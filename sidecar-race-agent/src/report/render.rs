@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use clap::ValueEnum;
 
 use super::{
-    html,
+    html, migration_text,
     rank::Report,
     rows::{fleet_table, lines_table},
     table::{self, md_escape, printable},
@@ -63,6 +63,7 @@ fn text(r: &Report) -> String {
             );
         }
     }
+    out.push_str(&migration_text::section(r, false, line_name));
     out + &footer(r)
 }
 
@@ -100,6 +101,7 @@ fn markdown(r: &Report) -> String {
             );
         }
     }
+    out.push_str(&migration_text::section(r, true, line_name));
     out + &footer(r)
 }
 
@@ -158,6 +160,7 @@ mod tests {
                 misconfiguration: false,
                 guarded: false,
                 fixes: vec![fix],
+                migration: None,
             }],
             fleet: None,
         }
@@ -220,5 +223,60 @@ mod tests {
         assert!(m.contains(
             "1. **Deployment shop/checkout**\n   - **startup**: `app` → `istio-proxy:15001`"
         ));
+    }
+
+    /// A line with a dated template gets a VERDICT column and its sentence after the
+    /// fixes, in the table and in Markdown; JSON carries the object.
+    #[test]
+    fn a_verified_migration_shows_in_every_format() {
+        use crate::report::{
+            fleet::{SplitEvidence, TemplateChange},
+            migration::verify,
+        };
+        let mut r = report();
+        r.workloads[0].migration = Some(verify(
+            &TemplateChange {
+                template: "6c4d9f8b7".into(),
+                changed_at: 1_796_119_200.0,
+                templates: 2,
+                before: SplitEvidence {
+                    pod_starts: 60.0,
+                    affected_pod_starts: 41.0,
+                    ..SplitEvidence::default()
+                },
+                after: SplitEvidence {
+                    pod_starts: 75.0,
+                    ..SplitEvidence::default()
+                },
+            },
+            30,
+        ));
+        let t = render(&r, Format::Table);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[2].ends_with("PHASES   VERDICT"), "{t}");
+        assert!(lines[3].ends_with("startup  fixed"), "{t}");
+        assert!(
+            t.contains("\nSince each template change:\n1. Deployment shop/checkout: template 6c4d9f8b7 since 2026-12-01T10:00:00Z; before: 41 of 60 starts affected, 0 race windows; since: 0 of 75 starts affected, 0 race windows → fixed (no race in at least 30 starts)\n"),
+            "{t}"
+        );
+        let m = render(&r, Format::Markdown);
+        assert!(m.contains("| Phases | Since template change |"), "{m}");
+        assert!(m.contains("| startup | fixed |"), "{m}");
+        assert!(
+            m.contains(
+                "### Since each template change\n\n1. Deployment shop/checkout: template 6c4d9f8b7"
+            ),
+            "{m}"
+        );
+        let j: serde_json::Value = serde_json::from_str(&render(&r, Format::Json)).unwrap();
+        let mj = &j["workloads"][0]["migration"];
+        assert_eq!(mj["verdict"], "fixed");
+        assert_eq!(mj["template_changed_at"], "2026-12-01T10:00:00Z");
+        assert_eq!(
+            (&mj["before"]["starts"], &mj["after"]["starts"]),
+            (&60.into(), &75.into())
+        );
+        // Without one, the table is as it was.
+        assert!(!render(&report(), Format::Table).contains("VERDICT"));
     }
 }

@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use super::{
+    migration_text,
     rank::{FleetReport, Report, WorkloadReport},
     table::{Column, md_escape},
     words::{name, opt, seconds, workload_name},
@@ -40,9 +41,13 @@ const CLUSTERS: Column = column("CLUSTERS", "Clusters", false);
 /// The per-cluster lines' columns and rows (Markdown-escaped when `md`, else as is).
 pub fn lines_table(r: &Report, md: bool) -> (Vec<Column>, Vec<Vec<String>>) {
     let named = r.workloads.iter().any(|w| w.cluster.is_some());
+    let verified = migration_text::any(&r.workloads);
     let mut columns = COLUMNS.to_vec();
     if named {
         columns.insert(1, CLUSTER);
+    }
+    if verified {
+        columns.push(migration_text::VERDICT);
     }
     let rows = r
         .workloads
@@ -51,6 +56,9 @@ pub fn lines_table(r: &Report, md: bool) -> (Vec<Column>, Vec<Vec<String>>) {
             let mut row = cells(w, md);
             if named {
                 row.insert(1, escaped(w.cluster.as_deref().unwrap_or("-"), md));
+            }
+            if verified {
+                row.push(migration_text::cell(w));
             }
             row
         })

@@ -142,6 +142,7 @@ fn ranks_by_affected_then_startup_then_refusals_then_p95_unresolved_last() {
         window_p50: None,
         window_p95: Some(p95),
         stuck_job_pods: BTreeMap::new(),
+        template_change: None,
     };
     let unresolved = Evidence {
         affected_pod_starts: 0.0,
@@ -192,7 +193,7 @@ fn fixes_join_incidents_with_refusals_and_follow_the_advice() {
         ],
         ..Evidence::default()
     };
-    let w = workload(&key("checkout"), &ev).unwrap();
+    let w = workload(&key("checkout"), &ev, 30).unwrap();
     assert_eq!(w.fixes.len(), 2);
     let startup = &w.fixes[0];
     assert_eq!(startup.phase, Phase::Startup);
@@ -321,7 +322,7 @@ fn zero_counts_are_no_evidence() {
         incidents: vec![inc("proxy", Phase::Startup, Pattern::Classic, 0.0)],
         ..Evidence::default()
     };
-    assert!(workload(&key("x"), &ev).is_none());
+    assert!(workload(&key("x"), &ev, 30).is_none());
 }
 
 fn in_cluster(cluster: &str, name: &str) -> WorkloadKey {

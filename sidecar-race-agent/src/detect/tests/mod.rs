@@ -131,6 +131,7 @@ fn checkout(proxy_role: Role, probe: Option<ProbeTarget>) -> PodInfo {
         pod_ips: vec!["10.244.1.17".parse().unwrap()],
         node_name: None,
         start_time: None,
+        template: None,
     }
 }
 

@@ -8,13 +8,15 @@
 //! [`crate::report::rows`]' cells, its sentences [`crate::report::words`]'), plus the
 //! agents' incidents and, with `--manifests`/`--cluster --with-patches`, the patches:
 //! the headline; the ranked workloads; then per workload its share of affected starts
-//! and its race windows over time ([`chart`]), its fixes with their patch, and its top
-//! incidents' timelines as swimlanes ([`swimlane`]).
+//! and its race windows over time ([`chart`]), the verdict on its last template change
+//! ([`crate::report::migration`]), its fixes with their patch, and its top incidents'
+//! timelines as swimlanes ([`swimlane`]).
 //!
 //! DOM hooks, stable for tests and tools (docs/reference.md, "The html page"): the
 //! ranking's rows and the workloads' articles carry `data-rank` and `data-workload`
-//! (`Kind namespace/name`); charts `data-chart`; fixes `data-fix`, patches
-//! `data-patch`; the swimlanes' hooks are [`swimlane`]'s.
+//! (`Kind namespace/name`); charts `data-chart`; a migration's verdict
+//! `data-verdict`; fixes `data-fix`, patches `data-patch`; the swimlanes' hooks are
+//! [`swimlane`]'s.
 
 pub mod chart;
 pub mod escape;
@@ -26,6 +28,8 @@ use std::fmt::Write as _;
 use self::escape::text;
 use crate::report::{
     agents::AgentIncident,
+    migration::Verdict,
+    migration_text,
     rank::{Report, WorkloadReport},
     rows::{PatchRow, fleet_table, lines_table},
     words::{by_cluster_headline, fix_subject, fleet_headline, footer, headline, workload_name},
@@ -170,7 +174,17 @@ fn top(mut incidents: Vec<&AgentIncident>) -> Vec<&AgentIncident> {
     incidents
 }
 
-/// One workload's article: charts, fixes and patch, top incidents.
+/// The verdict as JSON names it (`fixed`, `still_racing`, `not_enough_starts`).
+fn verdict_hook(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Fixed => "fixed",
+        Verdict::StillRacing => "still_racing",
+        Verdict::NotEnoughStarts => "not_enough_starts",
+    }
+}
+
+/// One workload's article: charts, its migration's verdict, fixes and patch, top
+/// incidents.
 fn workload(p: &Page, w: &WorkloadReport) -> String {
     let name = workload_name(w);
     let cluster = w
@@ -193,7 +207,17 @@ fn workload(p: &Page, w: &WorkloadReport) -> String {
         w.race_window_p50_seconds,
         w.race_window_p95_seconds,
     ));
-    out.push_str("</div><h3>Fix</h3><ul class=\"fixes\">");
+    out.push_str("</div>");
+    if let Some(m) = &w.migration {
+        let _ = write!(
+            out,
+            r#"<h3>Since the template change</h3><p class="migration" data-verdict="{}"><strong>{}</strong>: {}</p>"#,
+            text(verdict_hook(m.verdict)),
+            text(m.verdict.words()),
+            text(&migration_text::sentence(m)),
+        );
+    }
+    out.push_str("<h3>Fix</h3><ul class=\"fixes\">");
     for f in &w.fixes {
         let _ = write!(
             out,

@@ -44,6 +44,7 @@ fn line(rank: usize, name: &str, affected: u64, starts: Option<u64>) -> Workload
             startup_probe_port: Some(15001),
             advice: "Move proxy from containers to initContainers.".into(),
         }],
+        migration: None,
     }
 }
 
@@ -105,6 +106,52 @@ fn workloads_in_rank_order_in_the_table_and_the_articles() {
     assert!(page.contains("the share is unknown"), "{page}");
     assert!(page.contains("1 other workload started pods without any incident."));
     assert!(page.contains("--manifests PATH --with-patches"), "{page}");
+}
+
+/// A workload with a dated template shows its verdict: a VERDICT cell in the ranking
+/// and, in its article, the sentence with the split (escaped like every string).
+#[test]
+fn a_migration_verdict_is_in_the_table_and_the_article() {
+    use crate::report::{
+        fleet::{SplitEvidence, TemplateChange},
+        migration::verify,
+    };
+    let mut r = report();
+    r.workloads[1].migration = Some(verify(
+        &TemplateChange {
+            template: "7c9d<4f6b8".into(),
+            changed_at: 1_796_119_200.0,
+            templates: 2,
+            before: SplitEvidence {
+                pod_starts: 2.0,
+                affected_pod_starts: 2.0,
+                ..SplitEvidence::default()
+            },
+            after: SplitEvidence {
+                pod_starts: 3.0,
+                ..SplitEvidence::default()
+            },
+        },
+        3,
+    ));
+    let page = page(&Page::of(&r));
+    assert!(page.contains("<th>Since template change</th>"), "{page}");
+    assert!(
+        page.contains("<td>-</td></tr>"),
+        "checkout has none: {page}"
+    );
+    assert!(page.contains("<td>fixed</td></tr>"), "{page}");
+    assert_eq!(
+        hooks(&page, "<p class=\"migration\"", "data-verdict"),
+        ["fixed"]
+    );
+    assert!(
+        page.contains("<strong>fixed</strong>: template 7c9d&lt;4f6b8 since 2026-12-01T10:00:00Z; before: 2 of 2 starts affected"),
+        "{page}"
+    );
+    // Without one, no column and no block.
+    let plain = super::page(&Page::of(&report()));
+    assert!(!plain.contains("Since template change") && !plain.contains("data-verdict"));
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The metric families the sink counts into, registered with their names and HELP
 //! (a public interface: docs/reference.md, the alert rules and dashboard use them).
 
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicU64};
 
 use prometheus_client::{
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
@@ -25,6 +25,9 @@ pub(super) struct Families {
     pub app_not_ready: Family<Labels, Counter>,
     pub stuck_jobs: Family<Labels, Gauge>,
     pub refusals_suppressed: Family<Labels, Counter>,
+    /// Per workload and template: the creation time (Unix seconds) of the earliest
+    /// pod of that template this agent saw start.
+    pub template_created: Family<Labels, Gauge<f64, AtomicU64>>,
 }
 
 impl Families {
@@ -44,6 +47,7 @@ impl Families {
             app_not_ready: Family::default(),
             stuck_jobs: Family::default(),
             refusals_suppressed: Family::default(),
+            template_created: Family::default(),
         };
         registry.register(
             "refused_connections",
@@ -85,6 +89,11 @@ impl Families {
             "Refusals over their container's budget: counted in the kernel, not sent one by one",
             f.refusals_suppressed.clone(),
         );
+        registry.register(
+            "pod_template_created_timestamp_seconds",
+            "Creation time (Unix seconds) of the earliest pod of each workload's pod template (pod-template-hash, controller-revision-hash) this agent saw start",
+            f.template_created.clone(),
+        );
         let build_info = Family::<Labels, Gauge<i64, AtomicI64>>::default();
         build_info
             .get_or_create(&vec![
@@ -116,6 +125,7 @@ impl Families {
             "app_not_ready_refusals" => self.app_not_ready.remove(labels),
             "stuck_job_pods" => self.stuck_jobs.remove(labels),
             "refusals_suppressed" => self.refusals_suppressed.remove(labels),
+            "pod_template_created_timestamp_seconds" => self.template_created.remove(labels),
             _ => false,
         };
         debug_assert!(removed, "{metric} has no series {labels:?}");

@@ -16,7 +16,7 @@ use crate::{
     detect::{Kind, Phase, render::IncidentView},
     inventory::Attribution,
     pipeline::outcome::{Accounting, Outcome, StuckJob},
-    pods::pod_info::Workload,
+    pods::pod_info::{PodTemplate, Workload},
 };
 
 /// The label value of a name the agent does not know (never empty).
@@ -73,7 +73,13 @@ impl Sink {
                 pod_uid,
                 start,
                 who,
-            } => self.pod_started((pod_uid, *start), who, now),
+                template,
+            } => {
+                self.pod_started((pod_uid, *start), who, now);
+                if let Some(t) = template {
+                    self.template_seen(who, t, now);
+                }
+            }
             Outcome::Suppressed { who, refusals } => self.count_suppressed(who, *refusals, now),
             Outcome::StuckJob(StuckJob::Found(v)) if !self.stuck.contains_key(&v.id) => {
                 let mut labels = self.workload_labels(v);
@@ -218,6 +224,42 @@ impl Sink {
                 affected,
             },
         );
+    }
+
+    /// Dates the pod's template by its earliest pod: the series holds the least
+    /// creation time seen (a pod the API server gave no creation time is dated now).
+    /// One series per workload and template, never per pod (`--metrics-pod-label`
+    /// does not apply): an old template's series ages out with `--series-ttl`.
+    fn template_seen(&mut self, who: &Attribution, t: &PodTemplate, now: Instant) {
+        let mut l = vec![
+            ("namespace", name(&who.namespace)),
+            (
+                "workload_kind",
+                name(&who.workload.as_ref().map(|w| w.kind.clone())),
+            ),
+            (
+                "workload",
+                name(&who.workload.as_ref().map(|w| w.name.clone())),
+            ),
+        ];
+        l.push(("template", t.hash.clone()));
+        let l = self
+            .series
+            .labels("pod_template_created_timestamp_seconds", l, now);
+        let created = t.created.map_or_else(
+            || {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs_f64()
+            },
+            |c| c.as_millisecond() as f64 / 1000.0,
+        );
+        let gauge = self.families.template_created.get_or_create(&l);
+        // 0 is a series just made: nothing seen yet.
+        if gauge.get() == 0.0 || created < gauge.get() {
+            gauge.set(created);
+        }
     }
 
     /// Adds refusals the kernel counted instead of sending (a delta).

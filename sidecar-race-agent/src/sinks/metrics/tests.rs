@@ -369,6 +369,7 @@ fn thirty_thousand_job_runs_keep_new_workloads_labelled() {
                     pod_uid: format!("uid-{run}"),
                     start: 0,
                     who,
+                    template: None,
                 },
                 Outcome::Suppressed {
                     who: app,
@@ -519,4 +520,70 @@ fn an_in_place_restart_of_all_containers_is_a_second_pod_start() {
     ] {
         assert!(om.contains(&line), "{line} not in\n{om}");
     }
+}
+
+/// `report` dates a workload's template change from the earliest pod of its newest
+/// template: one series per workload and template (never per pod), holding the least
+/// creation time seen, whatever order the starts come in.
+#[test]
+fn each_template_is_dated_by_its_earliest_pod() {
+    let mut m = Metrics::new(true, "0.1.0", "k");
+    let who = |pod: &str| Attribution {
+        namespace: Some("shop".into()),
+        workload: Some(Workload {
+            kind: "Deployment".into(),
+            name: "checkout".into(),
+        }),
+        pod: Some(pod.into()),
+        ..Attribution::default()
+    };
+    let start = |uid: &str, hash: &str, created: &str| Outcome::PodStarted {
+        pod_uid: uid.into(),
+        start: 0,
+        who: who(&format!("checkout-{hash}-{uid}")),
+        template: Some(crate::pods::pod_info::PodTemplate {
+            hash: hash.into(),
+            created: Some(created.parse().unwrap()),
+        }),
+    };
+    m.consume(
+        &[
+            start("a2", "5f7b8c9d6", "2026-12-01T10:00:05Z"),
+            start("a1", "5f7b8c9d6", "2026-12-01T10:00:00Z"),
+            start("b1", "6c4d9f8b7", "2026-12-02T09:30:00.250Z"),
+            start("b2", "6c4d9f8b7", "2026-12-02T09:31:00Z"),
+        ],
+        Instant::now(),
+    );
+    let om = m.encode();
+    let series: Vec<&str> = om
+        .lines()
+        .filter(|l| l.starts_with("sidecar_race_pod_template_created_timestamp_seconds{"))
+        .collect();
+    let mut series = series;
+    series.sort();
+    assert_eq!(
+        series,
+        [
+            r#"sidecar_race_pod_template_created_timestamp_seconds{namespace="shop",workload_kind="Deployment",workload="checkout",template="5f7b8c9d6"} 1796119200.0"#,
+            r#"sidecar_race_pod_template_created_timestamp_seconds{namespace="shop",workload_kind="Deployment",workload="checkout",template="6c4d9f8b7"} 1796203800.25"#,
+        ],
+        "{om}"
+    );
+    // Pods without a template (Jobs, bare pods) add no series.
+    let mut bare = Metrics::new(false, "0.1.0", "k");
+    bare.consume(
+        &[Outcome::PodStarted {
+            pod_uid: "j".into(),
+            start: 0,
+            who: who("report-1-x"),
+            template: None,
+        }],
+        Instant::now(),
+    );
+    assert!(
+        !bare
+            .encode()
+            .contains("sidecar_race_pod_template_created_timestamp_seconds{")
+    );
 }
