@@ -20,9 +20,8 @@ use std::{
 
 use serde_json::Value;
 use sidecar_race_tests::{
-    agent::RunAgent,
     otelcol::Collector,
-    pod::{Declared, SimPod, empty_pods_file, write_pod_list},
+    pod::{Declared, SimPod, write_pod_list},
     root::is_root_or_skip,
     scenario::late_proxy_race,
 };
@@ -310,23 +309,7 @@ fn otlp_push_carries_every_family_of_the_exposition_to_a_real_collector() {
         return;
     }
     let collector = Collector::start();
-    let (pods_file, source) = empty_pods_file("otlp");
-    let endpoint = collector.endpoint();
-    let agent = RunAgent::start_with_env(
-        &[
-            "--pods-from",
-            &source,
-            "--pods-poll-seconds",
-            "0.1",
-            "--otlp-endpoint",
-            &endpoint,
-            "--otlp-interval",
-            "1s",
-            "--cluster-name",
-            "fleet-a",
-        ],
-        &[("NODE_NAME", "node-7")],
-    );
+    let (agent, pods_file) = collector.agent("otlp", &[]);
     // Two racing starts of Deployment shop/checkout: refusals, incidents and race
     // windows with the app's labels.
     let mut manifests = Vec::new();

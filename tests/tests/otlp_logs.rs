@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sidecar_race_tests::{
-    agent::RunAgent,
     otelcol::Collector,
-    pod::{Declared, SimPod, empty_pods_file, write_pod_list},
+    pod::{Declared, SimPod, write_pod_list},
     root::is_root_or_skip,
     scenario::late_proxy_race,
 };
@@ -54,24 +53,7 @@ fn incidents_arrive_as_otlp_log_records_named_by_the_semantic_conventions() {
         return;
     }
     let collector = Collector::start();
-    let (pods_file, source) = empty_pods_file("otlp-logs");
-    let endpoint = collector.endpoint();
-    let agent = RunAgent::start_with_env(
-        &[
-            "--pods-from",
-            &source,
-            "--pods-poll-seconds",
-            "0.1",
-            "--otlp-endpoint",
-            &endpoint,
-            "--otlp-interval",
-            "1s",
-            "--otlp-logs",
-            "--cluster-name",
-            "fleet-a",
-        ],
-        &[("NODE_NAME", "node-7")],
-    );
+    let (agent, pods_file) = collector.agent("otlp-logs", &["--otlp-logs"]);
     let mut pod = SimPod::new("checkout").unwrap();
     let p = pod.container("proxy").unwrap();
     let a = pod.container("app").unwrap();

@@ -27,40 +27,28 @@ use sidecar_race_tests::{
     agent::RunAgent,
     http::get,
     operator::{DiscoveredPod, pod_monitor_scrape_config, service_monitor_scrape_config},
-    pod::{Declared, SimPod, empty_pods_file, write_pod_list},
+    pod::{SimPod, empty_pods_file},
     prometheus::{Prometheus, encode, report},
     root::{have, is_root_or_skip},
-    scenario::{app_done, proxy, proxy_serving},
+    scenario::{Workload, start_workload_pod},
 };
 
-/// A pod of Deployment `name`: `racing` starts app and proxy together with a slow
-/// proxy; otherwise the proxy serves first.
+/// A pod of Deployment shop/`name`: `racing` starts app and proxy together with a
+/// proxy 1.2 s late; otherwise the proxy serves first.
 fn start_pod(
-    name: &str,
+    name: &'static str,
     racing: bool,
     pods_file: &std::path::Path,
     manifests: &mut Vec<Value>,
 ) -> SimPod {
-    let mut pod = SimPod::new(name).unwrap();
-    let p = pod.container("proxy").unwrap();
-    let a = pod.container("app").unwrap();
-    manifests.push(pod.app_and_proxy_manifest("shop", name, &a, &p, Declared::App));
-    write_pod_list(pods_file, manifests);
-    if racing {
-        proxy(
-            &mut pod,
-            &p,
-            &["--listen", "127.0.0.1:15001", "--delay-ms", "1200"],
-        );
-    } else {
-        proxy_serving(&mut pod, &p, 15001);
-    }
-    app_done(
-        &mut pod,
-        &a,
-        &["--connect", "127.0.0.1:15001", "--interval-ms", "100"],
-    );
-    pod
+    let w = Workload {
+        namespace: "shop",
+        deployment: name,
+        racing: 0,
+        ordered: 0,
+        delay_ms: 1200,
+    };
+    start_workload_pod(&w, racing, pods_file, manifests)
 }
 
 fn repo() -> PathBuf {

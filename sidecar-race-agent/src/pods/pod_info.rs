@@ -395,12 +395,17 @@ mod tests {
     use super::*;
 
     fn fixture(name: &str) -> PodInfo {
+        PodInfo::from_json(fixture_json(name)).unwrap()
+    }
+
+    /// A pod object of tests/fixtures/pods, to change before it is read.
+    fn fixture_json(name: &str) -> serde_json::Value {
         let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/pods")
             .join(name);
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        PodInfo::from_json(serde_json::from_str(&text).unwrap()).unwrap()
+        serde_json::from_str(&text).unwrap()
     }
 
     #[test]
@@ -511,14 +516,7 @@ mod tests {
     /// The template a controller labels its pods with, and when the pod was made.
     #[test]
     fn the_pod_template_is_read_from_the_controllers_label() {
-        let mut v: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(
-                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                    .join("tests/fixtures/pods/classic-deployment.json"),
-            )
-            .unwrap(),
-        )
-        .unwrap();
+        let mut v = fixture_json("classic-deployment.json");
         v["metadata"]["creationTimestamp"] = "2026-12-01T10:00:00Z".into();
         let p = PodInfo::from_json(v.clone()).unwrap();
         assert_eq!(
@@ -543,14 +541,7 @@ mod tests {
 
     #[test]
     fn replicaset_without_template_hash_stays_a_replicaset() {
-        let mut v: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(
-                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                    .join("tests/fixtures/pods/classic-deployment.json"),
-            )
-            .unwrap(),
-        )
-        .unwrap();
+        let mut v = fixture_json("classic-deployment.json");
         v["metadata"]["labels"]
             .as_object_mut()
             .unwrap()

@@ -13,7 +13,7 @@ use std::{
 
 use serde_json::{Value, json};
 
-use crate::http::free_port;
+use crate::{agent::RunAgent, http::free_port, pod::empty_pods_file};
 
 /// What `cargo xtask setup` builds (xtask/src/cluster/otelcol.rs, COLLECTOR_VERSION and
 /// DISTRIBUTION).
@@ -34,6 +34,29 @@ pub struct Collector {
 }
 
 impl Collector {
+    /// An agent pushing to it every second, as node `node-7` of cluster `fleet-a`,
+    /// reading the pods file of `name` (returned, empty until written), with `extra`
+    /// arguments.
+    pub fn agent(&self, name: &str, extra: &[&str]) -> (RunAgent, PathBuf) {
+        let (pods_file, source) = empty_pods_file(name);
+        let endpoint = self.endpoint();
+        let mut args = vec![
+            "--pods-from",
+            &source,
+            "--pods-poll-seconds",
+            "0.1",
+            "--otlp-endpoint",
+            &endpoint,
+            "--otlp-interval",
+            "1s",
+            "--cluster-name",
+            "fleet-a",
+        ];
+        args.extend_from_slice(extra);
+        let agent = RunAgent::start_with_env(&args, &[("NODE_NAME", "node-7")]);
+        (agent, pods_file)
+    }
+
     /// Starts it; returns once its OTLP/HTTP port accepts connections.
     pub fn start() -> Self {
         static STARTED: AtomicUsize = AtomicUsize::new(0);
