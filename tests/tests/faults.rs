@@ -339,7 +339,9 @@ fn tracefs_without(hidden: &str) -> PathBuf {
 fn agent_without(category: &str, name: &str) -> (RunAgent, PathBuf, String) {
     let tracefs = tracefs_without(name);
     // Without fexit and kprobes (this host) `auto` attaches no Unix hook and says so,
-    // a degraded part of its own: the syscall tracepoints are asked for instead.
+    // a degraded part of its own: the syscall tracepoints are asked for instead. Where
+    // the kernel has icmp_send, `--udp-hook=auto` says IPv6's UDP refusals need
+    // kfree_skb, another part of its own: kfree_skb is asked for, which sees both.
     let agent = RunAgent::start(&[
         "--pods-from",
         "none",
@@ -347,6 +349,8 @@ fn agent_without(category: &str, name: &str) -> (RunAgent, PathBuf, String) {
         tracefs.to_str().unwrap(),
         "--unix-hooks",
         "syscalls",
+        "--udp-hook",
+        "kfree-skb",
     ]);
     let line = agent.wait_log(
         &[&format!(
