@@ -73,10 +73,10 @@ fn held<T>(
     let mut tables_read = Vec::new();
     let mut hidden_ns_read: Vec<u64> = Vec::new();
     let mut sockets: HashMap<u64, (Option<u32>, T)> = HashMap::new();
-    let mut procs: Vec<Process> = Vec::new();
+    let mut owners: Vec<(u64, u32)> = Vec::new();
     for &(cgroup_id, dir) in cgroups {
         for pid in pids(dir) {
-            procs.push(socket_owners::process(cgroup_id, pid));
+            owners.push((cgroup_id, pid));
             match std::fs::read_link(format!("/proc/{pid}/ns/net")) {
                 Ok(netns) if tables_read.contains(&netns) => continue,
                 Ok(netns) => tables_read.push(netns),
@@ -90,6 +90,14 @@ fn held<T>(
             }
         }
     }
+    if sockets.is_empty() {
+        return Vec::new();
+    }
+    // Fds and uids are read only when the tables hold a socket to match.
+    let procs: Vec<Process> = owners
+        .into_iter()
+        .map(|(cgroup_id, pid)| socket_owners::process(cgroup_id, pid))
+        .collect();
     sockets
         .into_iter()
         .filter_map(|(inode, (uid, socket))| {
