@@ -883,7 +883,11 @@ async fn the_command_needs_no_root_and_takes_flags_from_the_environment() {
     // Prometheus and agents together only for the html page, whose incidents the
     // agents give.
     let out = binary(&["report", "--prometheus", &prom, "--agent", &urls[0]], &[]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a usage error, as before the page"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("--agent and --agents-via-api go with --prometheus only for --format html"),

@@ -62,6 +62,18 @@ pub fn parse_args(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
             "as a kubectl plugin, sidecar-race runs `report`, `lint` and `timeline`; `trace`, `run` and `unpin` belong to the node agent (sidecar-race-agent)",
         ));
     }
+    // Prometheus ranks, the agents' incidents are drawn: both sources only for the page.
+    if let Command::Report(r) = &cli.command
+        && r.prometheus.is_some()
+        && (!r.agent.is_empty() || r.agents_via_api)
+        && r.format != crate::report::render::Format::Html
+    {
+        return Err(cmd.error(
+            clap::error::ErrorKind::ArgumentConflict,
+            "--agent and --agents-via-api go with --prometheus only for --format html \
+             (Prometheus ranks, the agents' incidents are drawn); give one source",
+        ));
+    }
     Ok(cli)
 }
 

@@ -54,13 +54,8 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
     let agents = agents_input(&args)?;
     // With --prometheus, the agents' incidents only draw the html page's timelines.
     let (input, drawn_from) = match (&args.prometheus, agents) {
+        // Both sources come only with --format html (`cli::parse_args` refuses the rest).
         (Some(url), agents) => {
-            if agents.is_some() && args.format != Format::Html {
-                anyhow::bail!(
-                    "--agent and --agents-via-api go with --prometheus only for --format html \
-                     (Prometheus ranks, the agents' incidents are drawn); give one source"
-                );
-            }
             let prometheus = Input::Prometheus {
                 url: url.clone(),
                 range: args.range.clone(),
