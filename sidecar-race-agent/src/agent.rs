@@ -142,6 +142,7 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         cgroups = cgroups.len(),
         attached = ?probes.attached.iter().map(|t| t.name).collect::<Vec<_>>(),
         set_state_hook = %probes.set_state_hook,
+        tcp_hooks = probes.tcp.name(),
         unix_hooks = probes.unix.name(),
         "watching the kernel"
     );
@@ -149,6 +150,12 @@ pub fn start(opts: &AgentOptions) -> Result<Agent, StartError> {
         tracing::warn!("degraded: {sentence}");
     }
     if let Some(sentence) = probes.unix.note() {
+        tracing::info!("{sentence}");
+    }
+    if let Some(sentence) = probes.tcp.degraded().filter(|_| !locked) {
+        tracing::warn!("degraded: {sentence}");
+    }
+    if let Some(sentence) = probes.tcp.note() {
         tracing::info!("{sentence}");
     }
     if let SetStateHook::Tracepoint { why_not_btf } = &probes.set_state_hook {

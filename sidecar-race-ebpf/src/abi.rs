@@ -40,6 +40,10 @@ pub mod flags {
     /// `CgroupEvent::path` is empty: the kernel refused the string's read (lockdown
     /// for confidentiality); the agent names the cgroup by its id from cgroupfs.
     pub const PATH_UNREAD: u8 = 1 << 3;
+    /// The refusal's owner was read from the socket (its cgroup; the process only when
+    /// the task the reset ran in is in that cgroup, else pid 0 and no name): its
+    /// connect was not recorded (the state-transition hook is not attached).
+    pub const OWNER_FROM_SOCKET: u8 = 1 << 4;
 }
 
 /// Cgroups whose suppressed refusals the kernel counts one by one (the `SUPPRESSED`

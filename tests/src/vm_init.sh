@@ -392,6 +392,62 @@ uds() {
 uds uds_auto
 uds uds_kprobes --unix-hooks kprobes
 uds uds_syscalls --unix-hooks syscalls
+
+# 8. TCP hooks, each path: a listener up, 50 connects that succeed and close with a
+#    FIN, 50 that close with a reset, one refused connect, the listener down. The sum
+#    of the run counts (bpf_stats) of the agent's programs, read from its fds' fdinfo,
+#    after each step: "listen fin rst refused close" runs under `$1_runs`.
+echo 1 >/proc/sys/kernel/bpf_stats_enabled
+runs() {
+    t=0
+    for f in /proc/$1/fd/*; do
+        [ "$(readlink "$f")" = anon_inode:bpf-prog ] || continue
+        n=$(sed -n 's/^run_cnt:[[:space:]]*//p' "/proc/$1/fdinfo/${f##*/}")
+        t=$((t + ${n:-0}))
+    done
+    echo $t
+}
+tcp_hooks() {
+    key=$1
+    shift
+    $AGENT trace --kinds refused,listen,listen_closed "$@" >/tmp/$key.out 2>/tmp/$key.err &
+    pid=$!
+    wait_for /tmp/$key.err 'watching the kernel' 600
+    r0=$(runs $pid)
+    in_cgroup "$POD1/cri-containerd-$POD1_PROXY.scope" sr-proxy --listen 127.0.0.1:15005 >/tmp/$key.proxy
+    proxy=$!
+    wait_for /tmp/$key.proxy 'listening on' 100
+    r1=$(runs $pid)
+    in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-app --connect 127.0.0.1:15005 --attempts 50 --keep-dialing --interval-ms 0 >/tmp/$key.fin
+    wait $!
+    # The proxy's side of the last connects closes after the app's (it accepts and
+    # drops): let those FINs settle before the next count.
+    sleep 1
+    r2=$(runs $pid)
+    in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-app --connect 127.0.0.1:15005 --attempts 50 --keep-dialing --interval-ms 0 --reset-on-close >/tmp/$key.rst
+    wait $!
+    sleep 1
+    r3=$(runs $pid)
+    in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-app --connect 127.0.0.1:15006 --attempts 1 >/dev/null
+    wait $!
+    r4=$(runs $pid)
+    kill -KILL $proxy
+    wait $proxy
+    sleep 1
+    r5=$(runs $pid)
+    say "${key}_runs" "$((r1 - r0)) $((r2 - r1)) $((r3 - r2)) $((r4 - r3)) $((r5 - r4))"
+    emit "${key}_app" /tmp/$key.fin
+    emit "${key}_app" /tmp/$key.rst
+    sleep 2
+    kill -INT $pid
+    wait $pid
+    say "${key}_rc" $?
+    emit "${key}_out" /tmp/$key.out
+    emit "${key}_err" /tmp/$key.err
+}
+tcp_hooks tcp_auto
+tcp_hooks tcp_kprobes --tcp-hooks kprobes
+tcp_hooks tcp_set_state --tcp-hooks set-state
 say kprobe_pmu "$(cat /sys/bus/event_source/devices/kprobe/type 2>/dev/null || echo none)"
 
 say done

@@ -404,6 +404,9 @@ fn assert_only_degraded(agent: &RunAgent, tracepoint: &str) {
         .stderr()
         .into_iter()
         .filter(|l| l.contains("degraded") && !l.contains(tracepoint))
+        // This host takes neither fentry nor kprobes: its TCP fallback is a part of its
+        // own, said in every run of the agent here.
+        .filter(|l| !l.contains("degraded: TCP listeners and connects are seen through"))
         .collect();
     assert!(
         others.is_empty(),

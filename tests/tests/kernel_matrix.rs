@@ -296,15 +296,21 @@ fn assert_trace(run: &GuestRun, label: &str, traits: Traits) {
         .find(|l| l["message"] == "watching the kernel")
         .unwrap_or_else(|| panic!("trace never watched the kernel: {messages:?}"));
     let attached = ready["attached"].as_str().unwrap_or_default();
-    // Debian's kernels (5.10 on) ship BTF, so TCP state changes use the BTF tracepoint.
-    assert_eq!(ready["set_state_hook"], "tp_btf", "{label}: {messages:?}");
+    // Debian's kernels (5.10 on) ship BTF and take fexit (x86_64) or kprobes (arm64
+    // before 6.5) on listen start and stop: the state-change tracepoint is not attached.
+    assert_eq!(ready["set_state_hook"], "off", "{label}: {messages:?}");
+    assert_eq!(
+        ready["tcp_hooks"],
+        if traits.fexit { "fentry" } else { "kprobes" },
+        "{label}: {messages:?}"
+    );
     let degraded: Vec<&&str> = messages
         .iter()
         .filter(|m| m.starts_with("degraded"))
         .collect();
     eprintln!("{label}: attached {attached}; degraded: {degraded:?}");
     let mut expected_degraded: Vec<&str> = Vec::new();
-    let mut expected_attached = vec!["inet_sock_set_state", "tcp_receive_reset"];
+    let mut expected_attached = vec!["tcp_receive_reset"];
     if traits.socketless_send_reset {
         expected_attached.push("tcp_send_reset");
     } else {
@@ -353,8 +359,8 @@ fn assert_trace(run: &GuestRun, label: &str, traits: Traits) {
     let events = run.json("trace_out");
     let of = |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["kind"] == kind).collect() };
 
-    // Refusals: 3 IPv4, 1 IPv6, 1 REDIRECTed, each exactly once, with the owner
-    // recorded at connect.
+    // Refusals: 3 IPv4, 1 IPv6, 1 REDIRECTed, each exactly once, with the owner read
+    // from the socket (its cgroup) and the task the reset ran in (the connecting one).
     assert_eq!(run.one("redirect"), "ready", "{}", run.console_text());
     let refused = of("refused");
     let dsts: Vec<&str> = refused.iter().map(|e| e["dst"].as_str().unwrap()).collect();
@@ -682,6 +688,7 @@ fn kernel_tier(arch: Arch, label: &str, traits: Traits) {
         .expect("a kernel version");
     assert_least_privilege(&run, label, version >= (5, 11));
     assert_unix(&run, label, traits);
+    assert_tcp_hooks(&run, label, traits);
     assert_restart(&run, label, version);
     if arch == Arch::Amd64 {
         assert_lockdown(&boot_with(&kernel, "lockdown=confidentiality"), label);
@@ -905,6 +912,150 @@ fn assert_lockdown(run: &GuestRun, label: &str) {
         )],
         "{label}: told by the probe program"
     );
+}
+
+/// The program runs of section 8, in its order: listen, 50 connects closed with a FIN,
+/// 50 closed with a reset, one refused connect, the listener's close.
+#[derive(Debug, PartialEq)]
+struct Runs {
+    listen: u64,
+    fin: u64,
+    rst: u64,
+    refused: u64,
+    close: u64,
+}
+
+fn runs(run: &GuestRun, key: &str) -> Runs {
+    let v: Vec<u64> = run
+        .one(&format!("{key}_runs"))
+        .split(' ')
+        .map(|n| n.parse().expect("a run count"))
+        .collect();
+    let [listen, fin, rst, refused, close] = v[..] else {
+        panic!("{key}_runs: {v:?}");
+    };
+    Runs {
+        listen,
+        fin,
+        rst,
+        refused,
+        close,
+    }
+}
+
+/// TCP with each hook path (section 8): the listener up and down and the refusal seen
+/// alike, and what the agent's programs run. With the listen hooks nothing runs on a
+/// connect that succeeds and closes with a FIN; a reset runs the reset programs
+/// (`tcp_receive_reset`, and from 6.10 `tcp_send_reset`), once each, whatever the
+/// reset ends; the fallback runs on every state change. Counts are exact under TCG.
+fn assert_tcp_hooks(run: &GuestRun, label: &str, traits: Traits) {
+    let env = env();
+    let app_id = cgroup_id(run, &container_path("POD1", "APP"));
+    let proxy_id = cgroup_id(run, &container_path("POD1", "PROXY"));
+    let auto = if traits.fexit { "fentry" } else { "kprobes" };
+    // Programs that run on each reset, sent or received.
+    let per_reset = 1 + u64::from(traits.socketless_send_reset);
+    for (key, hooks) in [
+        ("tcp_auto", auto),
+        ("tcp_kprobes", "kprobes"),
+        ("tcp_set_state", "set_state"),
+    ] {
+        assert_eq!(run.one(&format!("{key}_rc")), "0", "{}", run.console_text());
+        let err = run.json(&format!("{key}_err"));
+        let messages: Vec<&str> = err.iter().filter_map(|l| l["message"].as_str()).collect();
+        let ready = err
+            .iter()
+            .find(|l| l["message"] == "watching the kernel")
+            .unwrap_or_else(|| panic!("{label} {key}: never watched the kernel: {messages:?}"));
+        assert_eq!(ready["tcp_hooks"], hooks, "{label} {key}: {messages:?}");
+        let fallback = hooks == "set_state";
+        let attached = ready["attached"].as_str().unwrap_or_default();
+        assert_eq!(
+            attached.contains("\"inet_sock_set_state\""),
+            fallback,
+            "{label} {key}: {attached}"
+        );
+        assert_eq!(
+            ready["set_state_hook"],
+            if fallback { "tp_btf" } else { "off" },
+            "{label} {key}"
+        );
+        let tcp_degraded: Vec<&&str> = messages
+            .iter()
+            .filter(|m| m.starts_with("degraded: TCP"))
+            .collect();
+        let expected = sidecar_race_agent::kernel::tcp_hooks::TcpCoverage::SetState {
+            why: "--tcp-hooks=set-state".into(),
+        }
+        .degraded()
+        .map(|s| format!("degraded: {s}"));
+        assert_eq!(
+            tcp_degraded.first().map(|s| s.to_string()),
+            expected.filter(|_| fallback),
+            "{label} {key}: one sentence, on the fallback only: {messages:?}"
+        );
+        assert!(tcp_degraded.len() <= 1, "{label} {key}: {messages:?}");
+
+        let events = run.json(&format!("{key}_out"));
+        let of =
+            |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["kind"] == kind).collect() };
+        let refused = of("refused");
+        assert_eq!(refused.len(), 1, "{label} {key}: {refused:#?}");
+        let r = refused[0];
+        assert_eq!(r["dst"], "127.0.0.1:15006", "{label} {key}: {r}");
+        assert_eq!(r["cgroup_id"], app_id, "{label} {key}: {r}");
+        assert_eq!(r["container_id"], get(env, "POD1_APP").as_str(), "{r}");
+        assert_eq!(r["comm"], "sr-app", "{label} {key}: {r}");
+        for kind in ["listen", "listen_closed"] {
+            let l = of(kind);
+            assert_eq!(l.len(), 1, "{label} {key}: {kind}: {l:#?}");
+            let e = l[0];
+            assert_eq!(e["src"], "127.0.0.1:15005", "{label} {key}: {e}");
+            assert_eq!(e["cgroup_id"], proxy_id, "{label} {key}: {e}");
+            assert_eq!(e["comm"], "sr-proxy", "{label} {key}: {e}");
+        }
+        let apps = run.values(&format!("{key}_app"));
+        assert_eq!(
+            apps,
+            [
+                "sr-app: 50 attempts to 127.0.0.1:15005: 0 refused, 50 connected",
+                "sr-app: 50 attempts to 127.0.0.1:15005: 0 refused, 50 connected"
+            ],
+            "{label} {key}"
+        );
+
+        let got = runs(run, key);
+        eprintln!(
+            "{label} {key}: program runs: listen {}, per connect closed with a FIN {:.2}, \
+             with a reset {:.2}, refusal {}, listener close {}",
+            got.listen,
+            got.fin as f64 / 50.0,
+            got.rst as f64 / 50.0,
+            got.refused,
+            got.close
+        );
+        if fallback {
+            // Every state change of both ends runs the program.
+            assert!(got.fin >= 50 * 5, "{label} {key}: {got:?}");
+            assert_eq!(got.listen, 1, "{label} {key}: {got:?}");
+            // SYN_SENT in and out, then the reset programs.
+            assert_eq!(got.refused, 2 + per_reset, "{label} {key}: {got:?}");
+        } else {
+            let kprobes = hooks == "kprobes";
+            assert_eq!(
+                got,
+                Runs {
+                    // A kprobe and its kretprobe.
+                    listen: if kprobes { 2 } else { 1 },
+                    fin: 0,
+                    rst: 50 * per_reset,
+                    refused: per_reset,
+                    close: 1,
+                },
+                "{label} {key}"
+            );
+        }
+    }
 }
 
 /// Unix sockets on this kernel, with the hooks `auto` picks (fexit where the kernel has

@@ -8,7 +8,10 @@ use super::values::{clean_names, parse_poll_seconds};
 use crate::{
     agent::AgentOptions,
     inventory::sources::{PodSourceSpec, SourceOptions},
-    kernel::{options::ProbeOptions, udp_hook::UdpHookChoice, unix_hooks::UnixHookChoice},
+    kernel::{
+        options::ProbeOptions, tcp_hooks::TcpHookChoice, udp_hook::UdpHookChoice,
+        unix_hooks::UnixHookChoice,
+    },
 };
 
 #[derive(Debug, Args)]
@@ -50,6 +53,14 @@ pub struct KernelArgs {
         default_missing_value = "true"
     )]
     pub tp_btf: bool,
+    /// TCP listener hooks: `auto` takes fexit/fentry on listen start and stop where the
+    /// kernel allows them, else kprobes on the same functions, and then no program runs
+    /// on a TCP connection that succeeds; else the `inet_sock_set_state` tracepoint,
+    /// which runs on every TCP state change of the node (one `degraded:` line says so,
+    /// with its cost). `fentry`, `kprobes` and `set-state` take that one only (an
+    /// explicit hook the kernel refuses falls back to the tracepoint, said so).
+    #[arg(long, env = "SIDECAR_RACE_TCP_HOOKS", value_enum, default_value_t = TcpHookChoice::Auto)]
+    pub tcp_hooks: TcpHookChoice,
     /// Unix domain socket hooks: `auto` takes fexit/fentry on the AF_UNIX operations
     /// where the kernel allows them, else kprobes on the same functions, else none
     /// (one `degraded:` line says so); `kprobes` takes the kprobes even where fexit
@@ -140,6 +151,7 @@ impl KernelArgs {
                     self.refusal_refill_per_second,
                 ),
                 set_state_btf: self.tp_btf,
+                tcp_hooks: self.tcp_hooks,
                 unix_hooks: self.unix_hooks,
                 udp_hook: self.udp_hook,
                 lru_entries: self.kernel_lru_entries,

@@ -2,8 +2,8 @@
 //! programs, loading/attaching, and start-up requirements.
 //!
 //! Loading reads as its steps, each a module: the [`options`], the programs'
-//! [`globals`] (from the [`layout`] and [`btf`] offsets), the [`tracepoints`] and
-//! [`unix_hooks`] attached, then the maps [`probes`] keeps. [`attach`] holds what goes
+//! [`globals`] (from the [`layout`] and [`btf`] offsets), the [`tcp_hooks`],
+//! [`tracepoints`] and [`unix_hooks`] attached, then the maps [`probes`] keeps. [`attach`] holds what goes
 //! wrong on the way, [`variant`] which form of a program the kernel gets; [`counters`]
 //! what the kernel counts ([`recursion`]: the runs it skipped); [`cgroup2`] where the
 //! cgroup v2 hierarchy is mounted. Which cgroups the kernel charges budgets to is the
@@ -25,6 +25,7 @@ pub mod probes;
 pub mod recursion;
 pub mod requirements;
 mod socket_owners;
+pub mod tcp_hooks;
 pub mod tracefs;
 pub mod tracepoints;
 pub mod udp_hook;

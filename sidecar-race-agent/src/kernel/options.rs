@@ -7,7 +7,10 @@ use sidecar_race_ebpf::layout::{
     RefusalBudget,
 };
 
-use super::{attach::ProbeError, udp_hook::UdpHookChoice, unix_hooks::UnixHookChoice};
+use super::{
+    attach::ProbeError, tcp_hooks::TcpHookChoice, udp_hook::UdpHookChoice,
+    unix_hooks::UnixHookChoice,
+};
 
 /// Load-time options.
 #[derive(Debug, Clone, Copy)]
@@ -21,6 +24,8 @@ pub struct ProbeOptions {
     pub control_budget: RefusalBudget,
     /// Try the BTF tracepoint for `inet_sock_set_state` before the tracefs one.
     pub set_state_btf: bool,
+    /// Which hooks see TCP listeners (and whether `inet_sock_set_state` is needed).
+    pub tcp_hooks: TcpHookChoice,
     /// Which Unix domain socket hooks to use.
     pub unix_hooks: UnixHookChoice,
     /// Which hook sees UDP refusals.
@@ -31,13 +36,14 @@ pub struct ProbeOptions {
 }
 
 /// The kernel's LRU tables, which `ProbeOptions::lru_entries` resizes.
-const LRU_TABLES: [&str; 6] = [
+const LRU_TABLES: [&str; 7] = [
     "CONNECTING",
     "LISTENING",
     "LOCAL_REFUSALS",
     "BUDGET",
     "CONTROL_BUDGET",
     "UNIX_KPROBE_CALLS",
+    "TCP_LISTEN_CALLS",
 ];
 
 impl Default for ProbeOptions {
@@ -48,6 +54,7 @@ impl Default for ProbeOptions {
             refusal_budget: RefusalBudget::new(REFUSAL_BURST, REFUSAL_REFILL_PER_SECOND),
             control_budget: RefusalBudget::new(CONTROL_BURST, CONTROL_REFILL_PER_SECOND),
             set_state_btf: true,
+            tcp_hooks: TcpHookChoice::Auto,
             unix_hooks: UnixHookChoice::Auto,
             udp_hook: UdpHookChoice::Auto,
             lru_entries: None,

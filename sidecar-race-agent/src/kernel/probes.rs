@@ -24,6 +24,7 @@ use super::{
         pin::pin_all,
     },
     recursion::RecursionMisses,
+    tcp_hooks::{self, TcpCoverage, TcpHookChoice},
     tracepoints::{self, BtfReady, Degraded, SetStateHook},
     unix_hooks::{self, UnixCoverage, UnixHookChoice},
 };
@@ -49,6 +50,8 @@ pub struct Probes {
     pub degraded: Vec<Degraded>,
     /// Which hook serves `inet_sock_set_state`.
     pub set_state_hook: SetStateHook,
+    /// Which hooks see TCP listeners (and so whether that tracepoint is attached).
+    pub tcp: TcpCoverage,
     /// Whose `comm` names the task behind a socket.
     pub process_names: ProcessNames,
     /// What is seen of Unix domain sockets.
@@ -152,6 +155,7 @@ impl Probes {
                 attached: c.attached(),
                 degraded: c.degraded(),
                 set_state_hook: c.set_state_hook.clone(),
+                tcp: c.tcp.clone(),
                 process_names: c.process_names.clone(),
                 unix: c.unix.clone(),
             },
@@ -179,7 +183,9 @@ impl Probes {
         // loader's is private), shared by the BTF tracepoint and the fexit hooks, and
         // made only when one of them will be tried.
         let btf_tracepoints = layout.without_tracefs;
+        let socket = readable_socket(layout, &globals);
         let kernel_btf = if (opts.set_state_btf && globals.sock.is_ok())
+            || (opts.tcp_hooks != TcpHookChoice::SetState && socket.is_ok())
             || btf_tracepoints
             || (opts.unix_hooks == UnixHookChoice::Auto && globals.unix_fields.is_ok())
         {
@@ -192,9 +198,13 @@ impl Probes {
             cgroup: globals.cgroup.clone(),
             udp: globals.udp_fields.clone(),
         };
+        // The listen hooks first: whether the state-transition tracepoint is needed
+        // depends on them.
+        let tcp = tcp_hooks::attach(&mut ebpf, opts.tcp_hooks, socket, &kernel_btf);
         let tracepoints = tracepoints::attach_all(
             &mut ebpf,
             layout,
+            tcp.needs_set_state(),
             opts.set_state_btf,
             opts.udp_hook,
             &ready,
@@ -222,6 +232,7 @@ impl Probes {
             attached: tracepoints.tracepoints,
             degraded: tracepoints.degraded,
             set_state_hook: tracepoints.set_state_hook,
+            tcp,
             process_names: globals.process_names,
             unix,
         };
@@ -258,6 +269,7 @@ impl Probes {
             attached: a.attached,
             degraded: a.degraded,
             set_state_hook: a.set_state_hook,
+            tcp: a.tcp,
             process_names: a.process_names,
             unix: a.unix,
             origin,
@@ -367,6 +379,7 @@ struct Attached {
     attached: Vec<Tracepoint>,
     degraded: Vec<Degraded>,
     set_state_hook: SetStateHook,
+    tcp: TcpCoverage,
     process_names: ProcessNames,
     unix: UnixCoverage,
 }
@@ -387,12 +400,31 @@ fn pin(ebpf: &mut Ebpf, pins: &Pins, key: &str, a: &Attached) -> Result<(), PinE
             &a.attached,
             &a.degraded,
             &a.set_state_hook,
+            &a.tcp,
             &a.unix,
             &a.process_names,
             &a.per_cgroup_budgets,
         ),
     };
     pins.commit(key, &m)
+}
+
+/// Whether the listen hooks can serve: they read a socket's state and local end, and a
+/// refusal's owner is then read from its socket's cgroup.
+fn readable_socket(layout: &KernelLayout, globals: &Globals) -> Result<(), String> {
+    if layout.direct_reads() {
+        return Err(
+            "the kernel is locked down for confidentiality, and a refusal's owner \
+                    would be read from its socket's cgroup, which that refuses"
+                .into(),
+        );
+    }
+    let offsets = |what: &str, r: &Result<(), String>| {
+        r.clone()
+            .map_err(|why| format!("no {what} offsets from the kernel's BTF: {why}"))
+    };
+    offsets("socket", &globals.sock)?;
+    offsets("cgroup", &globals.cgroup)
 }
 
 fn take(ebpf: &mut Ebpf, name: &str) -> Result<Map, ProbeError> {

@@ -1,4 +1,5 @@
-//! The tracepoints of [`TRACEPOINTS`] (TCP state changes, resets, cgroups, UDP
+//! The tracepoints of [`TRACEPOINTS`] (TCP state changes where the listen hooks cannot
+//! serve, resets, cgroups, UDP
 //! refusals at `icmp_send` or dropped skbs), with `inet_sock_set_state` and the UDP
 //! ones on their BTF tracepoints where the kernel allows, and every one
 //! with a BTF program on that where tracefs is missing: which were attached, which
@@ -38,6 +39,7 @@ pub(super) struct BtfReady {
 pub(super) fn attach_all(
     ebpf: &mut Ebpf,
     layout: &KernelLayout,
+    set_state_needed: bool,
     set_state_btf: bool,
     udp_choice: UdpHookChoice,
     ready: &BtfReady,
@@ -45,12 +47,16 @@ pub(super) fn attach_all(
 ) -> Result<Attached, ProbeError> {
     let mut attached = Vec::new();
     let mut degraded = Vec::new();
-    let mut set_state_hook = match prefer_btf(set_state_btf)
-        .and_then(|_| ready.sock.clone())
-        .and_then(|_| attach_btf(ebpf, SET_STATE_BTF, "inet_sock_set_state", kernel_btf))
-    {
-        Ok(()) => SetStateHook::TpBtf,
-        Err(why_not_btf) => SetStateHook::Tracepoint { why_not_btf },
+    let mut set_state_hook = if !set_state_needed {
+        SetStateHook::Off
+    } else {
+        match prefer_btf(set_state_btf)
+            .and_then(|_| ready.sock.clone())
+            .and_then(|_| attach_btf(ebpf, SET_STATE_BTF, "inet_sock_set_state", kernel_btf))
+        {
+            Ok(()) => SetStateHook::TpBtf,
+            Err(why_not_btf) => SetStateHook::Tracepoint { why_not_btf },
+        }
     };
     let udp_plan = udp_hook::plan(
         udp_choice,
@@ -59,9 +65,16 @@ pub(super) fn attach_all(
     );
     let mut icmp_attached = false;
     for tp in TRACEPOINTS {
-        if tp.btf_program == Some(SET_STATE_BTF) && set_state_hook == SetStateHook::TpBtf {
-            attached.push(tp);
-            continue;
+        if tp.btf_program == Some(SET_STATE_BTF) {
+            match set_state_hook {
+                SetStateHook::TpBtf => {
+                    attached.push(tp);
+                    continue;
+                }
+                // The listen hooks see listeners, and refusals read their socket.
+                SetStateHook::Off => continue,
+                SetStateHook::Tracepoint { .. } => {}
+            }
         }
         let needs = if tp.category == "cgroup" {
             &ready.cgroup
@@ -231,6 +244,8 @@ pub enum SetStateHook {
     TpBtf,
     /// The tracefs tracepoint, and why the BTF one was not used.
     Tracepoint { why_not_btf: String },
+    /// Not attached: the listen hooks serve (`tcp_hooks`).
+    Off,
 }
 
 impl std::fmt::Display for SetStateHook {

@@ -270,7 +270,7 @@ const KPROBES: [(&str, &str); 9] = [
     ("unix_kprobe_release", "unix_release"),
 ];
 /// Where the kernel's perf PMU for kprobes is (4.17+; absent without CONFIG_KPROBES).
-const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe/type";
+pub(super) const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe/type";
 
 /// This kernel's hooks, as [`choose`] tries them.
 struct Kernel<'a> {
@@ -420,7 +420,7 @@ fn attach_all(ebpf: &mut Ebpf, programs: &[(&str, &str)]) -> Result<(), String> 
     Ok(())
 }
 
-fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P, String>
+pub(super) fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P, String>
 where
     &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
 {

@@ -71,6 +71,10 @@ mod tests {
             "udp_icmp_send",
             "udp_icmp_send_btf",
             "unix_sys_exit_bind",
+            "tcp_listen_start",
+            "tcp_listen_stop",
+            "tcp_kretprobe_listen_start",
+            "tcp_kprobe_listen_stop",
         ];
         for name in charging {
             assert!(names.contains(name), "{name} in the object");

@@ -128,9 +128,11 @@ impl TraceRecord {
             cgroup_id: s.owner.cgroup_id,
             cgroup_path,
             attribution,
-            pid: Some(s.owner.pid),
-            tgid: Some(s.owner.tgid),
-            comm: Some(s.owner.comm.to_string()),
+            // A refusal read from its socket outside the connecting task's context
+            // knows its container, not its process (pid 0, no name): shown as unknown.
+            pid: (s.owner.tgid != 0).then_some(s.owner.pid),
+            tgid: (s.owner.tgid != 0).then_some(s.owner.tgid),
+            comm: (s.owner.tgid != 0).then(|| s.owner.comm.to_string()),
             family: Some(if s.ipv6 { "ipv6" } else { "ipv4" }),
             src: Some(s.src.to_string()),
             dst: s.dst.map(|d| d.to_string()),

@@ -42,6 +42,24 @@ pub fn of_socket(sk: u64, own: u64) -> Charge {
     }
 }
 
+/// The id of socket `sk`'s cgroup (v2), read from the socket; `None` where it cannot
+/// be read: direct reads (see the module's docs), or a socket whose `sk_cgrp_data`
+/// holds cgroup v1 data (before 5.15, its low bits set).
+#[inline(always)]
+pub fn socket_cgroup_id(sk: u64) -> Option<u64> {
+    if direct_reads() {
+        return None;
+    }
+    let f = config!(cgroup);
+    match read::<u64>(sk, f.sk_cgrp) {
+        Some(cgrp) if cgrp != 0 && cgrp & 3 == 0 => {
+            let kn = read::<u64>(cgrp, f.kn)?;
+            read::<u64>(kn, f.kn_id).filter(|&id| id != 0)
+        }
+        _ => None,
+    }
+}
+
 /// The charge for the current task, whose cgroup is `own`.
 #[inline(always)]
 pub fn of_current_task(own: u64) -> Charge {

@@ -63,11 +63,33 @@ pub static LISTENING: LruHashMap<u64, ListenOwner> = LruHashMap::with_max_entrie
 pub static LOCAL_REFUSALS: LruHashMap<ClientEnd, LocalRefusal> =
     LruHashMap::with_max_entries(4_096, 0);
 
+/// Who listens on a socket, since when, and where: its local end as it was at
+/// listen(), because a port the kernel chose is released before the listener's close
+/// is seen at `inet_csk_listen_stop` (Unix listeners leave the end empty).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ListenOwner {
     pub owner: Owner,
     pub start_boot_ns: u64,
+    pub family: u16,
+    pub port: u16,
+    pub _pad: [u8; 4],
+    pub addr: [u8; 16],
+}
+
+impl ListenOwner {
+    /// `owner` since `start_boot_ns`, with no local end recorded.
+    #[inline(always)]
+    pub fn new(owner: Owner, start_boot_ns: u64) -> Self {
+        Self {
+            owner,
+            start_boot_ns,
+            family: 0,
+            port: 0,
+            _pad: [0; 4],
+            addr: [0; 16],
+        }
+    }
 }
 
 #[repr(C)]

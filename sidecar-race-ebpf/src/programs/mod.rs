@@ -35,6 +35,8 @@ mod maps;
 mod process;
 mod reset;
 mod set_state;
+mod socket_owner;
+mod tcp_listen;
 mod udp_refused;
 mod unix_connect;
 mod unix_kprobes;

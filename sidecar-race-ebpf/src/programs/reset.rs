@@ -1,6 +1,8 @@
 //! Refusals. `tcp:tcp_receive_reset` on a socket still in SYN_SENT is a refused
-//! connect: its owner as `connect.rs` recorded it (`connecting.rs`), both ends from the
-//! reset's record. `tcp:tcp_send_reset` without a socket is the local stack refusing a
+//! connect: its owner as `connect.rs` recorded it (`connecting.rs`) where the
+//! state-transition hook runs, else read from the socket (`socket_owner.rs`); both ends
+//! from the reset's record. This hook runs only on resets, never on a connect that
+//! succeeds. `tcp:tcp_send_reset` without a socket is the local stack refusing a
 //! SYN that found no listener, which after a NAT REDIRECT tells where the SYN really
 //! went. Where tracefs is missing and the kernel has BTF, the reset is hooked on its
 //! BTF tracepoint instead (`tcp_receive_reset_btf`).
@@ -24,6 +26,7 @@ use super::{
     ledgers::refusals,
     maps::{EVENTS, LOCAL_REFUSALS, LocalRefusal, config, count},
     set_state::{SetStateSource, Sock},
+    socket_owner,
 };
 
 /// A local refusal older than this is not the one a reset just delivered.
@@ -57,13 +60,14 @@ budgeted!(
 fn on_reset_args<const CMPXCHG: bool>(ctx: &BtfTracePointContext) -> u32 {
     let sk: u64 = ctx.arg(0);
     let s = Sock(sk);
-    if matches!(s.state(), Ok(state) if state != TCP_SYN_SENT as u8) {
+    let state = s.state();
+    if matches!(state, Ok(state) if state != TCP_SYN_SENT as u8) {
         return 0;
     }
     let Ok(dst) = s.remote() else {
         return 0;
     };
-    let Some(owner) = connecting::owner_of(sk, destination_tag(&dst.0, dst.1)) else {
+    let Some((owner, owner_flag)) = owner_of(sk, &dst, state) else {
         return 0; // not a connect in progress
     };
     let local = s.local();
@@ -72,7 +76,7 @@ fn on_reset_args<const CMPXCHG: bool>(ctx: &BtfTracePointContext) -> u32 {
         port: local.port,
         _pad: [0; 6],
     };
-    match refused::<CMPXCHG>(sk, owner, local.family, client, dst) {
+    match refused::<CMPXCHG>(sk, (owner, owner_flag), local.family, client, dst) {
         Ok(r) | Err(r) => r,
     }
 }
@@ -83,12 +87,13 @@ fn try_receive_reset<const CMPXCHG: bool>(ctx: &TracePointContext) -> Result<u32
     // Most resets end established flows. Where the kernel's BTF gives the state's
     // offset, a socket no longer connecting is passed over without hashing it into
     // the table (the tracepoint fires before the reset changes the state).
-    if matches!(Sock(sk).state(), Ok(state) if state != TCP_SYN_SENT as u8) {
+    let state = Sock(sk).state();
+    if matches!(state, Ok(state) if state != TCP_SYN_SENT as u8) {
         return Ok(0);
     }
     let l = config!(receive_reset);
     let dst: ([u8; 16], u16) = (field(ctx, l.daddr_v6)?, field(ctx, l.dport)?);
-    let Some(owner) = connecting::owner_of(sk, destination_tag(&dst.0, dst.1)) else {
+    let Some(owner) = owner_of(sk, &dst, state) else {
         return Ok(0); // not a connect in progress: a reset of an established flow
     };
     let client = ClientEnd {
@@ -104,6 +109,24 @@ fn try_receive_reset<const CMPXCHG: bool>(ctx: &TracePointContext) -> Result<u32
     refused::<CMPXCHG>(sk, owner, family, client, dst)
 }
 
+/// Who connects with `sk` to `dst`: as recorded when it entered SYN_SENT
+/// (`OWNER_FROM_START`), where the state-transition hook runs and saw it; else, when
+/// the socket is known to be in SYN_SENT (the kernel's BTF gives the state), read from
+/// the socket (`OWNER_FROM_SOCKET`). Neither: not a connect in progress.
+#[inline(always)]
+fn owner_of(sk: u64, dst: &([u8; 16], u16), state: Result<u8, u32>) -> Option<(Owner, u8)> {
+    if let Some(recorded) = connecting::owner_of(sk, destination_tag(&dst.0, dst.1)) {
+        // SAFETY: a map value valid for this program run (RCU), copied out.
+        return Some((unsafe { *recorded }, flags::OWNER_FROM_START));
+    }
+    match state {
+        Ok(s) if s == TCP_SYN_SENT as u8 => {
+            Some((socket_owner::of_connecting(sk), flags::OWNER_FROM_SOCKET))
+        }
+        _ => None,
+    }
+}
+
 /// The family of a v6-form address as the record stores it (before 5.6 the record has
 /// no family): an IPv4 socket's address is v4-mapped.
 #[inline(always)]
@@ -112,20 +135,20 @@ fn family_of(addr: &[u8; 16]) -> u16 {
     if *addr == mapped { AF_INET } else { AF_INET6 }
 }
 
-/// A refused connect of socket `sk` by `owner` (recorded when it started), from its own
-/// end `client`, where the reset went, to `dst` (address, host-order port).
+/// A refused connect of socket `sk` by `owner` (with the flag saying where it was
+/// found), from its own end `client`, where the reset went, to `dst` (address,
+/// host-order port).
 #[inline(always)]
 fn refused<const CMPXCHG: bool>(
     sk: u64,
-    owner: *const Owner,
+    (owner, owner_flag): (Owner, u8),
     family: u16,
     client: ClientEnd,
     dst: ([u8; 16], u16),
 ) -> Result<u32, u32> {
     count(counter::seen(kind::REFUSED));
     let now = now_boot_ns();
-    // SAFETY: `owner` points into a map value valid for this program run (RCU).
-    let cgroup_id = unsafe { (*owner).cgroup_id };
+    let cgroup_id = owner.cgroup_id;
     // The container pays, not each sub-cgroup it makes (unmarked: the cgroup itself).
     let charged = charge::of_socket(sk, cgroup_id).cgroup_id;
     let ledger = refusals();
@@ -139,15 +162,14 @@ fn refused<const CMPXCHG: bool>(
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
-    // SAFETY: `ev` is a reserved record we own until submit; `owner` stays valid for
-    // this program run (RCU). Fields are written in place to stay within the 512-byte
-    // stack.
+    // SAFETY: `ev` is a reserved record we own until submit. Fields are written in
+    // place to stay within the 512-byte stack.
     unsafe {
         (*ev).header.kind = kind::REFUSED;
-        (*ev).header.flags = flags::OWNER_FROM_START;
+        (*ev).header.flags = owner_flag;
         (*ev).header._pad = [0; 6];
         (*ev).header.ts_boot_ns = now;
-        (*ev).owner = *owner;
+        (*ev).owner = owner;
         (*ev).family = family;
         (*ev).src_addr = client.addr;
         (*ev).src_port = client.port;

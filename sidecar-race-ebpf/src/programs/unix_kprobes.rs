@@ -47,7 +47,7 @@ static UNIX_KPROBE_CALLS: LruHashMap<u64, Call> = LruHashMap::with_max_entries(E
 
 /// Argument `n` of the probed function, at its entry.
 #[inline(always)]
-fn arg(regs: u64, n: usize) -> Option<u64> {
+pub(super) fn arg(regs: u64, n: usize) -> Option<u64> {
     read::<u64>(regs, unix_sock::config().kprobe.args[n])
 }
 

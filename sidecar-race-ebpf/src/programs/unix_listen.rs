@@ -53,10 +53,7 @@ pub fn listened<const CMPXCHG: bool>(sock: u64) -> u32 {
     let Some(sk) = read::<u64>(sock, f.socket_sk) else {
         return 0;
     };
-    let owner = ListenOwner {
-        owner: current_owner(),
-        start_boot_ns: now_boot_ns(),
-    };
+    let owner = ListenOwner::new(current_owner(), now_boot_ns());
     // A second listen() on a listening socket only changes its backlog.
     if LISTENING.insert(&sk, &owner, BPF_NOEXIST as u64).is_err() {
         return 0;
@@ -88,10 +85,7 @@ pub fn released<const CMPXCHG: bool>(sock: u64) -> u32 {
         ),
         None => {
             count(counter::LISTENING_GONE);
-            let owner = ListenOwner {
-                owner: current_owner(),
-                start_boot_ns: 0,
-            };
+            let owner = ListenOwner::new(current_owner(), 0);
             emit::<CMPXCHG>(kind::UNIX_LISTEN_CLOSED, 0, &owner, sock, sk, &f)
         }
     }

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     kernel::{
-        globals::ProcessNames, layout::TRACEPOINTS, layout::Tracepoint, tracepoints::Degraded,
-        tracepoints::SetStateHook, unix_hooks::UnixCoverage,
+        globals::ProcessNames, layout::TRACEPOINTS, layout::Tracepoint, tcp_hooks::TcpCoverage,
+        tracepoints::Degraded, tracepoints::SetStateHook, unix_hooks::UnixCoverage,
     },
     state_file::{self, StateFileError},
 };
@@ -79,6 +79,10 @@ pub struct Coverage {
     /// `category:name` and why, of each that could not be.
     pub degraded: Vec<(String, String)>,
     pub set_state_hook: SetStateHook,
+    /// Absent from the manifests of builds before the listen hooks, which always
+    /// attached the state-transition tracepoint.
+    #[serde(default = "Coverage::before_listen_hooks")]
+    pub tcp: TcpCoverage,
     pub unix: UnixCoverage,
     pub process_names: ProcessNames,
     pub per_cgroup_budgets: Option<String>,
@@ -89,6 +93,7 @@ impl Coverage {
         attached: &[Tracepoint],
         degraded: &[Degraded],
         set_state_hook: &SetStateHook,
+        tcp: &TcpCoverage,
         unix: &UnixCoverage,
         process_names: &ProcessNames,
         per_cgroup_budgets: &Option<String>,
@@ -100,9 +105,16 @@ impl Coverage {
                 .map(|d| (full_name(&d.tracepoint), d.reason.clone()))
                 .collect(),
             set_state_hook: set_state_hook.clone(),
+            tcp: tcp.clone(),
             unix: unix.clone(),
             process_names: process_names.clone(),
             per_cgroup_budgets: per_cgroup_budgets.clone(),
+        }
+    }
+
+    fn before_listen_hooks() -> TcpCoverage {
+        TcpCoverage::SetState {
+            why: "pinned by a build without the listen hooks".into(),
         }
     }
 
@@ -197,6 +209,9 @@ mod tests {
                 attached: vec!["sock:inet_sock_set_state".into(), "gone:tracepoint".into()],
                 degraded: vec![],
                 set_state_hook: SetStateHook::TpBtf,
+                tcp: TcpCoverage::Kprobes {
+                    why_not_fentry: "refused".into(),
+                },
                 unix: UnixCoverage::Syscalls {
                     why_not_fexit: "refused".into(),
                 },
