@@ -15,6 +15,7 @@ pub mod cgroup2;
 pub mod counters;
 mod evicted;
 pub mod fdinfo;
+mod function_hooks;
 pub mod globals;
 pub mod layout;
 pub mod listening;

@@ -8,16 +8,9 @@
 //! `inet_sock_set_state` serve, which runs on every TCP state change of the node, and
 //! one `degraded:` sentence says so with its cost.
 
-use aya::{
-    Btf as AyaBtf, Ebpf,
-    programs::{FEntry, FExit, KProbe},
-};
-use sidecar_race_ebpf::unix::KprobeRegs;
+use aya::{Btf as AyaBtf, Ebpf};
 
-use super::{
-    attach::{chain, verifier_gist},
-    unix_hooks::{KPROBE_PMU, KPROBE_REGS, program_mut},
-};
+use super::function_hooks::{attach_kprobes, attach_trampolines};
 
 /// Which hooks see TCP listeners (`--tcp-hooks`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -160,11 +153,11 @@ struct Kernel<'a> {
 
 impl TcpHookSets for Kernel<'_> {
     fn fentry(&mut self) -> Result<(), String> {
-        attach_fentry(self.ebpf, self.btf)
+        attach_trampolines(self.ebpf, self.btf, &[FEXIT], &[FENTRY])
     }
 
     fn kprobes(&mut self) -> Result<(), String> {
-        attach_kprobes(self.ebpf)
+        attach_kprobes(self.ebpf, &KPROBES)
     }
 }
 
@@ -176,63 +169,6 @@ pub fn attach(
     btf: &Result<AyaBtf, String>,
 ) -> TcpCoverage {
     choose(choice, socket, &mut Kernel { ebpf, btf })
-}
-
-fn attach_fentry(ebpf: &mut Ebpf, btf: &Result<AyaBtf, String>) -> Result<(), String> {
-    let btf = btf.as_ref().map_err(Clone::clone)?;
-    let result = (|| {
-        let (program, function) = FEXIT;
-        let p: &mut FExit = program_mut(ebpf, program)?;
-        p.load(function, btf)
-            .map_err(|e| verifier_gist(&format!("load {program}: {}", chain(&e))))?;
-        p.attach()
-            .map_err(|e| format!("attach {program}: {}", chain(&e)))?;
-        let (program, function) = FENTRY;
-        let p: &mut FEntry = program_mut(ebpf, program)?;
-        p.load(function, btf)
-            .map_err(|e| verifier_gist(&format!("load {program}: {}", chain(&e))))?;
-        p.attach()
-            .map(|_| ())
-            .map_err(|e| format!("attach {program}: {}", chain(&e)))
-    })();
-    if result.is_err() {
-        if let Ok(p) = program_mut::<FExit>(ebpf, FEXIT.0) {
-            let _ = p.unload();
-        }
-        if let Ok(p) = program_mut::<FEntry>(ebpf, FENTRY.0) {
-            let _ = p.unload();
-        }
-    }
-    result
-}
-
-fn attach_kprobes(ebpf: &mut Ebpf) -> Result<(), String> {
-    if KPROBE_REGS == KprobeRegs::UNSET {
-        return Err("the agent does not know this architecture's registers".into());
-    }
-    if !std::path::Path::new(KPROBE_PMU).exists() {
-        return Err(format!("this kernel has no kprobes: no {KPROBE_PMU}"));
-    }
-    let result = (|| {
-        for (program, function) in KPROBES {
-            let p: &mut KProbe = program_mut(ebpf, program)?;
-            if p.fd().is_err() {
-                p.load()
-                    .map_err(|e| verifier_gist(&format!("load {program}: {}", chain(&e))))?;
-            }
-            p.attach(function, 0)
-                .map_err(|e| format!("attach {program} to {function}: {}", chain(&e)))?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        for (program, _) in KPROBES {
-            if let Ok(p) = program_mut::<KProbe>(ebpf, program) {
-                let _ = p.unload();
-            }
-        }
-    }
-    result
 }
 
 #[cfg(test)]

@@ -7,10 +7,7 @@
 //! of every process on the node on the kernel's slow path, so they are never taken
 //! unasked.
 
-use aya::{
-    Btf as AyaBtf, Ebpf,
-    programs::{FEntry, FExit, KProbe, TracePoint},
-};
+use aya::{Btf as AyaBtf, Ebpf, programs::TracePoint};
 use sidecar_race_ebpf::{
     layout::MISSING,
     unix::{KprobeRegs, SyscallArgs, UnixFields},
@@ -19,6 +16,7 @@ use sidecar_race_ebpf::{
 use super::{
     attach::{chain, verifier_gist},
     btf::{Btf, BtfError},
+    function_hooks::{attach_kprobes, attach_trampolines, program_mut},
 };
 
 /// Which Unix socket hooks to use (`--unix-hooks`).
@@ -269,8 +267,6 @@ const KPROBES: [(&str, &str); 9] = [
     ("unix_kretprobe_listen", "unix_listen"),
     ("unix_kprobe_release", "unix_release"),
 ];
-/// Where the kernel's perf PMU for kprobes is (4.17+; absent without CONFIG_KPROBES).
-pub(super) const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe/type";
 
 /// This kernel's hooks, as [`choose`] tries them.
 struct Kernel<'a> {
@@ -281,11 +277,11 @@ struct Kernel<'a> {
 
 impl HookSets for Kernel<'_> {
     fn fexit(&mut self) -> Result<(), String> {
-        attach_fexit(self.ebpf, self.btf)
+        attach_trampolines(self.ebpf, self.btf, &FEXITS, &[FENTRY])
     }
 
     fn kprobes(&mut self) -> Result<(), String> {
-        attach_kprobes(self.ebpf)
+        attach_kprobes(self.ebpf, &KPROBES)
     }
 
     fn syscalls(&mut self) -> Result<(), String> {
@@ -315,68 +311,6 @@ pub fn attach(
             btf,
         },
     )
-}
-
-fn attach_kprobes(ebpf: &mut Ebpf) -> Result<(), String> {
-    if KPROBE_REGS == KprobeRegs::UNSET {
-        return Err("the agent does not know this architecture's registers".into());
-    }
-    if !std::path::Path::new(KPROBE_PMU).exists() {
-        return Err(format!("this kernel has no kprobes: no {KPROBE_PMU}"));
-    }
-    let result = (|| {
-        for (program, function) in KPROBES {
-            let p: &mut KProbe = program_mut(ebpf, program)?;
-            if p.fd().is_err() {
-                p.load()
-                    .map_err(|e| verifier_gist(&format!("load {program}: {}", chain(&e))))?;
-            }
-            p.attach(function, 0)
-                .map_err(|e| format!("attach {program} to {function}: {}", chain(&e)))?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        // All or none, as for fexit.
-        for (program, _) in KPROBES {
-            if let Ok(p) = program_mut::<KProbe>(ebpf, program) {
-                let _ = p.unload();
-            }
-        }
-    }
-    result
-}
-
-fn attach_fexit(ebpf: &mut Ebpf, btf: &Result<AyaBtf, String>) -> Result<(), String> {
-    let btf = btf.as_ref().map_err(Clone::clone)?;
-    let result = (|| {
-        for (program, function) in FEXITS {
-            let p: &mut FExit = program_mut(ebpf, program)?;
-            p.load(function, btf)
-                .map_err(|e| format!("load {program}: {}", chain(&e)))?;
-            p.attach()
-                .map_err(|e| format!("attach {program}: {}", chain(&e)))?;
-        }
-        let (program, function) = FENTRY;
-        let p: &mut FEntry = program_mut(ebpf, program)?;
-        p.load(function, btf)
-            .map_err(|e| format!("load {program}: {}", chain(&e)))?;
-        p.attach()
-            .map(|_| ())
-            .map_err(|e| format!("attach {program}: {}", chain(&e)))
-    })();
-    if result.is_err() {
-        // All or none: the fallback must not see what a half-attached set also sees.
-        for (program, _) in FEXITS {
-            if let Ok(p) = program_mut::<FExit>(ebpf, program) {
-                let _ = p.unload();
-            }
-        }
-        if let Ok(p) = program_mut::<FEntry>(ebpf, FENTRY.0) {
-            let _ = p.unload();
-        }
-    }
-    result
 }
 
 fn attach_syscalls(ebpf: &mut Ebpf, syscalls: &SyscallArgs) -> Result<(), String> {
@@ -418,16 +352,6 @@ fn attach_all(ebpf: &mut Ebpf, programs: &[(&str, &str)]) -> Result<(), String> 
             .map_err(|e| format!("attach {program} to syscalls:{event}: {}", chain(&e)))?;
     }
     Ok(())
-}
-
-pub(super) fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P, String>
-where
-    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
-{
-    super::variant::program_mut(ebpf, name)
-        .ok_or_else(|| format!("no program {name} in the object"))?
-        .try_into()
-        .map_err(|e| chain(&e))
 }
 
 #[cfg(test)]
