@@ -81,12 +81,14 @@ pod_dir() {
 make_containers() {
     mkdir -p "$1/cri-containerd-$2.scope" "$1/cri-containerd-$3.scope"
 }
-# Starts `trace`, its output in /tmp/$1.out and /tmp/$1.err, its pid in $TRACE; says
-# $1_ready once it watches the kernel.
+# Starts `trace` with the arguments after $1, its output in /tmp/$1.out and
+# /tmp/$1.err, its pid in $TRACE; says $1_ready once it watches the kernel.
 start_trace() {
-    $AGENT trace >"/tmp/$1.out" 2>"/tmp/$1.err" &
+    local k=$1
+    shift
+    $AGENT trace "$@" >"/tmp/$k.out" 2>"/tmp/$k.err" &
     TRACE=$!
-    if wait_for "/tmp/$1.err" 'watching the kernel' 600; then say "$1_ready" yes; else say "$1_ready" no; fi
+    if wait_for "/tmp/$k.err" 'watching the kernel' 600; then say "${k}_ready" yes; else say "${k}_ready" no; fi
 }
 # Lets the agent's attribution wait and reader catch up, stops `trace` (its summary
 # on stderr), and says its exit code and output as $1_rc, $1_out and $1_err.
@@ -365,9 +367,7 @@ lp lp2_sr "$CAPS,+sys_resource"
 uds() {
     key=$1
     shift
-    $AGENT trace --kinds unix_refused,unix_listen,unix_listen_closed "$@" >/tmp/$key.out 2>/tmp/$key.err &
-    pid=$!
-    wait_for /tmp/$key.err 'watching the kernel' 600
+    start_trace "$key" --kinds unix_refused,unix_listen,unix_listen_closed "$@"
     in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-uds connect /tmp/uds.sock --attempts 2 --interval-ms 0 >/dev/null
     wait $!
     in_cgroup "$POD1/cri-containerd-$POD1_PROXY.scope" sr-uds listen /tmp/uds.sock >/tmp/$key.listener
@@ -382,12 +382,7 @@ uds() {
     in_cgroup "$POD1/cri-containerd-$POD1_APP.scope" sr-uds sendto /tmp/statsd.sock --attempts 1 >/dev/null
     wait $!
     rm -f /tmp/uds.sock
-    sleep 2
-    kill -INT $pid
-    wait $pid
-    say "${key}_rc" $?
-    emit "${key}_out" /tmp/$key.out
-    emit "${key}_err" /tmp/$key.err
+    stop_trace "$key"
 }
 uds uds_auto
 uds uds_kprobes --unix-hooks kprobes
@@ -409,9 +404,8 @@ runs() {
 tcp_hooks() {
     key=$1
     shift
-    $AGENT trace --kinds refused,listen,listen_closed "$@" >/tmp/$key.out 2>/tmp/$key.err &
-    pid=$!
-    wait_for /tmp/$key.err 'watching the kernel' 600
+    start_trace "$key" --kinds refused,listen,listen_closed "$@"
+    pid=$TRACE
     r0=$(runs $pid)
     in_cgroup "$POD1/cri-containerd-$POD1_PROXY.scope" sr-proxy --listen 127.0.0.1:15005 >/tmp/$key.proxy
     proxy=$!
@@ -437,12 +431,7 @@ tcp_hooks() {
     say "${key}_runs" "$((r1 - r0)) $((r2 - r1)) $((r3 - r2)) $((r4 - r3)) $((r5 - r4))"
     emit "${key}_app" /tmp/$key.fin
     emit "${key}_app" /tmp/$key.rst
-    sleep 2
-    kill -INT $pid
-    wait $pid
-    say "${key}_rc" $?
-    emit "${key}_out" /tmp/$key.out
-    emit "${key}_err" /tmp/$key.err
+    stop_trace "$key"
 }
 tcp_hooks tcp_auto
 tcp_hooks tcp_kprobes --tcp-hooks kprobes

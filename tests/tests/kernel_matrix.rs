@@ -918,6 +918,23 @@ fn assert_lockdown(run: &GuestRun, label: &str) {
     );
 }
 
+/// The "watching the kernel" line of `trace` run `key`, which exited 0, and every log
+/// message it wrote.
+fn watching(run: &GuestRun, label: &str, key: &str) -> (Value, Vec<String>) {
+    assert_eq!(run.one(&format!("{key}_rc")), "0", "{}", run.console_text());
+    let err = run.json(&format!("{key}_err"));
+    let messages: Vec<String> = err
+        .iter()
+        .filter_map(|l| l["message"].as_str().map(str::to_string))
+        .collect();
+    let ready = err
+        .iter()
+        .find(|l| l["message"] == "watching the kernel")
+        .cloned()
+        .unwrap_or_else(|| panic!("{label} {key}: never watched the kernel: {messages:?}"));
+    (ready, messages)
+}
+
 /// Connects of each kind in section 8.
 const CONNECTS: u64 = 20;
 
@@ -967,13 +984,8 @@ fn assert_tcp_hooks(run: &GuestRun, label: &str, traits: Traits) {
         ("tcp_kprobes", "kprobes"),
         ("tcp_set_state", "set_state"),
     ] {
-        assert_eq!(run.one(&format!("{key}_rc")), "0", "{}", run.console_text());
-        let err = run.json(&format!("{key}_err"));
-        let messages: Vec<&str> = err.iter().filter_map(|l| l["message"].as_str()).collect();
-        let ready = err
-            .iter()
-            .find(|l| l["message"] == "watching the kernel")
-            .unwrap_or_else(|| panic!("{label} {key}: never watched the kernel: {messages:?}"));
+        let (ready, messages) = watching(run, label, key);
+        let messages: Vec<&str> = messages.iter().map(String::as_str).collect();
         assert_eq!(ready["tcp_hooks"], hooks, "{label} {key}: {messages:?}");
         let fallback = hooks == "set_state";
         let attached = ready["attached"].as_str().unwrap_or_default();
@@ -1087,13 +1099,8 @@ fn assert_unix(run: &GuestRun, label: &str, traits: Traits) {
         ("uds_kprobes", "kprobes"),
         ("uds_syscalls", "syscalls"),
     ] {
-        assert_eq!(run.one(&format!("{key}_rc")), "0", "{}", run.console_text());
-        let err = run.json(&format!("{key}_err"));
-        let messages: Vec<&str> = err.iter().filter_map(|l| l["message"].as_str()).collect();
-        let ready = err
-            .iter()
-            .find(|l| l["message"] == "watching the kernel")
-            .unwrap_or_else(|| panic!("{label} {key}: never watched the kernel: {messages:?}"));
+        let (ready, messages) = watching(run, label, key);
+        let messages: Vec<&str> = messages.iter().map(String::as_str).collect();
         assert_eq!(ready["unix_hooks"], hooks, "{label} {key}: {messages:?}");
         if hooks != "syscalls" {
             // With BTF, kprobes see what fexit sees: nothing degraded.

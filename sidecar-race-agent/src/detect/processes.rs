@@ -42,6 +42,12 @@ impl Processes {
 
     /// Counts `count` refused connects of process `name`.
     pub fn record_n(&mut self, name: &str, count: u64) {
+        // A refusal whose process is unknown (its reset handled outside the connecting
+        // task: `socket_owner` in the kernel) counts with the rest, under no name.
+        if name.is_empty() {
+            self.untracked += count;
+            return;
+        }
         if let Some((_, n)) = self.counts.iter_mut().find(|(known, _)| known == name) {
             *n += count;
             return;
@@ -169,6 +175,12 @@ mod tests {
         let top = recorded(&list).top();
         assert_eq!(top.len(), SHOWN + 1);
         assert_eq!(top[SHOWN].count, 2 * (TRACKED as u64 + 5 - SHOWN as u64));
+    }
+
+    #[test]
+    fn a_refusal_of_an_unknown_process_counts_in_the_rest_under_no_name() {
+        let p = recorded(&[("app", 2), ("", 3)]);
+        assert_eq!(pairs(&p), [("app".to_string(), 2), (REST.to_string(), 3)]);
     }
 
     #[test]

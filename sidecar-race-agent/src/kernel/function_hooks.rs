@@ -99,3 +99,30 @@ where
         .try_into()
         .map_err(|e| chain(&e))
 }
+
+/// A kernel for the hook choosers' tests: takes the sets `ok` names and refuses the
+/// others, recording what was tried.
+#[cfg(test)]
+pub(super) struct Fake {
+    ok: &'static [&'static str],
+    pub tried: Vec<&'static str>,
+}
+
+#[cfg(test)]
+impl Fake {
+    pub fn taking(ok: &'static [&'static str]) -> Self {
+        Fake {
+            ok,
+            tried: Vec::new(),
+        }
+    }
+
+    pub fn try_set(&mut self, set: &'static str) -> Result<(), String> {
+        self.tried.push(set);
+        if self.ok.contains(&set) {
+            Ok(())
+        } else {
+            Err(format!("{set} refused"))
+        }
+    }
+}

@@ -174,29 +174,7 @@ pub fn attach(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Fake {
-        ok: &'static [&'static str],
-        tried: Vec<&'static str>,
-    }
-
-    impl Fake {
-        fn taking(ok: &'static [&'static str]) -> Self {
-            Fake {
-                ok,
-                tried: Vec::new(),
-            }
-        }
-
-        fn try_set(&mut self, set: &'static str) -> Result<(), String> {
-            self.tried.push(set);
-            if self.ok.contains(&set) {
-                Ok(())
-            } else {
-                Err(format!("{set} refused"))
-            }
-        }
-    }
+    use crate::kernel::function_hooks::Fake;
 
     impl TcpHookSets for Fake {
         fn fentry(&mut self) -> Result<(), String> {

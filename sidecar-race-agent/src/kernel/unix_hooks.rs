@@ -357,6 +357,7 @@ fn attach_all(ebpf: &mut Ebpf, programs: &[(&str, &str)]) -> Result<(), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::function_hooks::Fake;
 
     #[test]
     fn a_refused_load_is_told_by_its_verifier_verdict_not_its_whole_log() {
@@ -394,31 +395,6 @@ mod tests {
             "{fallback}"
         );
         assert!(!fallback.contains(". "), "one sentence: {fallback}");
-    }
-
-    /// A kernel that takes the sets `ok` names and refuses the others, recording what
-    /// was tried.
-    struct Fake {
-        ok: &'static [&'static str],
-        tried: Vec<&'static str>,
-    }
-
-    impl Fake {
-        fn taking(ok: &'static [&'static str]) -> Self {
-            Fake {
-                ok,
-                tried: Vec::new(),
-            }
-        }
-
-        fn try_set(&mut self, set: &'static str) -> Result<(), String> {
-            self.tried.push(set);
-            if self.ok.contains(&set) {
-                Ok(())
-            } else {
-                Err(format!("{set} refused"))
-            }
-        }
     }
 
     impl HookSets for Fake {
