@@ -21,9 +21,9 @@ use std::{
 use serde_json::Value;
 use sidecar_race_tests::vm::{self, Arch, GuestRun, Kernel, ScenarioEnv};
 
-/// A VM that has not powered off by then is killed (a run takes ~20-40 s under TCG on
-/// an idle machine, ~230 s on a loaded 2-core one).
-const VM_TIMEOUT: Duration = Duration::from_secs(420);
+/// A VM that has not powered off by then is killed (the scenario's boot takes 3–5
+/// minutes under TCG on a 2-core machine running two VMs, the lockdown boot ~20 s).
+const VM_TIMEOUT: Duration = Duration::from_secs(600);
 
 fn get(env: &ScenarioEnv, key: &str) -> String {
     env.iter()

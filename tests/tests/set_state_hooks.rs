@@ -97,3 +97,61 @@ fn btf_and_tracefs_hooks_report_the_same_events() {
         );
     }
 }
+
+/// `--tcp-hooks=fentry` on a kernel that refuses trampolines (this host) is not an
+/// error: the agent falls back to `inet_sock_set_state`, says so in one `degraded:`
+/// sentence naming the flag, and still sees a refused connect with its owner.
+#[test]
+fn an_explicit_tcp_hook_the_kernel_refuses_falls_back_and_says_why() {
+    if !is_root_or_skip("an_explicit_tcp_hook_the_kernel_refuses_falls_back_and_says_why") {
+        return;
+    }
+    let agent = TraceAgent::start(&["--tcp-hooks", "fentry"]);
+    let log: Vec<Value> = agent
+        .log()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    let ready = log
+        .iter()
+        .find(|v| v["message"] == "watching the kernel")
+        .unwrap_or_else(|| panic!("never watched the kernel: {log:#?}"));
+    let tcp_degraded: Vec<&str> = log
+        .iter()
+        .filter_map(|v| v["message"].as_str())
+        .filter(|m| m.starts_with("degraded: TCP"))
+        .collect();
+    if ready["tcp_hooks"] == "fentry" {
+        // A kernel with trampolines: nothing to fall back from.
+        assert!(tcp_degraded.is_empty(), "{tcp_degraded:?}");
+        assert_eq!(ready["set_state_hook"], "off");
+    } else {
+        assert_eq!(ready["tcp_hooks"], "set_state", "{ready}");
+        assert_eq!(tcp_degraded.len(), 1, "one sentence: {log:#?}");
+        assert!(
+            tcp_degraded[0].starts_with(
+                "degraded: TCP listeners and connects are seen through the \
+                 inet_sock_set_state tracepoint (--tcp-hooks=fentry cannot be used: "
+            ),
+            "{}",
+            tcp_degraded[0]
+        );
+        assert!(tcp_degraded[0].contains("program runs"), "its cost");
+        assert_ne!(ready["set_state_hook"], "off");
+    }
+
+    let mut pod = SimPod::new("tcphooks").unwrap();
+    let a = pod.container("app").unwrap();
+    let args = ["--connect", "127.0.0.1:15012", "--attempts", "1"];
+    let pid = pod.spawn(&a, bin("sr-app", &args)).unwrap();
+    assert!(pod.wait(pid).unwrap().success());
+    let refused = |v: &Value| v["cgroup_id"] == a.cgroup_id && v["kind"] == "refused";
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while agent.events(refused).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let got = agent.events(refused);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(got[0]["dst"], "127.0.0.1:15012", "{}", got[0]);
+    assert_eq!(got[0]["comm"], "sr-app", "{}", got[0]);
+}

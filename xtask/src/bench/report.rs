@@ -16,7 +16,7 @@ use super::{
         Plan, REORDER_WINDOW_MS, TARGET_SCALE_CPU_PERCENT, TARGET_SCALE_RSS_MIB,
         TARGET_SUCCESS_RATIO, TARGET_SYSCALL_RATIO, TARGET_US_PER_REFUSAL,
     },
-    report_text::{NOTES, machine, method},
+    report_text::{HOOK_PATHS, NOTES, machine, method},
     stats::Spread,
     syscalls::Syscalls,
 };
@@ -409,6 +409,7 @@ impl Report {
         table(&mut s, &["figure", "min / **median** / max"], &rows);
         let _ = writeln!(s, "\n## Targets (issues #12, #23, #38 and #49)\n");
         table(&mut s, &["target", "measured", "verdict"], &self.verdicts);
+        let _ = writeln!(s, "\n{}", HOOK_PATHS);
         let _ = writeln!(s, "\n{}", NOTES);
         let _ = writeln!(
             s,

@@ -167,6 +167,44 @@ pub fn method(plan: &Plan) -> String {
     s
 }
 
+/// What each TCP hook path runs per successful connect, measured by the kernel tier
+/// (its guests count the agent's programs' runs with bpf_stats; a bench run cannot
+/// boot them), kept beside this host's bench rows, which measure the fallback.
+pub const HOOK_PATHS: &str = "## Program runs per successful connect, by hook path (issue #52)\n\
+\n\
+The agent needs three TCP facts: a connect was refused, a socket started listening, a \
+listener closed. Where the kernel lets programs on kernel functions, listeners are seen \
+at `inet_csk_listen_start` and `inet_csk_listen_stop` (`fexit`/`fentry`, else kprobes: \
+`--tcp-hooks`), a refusal's owner is read from its socket, and `inet_sock_set_state` is \
+not attached: nothing of the agent runs on a connection that succeeds. This host's kernel \
+refuses `fexit` and has no kprobes, so the agent here runs the fallback, \
+`inet_sock_set_state`, which the rows above measure (its cost is unchanged: the same \
+programs run on a successful connect as before the listen hooks). The counts below are \
+the kernel tier's (section 8 of `tests/src/vm_init.sh`, asserted by \
+`tests/tests/kernel_matrix.rs`): in each Debian cloud kernel under QEMU, one agent per \
+hook path, 20 connects closed with a FIN and 20 with a reset (SO_LINGER 0) to a listener \
+in a pod's sidecar container, one refused connect, then the listener's close, each step \
+bracketed by the sum of the agent's programs' `run_cnt` (bpf_stats, one count per program \
+id). Counts are exact under TCG; times are not, so no direct CPU ratio is taken in the \
+guests: TCG translates each guest instruction, a tracepoint's dispatch and a program's \
+body alike, so a loop's CPU there measures the emulator more than the hook, and the \
+guests share two host cores with each other. Measured on 2026-12-06.\n\
+\n\
+| hook path | kernels | runs per connect closed with a FIN | per connect closed with a reset | per refusal | per listen | per listener close |\n\
+|---|---|---|---|---|---|---|\n\
+| `fentry` (`fexit` on listen start; `auto` on x86_64) | 5.10, 6.1, 6.12 | **0.00** | 0.95 (5.10), 0.85 (6.1), 1.95 (6.12) | 1 (5.10, 6.1), 2 (6.12) | 1 | 1 |\n\
+| kprobes (`--tcp-hooks=kprobes`; `auto` on arm64 before 6.5) | 5.10, 6.1, 6.12 | **0.00** | as `fentry` | as `fentry` | 2 (the entry and the return) | 1 |\n\
+| `inet_sock_set_state` (the fallback: this host, lockdown for confidentiality, `--tcp-hooks=set-state`) | 5.10, 6.1, 6.12 | 10.00 | 9.00 (5.10, 6.1), 9.50 (6.12) | 3 (5.10, 6.1), 4 (6.12) | 1 | 1 |\n\
+| `inet_sock_set_state`, this host (the rows above: the bench's loops, which also count other processes' connects) | 6.18 | 11.00 | 9.57 | | | |\n\
+\n\
+A reset runs the reset programs whatever it ends: `tcp_receive_reset` on the peer that \
+receives it, and from 6.10 `tcp_send_reset` on the one that sends it (attached there for \
+`local_dst`, the refused destination behind a NAT REDIRECT, which only the sending side \
+sees); each returns at once unless its socket is connecting. A reset that reaches a socket \
+already in TIME_WAIT (the server closed first) runs neither, hence fewer than one per \
+reset. A refusal is one reset sent and one received.\n\
+";
+
 /// What the profiles showed: how the costs were found and cut, with the figures of
 /// those one-off runs dated and labelled as history (the tables hold this run's).
 pub const NOTES: &str = "## What the profiles showed (history)\n\
@@ -330,6 +368,15 @@ estimate of the programs' own share, not of every cycle a hook costs.\n\
 mod tests {
     /// The committed report's notes are what this generator writes (edited by hand
     /// without a full bench run, they must not drift from it).
+    #[test]
+    fn the_committed_report_carries_the_hook_paths_section() {
+        let committed = include_str!("../../../BENCHMARKS.md");
+        assert!(
+            committed.contains(super::HOOK_PATHS),
+            "BENCHMARKS.md's hook paths section differs from report_text.rs's HOOK_PATHS"
+        );
+    }
+
     #[test]
     fn the_committed_report_carries_these_notes() {
         let committed = include_str!("../../../BENCHMARKS.md");
