@@ -32,7 +32,7 @@ pub enum TcpHookChoice {
 /// What the fallback costs, measured on a test host (BENCHMARKS.md: program runs per
 /// successful connect, and a connect loop bare and beside the agent).
 pub const SET_STATE_COST: &str = "about 10 program runs on every TCP connection of the \
-     node, refused or not: 11 per connection and 0.97 of a bare connect's CPU in BENCHMARKS.md";
+     node, refused or not: 0.97 of a bare connect's CPU in BENCHMARKS.md";
 
 /// How the agent sees TCP listeners, and so what a successful connect costs.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -220,7 +220,7 @@ mod tests {
             "TCP listeners and connects are seen through the inet_sock_set_state tracepoint \
              (neither fentry (fentry refused) nor kprobes (kprobes refused) can be used), \
              which costs about 10 program runs on every TCP connection of the node, refused \
-             or not: 11 per connection and 0.97 of a bare connect's CPU in BENCHMARKS.md"
+             or not: 0.97 of a bare connect's CPU in BENCHMARKS.md"
         );
         assert!(!sentence.contains(". "), "one sentence: {sentence}");
     }

@@ -195,7 +195,7 @@ guests share two host cores with each other. Measured on 2026-12-06.\n\
 | `fentry` (`fexit` on listen start; `auto` on x86_64) | 5.10, 6.1, 6.12 | **0.00** | 0.95 (5.10), 0.85 (6.1), 1.95 (6.12) | 1 (5.10, 6.1), 2 (6.12) | 1 | 1 |\n\
 | kprobes (`--tcp-hooks=kprobes`; `auto` on arm64 before 6.5) | 5.10, 6.1, 6.12 | **0.00** | as `fentry` | as `fentry` | 2 (the entry and the return) | 1 |\n\
 | `inet_sock_set_state` (the fallback: this host, lockdown for confidentiality, `--tcp-hooks=set-state`) | 5.10, 6.1, 6.12 | 10.00 | 9.00 (5.10, 6.1), 9.50 (6.12) | 3 (5.10, 6.1), 4 (6.12) | 1 | 1 |\n\
-| `inet_sock_set_state`, this host (the rows above: the bench's loops, which also count other processes' connects) | 6.18 | 11.00 | 9.57 | | | |\n\
+| `inet_sock_set_state`, this host (the bench's loops, `--only hot-path` of 2026-12-06: see Method) | 6.18 | 10.00 | 9.39 | | | |\n\
 \n\
 A reset runs the reset programs whatever it ends: `tcp_receive_reset` on the peer that \
 receives it, and from 6.10 `tcp_send_reset` on the one that sends it (attached there for \
