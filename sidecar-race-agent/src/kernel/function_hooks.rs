@@ -1,5 +1,6 @@
 //! Programs on kernel functions, in sets attached all or none: `fexit`/`fentry`
-//! (BPF trampolines, named by BTF id) or kprobes and kretprobes. The Unix socket hooks
+//! (BPF trampolines, named by BTF id) or kprobes and kretprobes (with where this
+//! architecture's `pt_regs` keeps their arguments). The Unix socket hooks
 //! and the TCP listen hooks are each such a set; a set that fails part-way unloads
 //! what it loaded, so the next set (or the fallback) starts clean.
 
@@ -9,9 +10,25 @@ use aya::{
 };
 use sidecar_race_ebpf::unix::KprobeRegs;
 
-use super::{
-    attach::{chain, verifier_gist},
-    unix_hooks::KPROBE_REGS,
+use super::attach::{chain, verifier_gist};
+
+/// Where a kprobe's `pt_regs` keeps a function's first three arguments and its return
+/// value: the kernel's calling convention, for the agent's own architecture (which is
+/// the kernel's). Unset elsewhere: the kprobes then see nothing.
+pub(super) const KPROBE_REGS: KprobeRegs = if cfg!(target_arch = "x86_64") {
+    // di, si, dx; ax
+    KprobeRegs {
+        args: [112, 104, 96],
+        ret: 80,
+    }
+} else if cfg!(target_arch = "aarch64") {
+    // regs[0..3]; regs[0]
+    KprobeRegs {
+        args: [0, 8, 16],
+        ret: 0,
+    }
+} else {
+    KprobeRegs::UNSET
 };
 
 /// Where the kernel's perf PMU for kprobes is (4.17+; absent without CONFIG_KPROBES).

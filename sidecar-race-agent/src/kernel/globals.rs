@@ -9,7 +9,7 @@ use sidecar_race_ebpf::{
     unix::{SyscallArgs, UnixConfig, UnixFields},
 };
 
-use super::{btf, layout::KernelLayout, options::ProbeOptions, unix_hooks};
+use super::{btf, function_hooks, layout::KernelLayout, options::ProbeOptions, unix_hooks};
 
 /// The globals as bytes to override, and what their offsets allow.
 pub(super) struct Globals {
@@ -82,7 +82,7 @@ impl Globals {
         let unix_config = UnixConfig {
             fields: unix_fields.clone().unwrap_or(UnixFields::UNSET),
             syscalls: layout.unix_syscalls.clone().unwrap_or(SyscallArgs::UNSET),
-            kprobe: unix_hooks::KPROBE_REGS,
+            kprobe: function_hooks::KPROBE_REGS,
         };
         Globals {
             config: config_bytes(&config),

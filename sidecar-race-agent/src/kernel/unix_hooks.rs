@@ -10,7 +10,7 @@
 use aya::{Btf as AyaBtf, Ebpf, programs::TracePoint};
 use sidecar_race_ebpf::{
     layout::MISSING,
-    unix::{KprobeRegs, SyscallArgs, UnixFields},
+    unix::{SyscallArgs, UnixFields},
 };
 
 use super::{
@@ -235,25 +235,6 @@ const LISTENERS: [(&str, &str); 6] = [
     ("unix_sys_exit_listen", "sys_exit_listen"),
 ];
 
-/// Where a kprobe's `pt_regs` keeps a function's first three arguments and its return
-/// value: the kernel's calling convention, for the agent's own architecture (which is
-/// the kernel's). Unset elsewhere: the kprobes then see nothing.
-pub const KPROBE_REGS: KprobeRegs = if cfg!(target_arch = "x86_64") {
-    // di, si, dx; ax
-    KprobeRegs {
-        args: [112, 104, 96],
-        ret: 80,
-    }
-} else if cfg!(target_arch = "aarch64") {
-    // regs[0..3]; regs[0]
-    KprobeRegs {
-        args: [0, 8, 16],
-        ret: 0,
-    }
-} else {
-    KprobeRegs::UNSET
-};
-
 /// (program, kernel function) of the kprobes and kretprobes: the entries first, so
 /// no return runs before its entry is in place.
 const KPROBES: [(&str, &str); 9] = [
@@ -357,7 +338,7 @@ fn attach_all(ebpf: &mut Ebpf, programs: &[(&str, &str)]) -> Result<(), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::function_hooks::Fake;
+    use crate::kernel::function_hooks::{Fake, KPROBE_REGS};
 
     #[test]
     fn a_refused_load_is_told_by_its_verifier_verdict_not_its_whole_log() {
