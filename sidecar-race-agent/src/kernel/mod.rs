@@ -3,7 +3,8 @@
 //!
 //! Loading reads as its steps, each a module: the [`options`], the programs'
 //! [`globals`] (from the [`layout`] and [`btf`] offsets), the [`tcp_hooks`],
-//! [`tracepoints`] and [`unix_hooks`] attached, then the maps [`probes`] keeps. [`attach`] holds what goes
+//! [`tracepoints`] and [`unix_hooks`] attached (sets of programs on kernel functions
+//! through `function_hooks`), then the maps [`probes`] keeps. [`attach`] holds what goes
 //! wrong on the way, [`variant`] which form of a program the kernel gets; [`counters`]
 //! what the kernel counts ([`recursion`]: the runs it skipped); [`cgroup2`] where the
 //! cgroup v2 hierarchy is mounted. Which cgroups the kernel charges budgets to is the

@@ -1,9 +1,8 @@
 //! The tracepoints of [`TRACEPOINTS`] (TCP state changes where the listen hooks cannot
-//! serve, resets, cgroups, UDP
-//! refusals at `icmp_send` or dropped skbs), with `inet_sock_set_state` and the UDP
-//! ones on their BTF tracepoints where the kernel allows, and every one
-//! with a BTF program on that where tracefs is missing: which were attached, which
-//! could not be, and the programs each kernel gets.
+//! serve, resets, cgroups, UDP refusals at `icmp_send` or dropped skbs), with
+//! `inet_sock_set_state` and the UDP ones on their BTF tracepoints where the kernel
+//! allows, and every one with a BTF program on that where tracefs is missing: which
+//! were attached, which could not be, and the programs each kernel gets.
 
 use aya::{Ebpf, programs::BtfTracePoint};
 

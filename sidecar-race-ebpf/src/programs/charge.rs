@@ -34,11 +34,9 @@ pub fn of_socket(sk: u64, own: u64) -> Charge {
     if direct_reads() {
         return unmarked(own); // see the module's docs
     }
-    let off = config!(cgroup.sk_cgrp);
-    match read::<u64>(sk, off) {
-        // Kernels before 5.15 keep other data here when its two low bits are set.
-        Some(cgrp) if cgrp != 0 && cgrp & 3 == 0 => walk(cgrp, own),
-        _ => unmarked(own),
+    match socket_cgroup(sk) {
+        Some(cgrp) => walk(cgrp, own),
+        None => unmarked(own),
     }
 }
 
@@ -50,14 +48,15 @@ pub fn socket_cgroup_id(sk: u64) -> Option<u64> {
     if direct_reads() {
         return None;
     }
-    let f = config!(cgroup);
-    match read::<u64>(sk, f.sk_cgrp) {
-        Some(cgrp) if cgrp != 0 && cgrp & 3 == 0 => {
-            let kn = read::<u64>(cgrp, f.kn)?;
-            read::<u64>(kn, f.kn_id).filter(|&id| id != 0)
-        }
-        _ => None,
-    }
+    cgroup_id(socket_cgroup(sk)?, &config!(cgroup)).filter(|&id| id != 0)
+}
+
+/// Socket `sk`'s `struct cgroup *` (cgroup v2), from `sk_cgrp_data`; `None` when it
+/// cannot be read or holds other data (kernels before 5.15 keep cgroup v1 data there,
+/// its two low bits set). Not for direct reads (see the module's docs).
+#[inline(always)]
+fn socket_cgroup(sk: u64) -> Option<u64> {
+    read::<u64>(sk, config!(cgroup.sk_cgrp)).filter(|&cgrp| cgrp != 0 && cgrp & 3 == 0)
 }
 
 /// The charge for the current task, whose cgroup is `own`.
@@ -118,7 +117,12 @@ fn ancestor_id(cgrp: u64, lvl: u32, f: &sidecar_race_ebpf::layout::CgroupFields)
     if f.ancestors_are_ids != 0 {
         return read::<u64>(slot, 0);
     }
-    let ancestor = read::<u64>(slot, 0)?;
-    let kn = read::<u64>(ancestor, f.kn)?;
+    cgroup_id(read::<u64>(slot, 0)?, f)
+}
+
+/// The id of cgroup `cgrp` (a `struct cgroup *`): its kernfs node's id.
+#[inline(always)]
+fn cgroup_id(cgrp: u64, f: &sidecar_race_ebpf::layout::CgroupFields) -> Option<u64> {
+    let kn = read::<u64>(cgrp, f.kn)?;
     read::<u64>(kn, f.kn_id)
 }
